@@ -1,0 +1,966 @@
+"""KafScale broker benchmark: produce / latency / fetch (cache and cold) figures.
+
+Starts its own broker (`python -m kafscale.broker`) on a free loopback port with a temporary data
+dir, drives it with confluent-kafka (librdkafka) in one or more driver processes and prints human
+progress to stderr and ONE JSON line with every figure to stdout at the end. It measures; it does
+not judge: nothing fails on slowness (the "targets" block only says whether each target was met).
+
+Phases (see bench/README.md for what each figure means):
+  produce_acks_all    --gib of 1 KiB values, acks=-1, round-robin over the partitions
+  produce_acks_1      the same with acks=1
+  latency             fixed offered rate (default 10 MB/s), acks=-1, per-message delivery latency
+  fetch_cache         re-reads the newest data that fits in the broker cache until --gib is read
+  produce_local       (memory store only) --gib acks=-1 onto a second broker using the local-dir
+                      store, which is then restarted so that the cold phase has data to read
+  fetch_cold          after a broker restart (empty cache), reads the first --gib of the topic
+
+Usage: python bench/broker_bench.py [--gib 0.25] [--store memory|local] [--python PATH] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import math
+import multiprocessing as mp
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GIB = 1 << 30
+MIB = 1 << 20
+MB = 1_000_000
+TOPIC = "kafscale-bench"
+DEFAULT_SEGMENT_BYTES = 4 * MIB  # the broker's default --segment-bytes
+VALUE_POOL = 64  # distinct pre-generated values, cycled (no per-message value generation)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+LISTEN_RE = re.compile(r"listening on (\S+):(\d+)")
+
+Ranges = dict[int, tuple[int, int]]  # partition -> [start, end) offsets
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# /proc helpers (broker and driver resource usage)
+# --------------------------------------------------------------------------------------------
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()  # fields after "pid (comm) ", starting at state
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+def proc_status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def self_cpu_seconds() -> float:
+    """CPU of this process including librdkafka's threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+# --------------------------------------------------------------------------------------------
+# Broker process
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BrokerOptions:
+    python: str
+    store: str  # "memory" or "local"
+    flush_interval_ms: int
+    cache_bytes: int
+    segment_bytes: int | None
+    readahead_segments: int | None
+    log_level: str
+    extra_args: list[str]
+
+
+@dataclass
+class Broker:
+    proc: subprocess.Popen[str]
+    addr: str
+    data_dir: Path
+    store: str
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def cpu_seconds(self) -> float:
+        return proc_cpu_seconds(self.pid)
+
+    def rss_mib(self) -> float:
+        return proc_status_kib(self.pid, "VmRSS") / 1024
+
+    def peak_rss_mib(self) -> float:
+        return proc_status_kib(self.pid, "VmHWM") / 1024
+
+    def tail(self, n: int = 20) -> str:
+        return "\n".join(list(self.lines)[-n:])
+
+    def stop(self, timeout: float = 120.0) -> int | None:
+        """SIGTERM (flush, exit 0 expected); SIGKILL if it does not exit in time."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log(f"broker pid {self.pid} ignored SIGTERM for {timeout}s; killing it")
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        return self.proc.returncode
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def broker_command(opts: BrokerOptions, addr: str, data_dir: Path) -> list[str]:
+    cmd = [opts.python, "-m", "kafscale.broker", "--broker-addr", addr]
+    cmd += ["--data-dir", str(data_dir), "--flush-interval-ms", str(opts.flush_interval_ms)]
+    cmd += ["--cache-bytes", str(opts.cache_bytes), "--log-level", opts.log_level]
+    if opts.store == "memory":
+        cmd.append("--use-memory-s3")
+    if opts.segment_bytes is not None:
+        cmd += ["--segment-bytes", str(opts.segment_bytes)]
+    if opts.readahead_segments is not None:
+        cmd += ["--readahead-segments", str(opts.readahead_segments)]
+    return cmd + opts.extra_args
+
+
+def broker_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def _drain(broker: Broker, ready: threading.Event) -> None:
+    assert broker.proc.stderr is not None
+    for raw in broker.proc.stderr:
+        line = ANSI_RE.sub("", raw.rstrip("\n"))
+        broker.lines.append(line)
+        if not ready.is_set() and LISTEN_RE.search(line):
+            ready.set()
+
+
+def start_broker(opts: BrokerOptions, data_dir: Path, timeout: float = 90.0) -> Broker:
+    addr = f"127.0.0.1:{free_port()}"
+    cmd = broker_command(opts, addr, data_dir)
+    log(f"starting broker: {' '.join(cmd)}")
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=broker_env(),
+    )
+    broker = Broker(proc=proc, addr=addr, data_dir=data_dir, store=opts.store)
+    ready = threading.Event()
+    threading.Thread(target=_drain, args=(broker, ready), daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not ready.wait(0.1):
+        if not broker.alive() or time.monotonic() > deadline:
+            broker.stop(5)
+            raise RuntimeError(
+                f"broker did not report 'listening on' (exit {proc.returncode}):\n{broker.tail()}"
+            )
+    log(f"broker pid {proc.pid} listening on {addr} ({opts.store} store)")
+    return broker
+
+
+# --------------------------------------------------------------------------------------------
+# Kafka client configuration
+# --------------------------------------------------------------------------------------------
+
+
+def producer_config(bootstrap: str, acks: str, linger_ms: int) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        "linger.ms": linger_ms,
+        "batch.size": 1_000_000,  # <= message.max.bytes (default 1 000 000)
+        "batch.num.messages": 100_000,
+        "compression.type": "none",
+        "queue.buffering.max.kbytes": 262_144,
+        "queue.buffering.max.messages": 1_000_000,
+        "message.timeout.ms": 120_000,
+        "enable.idempotence": False,
+        "socket.send.buffer.bytes": 4 * MIB,
+    }
+
+
+def consumer_config(bootstrap: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": "kafscale-bench",  # required by the client; only assign() is used
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 50 * MIB,
+        "max.partition.fetch.bytes": 8 * MIB,
+        "fetch.wait.max.ms": 100,
+        "queued.max.messages.kbytes": 128 * 1024,
+        "socket.receive.buffer.bytes": 4 * MIB,
+    }
+
+
+def make_values(value_bytes: int) -> list[bytes]:
+    """Random (incompressible) values, generated once."""
+    return [os.urandom(value_bytes) for _ in range(VALUE_POOL)]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
+    futures[topic].result(timeout=60)
+    meta = admin.list_topics(topic, timeout=30)
+    got = len(meta.topics[topic].partitions)
+    if got != partitions:
+        raise RuntimeError(f"topic {topic} has {got} partitions, wanted {partitions}")
+    log(f"created topic {topic} with {partitions} partitions")
+
+
+def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(consumer_config(bootstrap))
+    try:
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
+            for p in range(partitions)
+        }
+    finally:
+        c.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Driver workers (spawned processes; each reports one result dict on the queue)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProduceJob:
+    bootstrap: str
+    topic: str
+    partitions: list[int]
+    messages: int
+    value_bytes: int
+    acks: str
+    linger_ms: int
+    deadline_s: float
+
+
+@dataclass
+class FetchJob:
+    bootstrap: str
+    topic: str
+    ranges: Ranges
+    passes: int
+    stall_s: float
+
+
+def _wait_start(out: Any, start: Any, wid: int) -> None:
+    out.put(("ready", wid, None))
+    start.wait()
+
+
+def produce_worker(wid: int, job: ProduceJob, out: Any, start: Any) -> None:
+    try:
+        out.put(("result", wid, _produce(wid, job, out, start)))
+    except Exception as exc:  # reported to the parent, which records it
+        out.put(("error", wid, f"{type(exc).__name__}: {exc}"))
+
+
+def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    failed: list[str] = []  # delivery failures (only errors get a delivery report)
+    errors: list[str] = []  # client-level errors and a deadline note
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    conf = producer_config(job.bootstrap, job.acks, job.linger_ms)
+    conf |= {
+        "delivery.report.only.error": True,
+        "on_delivery": on_delivery,
+        "error_cb": lambda e: errors.append(str(e)),
+    }
+    producer = Producer(conf)
+    producer.list_topics(job.topic, timeout=30)  # connect + metadata before the clock starts
+    values = make_values(job.value_bytes)
+    parts = job.partitions
+    n_parts = len(parts)
+    _wait_start(out, start, wid)
+
+    cpu0, t0 = self_cpu_seconds(), time.monotonic()
+    deadline = t0 + job.deadline_s
+    produce, poll = producer.produce, producer.poll
+    topic = job.topic
+    produced = job.messages
+    for i in range(job.messages):
+        value, part = values[i % VALUE_POOL], parts[(i + wid) % n_parts]
+        while True:
+            try:
+                produce(topic, value, None, part)
+                break
+            except BufferError:
+                poll(0.002)
+        if i % 2048 == 0:
+            poll(0)
+            if time.monotonic() > deadline:
+                errors.append(f"deadline: only {i} of {job.messages} produced")
+                produced = i
+                break
+    remaining = producer.flush(max(1.0, deadline - time.monotonic()))
+    t1 = time.monotonic()
+    return {
+        "start": t0,
+        "end": t1,
+        "records": produced - len(failed) - remaining,
+        "unacked": remaining,
+        "complete": produced == job.messages and not failed and not remaining,
+        "errors": (failed + errors)[:5],
+        "error_count": len(failed) + len(errors),
+        "cpu_s": self_cpu_seconds() - cpu0,
+    }
+
+
+def fetch_worker(wid: int, job: FetchJob, out: Any, start: Any) -> None:
+    try:
+        out.put(("result", wid, _fetch(wid, job, out, start)))
+    except Exception as exc:
+        out.put(("error", wid, f"{type(exc).__name__}: {exc}"))
+
+
+def _fetch(wid: int, job: FetchJob, out: Any, start: Any) -> dict[str, Any]:
+    from confluent_kafka import Consumer
+
+    errors: list[str] = []
+    conf = consumer_config(job.bootstrap) | {"error_cb": lambda e: errors.append(str(e))}
+    consumer = Consumer(conf)
+    consumer.list_topics(job.topic, timeout=30)
+    _wait_start(out, start, wid)
+
+    cpu0, t0 = self_cpu_seconds(), time.monotonic()
+    records = nbytes = 0
+    complete = True
+    for _ in range(job.passes):
+        r, b, ok = _fetch_pass(consumer, job, errors)
+        records, nbytes = records + r, nbytes + b
+        if not ok:
+            complete = False
+            break
+    t1 = time.monotonic()
+    cpu = self_cpu_seconds() - cpu0
+    consumer.close()
+    return {
+        "start": t0,
+        "end": t1,
+        "records": records,
+        "bytes": nbytes,
+        "complete": complete,
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "cpu_s": cpu,
+    }
+
+
+def _fetch_pass(consumer: Any, job: FetchJob, errors: list[str]) -> tuple[int, int, bool]:
+    """Read every range once; returns (records, value bytes, completed)."""
+    from confluent_kafka import TopicPartition
+
+    todo = {p: end for p, (begin, end) in job.ranges.items() if end > begin}
+    tps = [TopicPartition(job.topic, p, job.ranges[p][0]) for p in todo]
+    consumer.assign(tps)
+    consumer.resume(tps)  # partitions paused at the end of an earlier pass
+    records = nbytes = 0
+    last_progress = time.monotonic()
+    while todo:
+        msgs = consumer.consume(10_000, 0.5)
+        if msgs:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > job.stall_s:
+            errors.append(f"stalled {job.stall_s}s with partitions {sorted(todo)} unfinished")
+            return records, nbytes, False
+        for m in msgs:
+            if m.error():
+                errors.append(str(m.error()))
+                continue
+            p, off = m.partition(), m.offset()
+            end = todo.get(p)
+            if end is None or off >= end:
+                continue
+            records += 1
+            nbytes += len(m.value())
+            if off == end - 1:
+                del todo[p]
+                consumer.pause([TopicPartition(job.topic, p)])
+    consumer.unassign()
+    return records, nbytes, True
+
+
+# --------------------------------------------------------------------------------------------
+# Running workers and turning their results into phase figures
+# --------------------------------------------------------------------------------------------
+
+
+def run_workers(
+    target: Callable[..., None], jobs: list[Any], broker: Broker, timeout: float
+) -> tuple[list[dict[str, Any]], float, list[str]]:
+    """Run one spawned process per job; returns (results, broker CPU seconds, errors).
+
+    Broker CPU is sampled after every worker has connected and before they are released."""
+    ctx = mp.get_context("spawn")
+    out, start = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=target, args=(i, j, out, start)) for i, j in enumerate(jobs)]
+    for p in procs:
+        p.start()
+    errors: list[str] = []
+    try:
+        ready = _collect(out, set(range(len(jobs))), broker, procs, 120.0, "ready", errors)
+        cpu0 = broker.cpu_seconds()
+        start.set()
+        results = _collect(out, set(ready), broker, procs, timeout, "result", errors)
+        cpu = broker.cpu_seconds() - cpu0
+    finally:
+        start.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if not results:
+        raise RuntimeError("; ".join(errors) or "no driver results")
+    return list(results.values()), cpu, errors
+
+
+def _collect(
+    queue: Any,
+    waiting: set[int],
+    broker: Broker,
+    procs: list[Any],
+    timeout: float,
+    kind: str,
+    errors: list[str],
+) -> dict[int, Any]:
+    """Wait until every worker in `waiting` sent `kind` or an error (or died)."""
+    import queue as queue_mod
+
+    got: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    while waiting:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"driver workers {sorted(waiting)} gave no {kind} in {timeout:.0f}s")
+        if not broker.alive():
+            raise RuntimeError(f"broker exited ({broker.proc.returncode}):\n{broker.tail()}")
+        try:
+            tag, wid, payload = queue.get(timeout=0.5)
+        except queue_mod.Empty:
+            for wid in [w for w in waiting if procs[w].exitcode is not None]:
+                errors.append(f"worker {wid} exited with code {procs[wid].exitcode}")
+                waiting.discard(wid)
+            continue
+        waiting.discard(wid)
+        if tag == "error":
+            errors.append(f"worker {wid}: {payload}")
+        else:
+            got[wid] = payload
+    return got
+
+
+def phase_figures(
+    results: list[dict[str, Any]],
+    value_bytes: int,
+    broker: Broker,
+    broker_cpu: float,
+    errors: list[str],
+) -> dict[str, Any]:
+    records = sum(r["records"] for r in results)
+    nbytes = sum(r.get("bytes", r["records"] * value_bytes) for r in results)
+    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+    driver_cpu = sum(r["cpu_s"] for r in results)
+    gib = nbytes / GIB
+    errors = errors + [e for r in results for e in r["errors"]]
+    out = {
+        "records": records,
+        "bytes": nbytes,
+        "seconds": round(wall, 3),
+        "mb_s": round(nbytes / MB / wall, 1) if wall > 0 else None,
+        "records_s": round(records / wall) if wall > 0 else None,
+        "broker_cpu_s": round(broker_cpu, 2),
+        "broker_cpu_s_per_gib": round(broker_cpu / gib, 3) if gib > 0 else None,
+        "broker_cpu_util": round(broker_cpu / wall, 2) if wall > 0 else None,
+        "driver_procs": len(results),
+        "driver_cpu_s": round(driver_cpu, 2),
+        "driver_cpu_util": round(driver_cpu / wall, 2) if wall > 0 else None,
+        "broker_rss_mib": round(broker.rss_mib(), 1),
+        "error_count": sum(r["error_count"] for r in results) + len(errors),
+    }
+    if errors:
+        out["errors"] = errors[:5]
+    if any(not r["complete"] for r in results):
+        out["incomplete"] = True
+    return out
+
+
+def split(items: list[int], n: int) -> list[list[int]]:
+    return [items[i::n] for i in range(n) if items[i::n]]
+
+
+def run_produce(broker: Broker, args: argparse.Namespace, acks: str, label: str) -> dict[str, Any]:
+    total = messages_per_phase(args)
+    procs = max(1, args.producers)
+    deadline = max(120.0, total * args.value_bytes / (2 * MB))  # >= 2 MB/s or it is abandoned
+    jobs = [
+        ProduceJob(
+            bootstrap=broker.addr,
+            topic=TOPIC,
+            partitions=list(range(args.partitions)),
+            messages=total // procs + (1 if i < total % procs else 0),
+            value_bytes=args.value_bytes,
+            acks=acks,
+            linger_ms=args.linger_ms,
+            deadline_s=deadline,
+        )
+        for i in range(procs)
+    ]
+    log(f"{label}: producing {total} x {args.value_bytes} B, acks={acks}, {procs} process(es)")
+    results, cpu, errors = run_workers(produce_worker, jobs, broker, deadline + 180)
+    fig = phase_figures(results, args.value_bytes, broker, cpu, errors)
+    fig["acks"] = int(acks)
+    log(
+        f"{label}: {fig['mb_s']} MB/s, {fig['records_s']} rec/s, broker "
+        f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, driver {fig['driver_cpu_s']} CPU-s"
+    )
+    return fig
+
+
+def run_fetch(
+    broker: Broker, args: argparse.Namespace, ranges: Ranges, passes: int, label: str
+) -> dict[str, Any]:
+    procs = max(1, min(args.consumers, len(ranges)))
+    jobs = [
+        FetchJob(broker.addr, TOPIC, {p: ranges[p] for p in group}, passes, args.stall_seconds)
+        for group in split(sorted(ranges), procs)
+    ]
+    per_pass = sum(end - begin for begin, end in ranges.values())
+    log(f"{label}: reading {per_pass} records x {passes} pass(es), {len(jobs)} process(es)")
+    expected_s = passes * per_pass * args.value_bytes / (2 * MB)
+    results, cpu, errors = run_workers(fetch_worker, jobs, broker, max(300.0, expected_s))
+    fig = phase_figures(results, args.value_bytes, broker, cpu, errors)
+    fig["passes"] = passes
+    log(
+        f"{label}: {fig['mb_s']} MB/s, {fig['records_s']} rec/s, broker "
+        f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, driver {fig['driver_cpu_s']} CPU-s"
+    )
+    return fig
+
+
+def messages_per_phase(args: argparse.Namespace) -> int:
+    return max(1, int(args.gib * GIB) // args.value_bytes)
+
+
+# --------------------------------------------------------------------------------------------
+# Latency at a fixed offered rate (in this process; a single producer is plenty at 10 MB/s)
+# --------------------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _round(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def run_latency(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    rate = args.latency_rate_mb * MB
+    warmup, seconds = args.latency_warmup, args.latency_seconds
+    log(
+        f"latency: {args.latency_rate_mb} MB/s offered for {warmup}+{seconds}s, acks=-1, "
+        f"linger.ms={args.latency_linger_ms}"
+    )
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def on_delivery(sent_at: float, err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        elif sent_at >= measure_from:
+            latencies.append(time.monotonic() - sent_at)
+
+    conf = producer_config(broker.addr, "-1", args.latency_linger_ms)
+    conf["error_cb"] = lambda e: errors.append(str(e))
+    producer = Producer(conf)
+    producer.list_topics(TOPIC, timeout=30)
+    values = make_values(args.value_bytes)
+    interval = args.value_bytes / rate
+    cpu0, bcpu0 = self_cpu_seconds(), broker.cpu_seconds()
+    t0 = time.monotonic()
+    measure_from, stop_at = t0 + warmup, t0 + warmup + seconds
+    sent = _paced_produce(producer, values, args.partitions, interval, t0, stop_at, on_delivery)
+    producer.flush(60)
+    wall = time.monotonic() - t0
+    lat_ms = sorted(x * 1000 for x in latencies)
+    fig = {
+        "offered_mb_s": args.latency_rate_mb,
+        "achieved_mb_s": round(sent * args.value_bytes / MB / wall, 2),
+        "acks": -1,
+        "linger_ms": args.latency_linger_ms,
+        "flush_interval_ms": args.flush_interval_ms,
+        "measured_records": len(lat_ms),
+        "p50_ms": _round(percentile(lat_ms, 0.50)),
+        "p99_ms": _round(percentile(lat_ms, 0.99)),
+        "max_ms": round(lat_ms[-1], 2) if lat_ms else None,
+        "mean_ms": round(sum(lat_ms) / len(lat_ms), 2) if lat_ms else None,
+        "broker_cpu_s": round(broker.cpu_seconds() - bcpu0, 2),
+        "driver_cpu_s": round(self_cpu_seconds() - cpu0, 2),
+        "broker_rss_mib": round(broker.rss_mib(), 1),
+        "error_count": len(errors),
+    }
+    if errors:
+        fig["errors"] = errors[:5]
+    log(
+        f"latency: p50 {fig['p50_ms']} ms, p99 {fig['p99_ms']} ms, max {fig['max_ms']} ms "
+        f"({len(lat_ms)} records)"
+    )
+    return fig
+
+
+def _paced_produce(
+    producer: Any,
+    values: list[bytes],
+    partitions: int,
+    interval: float,
+    t0: float,
+    stop_at: float,
+    on_delivery: Callable[[float, Any, Any], None],
+) -> int:
+    """Produce one value every `interval` seconds until stop_at; serve callbacks while waiting."""
+    sent = 0
+    while True:
+        now = time.monotonic()
+        if now >= stop_at:
+            return sent
+        due = t0 + sent * interval
+        if now < due:
+            producer.poll(min(due - now, 0.002))
+            continue
+        while t0 + sent * interval <= now:
+            cb = functools.partial(on_delivery, time.monotonic())
+            producer.produce(TOPIC, values[sent % VALUE_POOL], None, sent % partitions, cb)
+            sent += 1
+        producer.poll(0)
+
+
+# --------------------------------------------------------------------------------------------
+# The suite
+# --------------------------------------------------------------------------------------------
+
+
+def tail_ranges(marks: dict[int, tuple[int, int]], records_per_partition: int) -> Ranges:
+    return {p: (max(low, high - records_per_partition), high) for p, (low, high) in marks.items()}
+
+
+def head_ranges(marks: dict[int, tuple[int, int]], records_per_partition: int) -> Ranges:
+    return {p: (low, min(high, low + records_per_partition)) for p, (low, high) in marks.items()}
+
+
+def fetch_cache_phase(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    """Re-read the newest data that fits in the cache (window) until --gib has been read."""
+    window = int(args.cache_bytes * args.cache_window_fraction)
+    per_part = max(1, window // args.partitions // args.value_bytes)
+    ranges = tail_ranges(watermarks(broker.addr, TOPIC, args.partitions), per_part)
+    window_bytes = sum(e - b for b, e in ranges.values()) * args.value_bytes
+    if window_bytes == 0:
+        raise RuntimeError("topic is empty; nothing to fetch")
+    passes = max(1, math.ceil(args.gib * GIB / window_bytes))
+    fig = run_fetch(broker, args, ranges, passes, "fetch_cache")
+    fig["window_bytes"] = window_bytes
+    return fig
+
+
+def fetch_cold_phase(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    """Read the first --gib of the topic once, right after a restart (empty cache)."""
+    per_part = max(1, messages_per_phase(args) // args.partitions)
+    ranges = head_ranges(watermarks(broker.addr, TOPIC, args.partitions), per_part)
+    return run_fetch(broker, args, ranges, 1, "fetch_cold")
+
+
+@dataclass
+class Suite:
+    args: argparse.Namespace
+    opts: BrokerOptions
+    root: Path
+    out: dict[str, Any]
+    exit_codes: list[int | None] = field(default_factory=list)
+    live: list[Broker] = field(default_factory=list)
+
+    def start(self, store: str, data_dir: Path) -> Broker:
+        opts = BrokerOptions(**{**self.opts.__dict__, "store": store})
+        broker = start_broker(opts, data_dir)
+        self.live.append(broker)
+        return broker
+
+    def stop(self, broker: Broker, rss_key: str) -> None:
+        if broker.alive():
+            self.out[rss_key] = round(broker.peak_rss_mib(), 1)
+        code = broker.stop()
+        self.exit_codes.append(code)
+        self.live.remove(broker)
+        log(f"broker pid {broker.pid} stopped, exit code {code}")
+        if code != 0:
+            self.error(f"broker exit code {code} after SIGTERM:\n{broker.tail()}")
+
+    def error(self, msg: str) -> None:
+        log(f"ERROR: {msg}")
+        self.out.setdefault("errors", []).append(msg)
+
+    def phase(self, name: str, fn: Callable[[], dict[str, Any]], always: bool = False) -> bool:
+        if not always and name not in self.args.phases:
+            return False
+        try:
+            self.out[name] = fn()
+            return True
+        except Exception as exc:
+            self.out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            self.error(f"{name}: {type(exc).__name__}: {exc}")
+            return False
+
+    def run(self) -> None:
+        args = self.args
+        main_dir = self.root / "main"
+        broker = self.start(args.store, main_dir)
+        create_topic(broker.addr, TOPIC, args.partitions)
+        self.out["broker_rss_mib_idle"] = round(broker.rss_mib(), 1)
+        self.phase("produce_acks_all", lambda: run_produce(broker, args, "-1", "produce_acks_all"))
+        self.phase("produce_acks_1", lambda: run_produce(broker, args, "1", "produce_acks_1"))
+        self.phase("latency", lambda: run_latency(broker, args))
+        self.phase("fetch_cache", lambda: fetch_cache_phase(broker, args))
+        with contextlib.suppress(Exception):
+            marks = watermarks(broker.addr, TOPIC, args.partitions)
+            self.out["topic_bytes"] = sum(h - lo for lo, h in marks.values()) * args.value_bytes
+        self.stop(broker, "broker_peak_rss_mib")
+        if "fetch_cold" in args.phases:
+            self.cold(main_dir)
+
+    def cold(self, main_dir: Path) -> None:
+        args = self.args
+        if args.store == "local":
+            data_dir = main_dir  # the topic written above is still there
+        else:
+            data_dir = self.root / "cold"
+            broker = self.start("local", data_dir)
+            create_topic(broker.addr, TOPIC, args.partitions)
+            ok = self.phase(
+                "produce_local", lambda: run_produce(broker, args, "-1", "produce_local"), True
+            )
+            self.stop(broker, "local_broker_peak_rss_mib")
+            if not ok:
+                return
+        broker = self.start("local", data_dir)
+        self.out["cold_broker_rss_mib_start"] = round(broker.rss_mib(), 1)
+        self.phase("fetch_cold", lambda: fetch_cold_phase(broker, args))
+        self.stop(broker, "cold_broker_peak_rss_mib")
+
+    def shutdown(self) -> None:
+        for broker in list(self.live):
+            with contextlib.suppress(Exception):
+                self.stop(broker, f"broker_{broker.pid}_peak_rss_mib")
+
+
+def targets(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The issue's targets next to the measured figure (informational, never fails the run)."""
+
+    def get(phase: str, key: str) -> Any:
+        return (out.get(phase) or {}).get(key)
+
+    def entry(value: Any, op: str, limit: float) -> dict[str, Any]:
+        met = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        return {"value": value, "target": f"{op} {limit:g}", "met": met}
+
+    budget = round(100 + args.cache_bytes / MIB + 2 * args.buffered_bytes / MIB, 1)
+    rss: dict[str, Any] = {}
+    for key in ("broker_peak_rss_mib", "local_broker_peak_rss_mib", "cold_broker_peak_rss_mib"):
+        if key in out:
+            rss[key] = entry(out[key], "<=", budget)
+    if args.store == "memory" and "broker_peak_rss_mib" in out and "topic_bytes" in out:
+        # the memory store keeps every segment in the broker's own heap
+        excl = round(out["broker_peak_rss_mib"] - out["topic_bytes"] / MIB, 1)
+        rss["broker_peak_rss_mib_excl_memory_store"] = entry(excl, "<=", budget)
+    return rss | {
+        "produce_acks_all_broker_cpu_s_per_gib": entry(
+            get("produce_acks_all", "broker_cpu_s_per_gib"), "<=", 1.0
+        ),
+        "fetch_cache_broker_cpu_s_per_gib": entry(
+            get("fetch_cache", "broker_cpu_s_per_gib"), "<=", 0.5
+        ),
+        "produce_acks_all_mb_s": entry(get("produce_acks_all", "mb_s"), ">=", 100),
+        "fetch_cache_mb_s": entry(get("fetch_cache", "mb_s"), ">=", 300),
+        "latency_p99_ms": entry(get("latency", "p99_ms"), "<=", args.flush_interval_ms + 30),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gib", type=float, default=1.0, help="GiB per produce/fetch phase")
+    ap.add_argument(
+        "--store",
+        choices=["memory", "local"],
+        default="memory",
+        help="segment store of the main broker (cold phase always uses local)",
+    )
+    ap.add_argument("--python", default=sys.executable, help="interpreter that runs the broker")
+    ap.add_argument("--flush-interval-ms", type=int, default=250)
+    ap.add_argument("--cache-bytes", type=int, default=256 * MIB)
+    ap.add_argument("--segment-bytes", type=int, default=None, help="passed on if given")
+    ap.add_argument("--readahead-segments", type=int, default=None, help="passed on if given")
+    ap.add_argument(
+        "--buffered-bytes",
+        type=int,
+        default=None,
+        help="write-buffer bytes in the RSS budget (100 MiB + cache + 2x this); "
+        "default partitions x segment bytes",
+    )
+    ap.add_argument("--broker-log-level", default="info")
+    ap.add_argument("--broker-arg", action="append", default=[], help="extra broker flag")
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--value-bytes", type=int, default=1024)
+    ap.add_argument("--producers", type=int, default=1, help="producer processes per phase")
+    ap.add_argument("--consumers", type=int, default=1, help="consumer processes per phase")
+    ap.add_argument("--linger-ms", type=int, default=10, help="linger.ms of throughput phases")
+    ap.add_argument("--latency-rate-mb", type=float, default=10.0, help="offered MB/s")
+    ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--latency-warmup", type=float, default=1.0, help="seconds not measured")
+    ap.add_argument("--latency-linger-ms", type=int, default=5)
+    ap.add_argument(
+        "--cache-window-fraction",
+        type=float,
+        default=0.5,
+        help="fetch_cache re-reads the newest cache-bytes x this",
+    )
+    ap.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=30.0,
+        help="give up a fetch when no record arrives for this long",
+    )
+    ap.add_argument(
+        "--phases",
+        default="produce_acks_all,produce_acks_1,latency,fetch_cache,fetch_cold",
+        help="comma-separated subset of phases to run",
+    )
+    ap.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
+    args = ap.parse_args(argv)
+    args.phases = set(args.phases.split(","))
+    if args.buffered_bytes is None:
+        args.buffered_bytes = args.partitions * (args.segment_bytes or DEFAULT_SEGMENT_BYTES)
+    return args
+
+
+def driver_version() -> str:
+    import confluent_kafka
+
+    client, lib = confluent_kafka.version()[0], confluent_kafka.libversion()[0]
+    return f"confluent-kafka {client}, librdkafka {lib}"
+
+
+@contextlib.contextmanager
+def scratch_dir(keep: bool) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="kafscale-bench-"))
+    try:
+        yield root
+    finally:
+        if keep:
+            log(f"data kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out: dict[str, Any] = {
+        "store": args.store,
+        "cold_store": "local",
+        "partitions": args.partitions,
+        "value_bytes": args.value_bytes,
+        "gib_per_phase": args.gib,
+        "flush_interval_ms": args.flush_interval_ms,
+        "cache_bytes": args.cache_bytes,
+        "segment_bytes": args.segment_bytes,
+        "producers": args.producers,
+        "consumers": args.consumers,
+        "linger_ms": args.linger_ms,
+        "driver": driver_version(),
+        "cpus": os.cpu_count(),
+    }
+    opts = BrokerOptions(
+        python=args.python,
+        store=args.store,
+        flush_interval_ms=args.flush_interval_ms,
+        cache_bytes=args.cache_bytes,
+        segment_bytes=args.segment_bytes,
+        readahead_segments=args.readahead_segments,
+        log_level=args.broker_log_level,
+        extra_args=args.broker_arg,
+    )
+    with scratch_dir(args.keep_data) as root:
+        suite = Suite(args, opts, root, out)
+        try:
+            suite.run()
+        except Exception as exc:
+            suite.error(f"{type(exc).__name__}: {exc}")
+        finally:
+            suite.shutdown()
+    out["broker_exit_codes"] = suite.exit_codes
+    out["targets"] = targets(out, args)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,323 @@
+"""CreateTopics (v0-2) and DeleteTopics (v0-2) with KIP-4 semantics.
+
+The handlers work on plain request-shaped objects and return :class:`TopicResult` values; the
+caller (``kafscale.admin.dispatch``) turns those into the core's response objects. That keeps
+this module free of the Rust extension, so it is unit-tested with fakes.
+
+Semantics (KIP-4, adapted to KafScale):
+- Every topic gets its own result; one topic's failure never stops another.
+- CreateTopics: a name given more than once is not created at all and gets one INVALID_REQUEST
+  result (KIP-4 models the request as a map). DeleteTopics: duplicates are deleted once (a set).
+- KafScale places partitions itself and durability comes from object storage, so manual replica
+  assignments are rejected and the replication factor is validated but otherwise ignored.
+- ``timeout_ms > 0`` bounds the wait; a topic not finished by then reports REQUEST_TIMED_OUT and
+  its operation carries on. ``timeout_ms <= 0`` would allow an early REQUEST_TIMED_OUT, but a
+  create/delete here is a single metadata write with nothing to propagate, so we wait for it
+  (up to ``UNBOUNDED_WAIT_S``) and return the final result, which clients accept either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import Counter
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafscale.errors import ErrorCode
+
+__all__ = [
+    "CONFIG_RULES",
+    "UNBOUNDED_WAIT_S",
+    "TopicResult",
+    "create_topics",
+    "delete_topics",
+]
+
+log = logging.getLogger(__name__)
+
+# Upper bound on the wait when the client sent timeout_ms <= 0 (see the module docstring).
+UNBOUNDED_WAIT_S = 30.0
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+# Kafka's topic name rules (Topic.validate): 1-249 of [a-zA-Z0-9._-], not "." or "..".
+_TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True)
+class _IntRule:
+    low: int
+    high: int
+    expected: str
+
+
+# Topic configs KafScale honours: the ops spec's whitelist plus max.message.bytes.
+CONFIG_RULES: Mapping[str, _IntRule] = {
+    "retention.ms": _IntRule(-1, _INT64_MAX, "-1 (unlimited) or milliseconds >= 0"),
+    "retention.bytes": _IntRule(-1, _INT64_MAX, "-1 (unlimited) or bytes >= 0"),
+    "segment.bytes": _IntRule(1, _INT32_MAX, "bytes > 0 (at most 2147483647)"),
+    "max.message.bytes": _IntRule(0, _INT32_MAX, "bytes >= 0 (at most 2147483647)"),
+}
+
+
+# --- shapes of what the handlers read and call (the .pyi types satisfy them) -------------------
+
+
+class TopicStore(Protocol):
+    """The part of ``_core.Broker`` the topic handlers use."""
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Any: ...
+    async def delete_topic(self, name: str) -> None: ...
+    async def topic(self, name: str) -> Any | None: ...
+
+
+class CreatableTopicLike(Protocol):
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: Sequence[tuple[int, Sequence[int]]]
+    configs: Mapping[str, str | None]
+
+
+class CreateTopicsRequestLike(Protocol):
+    topics: Sequence[CreatableTopicLike]
+    timeout_ms: int
+    validate_only: bool
+
+
+class DeleteTopicsRequestLike(Protocol):
+    topic_names: Sequence[str]
+    timeout_ms: int
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """Outcome for one topic; ``error_message`` reaches clients where the version carries it."""
+
+    name: str
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+class _Rejected(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class _Plan:
+    name: str
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+def validate_topic_name(name: str) -> None:
+    if name in (".", "..") or not _TOPIC_NAME_RE.fullmatch(name):
+        raise _Rejected(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"invalid topic name {name!r}: use 1-249 characters from a-z A-Z 0-9 . _ - "
+            "(and not '.' or '..')",
+        )
+
+
+def _partitions(num_partitions: int, default_partitions: int) -> int:
+    if num_partitions == -1:
+        return default_partitions
+    if num_partitions < 1:
+        raise _Rejected(
+            ErrorCode.INVALID_PARTITIONS,
+            f"num_partitions must be >= 1, or -1 for the broker default "
+            f"({default_partitions}); got {num_partitions}",
+        )
+    return num_partitions
+
+
+def _check_replication_factor(replication_factor: int) -> None:
+    if replication_factor == -1 or replication_factor >= 1:
+        return
+    raise _Rejected(
+        ErrorCode.INVALID_REPLICATION_FACTOR,
+        f"replication_factor must be >= 1, or -1 for the default; got {replication_factor} "
+        "(KafScale ignores the value: durability comes from object storage)",
+    )
+
+
+def _configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Validate topic configs and return them normalised (integers in canonical form)."""
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        rule = CONFIG_RULES.get(key)
+        if rule is None:
+            raise _Rejected(
+                ErrorCode.INVALID_CONFIG,
+                f"unsupported topic config {key!r}; KafScale accepts only "
+                f"{', '.join(CONFIG_RULES)}",
+            )
+        if value is None:
+            raise _Rejected(
+                ErrorCode.INVALID_CONFIG,
+                f"topic config {key!r} has no value; give one ({rule.expected}) or leave it out",
+            )
+        text = value.strip()
+        if not re.fullmatch(r"[+-]?\d+", text) or not rule.low <= int(text) <= rule.high:
+            raise _Rejected(
+                ErrorCode.INVALID_CONFIG,
+                f"invalid value {value!r} for topic config {key!r}: expected {rule.expected}",
+            )
+        out[key] = str(int(text))
+    return out
+
+
+def _plan(topic: CreatableTopicLike, default_partitions: int) -> _Plan:
+    validate_topic_name(topic.name)
+    if topic.assignments:
+        raise _Rejected(
+            ErrorCode.INVALID_REQUEST,
+            "manual replica assignment is not supported: KafScale places partitions itself; "
+            "send num_partitions (or -1 for the broker default) without an assignment",
+        )
+    partitions = _partitions(topic.num_partitions, default_partitions)
+    _check_replication_factor(topic.replication_factor)
+    return _Plan(topic.name, partitions, _configs(topic.configs))
+
+
+# --- execution ---------------------------------------------------------------------------------
+
+# Operations that outlived their request's timeout keep running (KIP-4: they may still
+# complete); hold references so they are not garbage-collected mid-flight.
+_lingering: set[asyncio.Task[TopicResult]] = set()
+
+
+def _api_error_result(name: str, exc: BaseException) -> TopicResult:
+    code = int(getattr(exc, "code", ErrorCode.UNKNOWN_SERVER_ERROR))
+    message = getattr(exc, "message", None) or str(exc) or None
+    return TopicResult(name, code, message)
+
+
+def _internal_error_result(name: str, op: str) -> TopicResult:
+    log.exception("%s of topic %r failed unexpectedly", op, name)
+    return TopicResult(
+        name,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        f"internal error during {op} of topic {name!r}; see the broker log",
+    )
+
+
+async def _create_one(
+    core: TopicStore, plan: _Plan, validate_only: bool, api_error: type[BaseException]
+) -> TopicResult:
+    try:
+        if validate_only:
+            # Nothing is written; report what creating it now would report.
+            if await core.topic(plan.name) is not None:
+                return TopicResult(
+                    plan.name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {plan.name!r} already exists"
+                )
+            return TopicResult(plan.name)
+        await core.create_topic(plan.name, plan.partitions, plan.configs)
+    except api_error as exc:
+        return _api_error_result(plan.name, exc)
+    except Exception:
+        return _internal_error_result(plan.name, "creation")
+    log.info("created topic %r with %d partition(s)", plan.name, plan.partitions)
+    return TopicResult(plan.name)
+
+
+async def _delete_one(core: TopicStore, name: str, api_error: type[BaseException]) -> TopicResult:
+    try:
+        await core.delete_topic(name)
+    except api_error as exc:
+        return _api_error_result(name, exc)
+    except Exception:
+        return _internal_error_result(name, "deletion")
+    log.info("deleted topic %r", name)
+    return TopicResult(name)
+
+
+def _wait_seconds(timeout_ms: int) -> float:
+    return timeout_ms / 1000 if timeout_ms > 0 else UNBOUNDED_WAIT_S
+
+
+async def _run_bounded(
+    jobs: dict[str, Coroutine[Any, Any, TopicResult]], timeout_s: float, op: str
+) -> dict[str, TopicResult]:
+    """Run per-topic jobs concurrently; those unfinished after ``timeout_s`` report
+    REQUEST_TIMED_OUT and keep running in the background."""
+    if not jobs:
+        return {}
+    tasks = {name: asyncio.ensure_future(job) for name, job in jobs.items()}
+    await asyncio.wait(tasks.values(), timeout=timeout_s)
+    results: dict[str, TopicResult] = {}
+    for name, task in tasks.items():
+        if not task.done():
+            _lingering.add(task)
+            task.add_done_callback(_lingering.discard)
+            results[name] = TopicResult(
+                name,
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{op} of topic {name!r} did not finish within {timeout_s * 1000:.0f} ms; it "
+                "may still complete: check the topic list before retrying",
+            )
+        elif task.cancelled():
+            results[name] = TopicResult(
+                name, ErrorCode.UNKNOWN_SERVER_ERROR, f"{op} of topic {name!r} was cancelled"
+            )
+        else:
+            results[name] = task.result()  # the job functions never raise
+    return results
+
+
+async def create_topics(
+    core: TopicStore,
+    req: CreateTopicsRequestLike,
+    *,
+    default_partitions: int,
+    api_error: type[BaseException],
+) -> list[TopicResult]:
+    """Handle CreateTopics; one result per distinct topic name, in request order.
+
+    ``api_error`` is the exception type whose ``code``/``message`` the core raises
+    (``_core.KafkaApiError``); it is a parameter so this runs without the extension."""
+    counts = Counter(t.name for t in req.topics)
+    results: dict[str, TopicResult] = {}
+    jobs: dict[str, Coroutine[Any, Any, TopicResult]] = {}
+    for topic in req.topics:
+        name = topic.name
+        if name in results or name in jobs:
+            continue
+        if counts[name] > 1:
+            results[name] = TopicResult(
+                name,
+                ErrorCode.INVALID_REQUEST,
+                f"topic {name!r} appears {counts[name]} times in one CreateTopics request; "
+                "it was not created: send each topic once",
+            )
+            continue
+        try:
+            plan = _plan(topic, default_partitions)
+        except _Rejected as rejected:
+            results[name] = TopicResult(name, rejected.code, rejected.message)
+            continue
+        jobs[name] = _create_one(core, plan, req.validate_only, api_error)
+
+    results.update(await _run_bounded(jobs, _wait_seconds(req.timeout_ms), "creation"))
+    return [results[name] for name in counts]  # Counter keeps first-seen order
+
+
+async def delete_topics(
+    core: TopicStore, req: DeleteTopicsRequestLike, *, api_error: type[BaseException]
+) -> list[TopicResult]:
+    """Handle DeleteTopics; one result per distinct name (duplicates are deleted once)."""
+    names = list(dict.fromkeys(req.topic_names))
+    jobs = {name: _delete_one(core, name, api_error) for name in names}
+    results = await _run_bounded(jobs, _wait_seconds(req.timeout_ms), "deletion")
+    return [results[name] for name in names]

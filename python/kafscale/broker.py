@@ -1,0 +1,158 @@
+"""``python -m kafscale.broker``: read settings, start the Rust core, serve the control plane.
+
+The core owns the listener and the whole data plane. This process runs an asyncio loop that
+takes control-plane requests (CreateTopics, DeleteTopics, ...) from the core and answers them,
+until SIGTERM or SIGINT: then the core stops accepting, flushes every buffer and closes its
+stores, and the process exits 0. A second signal during that shutdown exits at once (nothing
+acknowledged is lost: acks are only sent after data is durable).
+
+Exit codes: 0 clean shutdown, 1 the broker could not start or failed, 2 bad settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from kafscale import log as kafscale_log
+from kafscale.admin import Bindings, CoreBindings, dispatch
+from kafscale.config import Settings, SettingsError, load_settings
+
+log = logging.getLogger("kafscale.broker")
+
+# How long in-flight control requests get to finish after the core has shut down.
+SHUTDOWN_GRACE_S = 10.0
+
+
+def _prog() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    # Under `python -m` argv[0] is the module's file path; show the command people typed.
+    if not name or name.endswith(".py") or name == "-c":
+        return "python -m kafscale.broker"
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        settings = load_settings(argv, prog=_prog())
+    except SettingsError as exc:
+        print(f"kafscale: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help / --version
+        return exc.code if isinstance(exc.code, int) else 0
+
+    try:
+        from kafscale import _core
+    except ImportError as exc:
+        print(
+            f"kafscale: the Rust core (kafscale._core) cannot be loaded: {exc}; "
+            "build and install the package with `pip install .`",
+            file=sys.stderr,
+        )
+        return 1
+
+    kafscale_log.setup(settings.log_level, settings.log_format)
+    try:
+        core = _core.Broker(settings)
+    except ValueError as exc:
+        print(f"kafscale: {exc}", file=sys.stderr)
+        return 2
+    try:
+        core.start()
+    except RuntimeError as exc:
+        log.error("the broker could not start: %s", exc)
+        return 1
+    log.info("%s", core.describe())
+    return asyncio.run(serve(core, settings, CoreBindings()))
+
+
+async def serve(core: Any, settings: Settings, bindings: Bindings) -> int:
+    """Serve control-plane requests until a signal or the core stops; then shut the core down.
+    Returns the process exit code."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, _on_signal, signum, stop)
+
+    in_flight: set[asyncio.Task[None]] = set()
+    control = asyncio.create_task(_control_loop(core, settings, bindings, in_flight))
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({control, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+
+    exit_code = 0
+    if control.done():
+        error = None if control.cancelled() else control.exception()
+        if error is not None:
+            log.error("the control plane failed; shutting down", exc_info=error)
+            exit_code = 1
+        else:
+            log.warning("the core stopped handing out control requests; shutting down")
+
+    # Blocking call (stop accepting, flush, close); run it off the loop so in-flight handlers
+    # can still finish and respond meanwhile.
+    try:
+        await asyncio.to_thread(core.shutdown)
+    except Exception:
+        log.exception("shutdown failed; buffered data that was not acknowledged may be lost")
+        exit_code = 1
+
+    await _drain(control, in_flight)
+    log.info("shut down")
+    return exit_code
+
+
+def _on_signal(signum: int, stop: asyncio.Event) -> None:
+    name = signal.Signals(signum).name
+    if stop.is_set():
+        log.warning("second %s during shutdown; exiting now without flushing", name)
+        logging.shutdown()
+        os._exit(1)
+    log.info("%s received; flushing and shutting down (send it again to exit at once)", name)
+    stop.set()
+
+
+async def _control_loop(
+    core: Any, settings: Settings, bindings: Bindings, in_flight: set[asyncio.Task[None]]
+) -> None:
+    # One task per request so a slow handler never holds up the next request; the set keeps
+    # references (the loop only holds weak ones) until each task is done.
+    while (req := await core.next_control_request()) is not None:
+        task = asyncio.create_task(dispatch(core, settings, req, bindings))
+        in_flight.add(task)
+        task.add_done_callback(_forget(in_flight))
+
+
+def _forget(in_flight: set[asyncio.Task[None]]) -> Any:
+    def done(task: asyncio.Task[None]) -> None:
+        in_flight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # dispatch() handles its own errors; reaching this is a bug worth seeing.
+            log.error("control request task failed", exc_info=task.exception())
+
+    return done
+
+
+async def _drain(control: asyncio.Task[None], in_flight: set[asyncio.Task[None]]) -> None:
+    """Let the control loop see the end of the request stream and in-flight requests finish."""
+    if not control.done():
+        try:
+            await asyncio.wait_for(control, timeout=SHUTDOWN_GRACE_S)
+        except TimeoutError:
+            log.warning("the control request stream did not end after shutdown; stopped it")
+        except Exception:
+            log.exception("the control plane failed during shutdown")
+    if in_flight:
+        _, pending = await asyncio.wait(set(in_flight), timeout=SHUTDOWN_GRACE_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("%d control request(s) did not finish before exit", len(pending))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,524 @@
+"""Broker settings: one typed, immutable object built from command-line flags and ``KAFSCALE_*``
+environment variables.
+
+Precedence: a flag wins over its environment variable, which wins over the default. An
+environment variable set to the empty string counts as unset (deployment templates often render
+optional values that way). Every setting ``name`` has the flag ``--name-in-kebab-case`` and the
+environment variable ``KAFSCALE_NAME_IN_UPPER_CASE``.
+
+Sizes take a whole number of bytes (``4194304``) or a number with a binary suffix ``KiB``,
+``MiB`` or ``GiB`` (``4MiB``; case-insensitive). Booleans take 1/0, true/false, yes/no, on/off.
+
+The attribute names are the ones the Rust core reads (``_core.BrokerSettings``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import os
+import re
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "Settings", "SettingsError", "load_settings"]
+
+LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
+LOG_FORMATS = ("text", "json")
+
+_KIB = 1024
+_MIB = 1024 * _KIB
+_GIB = 1024 * _MIB
+# Segment index positions, Kafka message sizes and request frame sizes are int32 on disk or on
+# the wire, so byte limits that feed them cannot exceed this.
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+class SettingsError(ValueError):
+    """A setting is missing, unparsable or contradicts another; the message says which and how
+    to fix it."""
+
+
+def env_var(name: str) -> str:
+    """The environment variable of the setting ``name``."""
+    return "KAFSCALE_" + name.upper()
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the setting ``name``."""
+    return "--" + name.replace("_", "-")
+
+
+def _both(name: str) -> str:
+    return f"{flag(name)} / {env_var(name)}"
+
+
+# --- parsing: text -> typed value (raises _Unparsable with what is expected) -------------------
+
+
+class _Unparsable(ValueError):
+    pass
+
+
+_INT_RE = re.compile(r"[+-]?\d+")
+_SIZE_RE = re.compile(r"(\d+)\s*(b|kib|mib|gib)?", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "b": 1, "kib": _KIB, "mib": _MIB, "gib": _GIB}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _parse_str(text: str) -> str:
+    return text.strip()
+
+
+def _parse_optional_str(text: str) -> str | None:
+    return text.strip() or None
+
+
+def _parse_int(text: str) -> int:
+    text = text.strip()
+    if not _INT_RE.fullmatch(text):
+        raise _Unparsable("not a whole number")
+    return int(text)
+
+
+def _parse_size(text: str) -> int:
+    match = _SIZE_RE.fullmatch(text.strip())
+    if not match:
+        raise _Unparsable(
+            "not a size: give a whole number of bytes (4194304) or use a KiB/MiB/GiB suffix (4MiB)"
+        )
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(match.group(1)) * _SIZE_UNITS[unit]
+
+
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _Unparsable("not a boolean: use 1/0, true/false, yes/no or on/off")
+
+
+def _parse_level(text: str) -> str:
+    value = text.strip().lower()
+    # "warning" is what Python's logging calls it; accept it rather than fail on a synonym.
+    return "warn" if value == "warning" else value
+
+
+def _parse_lower(text: str) -> str:
+    return text.strip().lower()
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """Split ``host:port`` or ``[ipv6]:port``; raises ValueError saying what is wrong."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if not rest.startswith(":"):
+            raise ValueError("an IPv6 address needs the form [addr]:port, e.g. [::1]:9092")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError("missing ':port', e.g. 127.0.0.1:9092")
+        if ":" in host:
+            raise ValueError("put an IPv6 address in brackets, e.g. [::1]:9092")
+    if not host or any(c.isspace() for c in host):
+        raise ValueError("missing or blank host, e.g. 127.0.0.1:9092 or 0.0.0.0:9092")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"port {port_text!r} is not a number from 0 to 65535")
+    return host, int(port_text)
+
+
+def _is_unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+# --- checks: typed value -> problem description, or None when fine ------------------------------
+
+Check = Callable[[Any], str | None]
+
+
+def _in_range(low: int, high: int, what: str) -> Check:
+    def check(value: int) -> str | None:
+        if low <= value <= high:
+            return None
+        if value < low:
+            bound = "greater than 0" if low == 1 else f"at least {low}"
+        else:
+            bound = f"at most {high}"
+        return f"must be {bound} (got {value}); set it to {what}"
+
+    return check
+
+
+def _one_of(choices: Sequence[str]) -> Check:
+    def check(value: str) -> str | None:
+        if value in choices:
+            return None
+        return f"must be one of {', '.join(choices)} (got {value!r})"
+
+    return check
+
+
+def _not_blank(what: str) -> Check:
+    def check(value: str) -> str | None:
+        return None if value.strip() else f"must not be empty; set it to {what}"
+
+    return check
+
+
+def _check_addr(value: str) -> str | None:
+    try:
+        split_host_port(value)
+    except ValueError as exc:
+        return f"is not a valid listen address ({value!r}): {exc}"
+    return None
+
+
+def _check_advertised_host(value: str) -> str | None:
+    if not value or any(c.isspace() for c in value):
+        return f"must be a host name or IP address clients can reach (got {value!r})"
+    if ":" in value:
+        try:
+            ipaddress.IPv6Address(value)
+        except ValueError:
+            return f"must be a host only (got {value!r}); put the port in {_both('broker_port')}"
+    return None
+
+
+def _check_endpoint(value: str | None) -> str | None:
+    if value is None or re.match(r"https?://[^/\s]+", value):
+        return None
+    return f"must be a URL such as http://127.0.0.1:9000 (got {value!r})"
+
+
+def _check_namespace(value: str) -> str | None:
+    if value and not value.startswith("/") and not value.endswith("/"):
+        return None
+    return f"must be non-empty without a leading or trailing '/' (got {value!r}), e.g. default"
+
+
+# --- the settings object -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Meta:
+    help: str
+    parse: Callable[[str], Any]
+    check: Check | None = None
+    default_doc: str | None = None  # shown in --help when repr(default) would mislead
+    metavar: str = "VALUE"
+
+
+def _setting(default: Any, help: str, parse: Callable[[str], Any], **meta: Any) -> Any:
+    return field(default=default, metadata={"kafscale": _Meta(help, parse, **meta)})
+
+
+def _size_doc(n: int) -> str:
+    for unit, factor in (("GiB", _GIB), ("MiB", _MIB), ("KiB", _KIB)):
+        if n % factor == 0:
+            return f"{n // factor}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every broker setting. Build it with :func:`load_settings`; constructing it directly
+    validates values the same way but does not derive the advertised host/port."""
+
+    broker_addr: str = _setting(
+        "127.0.0.1:9092",
+        "Address the Kafka listener binds, host:port ([addr]:port for IPv6). "
+        "Port 0 picks a free port.",
+        _parse_str,
+        check=_check_addr,
+        metavar="HOST:PORT",
+    )
+    broker_host: str = _setting(
+        "127.0.0.1",
+        "Host advertised to clients in Metadata responses.",
+        _parse_str,
+        check=_check_advertised_host,
+        default_doc="host of --broker-addr; this machine's hostname if that host is 0.0.0.0 or ::",
+        metavar="HOST",
+    )
+    broker_port: int = _setting(
+        9092,
+        "Port advertised to clients. 0 means the port actually bound.",
+        _parse_int,
+        check=_in_range(0, 65535, "a port number"),
+        default_doc="port of --broker-addr",
+        metavar="PORT",
+    )
+    broker_id: int = _setting(
+        0,
+        "This broker's node id (unique per cluster).",
+        _parse_int,
+        check=_in_range(0, _INT32_MAX, "a whole number from 0"),
+        metavar="N",
+    )
+    data_dir: str = _setting(
+        "./kafscale-data",
+        "Local directory for the embedded metadata store and, when neither an S3 bucket "
+        "nor in-memory S3 is configured, the segment objects.",
+        _parse_str,
+        check=_not_blank("a directory path, e.g. ./kafscale-data"),
+        metavar="DIR",
+    )
+    s3_bucket: str | None = _setting(
+        None,
+        "S3 bucket holding segment objects. Needs --s3-region. Credentials come from the "
+        "standard AWS_* environment variables.",
+        _parse_optional_str,
+        default_doc="unset: segments go to --data-dir",
+        metavar="BUCKET",
+    )
+    s3_region: str | None = _setting(
+        None,
+        "Region of --s3-bucket (any value for most S3-compatible servers).",
+        _parse_optional_str,
+        default_doc="unset",
+        metavar="REGION",
+    )
+    s3_endpoint: str | None = _setting(
+        None,
+        "Endpoint URL of an S3-compatible server (MinIO, moto, ...).",
+        _parse_optional_str,
+        check=_check_endpoint,
+        default_doc="unset: AWS S3",
+        metavar="URL",
+    )
+    s3_namespace: str = _setting(
+        "default",
+        "Key prefix inside the bucket: {namespace}/{topic}/{partition}/segment-....kfs",
+        _parse_str,
+        check=_check_namespace,
+        metavar="PREFIX",
+    )
+    use_memory_s3: bool = _setting(
+        False,
+        "Keep segment objects in memory (testing only: data is lost on exit). "
+        "Cannot be combined with --s3-bucket.",
+        _parse_bool,
+    )
+    segment_bytes: int = _setting(
+        4 * _MIB,
+        "A partition's write buffer is sealed into a segment at once when it reaches this size.",
+        _parse_size,
+        check=_in_range(1, _INT32_MAX, "a size such as 4MiB (at most 2GiB - 1)"),
+        default_doc=_size_doc(4 * _MIB),
+        metavar="SIZE",
+    )
+    flush_interval_ms: int = _setting(
+        250,
+        "Every dirty partition is flushed to object storage at least this often; produce "
+        "requests with acks 1 or -1 are answered after that flush.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 250"),
+        metavar="MS",
+    )
+    cache_bytes: int = _setting(
+        256 * _MIB,
+        "Size of the in-memory LRU cache of segment bytes used by Fetch.",
+        _parse_size,
+        check=_in_range(1, _INT64_MAX, "a size such as 256MiB"),
+        default_doc=_size_doc(256 * _MIB),
+        metavar="SIZE",
+    )
+    readahead_segments: int = _setting(
+        2,
+        "Segments fetched ahead of a consumer's position (0 disables readahead).",
+        _parse_int,
+        check=_in_range(0, 1024, "a count such as 2"),
+        metavar="N",
+    )
+    auto_create_topics: bool = _setting(
+        True,
+        "Create a topic, with --default-partitions, when a client asks for one that does "
+        "not exist.",
+        _parse_bool,
+    )
+    default_partitions: int = _setting(
+        1,
+        "Partitions of auto-created topics and of CreateTopics with num_partitions -1.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "a count such as 1"),
+        metavar="N",
+    )
+    max_request_bytes: int = _setting(
+        100 * _MIB,
+        "Largest request frame accepted; a bigger one closes the connection.",
+        _parse_size,
+        check=_in_range(1, _INT32_MAX, "a size such as 100MiB (at most 2GiB - 1)"),
+        default_doc=_size_doc(100 * _MIB),
+        metavar="SIZE",
+    )
+    max_message_bytes: int = _setting(
+        1 * _MIB,
+        "Largest record batch accepted.",
+        _parse_size,
+        check=_in_range(1, _INT32_MAX, "a size such as 1MiB"),
+        default_doc=_size_doc(1 * _MIB),
+        metavar="SIZE",
+    )
+    log_level: str = _setting(
+        "info",
+        f"Log level: {', '.join(LOG_LEVELS)}.",
+        _parse_level,
+        check=_one_of(LOG_LEVELS),
+        metavar="LEVEL",
+    )
+    log_format: str = _setting(
+        "text",
+        f"Log format on stderr: {', '.join(LOG_FORMATS)} (json: one object per line).",
+        _parse_lower,
+        check=_one_of(LOG_FORMATS),
+        metavar="FORMAT",
+    )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            meta: _Meta = f.metadata["kafscale"]
+            problem = meta.check(getattr(self, f.name)) if meta.check else None
+            if problem:
+                raise SettingsError(f"{_both(f.name)} {problem}")
+        self._check_storage()
+        if self.max_message_bytes > self.max_request_bytes:
+            raise SettingsError(
+                f"{_both('max_message_bytes')} ({self.max_message_bytes}) is larger than "
+                f"{_both('max_request_bytes')} ({self.max_request_bytes}), so no such message "
+                "could ever arrive; lower the first or raise the second"
+            )
+
+    def _check_storage(self) -> None:
+        # Contradictory storage choices are errors: silently preferring one would put data
+        # somewhere the operator did not expect.
+        if self.use_memory_s3 and self.s3_bucket:
+            raise SettingsError(
+                f"{_both('use_memory_s3')} and {_both('s3_bucket')} are both set; choose one: "
+                "unset the bucket to test with in-memory storage, or turn off in-memory S3"
+            )
+        if self.s3_bucket and not self.s3_region:
+            raise SettingsError(
+                f"{_both('s3_bucket')} is set but {_both('s3_region')} is not; set the "
+                "bucket's region, e.g. KAFSCALE_S3_REGION=us-east-1 (S3-compatible servers "
+                "usually accept any value)"
+            )
+        if not self.s3_bucket:
+            for name in ("s3_region", "s3_endpoint"):
+                if getattr(self, name):
+                    raise SettingsError(
+                        f"{_both(name)} is set but {_both('s3_bucket')} is not; set the "
+                        f"bucket too, or unset {env_var(name)}"
+                    )
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print usage and exit(2)
+        raise SettingsError(f"{message}; run with --help to list every setting")
+
+
+def _help_text(f: dataclasses.Field[Any], meta: _Meta) -> str:
+    default = meta.default_doc
+    if default is None:
+        default = str(f.default).lower() if isinstance(f.default, bool) else str(f.default)
+    text = f"{meta.help} [env {env_var(f.name)}; default: {default}]"
+    return text.replace("%", "%%")  # argparse %-formats help strings
+
+
+def build_parser(prog: str = "kafscale-broker") -> argparse.ArgumentParser:
+    from kafscale import __version__
+
+    parser = _Parser(
+        prog=prog,
+        description="KafScale broker: a Kafka-compatible broker keeping segments in object "
+        "storage. Every setting is a flag or a KAFSCALE_* environment variable (the flag "
+        "wins; an empty variable counts as unset).",
+        epilog="Sizes: whole bytes (4194304) or a KiB/MiB/GiB suffix (4MiB). Booleans in "
+        "environment variables: 1/0, true/false, yes/no, on/off. S3 credentials are read "
+        "from the standard AWS environment variables (AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN).",
+    )
+    parser.add_argument("--version", action="version", version=f"kafscale {__version__}")
+    for f in dataclasses.fields(Settings):
+        meta: _Meta = f.metadata["kafscale"]
+        if f.type in (bool, "bool"):
+            parser.add_argument(
+                flag(f.name),
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=_help_text(f, meta),
+            )
+        else:
+            parser.add_argument(
+                flag(f.name),
+                dest=f.name,
+                default=None,
+                metavar=meta.metavar,
+                help=_help_text(f, meta),
+            )
+    return parser
+
+
+def load_settings(
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    prog: str = "kafscale-broker",
+) -> Settings:
+    """Build :class:`Settings` from flags (``argv``, default ``sys.argv[1:]``) and environment
+    variables (``environ``, default ``os.environ``). Raises :class:`SettingsError`.
+    ``--help``/``--version`` print and raise ``SystemExit(0)`` as argparse does."""
+    environ = os.environ if environ is None else environ
+    args = build_parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        meta: _Meta = f.metadata["kafscale"]
+        raw = getattr(args, f.name)
+        if isinstance(raw, bool):  # --flag / --no-flag
+            values[f.name] = raw
+            continue
+        if raw is not None:
+            where, other = flag(f.name), f"env {env_var(f.name)}"
+        else:
+            raw = environ.get(env_var(f.name), "")
+            if raw == "":
+                continue  # default
+            where, other = env_var(f.name), f"flag {flag(f.name)}"
+        try:
+            values[f.name] = meta.parse(raw)
+        except _Unparsable as exc:
+            raise SettingsError(f"invalid value {raw!r} for {where} ({other}): {exc}") from None
+
+    _derive_advertised(values)
+    return Settings(**values)
+
+
+def _derive_advertised(values: dict[str, Any]) -> None:
+    """Default the advertised host/port from the listen address.
+
+    A wildcard listen host (0.0.0.0, ::) cannot be given to clients, so the advertised host
+    falls back to this machine's hostname; set KAFSCALE_BROKER_HOST when clients reach the
+    broker under another name (a load balancer, a Kubernetes service).
+    """
+    addr = values.get("broker_addr", Settings.broker_addr)
+    try:
+        host, port = split_host_port(addr)
+    except ValueError:
+        return  # Settings.__post_init__ reports the bad address with its setting name
+    if "broker_host" not in values:
+        values["broker_host"] = socket.gethostname() if _is_unspecified(host) else host
+    values.setdefault("broker_port", port)

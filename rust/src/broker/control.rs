@@ -1,0 +1,67 @@
+//! The control-plane bridge: requests the core decodes but Python answers (admin today,
+//! consumer groups next). Tokio tasks only touch channels here; the GIL is taken on the Python
+//! side of the bridge, never by a data-plane worker.
+
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+};
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+#[derive(Debug, Clone)]
+pub enum ControlBody {
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+}
+
+#[derive(Debug, Clone)]
+pub enum ControlReply {
+    CreateTopics(CreateTopicsResponse),
+    DeleteTopics(DeleteTopicsResponse),
+}
+
+pub struct ControlCall {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+    pub body: ControlBody,
+    pub reply: oneshot::Sender<ControlReply>,
+}
+
+pub struct ControlBridge {
+    calls: std::sync::Mutex<Option<mpsc::Sender<ControlCall>>>,
+    receiver: Mutex<mpsc::Receiver<ControlCall>>,
+}
+
+/// Control requests queued for Python before the sender waits (backpressure, not loss).
+const QUEUE_DEPTH: usize = 1024;
+
+impl Default for ControlBridge {
+    fn default() -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        ControlBridge {
+            calls: std::sync::Mutex::new(Some(tx)),
+            receiver: Mutex::new(rx),
+        }
+    }
+}
+
+impl ControlBridge {
+    /// Hands a request to Python; `None` if the control plane is gone (shutting down) or
+    /// dropped the request without answering.
+    pub async fn call(&self, call: impl FnOnce(oneshot::Sender<ControlReply>) -> ControlCall) -> Option<ControlReply> {
+        let sender = self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let (tx, rx) = oneshot::channel();
+        sender.send(call(tx)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// The next request for Python; `None` once the bridge is closed.
+    pub async fn next(&self) -> Option<ControlCall> {
+        self.receiver.lock().await.recv().await
+    }
+
+    pub fn close(&self) {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}

@@ -1,0 +1,70 @@
+//! The broker's settings as the core sees them. Python builds and validates the user-facing
+//! `kafscale.config.Settings`; the core extracts the same attribute names.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pyo3::FromPyObject;
+
+use crate::log::index::DEFAULT_INDEX_INTERVAL;
+use crate::log::LogSettings;
+use crate::store::StorageLocation;
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct BrokerConfig {
+    pub broker_addr: String,
+    pub broker_host: String,
+    pub broker_port: i32,
+    pub broker_id: i32,
+    pub data_dir: String,
+    pub s3_bucket: Option<String>,
+    pub s3_region: Option<String>,
+    pub s3_endpoint: Option<String>,
+    pub s3_namespace: String,
+    pub use_memory_s3: bool,
+    pub segment_bytes: usize,
+    pub flush_interval_ms: u64,
+    pub cache_bytes: usize,
+    pub readahead_segments: usize,
+    pub auto_create_topics: bool,
+    pub default_partitions: i32,
+    pub max_request_bytes: usize,
+    pub max_message_bytes: usize,
+}
+
+impl BrokerConfig {
+    /// Where segments go. Contradictory settings are an error, never a silent choice.
+    pub fn storage(&self) -> Result<StorageLocation, String> {
+        match (&self.s3_bucket, self.use_memory_s3) {
+            (Some(_), true) => Err(
+                "KAFSCALE_USE_MEMORY_S3 and KAFSCALE_S3_BUCKET are both set: choose one".into(),
+            ),
+            (None, true) => Ok(StorageLocation::Memory),
+            (Some(bucket), false) => {
+                let region = self.s3_region.clone().ok_or_else(|| {
+                    format!("KAFSCALE_S3_BUCKET={bucket} needs KAFSCALE_S3_REGION as well")
+                })?;
+                Ok(StorageLocation::S3 {
+                    bucket: bucket.clone(),
+                    region,
+                    endpoint: self.s3_endpoint.clone(),
+                })
+            }
+            (None, false) => Ok(StorageLocation::LocalDir(PathBuf::from(&self.data_dir))),
+        }
+    }
+
+    pub fn metadata_path(&self) -> PathBuf {
+        PathBuf::from(&self.data_dir).join("metadata.redb")
+    }
+
+    pub fn log_settings(&self) -> LogSettings {
+        LogSettings {
+            segment_bytes: self.segment_bytes,
+            flush_interval: Duration::from_millis(self.flush_interval_ms.max(1)),
+            readahead_segments: self.readahead_segments,
+            index_interval: DEFAULT_INDEX_INTERVAL,
+            max_concurrent_flushes: 64,
+        }
+    }
+}

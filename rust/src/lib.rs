@@ -1,0 +1,13 @@
+//! KafScale core: a Kafka-compatible broker whose log lives in object storage and whose
+//! metadata lives in a key-value store (embedded, or etcd), exposed to Python as
+//! `kafscale._core`.
+
+pub mod broker;
+pub mod config;
+pub mod error;
+pub mod log;
+pub mod meta;
+pub mod protocol;
+pub mod python;
+pub mod server;
+pub mod store;

@@ -1,0 +1,251 @@
+//! Kafka RecordBatch (magic 2) headers: validation of what producers send, and the
+//! broker-side rewrite of base offset and partition leader epoch.
+//!
+//! Layout (big-endian): base offset i64 @0 | batch length i32 @8 | partition leader epoch i32 @12 |
+//! magic i8 @16 | crc u32 @17 (CRC-32C of attributes..end) | attributes i16 @21 |
+//! last offset delta i32 @23 | base timestamp i64 @27 | max timestamp i64 @35 |
+//! producer id i64 @43 | producer epoch i16 @51 | base sequence i32 @53 | record count i32 @57.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::ResponseError;
+
+/// Bytes before the batch-length field's coverage starts (base offset + length).
+pub const LOG_OVERHEAD: usize = 12;
+/// The fixed part of a v2 batch up to and including the record count.
+pub const BATCH_HEADER_LEN: usize = 61;
+/// Part of the header the broker rewrites: base offset, length, partition leader epoch.
+/// None of it is covered by the batch CRC.
+pub const REWRITTEN_PREFIX_LEN: usize = 16;
+const CRC_START: usize = 21;
+
+/// The fields of a batch header the broker uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Whole batch size in bytes, including the 12 bytes of offset and length.
+    pub size: usize,
+    pub leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Reads the header at the start of `buf`; `None` if fewer than 61 bytes or a
+    /// length field that cannot describe a batch.
+    pub fn parse(buf: &[u8]) -> Option<BatchHeader> {
+        if buf.len() < BATCH_HEADER_LEN {
+            return None;
+        }
+        let length = i32_at(buf, 8);
+        if length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32 {
+            return None;
+        }
+        Some(BatchHeader {
+            base_offset: i64_at(buf, 0),
+            size: LOG_OVERHEAD + length as usize,
+            leader_epoch: i32_at(buf, 12),
+            magic: buf[16] as i8,
+            crc: u32::from_be_bytes(buf[17..21].try_into().unwrap()),
+            attributes: i16::from_be_bytes(buf[21..23].try_into().unwrap()),
+            last_offset_delta: i32_at(buf, 23),
+            base_timestamp: i64_at(buf, 27),
+            max_timestamp: i64_at(buf, 35),
+            record_count: i32_at(buf, 57),
+        })
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+
+    /// Records the batch holds, counted by offsets (what offset assignment consumes).
+    pub fn offset_count(&self) -> i64 {
+        self.last_offset_delta as i64 + 1
+    }
+
+    pub fn compression(&self) -> i16 {
+        self.attributes & 0x07
+    }
+}
+
+/// One validated batch as a producer sent it (a zero-copy slice of the request).
+#[derive(Debug, Clone)]
+pub struct IncomingBatch {
+    pub bytes: Bytes,
+    pub header: BatchHeader,
+}
+
+/// Splits a produce request's records field into batches and checks each one: magic 2,
+/// a consistent length, offsets and record count, the CRC-32C, and the size limit.
+pub fn validate_batches(
+    records: &Bytes,
+    max_batch_bytes: usize,
+) -> Result<Vec<IncomingBatch>, ResponseError> {
+    if records.is_empty() {
+        return Err(ResponseError::CorruptMessage);
+    }
+    let mut batches = Vec::new();
+    let mut pos = 0;
+    while pos < records.len() {
+        let rest = &records[pos..];
+        let header = BatchHeader::parse(rest).ok_or(ResponseError::CorruptMessage)?;
+        if header.magic != 2 {
+            return Err(ResponseError::UnsupportedForMessageFormat);
+        }
+        if header.size > rest.len() {
+            return Err(ResponseError::CorruptMessage);
+        }
+        if header.size > max_batch_bytes {
+            return Err(ResponseError::MessageTooLarge);
+        }
+        if header.last_offset_delta < 0
+            || header.record_count <= 0
+            || header.record_count as i64 != header.offset_count()
+        {
+            return Err(ResponseError::CorruptMessage);
+        }
+        if crc32c::crc32c(&rest[CRC_START..header.size]) != header.crc {
+            return Err(ResponseError::CorruptMessage);
+        }
+        batches.push(IncomingBatch {
+            bytes: records.slice(pos..pos + header.size),
+            header,
+        });
+        pos += header.size;
+    }
+    Ok(batches)
+}
+
+/// The 16-byte prefix a stored batch starts with: its final base offset, its length and the
+/// leader epoch of the partition that wrote it. Kept apart from the body so the body stays a
+/// zero-copy slice of the produce request.
+pub fn rewritten_prefix(base_offset: i64, batch_size: usize, leader_epoch: i32) -> Bytes {
+    let mut prefix = BytesMut::with_capacity(REWRITTEN_PREFIX_LEN);
+    prefix.put_i64(base_offset);
+    prefix.put_i32((batch_size - LOG_OVERHEAD) as i32);
+    prefix.put_i32(leader_epoch);
+    prefix.freeze()
+}
+
+fn i32_at(buf: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(buf[at..at + 4].try_into().unwrap())
+}
+
+fn i64_at(buf: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(buf[at..at + 8].try_into().unwrap())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// Encodes a real v2 batch with the codec crate (what a client would send).
+    pub fn encoded_batch(count: usize, value_len: usize, compression: Compression) -> Bytes {
+        let records: Vec<Record> = (0..count)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32,
+                timestamp: 1_700_000_000_000 + i as i64,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(vec![b'v'; value_len])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
+        buf.freeze()
+    }
+
+    #[test]
+    fn accepts_client_batches_of_every_codec() {
+        for codec in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let batch = encoded_batch(5, 10, codec);
+            let parsed = validate_batches(&batch, 1 << 20).unwrap();
+            assert_eq!(parsed.len(), 1);
+            assert_eq!(parsed[0].header.record_count, 5);
+            assert_eq!(parsed[0].header.offset_count(), 5);
+        }
+    }
+
+    #[test]
+    fn splits_concatenated_batches() {
+        let mut two = BytesMut::new();
+        two.extend_from_slice(&encoded_batch(3, 4, Compression::None));
+        two.extend_from_slice(&encoded_batch(2, 4, Compression::Gzip));
+        let parsed = validate_batches(&two.freeze(), 1 << 20).unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[1].header.record_count, 2);
+    }
+
+    #[test]
+    fn rejects_a_flipped_bit_as_corrupt() {
+        let mut batch = BytesMut::from(&encoded_batch(3, 10, Compression::None)[..]);
+        let last = batch.len() - 1;
+        batch[last] ^= 1;
+        assert_eq!(
+            validate_batches(&batch.freeze(), 1 << 20).unwrap_err(),
+            ResponseError::CorruptMessage
+        );
+    }
+
+    #[test]
+    fn rejects_oversize_truncated_and_old_magic() {
+        let batch = encoded_batch(3, 100, Compression::None);
+        assert_eq!(
+            validate_batches(&batch, 50).unwrap_err(),
+            ResponseError::MessageTooLarge
+        );
+        let truncated = batch.slice(..batch.len() - 1);
+        assert_eq!(
+            validate_batches(&truncated, 1 << 20).unwrap_err(),
+            ResponseError::CorruptMessage
+        );
+        let mut old = BytesMut::from(&batch[..]);
+        old[16] = 1;
+        assert_eq!(
+            validate_batches(&old.freeze(), 1 << 20).unwrap_err(),
+            ResponseError::UnsupportedForMessageFormat
+        );
+        assert_eq!(
+            validate_batches(&Bytes::new(), 1 << 20).unwrap_err(),
+            ResponseError::CorruptMessage
+        );
+    }
+
+    #[test]
+    fn prefix_rewrite_keeps_the_crc_valid() {
+        let batch = encoded_batch(4, 8, Compression::None);
+        let header = BatchHeader::parse(&batch).unwrap();
+        let mut stored = BytesMut::new();
+        stored.extend_from_slice(&rewritten_prefix(1234, header.size, 7));
+        stored.extend_from_slice(&batch[REWRITTEN_PREFIX_LEN..]);
+        let parsed = validate_batches(&stored.freeze(), 1 << 20).unwrap();
+        assert_eq!(parsed[0].header.base_offset, 1234);
+        assert_eq!(parsed[0].header.leader_epoch, 7);
+        assert_eq!(parsed[0].header.last_offset(), 1237);
+    }
+}

@@ -1,0 +1,380 @@
+//! One partition's log on this broker: offset assignment into a write buffer, the group-commit
+//! flush (segment upload → high-watermark commit → acks), and the committed segment list the
+//! read path works from.
+//!
+//! Invariants: every offset below the high watermark is in a committed segment; a produce is
+//! acknowledged only after the segment holding it is uploaded and its high watermark committed;
+//! a failed flush acknowledges nothing and the still-buffered batches are re-based onto the
+//! committed end, so offsets never have gaps.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kafka_protocol::ResponseError;
+use tokio::sync::{oneshot, watch};
+use uuid::Uuid;
+
+use super::batch::{rewritten_prefix, IncomingBatch, REWRITTEN_PREFIX_LEN};
+use super::segment::{build_segment, BuiltSegment, SegmentMeta, StoredBatch};
+use super::LogContext;
+use crate::meta::catalog::{CatalogError, VersionedPartition};
+use crate::store::{SegmentObject, StoreError};
+
+/// Result of a produce once its flush finished: the base offset of its first batch.
+pub type AppendResult = Result<i64, ResponseError>;
+
+struct Chunk {
+    batches: Vec<StoredBatch>,
+    /// `None` for acks=0 produce requests.
+    waiter: Option<oneshot::Sender<AppendResult>>,
+}
+
+struct State {
+    next_offset: i64,
+    committed: VersionedPartition,
+    pending: Vec<Chunk>,
+    pending_bytes: usize,
+    segments: Vec<SegmentMeta>,
+    /// Set when the partition stops taking writes (topic deleted, broker shutting down).
+    closed: Option<ResponseError>,
+}
+
+pub struct Partition {
+    pub topic: Arc<str>,
+    pub topic_id: Uuid,
+    pub id: i32,
+    pub max_message_bytes: usize,
+    state: Mutex<State>,
+    high_watermark: watch::Sender<i64>,
+    flush_lock: tokio::sync::Mutex<()>,
+    dirty: AtomicBool,
+}
+
+/// What a fetch needs to know, taken under the lock in one go.
+pub struct ReadView {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub leader_epoch: i32,
+    /// Committed segments from the one holding the requested offset onward (at most `limit`).
+    pub segments: Vec<SegmentMeta>,
+}
+
+impl Partition {
+    pub fn new(
+        topic: Arc<str>,
+        topic_id: Uuid,
+        id: i32,
+        max_message_bytes: usize,
+        committed: VersionedPartition,
+        segments: Vec<SegmentMeta>,
+    ) -> Partition {
+        let high_watermark = committed.record.high_watermark;
+        Partition {
+            topic,
+            topic_id,
+            id,
+            max_message_bytes,
+            state: Mutex::new(State {
+                next_offset: high_watermark,
+                committed,
+                pending: Vec::new(),
+                pending_bytes: 0,
+                segments,
+                closed: None,
+            }),
+            high_watermark: watch::Sender::new(high_watermark),
+            flush_lock: tokio::sync::Mutex::new(()),
+            dirty: AtomicBool::new(false),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        *self.high_watermark.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.state().committed.record.leader_epoch
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.state().committed.record.log_start_offset
+    }
+
+    /// Takes validated batches into the write buffer, assigning their offsets. Returns the
+    /// receiver that completes when they are durable (if an ack is wanted) and the buffered
+    /// byte count, so the caller can ask for an early flush.
+    pub fn append(
+        &self,
+        batches: Vec<IncomingBatch>,
+        want_ack: bool,
+    ) -> Result<(Option<oneshot::Receiver<AppendResult>>, usize), ResponseError> {
+        let mut state = self.state();
+        if let Some(error) = state.closed {
+            return Err(error);
+        }
+        let epoch = state.committed.record.leader_epoch;
+        let mut stored = Vec::with_capacity(batches.len());
+        let mut bytes = 0;
+        for batch in batches {
+            let base_offset = state.next_offset;
+            state.next_offset += batch.header.offset_count();
+            bytes += batch.header.size;
+            stored.push(StoredBatch {
+                prefix: rewritten_prefix(base_offset, batch.header.size, epoch),
+                body: batch.bytes.slice(REWRITTEN_PREFIX_LEN..),
+                base_offset,
+                offset_count: batch.header.offset_count(),
+                max_timestamp: batch.header.max_timestamp,
+            });
+        }
+        let (waiter, receiver) = if want_ack {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        state.pending.push(Chunk {
+            batches: stored,
+            waiter,
+        });
+        state.pending_bytes += bytes;
+        Ok((receiver, state.pending_bytes))
+    }
+
+    /// Marks the partition dirty; true if it was clean (the caller queues it for flushing).
+    pub fn mark_dirty(&self) -> bool {
+        !self.dirty.swap(true, Ordering::AcqRel)
+    }
+
+    /// Stops taking writes; buffered data is still flushed by a later `flush`.
+    pub fn close(&self, error: ResponseError) {
+        self.state().closed = Some(error);
+    }
+
+    /// Fails every buffered write without flushing it (the topic is gone).
+    pub fn abandon(&self, error: ResponseError) {
+        let chunks = {
+            let mut state = self.state();
+            state.closed = Some(error);
+            state.pending_bytes = 0;
+            std::mem::take(&mut state.pending)
+        };
+        for chunk in chunks {
+            if let Some(waiter) = chunk.waiter {
+                let _ = waiter.send(Err(error));
+            }
+        }
+    }
+
+    /// Writes everything buffered as one segment and commits it, one flush at a time per
+    /// partition. Writes appended meanwhile mark the partition dirty again by themselves.
+    pub async fn flush(&self, ctx: &LogContext) {
+        let _one_at_a_time = self.flush_lock.lock().await;
+        self.dirty.store(false, Ordering::Release);
+        let (chunks, committed) = {
+            let mut state = self.state();
+            if state.pending.is_empty() {
+                return;
+            }
+            state.pending_bytes = 0;
+            (std::mem::take(&mut state.pending), state.committed.clone())
+        };
+        let batches: Vec<StoredBatch> = chunks
+            .iter()
+            .flat_map(|c| c.batches.iter().cloned())
+            .collect();
+        let built = build_segment(&batches, now_ms(), ctx.settings.index_interval);
+        let started = std::time::Instant::now();
+        let outcome = self.upload_and_commit(ctx, &built, &committed).await;
+        match outcome {
+            Ok(next) => {
+                let high_watermark = next.record.high_watermark;
+                tracing::debug!(
+                    topic = %self.topic, partition = self.id,
+                    base = built.meta.base_offset, high_watermark,
+                    bytes = built.meta.size, ms = started.elapsed().as_millis() as u64,
+                    "segment committed"
+                );
+                ctx.cache.insert_segment(self.object_key(built.meta.base_offset), &built);
+                {
+                    let mut state = self.state();
+                    state.committed = next;
+                    state.segments.push(built.meta.clone());
+                }
+                self.high_watermark.send_replace(high_watermark);
+                for chunk in chunks {
+                    if let Some(waiter) = chunk.waiter {
+                        let _ = waiter.send(Ok(chunk.batches[0].base_offset));
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(
+                    topic = %self.topic, partition = self.id,
+                    base = built.meta.base_offset, error = %error.message,
+                    "segment flush failed; nothing in it was acknowledged"
+                );
+                self.rebase_after_failure(error.fenced);
+                for chunk in chunks {
+                    if let Some(waiter) = chunk.waiter {
+                        let _ = waiter.send(Err(error.code));
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a failed flush the offsets it held were never committed: buffered batches that
+    /// were appended meanwhile move down to start at the committed end again.
+    fn rebase_after_failure(&self, fenced: bool) {
+        let mut state = self.state();
+        if fenced {
+            state.closed = Some(ResponseError::NotLeaderOrFollower);
+        }
+        let epoch = state.committed.record.leader_epoch;
+        let mut next = state.committed.record.high_watermark;
+        for chunk in &mut state.pending {
+            for batch in &mut chunk.batches {
+                batch.base_offset = next;
+                batch.prefix = rewritten_prefix(next, batch.size(), epoch);
+                next += batch.offset_count;
+            }
+        }
+        state.next_offset = next;
+    }
+
+    async fn upload_and_commit(
+        &self,
+        ctx: &LogContext,
+        built: &BuiltSegment,
+        committed: &VersionedPartition,
+    ) -> Result<VersionedPartition, FlushError> {
+        let base = built.meta.base_offset;
+        let data = ctx
+            .store
+            .segment_path(&self.topic, self.id, base, SegmentObject::Data);
+        let index = ctx
+            .store
+            .segment_path(&self.topic, self.id, base, SegmentObject::Index);
+        put_replacing_leftover(ctx, &data, built.chunks.clone()).await?;
+        put_replacing_leftover(ctx, &index, vec![built.index.clone()]).await?;
+        let high_watermark = built.meta.last_offset + 1;
+        ctx.catalog
+            .commit_high_watermark(&self.topic, self.id, committed, high_watermark)
+            .await
+            .map_err(FlushError::from)
+    }
+
+    pub fn object_key(&self, base_offset: i64) -> String {
+        format!("{}/{}/{base_offset}", self.topic, self.id)
+    }
+
+    /// Committed segments starting with the one that holds `offset`, or the reason the offset
+    /// cannot be read.
+    pub fn read_view(&self, offset: i64, limit: usize) -> Result<ReadView, ResponseError> {
+        let state = self.state();
+        let record = &state.committed.record;
+        if offset < record.log_start_offset || offset > record.high_watermark {
+            return Err(ResponseError::OffsetOutOfRange);
+        }
+        let first = state
+            .segments
+            .partition_point(|s| s.last_offset < offset);
+        let end = (first + limit).min(state.segments.len());
+        Ok(ReadView {
+            high_watermark: record.high_watermark,
+            log_start_offset: record.log_start_offset,
+            leader_epoch: record.leader_epoch,
+            segments: state.segments[first..end].to_vec(),
+        })
+    }
+
+    /// Every committed segment (for timestamp searches).
+    pub fn segments(&self) -> Vec<SegmentMeta> {
+        self.state().segments.clone()
+    }
+
+    /// Remembers a segment's max timestamp once a search has read it.
+    pub fn learn_max_timestamp(&self, base_offset: i64, max_timestamp: i64) {
+        let mut state = self.state();
+        if let Some(segment) = state
+            .segments
+            .iter_mut()
+            .find(|s| s.base_offset == base_offset)
+        {
+            segment.max_timestamp = Some(max_timestamp);
+        }
+    }
+}
+
+/// Why a flush failed, and the retriable error its producers get.
+#[derive(Debug)]
+struct FlushError {
+    code: ResponseError,
+    fenced: bool,
+    message: String,
+}
+
+impl From<StoreError> for FlushError {
+    fn from(e: StoreError) -> Self {
+        FlushError {
+            code: ResponseError::KafkaStorageError,
+            fenced: false,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<CatalogError> for FlushError {
+    fn from(e: CatalogError) -> Self {
+        let fenced = matches!(e, CatalogError::Fenced(..));
+        FlushError {
+            code: if fenced {
+                ResponseError::NotLeaderOrFollower
+            } else {
+                ResponseError::KafkaStorageError
+            },
+            fenced,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Conditional create; an object already at this uncommitted base offset is a leftover of a
+/// failed flush (nothing at or above the high watermark is committed), so it is replaced once.
+async fn put_replacing_leftover(
+    ctx: &LogContext,
+    path: &object_store::path::Path,
+    chunks: Vec<bytes::Bytes>,
+) -> Result<(), FlushError> {
+    match ctx.store.put_new(path, chunks.clone()).await {
+        Err(StoreError::AlreadyExists(_)) => {
+            tracing::info!(object = %path, "removing uncommitted leftover before rewriting it");
+            ctx.store.delete(path).await?;
+            Ok(ctx.store.put_new(path, chunks).await?)
+        }
+        other => Ok(other?),
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Partition {
+    /// Returns once no flush of this partition is under way.
+    pub async fn wait_for_flush(&self) {
+        let _ = self.flush_lock.lock().await;
+    }
+}

@@ -1,0 +1,218 @@
+//! The read path: committed batches for Fetch from the cache or object storage (ranged GETs
+//! from the sparse index position), readahead of the following segments, and timestamp search
+//! for ListOffsets.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::ResponseError;
+
+use super::cache::CachedBatches;
+use super::partition::Partition;
+use super::segment::{BatchWalker, SegmentMeta, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use super::LogContext;
+use crate::log::batch::BatchHeader;
+use crate::log::index::SparseIndex;
+use crate::store::SegmentObject;
+
+/// Segments a single fetch may span.
+const SEGMENTS_PER_READ: usize = 16;
+
+pub struct ReadResult {
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// Reads committed batches starting at the one holding `offset`, up to `max_bytes` — but at
+/// least one whole batch when `must_progress` (KIP-74), so a big batch never blocks a consumer.
+pub async fn read(
+    ctx: &Arc<LogContext>,
+    partition: &Arc<Partition>,
+    offset: i64,
+    max_bytes: usize,
+    must_progress: bool,
+) -> Result<ReadResult, ResponseError> {
+    let view = partition.read_view(offset, SEGMENTS_PER_READ)?;
+    let mut slices: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    let mut next = offset;
+    'segments: for (i, segment) in view.segments.iter().enumerate() {
+        let batches = load_from(ctx, partition, segment, next).await?;
+        for item in BatchWalker::new(&batches.bytes) {
+            let (position, header) = item.map_err(|_| corrupt(partition, segment))?;
+            if header.last_offset() < next {
+                continue;
+            }
+            let fits = total + header.size <= max_bytes;
+            if !fits && !(must_progress && total == 0) {
+                break 'segments;
+            }
+            slices.push(batches.bytes.slice(position..position + header.size));
+            total += header.size;
+            next = header.last_offset() + 1;
+        }
+        readahead(ctx, partition, &view.segments[i + 1..]);
+    }
+    Ok(ReadResult {
+        records: concat(slices),
+        high_watermark: view.high_watermark,
+        log_start_offset: view.log_start_offset,
+    })
+}
+
+fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseError {
+    tracing::error!(
+        topic = %partition.topic, partition = partition.id, base = segment.base_offset,
+        "segment batches are malformed"
+    );
+    ResponseError::KafkaStorageError
+}
+
+fn concat(mut slices: Vec<Bytes>) -> Bytes {
+    match slices.len() {
+        0 => Bytes::new(),
+        1 => slices.pop().unwrap(),
+        _ => {
+            let mut all = BytesMut::with_capacity(slices.iter().map(Bytes::len).sum());
+            for slice in &slices {
+                all.extend_from_slice(slice);
+            }
+            all.freeze()
+        }
+    }
+}
+
+/// Batch bytes of `segment` that start at or before the batch holding `offset`.
+async fn load_from(
+    ctx: &LogContext,
+    partition: &Partition,
+    segment: &SegmentMeta,
+    offset: i64,
+) -> Result<CachedBatches, ResponseError> {
+    let key = partition.object_key(segment.base_offset);
+    if let Some(cached) = ctx.cache.get(&key) {
+        let covers = BatchHeader::parse(&cached.bytes).is_some_and(|h| h.base_offset <= offset);
+        if cached.start == SEGMENT_HEADER_LEN as u64 || covers {
+            return Ok(cached);
+        }
+    }
+    let start = if offset > segment.base_offset {
+        index_position(ctx, partition, segment, offset).await?
+    } else {
+        SEGMENT_HEADER_LEN as u64
+    };
+    let loaded = fetch_batches(ctx, partition, segment, start).await?;
+    ctx.cache.insert(key, loaded.clone());
+    Ok(loaded)
+}
+
+async fn index_position(
+    ctx: &LogContext,
+    partition: &Partition,
+    segment: &SegmentMeta,
+    offset: i64,
+) -> Result<u64, ResponseError> {
+    let path = ctx.store.segment_path(
+        &partition.topic,
+        partition.id,
+        segment.base_offset,
+        SegmentObject::Index,
+    );
+    let bytes = ctx.store.get(&path).await.map_err(|e| {
+        tracing::warn!(object = %path, error = %e, "index read failed");
+        ResponseError::KafkaStorageError
+    })?;
+    match SparseIndex::parse(&bytes) {
+        Ok(index) => Ok(index
+            .position_for(offset)
+            .map_or(SEGMENT_HEADER_LEN as u64, u64::from)),
+        Err(e) => {
+            // A damaged index only costs a longer read: scan from the first batch.
+            tracing::warn!(object = %path, error = %e, "index unusable; reading whole segment");
+            Ok(SEGMENT_HEADER_LEN as u64)
+        }
+    }
+}
+
+async fn fetch_batches(
+    ctx: &LogContext,
+    partition: &Partition,
+    segment: &SegmentMeta,
+    start: u64,
+) -> Result<CachedBatches, ResponseError> {
+    let path = ctx.store.segment_path(
+        &partition.topic,
+        partition.id,
+        segment.base_offset,
+        SegmentObject::Data,
+    );
+    let end = segment.size - SEGMENT_FOOTER_LEN as u64;
+    let bytes = ctx
+        .store
+        .get_range(&path, start..end)
+        .await
+        .map_err(|e| {
+            tracing::warn!(object = %path, error = %e, "segment read failed");
+            ResponseError::KafkaStorageError
+        })?;
+    Ok(CachedBatches { start, bytes })
+}
+
+/// Loads the next segments in the background so a sequential consumer finds them cached.
+fn readahead(ctx: &Arc<LogContext>, partition: &Arc<Partition>, following: &[SegmentMeta]) {
+    for segment in following.iter().take(ctx.settings.readahead_segments) {
+        let key = partition.object_key(segment.base_offset);
+        if !ctx.cache.begin_loading(&key) {
+            continue;
+        }
+        let (ctx, partition, segment) = (ctx.clone(), partition.clone(), segment.clone());
+        tokio::spawn(async move {
+            let start = SEGMENT_HEADER_LEN as u64;
+            if let Ok(loaded) = fetch_batches(&ctx, &partition, &segment, start).await {
+                ctx.cache.insert(key.clone(), loaded);
+            }
+            ctx.cache.end_loading(&key);
+        });
+    }
+}
+
+/// The first offset whose record timestamp is at or after `timestamp`, with that record's
+/// timestamp; `None` if every record is older.
+pub async fn offset_for_timestamp(
+    ctx: &Arc<LogContext>,
+    partition: &Arc<Partition>,
+    timestamp: i64,
+) -> Result<Option<(i64, i64)>, ResponseError> {
+    let log_start = partition.log_start_offset();
+    for segment in partition.segments() {
+        if segment.max_timestamp.is_some_and(|max| max < timestamp) {
+            continue;
+        }
+        let batches = load_from(ctx, partition, &segment, segment.base_offset).await?;
+        let mut segment_max = i64::MIN;
+        for item in BatchWalker::new(&batches.bytes) {
+            let (position, header) = item.map_err(|_| corrupt(partition, &segment))?;
+            segment_max = segment_max.max(header.max_timestamp);
+            if header.max_timestamp < timestamp || header.last_offset() < log_start {
+                continue;
+            }
+            let mut batch = batches.bytes.slice(position..position + header.size);
+            let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| {
+                tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
+                    "batch could not be decoded for a timestamp search");
+                ResponseError::KafkaStorageError
+            })?;
+            let hit = set
+                .records
+                .iter()
+                .find(|r| r.timestamp >= timestamp && r.offset >= log_start);
+            if let Some(record) = hit {
+                return Ok(Some((record.offset, record.timestamp)));
+            }
+        }
+        partition.learn_max_timestamp(segment.base_offset, segment_max);
+    }
+    Ok(None)
+}

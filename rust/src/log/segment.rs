@@ -1,0 +1,291 @@
+//! The `.kfs` segment object: a 32-byte header, Kafka v2 batches verbatim, a 16-byte footer.
+//!
+//! Header: `KAFS` | version u16 = 1 | flags u16 = 0 | base offset i64 | message count i32 |
+//! created unix-ms i64 | reserved u32 = 0. Footer: CRC-32C of all batch bytes u32 |
+//! last offset i64 | `END!`. All integers big-endian.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::batch::{BatchHeader, BATCH_HEADER_LEN};
+use super::index::IndexBuilder;
+
+pub const SEGMENT_MAGIC: &[u8; 4] = b"KAFS";
+pub const FOOTER_MAGIC: &[u8; 4] = b"END!";
+pub const SEGMENT_VERSION: u16 = 1;
+pub const SEGMENT_HEADER_LEN: usize = 32;
+pub const SEGMENT_FOOTER_LEN: usize = 16;
+
+/// A batch as it will be stored: the rewritten prefix plus the untouched rest of the bytes the
+/// producer sent.
+#[derive(Debug, Clone)]
+pub struct StoredBatch {
+    pub prefix: Bytes,
+    pub body: Bytes,
+    pub base_offset: i64,
+    pub offset_count: i64,
+    pub max_timestamp: i64,
+}
+
+impl StoredBatch {
+    pub fn size(&self) -> usize {
+        self.prefix.len() + self.body.len()
+    }
+}
+
+/// What the broker remembers about a committed segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentMeta {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// Size of the whole `.kfs` object.
+    pub size: u64,
+    /// Largest batch max-timestamp, once known (segments found at start-up learn it lazily).
+    pub max_timestamp: Option<i64>,
+}
+
+/// A segment ready for upload: the `.kfs` object as a list of chunks (no copy of batch bytes),
+/// the encoded index, and the segment's metadata.
+pub struct BuiltSegment {
+    pub chunks: Vec<Bytes>,
+    pub index: Bytes,
+    pub meta: SegmentMeta,
+}
+
+/// Assembles one segment from batches whose offsets are already final and contiguous.
+pub fn build_segment(batches: &[StoredBatch], created_ms: i64, index_interval: i32) -> BuiltSegment {
+    assert!(!batches.is_empty(), "a segment holds at least one batch");
+    let base_offset = batches[0].base_offset;
+    let last = &batches[batches.len() - 1];
+    let last_offset = last.base_offset + last.offset_count - 1;
+    let messages: i64 = batches.iter().map(|b| b.offset_count).sum();
+
+    let mut index = IndexBuilder::new(index_interval);
+    let mut chunks = Vec::with_capacity(batches.len() * 2 + 2);
+    let mut crc = 0u32;
+    let mut position = SEGMENT_HEADER_LEN as u64;
+    let mut max_timestamp = i64::MIN;
+    chunks.push(Bytes::new()); // header, filled in below once the count is known
+    for batch in batches {
+        index.add_batch(batch.base_offset, position as u32, batch.offset_count);
+        crc = crc32c::crc32c_append(crc, &batch.prefix);
+        crc = crc32c::crc32c_append(crc, &batch.body);
+        chunks.push(batch.prefix.clone());
+        chunks.push(batch.body.clone());
+        position += batch.size() as u64;
+        max_timestamp = max_timestamp.max(batch.max_timestamp);
+    }
+    chunks[0] = encode_header(base_offset, messages as i32, created_ms);
+    chunks.push(encode_footer(crc, last_offset));
+    BuiltSegment {
+        chunks,
+        index: index.encode(),
+        meta: SegmentMeta {
+            base_offset,
+            last_offset,
+            size: position + SEGMENT_FOOTER_LEN as u64,
+            max_timestamp: Some(max_timestamp),
+        },
+    }
+}
+
+fn encode_header(base_offset: i64, messages: i32, created_ms: i64) -> Bytes {
+    let mut header = BytesMut::with_capacity(SEGMENT_HEADER_LEN);
+    header.put_slice(SEGMENT_MAGIC);
+    header.put_u16(SEGMENT_VERSION);
+    header.put_u16(0);
+    header.put_i64(base_offset);
+    header.put_i32(messages);
+    header.put_i64(created_ms);
+    header.put_u32(0);
+    header.freeze()
+}
+
+fn encode_footer(crc: u32, last_offset: i64) -> Bytes {
+    let mut footer = BytesMut::with_capacity(SEGMENT_FOOTER_LEN);
+    footer.put_u32(crc);
+    footer.put_i64(last_offset);
+    footer.put_slice(FOOTER_MAGIC);
+    footer.freeze()
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SegmentError {
+    #[error("segment of {0} bytes is shorter than header and footer")]
+    Truncated(usize),
+    #[error("segment header magic is not KAFS")]
+    BadMagic,
+    #[error("unsupported segment version {0}")]
+    BadVersion(u16),
+    #[error("segment footer magic is not END!")]
+    BadFooter,
+    #[error("segment CRC-32C mismatch: footer says {expected:#010x}, batches hash to {actual:#010x}")]
+    Crc { expected: u32, actual: u32 },
+    #[error("batch at byte {position} is malformed or runs past the batch area")]
+    BadBatch { position: usize },
+}
+
+/// A complete `.kfs` object, checked: header, footer and CRC.
+#[derive(Debug, Clone)]
+pub struct ParsedSegment {
+    pub base_offset: i64,
+    pub message_count: i32,
+    pub created_ms: i64,
+    pub last_offset: i64,
+    /// The batch bytes between header and footer.
+    pub batches: Bytes,
+}
+
+impl ParsedSegment {
+    pub fn parse(object: Bytes) -> Result<ParsedSegment, SegmentError> {
+        let len = object.len();
+        if len < SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN {
+            return Err(SegmentError::Truncated(len));
+        }
+        if &object[0..4] != SEGMENT_MAGIC {
+            return Err(SegmentError::BadMagic);
+        }
+        let version = u16::from_be_bytes([object[4], object[5]]);
+        if version != SEGMENT_VERSION {
+            return Err(SegmentError::BadVersion(version));
+        }
+        let footer = &object[len - SEGMENT_FOOTER_LEN..];
+        if &footer[12..16] != FOOTER_MAGIC {
+            return Err(SegmentError::BadFooter);
+        }
+        let batches = object.slice(SEGMENT_HEADER_LEN..len - SEGMENT_FOOTER_LEN);
+        let expected = u32::from_be_bytes(footer[0..4].try_into().unwrap());
+        let actual = crc32c::crc32c(&batches);
+        if expected != actual {
+            return Err(SegmentError::Crc { expected, actual });
+        }
+        Ok(ParsedSegment {
+            base_offset: i64::from_be_bytes(object[8..16].try_into().unwrap()),
+            message_count: i32::from_be_bytes(object[16..20].try_into().unwrap()),
+            created_ms: i64::from_be_bytes(object[20..28].try_into().unwrap()),
+            last_offset: i64::from_be_bytes(footer[4..12].try_into().unwrap()),
+            batches,
+        })
+    }
+}
+
+/// Walks the batch headers of a byte range that starts at a batch boundary. Stops at the first
+/// incomplete batch (a ranged read may end mid-batch) and reports a malformed one as an error.
+pub struct BatchWalker<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> BatchWalker<'a> {
+    pub fn new(buf: &'a [u8]) -> BatchWalker<'a> {
+        BatchWalker { buf, pos: 0 }
+    }
+}
+
+impl Iterator for BatchWalker<'_> {
+    /// (position of the batch within the walked range, its header)
+    type Item = Result<(usize, BatchHeader), SegmentError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = &self.buf[self.pos..];
+        if rest.len() < BATCH_HEADER_LEN {
+            return None;
+        }
+        let position = self.pos;
+        let Some(header) = BatchHeader::parse(rest) else {
+            self.pos = self.buf.len();
+            return Some(Err(SegmentError::BadBatch { position }));
+        };
+        if header.size > rest.len() {
+            return None;
+        }
+        self.pos += header.size;
+        Some(Ok((position, header)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::rewritten_prefix;
+    use crate::log::batch::tests::encoded_batch;
+    use crate::log::index::SparseIndex;
+    use kafka_protocol::records::Compression;
+    use proptest::prelude::*;
+
+    fn stored(base_offset: i64, count: usize) -> StoredBatch {
+        let bytes = encoded_batch(count, 16, Compression::None);
+        let header = BatchHeader::parse(&bytes).unwrap();
+        StoredBatch {
+            prefix: rewritten_prefix(base_offset, header.size, 3),
+            body: bytes.slice(16..),
+            base_offset,
+            offset_count: count as i64,
+            max_timestamp: header.max_timestamp,
+        }
+    }
+
+    fn concat(chunks: &[Bytes]) -> Bytes {
+        let mut all = BytesMut::new();
+        for c in chunks {
+            all.extend_from_slice(c);
+        }
+        all.freeze()
+    }
+
+    #[test]
+    fn header_and_footer_bytes_are_exact() {
+        let built = build_segment(&[stored(100, 2)], 0x0102030405, 100);
+        let object = concat(&built.chunks);
+        assert_eq!(&object[0..8], b"KAFS\x00\x01\x00\x00");
+        assert_eq!(&object[8..16], &100i64.to_be_bytes());
+        assert_eq!(&object[16..20], &2i32.to_be_bytes());
+        assert_eq!(&object[20..28], &0x0102030405i64.to_be_bytes());
+        assert_eq!(&object[28..32], &[0, 0, 0, 0]);
+        let footer = &object[object.len() - 16..];
+        assert_eq!(&footer[4..12], &101i64.to_be_bytes());
+        assert_eq!(&footer[12..], b"END!");
+        assert_eq!(built.meta.size as usize, object.len());
+    }
+
+    #[test]
+    fn corruption_is_detected() {
+        let built = build_segment(&[stored(0, 3)], 1, 100);
+        let mut object = BytesMut::from(&concat(&built.chunks)[..]);
+        object[40] ^= 0xff;
+        assert!(matches!(
+            ParsedSegment::parse(object.clone().freeze()),
+            Err(SegmentError::Crc { .. })
+        ));
+        object.truncate(20);
+        assert_eq!(
+            ParsedSegment::parse(object.freeze()).unwrap_err(),
+            SegmentError::Truncated(20)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn build_then_parse_round_trips(counts in proptest::collection::vec(1usize..120, 1..25)) {
+            let mut offset = 1000;
+            let batches: Vec<StoredBatch> = counts.iter().map(|&n| {
+                let b = stored(offset, n);
+                offset += n as i64;
+                b
+            }).collect();
+            let built = build_segment(&batches, 42, 100);
+            let parsed = ParsedSegment::parse(concat(&built.chunks)).unwrap();
+            prop_assert_eq!(parsed.base_offset, 1000);
+            prop_assert_eq!(parsed.last_offset, offset - 1);
+            prop_assert_eq!(parsed.message_count as i64, offset - 1000);
+            let walked: Vec<_> = BatchWalker::new(&parsed.batches).map(|r| r.unwrap()).collect();
+            prop_assert_eq!(walked.len(), batches.len());
+            let index = SparseIndex::parse(&built.index).unwrap();
+            for entry in &index.entries {
+                let at = entry.position as usize - SEGMENT_HEADER_LEN;
+                let hit = walked.iter().find(|(p, _)| *p == at);
+                prop_assert!(hit.is_some());
+                prop_assert_eq!(hit.unwrap().1.base_offset, entry.offset);
+            }
+        }
+    }
+}

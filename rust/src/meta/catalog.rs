@@ -1,0 +1,329 @@
+//! Typed metadata over the key-value store (design.md §6):
+//!
+//! ```text
+//! /kafscale/{cluster}/cluster-id                     cluster id
+//! /kafscale/{cluster}/topics/{topic}                 TopicRecord
+//! /kafscale/{cluster}/partitions/{topic}/{p}         PartitionRecord
+//! /kafscale/{cluster}/deletions/{topic}              PendingDeletion (objects still to delete)
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::kv::{Compare, KeyValue, KvStore, MetaError, Op};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+    pub created_ms: i64,
+}
+
+/// Where an epoch's writes begin: the first offset written under `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochStart {
+    pub epoch: i32,
+    pub start_offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub leader_epoch: i32,
+    pub epoch_history: Vec<EpochStart>,
+    pub log_start_offset: i64,
+    /// The committed, durable end of the log: every offset below it is in a committed segment.
+    pub high_watermark: i64,
+}
+
+/// A partition record together with the revision it was read or written at; commits are
+/// conditioned on that revision, so a broker acting on stale state cannot commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionedPartition {
+    pub record: PartitionRecord,
+    pub revision: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PendingDeletion {
+    pub topic: String,
+    pub topic_id: Uuid,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("topic '{0}' already exists")]
+    TopicExists(String),
+    #[error("topic '{0}' is still being deleted; retry shortly")]
+    TopicBeingDeleted(String),
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    /// The partition record changed under us: another writer owns the partition now.
+    #[error("partition {0}-{1} changed under this broker (fenced)")]
+    Fenced(String, i32),
+}
+
+pub struct Catalog {
+    kv: Arc<dyn KvStore>,
+    root: String,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn encode<T: Serialize>(value: &T) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).expect("metadata records serialize"))
+}
+
+fn parse<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, MetaError> {
+    serde_json::from_slice(&kv.value).map_err(|e| MetaError::Corrupt {
+        key: kv.key.clone(),
+        reason: e.to_string(),
+    })
+}
+
+impl Catalog {
+    pub fn new(kv: Arc<dyn KvStore>, cluster: &str) -> Catalog {
+        Catalog {
+            kv,
+            root: format!("/kafscale/{cluster}"),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!("{} under {}", self.kv.describe(), self.root)
+    }
+
+    fn topic_key(&self, topic: &str) -> String {
+        format!("{}/topics/{topic}", self.root)
+    }
+
+    fn partition_key(&self, topic: &str, partition: i32) -> String {
+        format!("{}/partitions/{topic}/{partition}", self.root)
+    }
+
+    fn deletion_key(&self, topic: &str) -> String {
+        format!("{}/deletions/{topic}", self.root)
+    }
+
+    /// The cluster id, created on first use.
+    pub async fn cluster_id(&self) -> Result<String, MetaError> {
+        let key = format!("{}/cluster-id", self.root);
+        if let Some(kv) = self.kv.get(&key).await? {
+            return Ok(String::from_utf8_lossy(&kv.value).into_owned());
+        }
+        let fresh = Uuid::new_v4().simple().to_string();
+        let ops = vec![Op::Put(key.clone(), Bytes::from(fresh.clone()))];
+        self.kv.txn(vec![Compare::ModRevision(key.clone(), 0)], ops).await?;
+        let stored = self.kv.get(&key).await?.expect("cluster id just written");
+        Ok(String::from_utf8_lossy(&stored.value).into_owned())
+    }
+
+    pub async fn topics(&self) -> Result<Vec<TopicRecord>, MetaError> {
+        let prefix = format!("{}/topics/", self.root);
+        self.kv.range(&prefix).await?.iter().map(parse).collect()
+    }
+
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> Result<TopicRecord, CatalogError> {
+        if self.kv.get(&self.deletion_key(name)).await?.is_some() {
+            return Err(CatalogError::TopicBeingDeleted(name.to_string()));
+        }
+        let record = TopicRecord {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            partitions,
+            configs,
+            created_ms: now_ms(),
+        };
+        let fresh = PartitionRecord {
+            leader_epoch: 0,
+            epoch_history: vec![EpochStart {
+                epoch: 0,
+                start_offset: 0,
+            }],
+            log_start_offset: 0,
+            high_watermark: 0,
+        };
+        let mut ops = vec![Op::Put(self.topic_key(name), encode(&record))];
+        for p in 0..partitions {
+            ops.push(Op::Put(self.partition_key(name, p), encode(&fresh)));
+        }
+        let compares = vec![
+            Compare::ModRevision(self.topic_key(name), 0),
+            Compare::ModRevision(self.deletion_key(name), 0),
+        ];
+        match self.kv.txn(compares, ops).await? {
+            Some(_) => Ok(record),
+            None => Err(CatalogError::TopicExists(name.to_string())),
+        }
+    }
+
+    /// Removes the topic from the metadata and records that its objects are still to be
+    /// deleted (the caller deletes them, then calls `finish_deletion`).
+    pub async fn delete_topic(&self, name: &str) -> Result<TopicRecord, CatalogError> {
+        let Some(kv) = self.kv.get(&self.topic_key(name)).await? else {
+            return Err(CatalogError::UnknownTopic(name.to_string()));
+        };
+        let record: TopicRecord = parse(&kv)?;
+        let pending = PendingDeletion {
+            topic: name.to_string(),
+            topic_id: record.id,
+        };
+        let ops = vec![
+            Op::Delete(self.topic_key(name)),
+            Op::DeletePrefix(format!("{}/partitions/{name}/", self.root)),
+            Op::Put(self.deletion_key(name), encode(&pending)),
+        ];
+        let compares = vec![Compare::ModRevision(self.topic_key(name), kv.mod_revision)];
+        match self.kv.txn(compares, ops).await? {
+            Some(_) => Ok(record),
+            None => Err(CatalogError::UnknownTopic(name.to_string())),
+        }
+    }
+
+    pub async fn pending_deletions(&self) -> Result<Vec<PendingDeletion>, MetaError> {
+        let prefix = format!("{}/deletions/", self.root);
+        self.kv.range(&prefix).await?.iter().map(parse).collect()
+    }
+
+    pub async fn finish_deletion(&self, topic: &str) -> Result<(), MetaError> {
+        self.kv
+            .txn(vec![], vec![Op::Delete(self.deletion_key(topic))])
+            .await?;
+        Ok(())
+    }
+
+    pub async fn partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<VersionedPartition>, MetaError> {
+        let Some(kv) = self.kv.get(&self.partition_key(topic, partition)).await? else {
+            return Ok(None);
+        };
+        Ok(Some(VersionedPartition {
+            record: parse(&kv)?,
+            revision: kv.mod_revision,
+        }))
+    }
+
+    /// Takes over writing a partition: a new leader epoch starting at the committed end.
+    pub async fn claim_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<VersionedPartition, CatalogError> {
+        let current = self
+            .partition(topic, partition)
+            .await?
+            .ok_or_else(|| CatalogError::UnknownTopic(topic.to_string()))?;
+        let mut record = current.record;
+        record.leader_epoch += 1;
+        record.epoch_history.push(EpochStart {
+            epoch: record.leader_epoch,
+            start_offset: record.high_watermark,
+        });
+        self.swap_partition(topic, partition, current.revision, record)
+            .await
+    }
+
+    /// Commits a new high watermark, only if the partition is still as this writer left it.
+    pub async fn commit_high_watermark(
+        &self,
+        topic: &str,
+        partition: i32,
+        current: &VersionedPartition,
+        high_watermark: i64,
+    ) -> Result<VersionedPartition, CatalogError> {
+        let mut record = current.record.clone();
+        record.high_watermark = high_watermark;
+        self.swap_partition(topic, partition, current.revision, record)
+            .await
+    }
+
+    async fn swap_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        expected_revision: i64,
+        record: PartitionRecord,
+    ) -> Result<VersionedPartition, CatalogError> {
+        let key = self.partition_key(topic, partition);
+        let ops = vec![Op::Put(key.clone(), encode(&record))];
+        match self
+            .kv
+            .txn(vec![Compare::ModRevision(key, expected_revision)], ops)
+            .await?
+        {
+            Some(revision) => Ok(VersionedPartition { record, revision }),
+            None => Err(CatalogError::Fenced(topic.to_string(), partition)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::embedded::EmbeddedStore;
+
+    fn catalog(dir: &tempfile::TempDir) -> Catalog {
+        let store = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
+        Catalog::new(Arc::new(store), "test")
+    }
+
+    #[tokio::test]
+    async fn topics_are_created_once_and_deleted_with_their_partitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        let created = catalog.create_topic("orders", 3, BTreeMap::new()).await.unwrap();
+        assert!(matches!(
+            catalog.create_topic("orders", 1, BTreeMap::new()).await,
+            Err(CatalogError::TopicExists(_))
+        ));
+        assert_eq!(catalog.topics().await.unwrap(), vec![created.clone()]);
+        assert!(catalog.partition("orders", 2).await.unwrap().is_some());
+        catalog.delete_topic("orders").await.unwrap();
+        assert!(catalog.partition("orders", 2).await.unwrap().is_none());
+        // recreating waits for the object deletion to finish
+        assert!(matches!(
+            catalog.create_topic("orders", 1, BTreeMap::new()).await,
+            Err(CatalogError::TopicBeingDeleted(_))
+        ));
+        catalog.finish_deletion("orders").await.unwrap();
+        let again = catalog.create_topic("orders", 1, BTreeMap::new()).await.unwrap();
+        assert_ne!(again.id, created.id);
+    }
+
+    #[tokio::test]
+    async fn a_stale_writer_is_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 1, BTreeMap::new()).await.unwrap();
+        let first = catalog.claim_partition("t", 0).await.unwrap();
+        assert_eq!(first.record.leader_epoch, 1);
+        let committed = catalog.commit_high_watermark("t", 0, &first, 10).await.unwrap();
+        let second = catalog.claim_partition("t", 0).await.unwrap();
+        assert_eq!(second.record.epoch_history.last().unwrap().start_offset, 10);
+        // the first writer's view is stale now
+        assert!(matches!(
+            catalog.commit_high_watermark("t", 0, &committed, 20).await,
+            Err(CatalogError::Fenced(_, 0))
+        ));
+    }
+}

@@ -1,0 +1,74 @@
+//! Request headers and response framing.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message};
+
+/// A request whose header is decoded; the body is decoded by the handler for its API.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub api_key: ApiKey,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+    pub body: Bytes,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("unknown api key {0}")]
+    UnknownApi(i16),
+    #[error("undecodable request header: {0}")]
+    Malformed(String),
+}
+
+impl Request {
+    pub fn decode(mut frame: Bytes) -> Result<Request, HeaderError> {
+        let key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let api_key = ApiKey::try_from(key).map_err(|_| HeaderError::UnknownApi(key))?;
+        let header_version = api_key.request_header_version(version);
+        let header = RequestHeader::decode(&mut frame, header_version)
+            .map_err(|e| HeaderError::Malformed(e.to_string()))?;
+        Ok(Request {
+            api_key,
+            api_version: version,
+            correlation_id: header.correlation_id,
+            client_id: header.client_id.map(|c| c.to_string()),
+            body: frame,
+        })
+    }
+
+    /// Decodes the body as `T` at the request's version; failures close the connection.
+    pub fn body<T: Decodable + Message>(&self) -> Result<T, String> {
+        if self.api_version < T::VERSIONS.min || self.api_version > T::VERSIONS.max {
+            return Err(format!(
+                "{:?} v{} is outside the codec's range",
+                self.api_key, self.api_version
+            ));
+        }
+        let mut body = self.body.clone();
+        T::decode(&mut body, self.api_version).map_err(|e| e.to_string())
+    }
+}
+
+/// Encodes a response frame: size, response header (at the version the API uses), body.
+pub fn encode_response<T: Encodable + HeaderVersion>(
+    correlation_id: i32,
+    version: i16,
+    body: &T,
+) -> Result<Bytes, String> {
+    let header_version = T::header_version(version);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| body.compute_size(version).map(|b| h + b))
+        .map_err(|e| e.to_string())?;
+    let mut out = BytesMut::with_capacity(4 + size);
+    out.put_i32(size as i32);
+    header
+        .encode(&mut out, header_version)
+        .and_then(|_| body.encode(&mut out, version))
+        .map_err(|e| e.to_string())?;
+    Ok(out.freeze())
+}

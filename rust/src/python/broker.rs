@@ -1,0 +1,201 @@
+//! The `Broker` handle Python holds: start, serve, answer control requests, shut down.
+//! Blocking work runs with the GIL released; async methods return Python awaitables whose work
+//! runs on the broker's own runtime.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
+use tokio::sync::watch;
+
+use super::control::ControlRequest;
+use super::KafkaApiError;
+use crate::broker::{Broker as Core, Topic};
+use crate::config::BrokerConfig;
+use crate::error::ApiError;
+
+#[pyclass(frozen, get_all, module = "kafscale._core")]
+pub struct TopicInfo {
+    name: String,
+    topic_id: String,
+    partitions: i32,
+    configs: BTreeMap<String, String>,
+}
+
+impl From<&Topic> for TopicInfo {
+    fn from(topic: &Topic) -> Self {
+        TopicInfo {
+            name: topic.record.name.clone(),
+            topic_id: topic.record.id.to_string(),
+            partitions: topic.record.partitions,
+            configs: topic.record.configs.clone(),
+        }
+    }
+}
+
+struct Running {
+    core: Arc<Core>,
+    listen_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+#[pyclass(frozen, module = "kafscale._core")]
+pub struct Broker {
+    config: BrokerConfig,
+    runtime: Arc<Runtime>,
+    running: Mutex<Option<Arc<Running>>>,
+}
+
+fn api_error(e: ApiError) -> PyErr {
+    KafkaApiError::new_err((e.code.code(), e.message))
+}
+
+impl Broker {
+    fn running(&self) -> PyResult<Arc<Running>> {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the broker is not started; call start() first"))
+    }
+
+    /// Runs `work` on the broker's runtime and hands Python an awaitable of its result.
+    fn on_runtime<'py, T, F>(&self, py: Python<'py>, work: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        let task = self.runtime.spawn(work);
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            task.await
+                .map_err(|e| PyRuntimeError::new_err(format!("broker task failed: {e}")))?
+        })
+    }
+}
+
+#[pymethods]
+impl Broker {
+    #[new]
+    fn new(settings: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let config: BrokerConfig = settings
+            .extract()
+            .map_err(|e| PyValueError::new_err(format!("broker settings: {e}")))?;
+        config.storage().map_err(PyValueError::new_err)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("kafscale")
+            .enable_all()
+            .build()
+            .map_err(|e| PyRuntimeError::new_err(format!("starting the runtime: {e}")))?;
+        Ok(Broker {
+            config,
+            runtime: Arc::new(runtime),
+            running: Mutex::new(None),
+        })
+    }
+
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        let mut config = self.config.clone();
+        let runtime = self.runtime.clone();
+        let running = py.detach(move || {
+            runtime.block_on(async move {
+                let listener = TcpListener::bind(&config.broker_addr).await.map_err(|e| {
+                    format!("KAFSCALE_BROKER_ADDR {}: cannot listen: {e}", config.broker_addr)
+                })?;
+                let listen_addr = listener.local_addr().map_err(|e| e.to_string())?;
+                if config.broker_port == 0 {
+                    config.broker_port = i32::from(listen_addr.port());
+                }
+                let core = Core::open(config).await?;
+                let (stop, stopped) = watch::channel(false);
+                tokio::spawn(crate::server::serve(core.clone(), listener, stopped));
+                Ok::<_, String>(Running { core, listen_addr, stop })
+            })
+        });
+        let running = running.map_err(PyRuntimeError::new_err)?;
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(running));
+        Ok(())
+    }
+
+    #[getter]
+    fn listen_addr(&self) -> PyResult<String> {
+        Ok(self.running()?.listen_addr.to_string())
+    }
+
+    fn describe(&self) -> PyResult<String> {
+        let running = self.running()?;
+        let config = &running.core.config;
+        Ok(format!(
+            "kafscale broker {} listening on {} (advertised {}:{}); {}",
+            config.broker_id,
+            running.listen_addr,
+            config.broker_host,
+            config.broker_port,
+            running.core.describe_stores()
+        ))
+    }
+
+    fn next_control_request<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        self.on_runtime(py, async move {
+            Ok(core.control.next().await.map(ControlRequest::from))
+        })
+    }
+
+    fn create_topic<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        self.on_runtime(py, async move {
+            let topic = core
+                .create_topic(&name, partitions, configs)
+                .await
+                .map_err(api_error)?;
+            Ok(TopicInfo::from(topic.as_ref()))
+        })
+    }
+
+    fn delete_topic<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        self.on_runtime(py, async move { core.delete_topic(&name).await.map_err(api_error) })
+    }
+
+    fn topic<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        self.on_runtime(py, async move {
+            Ok(core.topic(&name).map(|t| TopicInfo::from(t.as_ref())))
+        })
+    }
+
+    fn list_topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        self.on_runtime(py, async move {
+            Ok(core
+                .topics()
+                .iter()
+                .map(|t| TopicInfo::from(t.as_ref()))
+                .collect::<Vec<_>>())
+        })
+    }
+
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(running) = self.running.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        let runtime = self.runtime.clone();
+        py.detach(move || {
+            runtime.block_on(async move {
+                let _ = running.stop.send(true);
+                running.core.shutdown().await;
+            })
+        });
+        Ok(())
+    }
+}

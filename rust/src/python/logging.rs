@@ -1,0 +1,31 @@
+//! The core's log output: tracing to stderr, text or JSON, in the format Python's logging uses.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tracing_subscriber::EnvFilter;
+
+#[pyfunction]
+pub fn init_logging(level: &str, format: &str) -> PyResult<()> {
+    let level = match level {
+        "warning" => "warn",
+        other => other,
+    };
+    // The broker's own events at the chosen level; libraries only when they warn.
+    let filter = EnvFilter::try_new(format!("warn,kafscale={level}"))
+        .map_err(|e| PyValueError::new_err(format!("KAFSCALE_LOG_LEVEL={level}: {e}")))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        "json" => builder.json().flatten_event(true).try_init(),
+        "text" => builder.try_init(),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "KAFSCALE_LOG_FORMAT={other}: use text or json"
+            )))
+        }
+    };
+    // A second call (tests start several brokers in one process) keeps the first subscriber.
+    let _ = installed;
+    Ok(())
+}

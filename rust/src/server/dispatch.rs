@@ -1,0 +1,52 @@
+//! Routes a request to its API handler. Produce appends before this returns (so a client's
+//! pipelined produce requests keep their order); everything else runs in its own task.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use tokio::task::JoinHandle;
+
+use super::handlers;
+use crate::broker::Broker;
+use crate::protocol::header::Request;
+use crate::protocol::versions::is_supported;
+
+/// What goes back on the wire for one request.
+pub enum Reply {
+    Response(Bytes),
+    /// acks=0 produce: no response at all.
+    None,
+    /// Undecodable or unanswerable: close the connection.
+    Close(String),
+}
+
+impl From<Result<Bytes, String>> for Reply {
+    fn from(result: Result<Bytes, String>) -> Self {
+        match result {
+            Ok(bytes) => Reply::Response(bytes),
+            Err(reason) => Reply::Close(reason),
+        }
+    }
+}
+
+pub fn dispatch(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
+    let broker = broker.clone();
+    if request.api_key == ApiKey::ApiVersions {
+        // Answered at every version, even unsupported ones (KIP-511).
+        return tokio::spawn(async move { handlers::api_versions::handle(&request).into() });
+    }
+    if !is_supported(request.api_key, request.api_version) {
+        return tokio::spawn(async move { handlers::unsupported::handle(&request) });
+    }
+    match request.api_key {
+        ApiKey::Produce => handlers::produce::start(&broker, request),
+        ApiKey::Fetch => tokio::spawn(async move { handlers::fetch::handle(&broker, request).await.into() }),
+        ApiKey::ListOffsets => tokio::spawn(async move { handlers::list_offsets::handle(&broker, request).await.into() }),
+        ApiKey::Metadata => tokio::spawn(async move { handlers::metadata::handle(&broker, request).await.into() }),
+        ApiKey::CreateTopics | ApiKey::DeleteTopics => {
+            tokio::spawn(async move { handlers::admin::handle(&broker, request).await.into() })
+        }
+        _ => tokio::spawn(async move { handlers::unsupported::handle(&request) }),
+    }
+}

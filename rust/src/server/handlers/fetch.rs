@@ -1,0 +1,174 @@
+//! Fetch v4–13: committed data only. When less than MinBytes is available the request waits
+//! for a high-watermark change on any of its partitions (a notification, not a polling loop)
+//! or MaxWaitMs, whichever comes first. Request MaxBytes bounds the response, partition
+//! MaxBytes each partition; the first batch is returned whole even if larger (KIP-74).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::select_all;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::{check_leader_epoch, topic_name};
+use crate::broker::Broker;
+use crate::log::partition::Partition;
+use crate::log::reader;
+use crate::protocol::header::{encode_response, Request};
+
+struct Wanted {
+    topic: String,
+    topic_id: Uuid,
+    partition: Result<Arc<Partition>, ResponseError>,
+    index: i32,
+    offset: i64,
+    max_bytes: usize,
+    client_epoch: i32,
+}
+
+pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, String> {
+    let body: FetchRequest = request.body()?;
+    let by_id = request.api_version >= 13;
+    let wanted = resolve(broker, &body, by_id);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
+    let max_bytes = usize::try_from(body.max_bytes).unwrap_or(0);
+    // Subscribe before reading, so a commit landing between read and wait is not missed.
+    let mut watches: Vec<watch::Receiver<i64>> = wanted
+        .iter()
+        .filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe()))
+        .collect();
+    loop {
+        for w in watches.iter_mut() {
+            w.mark_unchanged();
+        }
+        let (responses, total, any_error) = read_all(broker, &wanted, max_bytes).await;
+        let satisfied = total >= body.min_bytes.max(0) as usize || any_error || watches.is_empty();
+        if satisfied || tokio::time::Instant::now() >= deadline {
+            let response = FetchResponse::default().with_responses(group(responses, by_id));
+            return encode_response(request.correlation_id, request.api_version, &response);
+        }
+        let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            let response = FetchResponse::default().with_responses(group(responses, by_id));
+            return encode_response(request.correlation_id, request.api_version, &response);
+        }
+    }
+}
+
+fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
+    let mut wanted = Vec::new();
+    for topic in &body.topics {
+        let found = if by_id {
+            broker.topic_by_id(topic.topic_id)
+        } else {
+            broker.topic(&topic.topic)
+        };
+        let missing = if by_id {
+            ResponseError::UnknownTopicId
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        };
+        for p in &topic.partitions {
+            let partition = found
+                .as_ref()
+                .ok_or(missing)
+                .and_then(|t| {
+                    usize::try_from(p.partition)
+                        .ok()
+                        .and_then(|i| t.partitions.get(i).cloned())
+                        .ok_or(ResponseError::UnknownTopicOrPartition)
+                });
+            wanted.push(Wanted {
+                topic: found
+                    .as_ref()
+                    .map_or_else(|| topic.topic.0.to_string(), |t| t.record.name.clone()),
+                topic_id: topic.topic_id,
+                partition,
+                index: p.partition,
+                offset: p.fetch_offset,
+                max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                client_epoch: p.current_leader_epoch,
+            });
+        }
+    }
+    wanted
+}
+
+/// Reads every wanted partition once; returns responses, bytes gathered, and whether any
+/// partition answered with an error (which ends the wait, as in Kafka).
+async fn read_all(
+    broker: &Broker,
+    wanted: &[Wanted],
+    max_bytes: usize,
+) -> (Vec<(String, Uuid, PartitionData)>, usize, bool) {
+    let mut responses = Vec::with_capacity(wanted.len());
+    let mut total = 0usize;
+    let mut any_error = false;
+    for w in wanted {
+        let data = PartitionData::default()
+            .with_partition_index(w.index)
+            .with_high_watermark(-1)
+            .with_last_stable_offset(-1)
+            .with_log_start_offset(-1)
+            .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
+            .with_aborted_transactions(Some(Vec::new()));
+        let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
+        let read = match &w.partition {
+            Ok(partition) => match check_leader_epoch(partition, w.client_epoch) {
+                Ok(()) => reader::read(&broker.log, partition, w.offset, budget, total == 0).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(*e),
+        };
+        let data = match read {
+            Ok(result) => {
+                total += result.records.len();
+                data.with_high_watermark(result.high_watermark)
+                    .with_last_stable_offset(result.high_watermark)
+                    .with_log_start_offset(result.log_start_offset)
+                    .with_records(Some(result.records))
+            }
+            Err(error) => {
+                any_error = true;
+                let data = data.with_error_code(error.code());
+                match &w.partition {
+                    // Consumers use the log bounds to reset after OFFSET_OUT_OF_RANGE.
+                    Ok(p) => data
+                        .with_high_watermark(p.high_watermark())
+                        .with_last_stable_offset(p.high_watermark())
+                        .with_log_start_offset(p.log_start_offset()),
+                    Err(_) => data,
+                }
+            }
+        };
+        responses.push((w.topic.clone(), w.topic_id, data));
+    }
+    (responses, total, any_error)
+}
+
+/// Groups partition responses by topic, keeping request order.
+fn group(responses: Vec<(String, Uuid, PartitionData)>, by_id: bool) -> Vec<FetchableTopicResponse> {
+    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+    for (name, id, data) in responses {
+        let same = topics.last().is_some_and(|t| {
+            if by_id {
+                t.topic_id == id
+            } else {
+                t.topic.0.as_str() == name
+            }
+        });
+        if !same {
+            topics.push(
+                FetchableTopicResponse::default()
+                    .with_topic(topic_name(&name))
+                    .with_topic_id(id),
+            );
+        }
+        topics.last_mut().unwrap().partitions.push(data);
+    }
+    topics
+}

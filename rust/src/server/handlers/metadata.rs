@@ -1,0 +1,110 @@
+//! Metadata v0–12. v0: an empty topic list means all topics; v1+: null means all and an empty
+//! list none (KIP-4). Auto-creation when the broker allows it and the request (v4+) asks for it.
+//! This broker leads every partition it serves.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::{code, topic_name};
+use crate::broker::{Broker, Topic};
+use crate::protocol::header::{encode_response, Request};
+
+/// "Authorized operations not requested/known" in Kafka's encoding.
+const OPERATIONS_UNKNOWN: i32 = i32::MIN;
+
+pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, String> {
+    let body: MetadataRequest = request.body()?;
+    let version = request.api_version;
+    let may_create = broker.config.auto_create_topics && (version < 4 || body.allow_auto_topic_creation);
+    let wants_all = match &body.topics {
+        None => true,
+        Some(list) => list.is_empty() && version == 0,
+    };
+    let topics = if wants_all {
+        broker.topics().iter().map(|t| describe(t, broker)).collect()
+    } else {
+        let mut described = Vec::new();
+        for wanted in body.topics.unwrap_or_default() {
+            described.push(lookup(broker, wanted.name.map(|n| n.0.to_string()), wanted.topic_id, may_create).await);
+        }
+        described
+    };
+    let me = BrokerId(broker.config.broker_id);
+    let response = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(me)
+            .with_host(StrBytes::from_string(broker.config.broker_host.clone()))
+            .with_port(broker.config.broker_port)])
+        .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
+        .with_controller_id(me)
+        .with_cluster_authorized_operations(OPERATIONS_UNKNOWN)
+        .with_topics(topics);
+    encode_response(request.correlation_id, version, &response)
+}
+
+async fn lookup(
+    broker: &Arc<Broker>,
+    name: Option<String>,
+    topic_id: Uuid,
+    may_create: bool,
+) -> MetadataResponseTopic {
+    let Some(name) = name else {
+        return match broker.topic_by_id(topic_id) {
+            Some(topic) => describe(&topic, broker),
+            None => failed(None, ResponseError::UnknownTopicId, topic_id),
+        };
+    };
+    if let Some(topic) = broker.topic(&name) {
+        return describe(&topic, broker);
+    }
+    if let Err(e) = crate::broker::topics::validate_topic_name(&name) {
+        return failed(Some(name), e.code, Uuid::nil());
+    }
+    if !may_create {
+        return failed(Some(name), ResponseError::UnknownTopicOrPartition, Uuid::nil());
+    }
+    match broker.auto_create_topic(&name).await {
+        Ok(topic) => describe(&topic, broker),
+        Err(e) => {
+            tracing::warn!(topic = name, error = %e, "auto-creating topic failed");
+            failed(Some(name), e.code, Uuid::nil())
+        }
+    }
+}
+
+fn failed(name: Option<String>, error: ResponseError, topic_id: Uuid) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(error.code())
+        .with_name(name.map(|n| topic_name(&n)))
+        .with_topic_id(topic_id)
+        .with_topic_authorized_operations(OPERATIONS_UNKNOWN)
+}
+
+fn describe(topic: &Topic, broker: &Broker) -> MetadataResponseTopic {
+    let me = BrokerId(broker.config.broker_id);
+    let partitions = topic
+        .partitions
+        .iter()
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_error_code(code(None))
+                .with_partition_index(p.id)
+                .with_leader_id(me)
+                .with_leader_epoch(p.leader_epoch())
+                .with_replica_nodes(vec![me])
+                .with_isr_nodes(vec![me])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(&topic.record.name)))
+        .with_topic_id(topic.record.id)
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(OPERATIONS_UNKNOWN)
+}

@@ -1,0 +1,47 @@
+//! One module per API.
+
+pub mod admin;
+pub mod api_versions;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod unsupported;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+use crate::log::partition::Partition;
+use std::sync::Arc;
+
+pub fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+pub fn code(error: Option<ResponseError>) -> i16 {
+    error.map_or(0, |e| e.code())
+}
+
+/// The partition `index` of `topic`, or the error a client gets for it.
+pub fn find_partition(
+    broker: &Broker,
+    topic: &str,
+    index: i32,
+) -> Result<Arc<Partition>, ResponseError> {
+    broker
+        .topic(topic)
+        .and_then(|t| usize::try_from(index).ok().and_then(|i| t.partitions.get(i).cloned()))
+        .ok_or(ResponseError::UnknownTopicOrPartition)
+}
+
+/// Kafka's leader-epoch check for requests that carry the client's view of it (KIP-320).
+pub fn check_leader_epoch(partition: &Partition, client_epoch: i32) -> Result<(), ResponseError> {
+    let epoch = partition.leader_epoch();
+    match client_epoch {
+        e if e < 0 || e == epoch => Ok(()),
+        e if e < epoch => Err(ResponseError::FencedLeaderEpoch),
+        _ => Err(ResponseError::UnknownLeaderEpoch),
+    }
+}

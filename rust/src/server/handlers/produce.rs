@@ -1,0 +1,129 @@
+//! Produce v3–9. Validation and appends run synchronously in request order; the response waits
+//! until every partition's segment is durable (acks 1 and -1 alike: durability is the object
+//! store's, there are no followers). acks=0 gets no response but is flushed the same way.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::find_partition;
+use crate::broker::Broker;
+use crate::log::batch::validate_batches;
+use crate::log::partition::{AppendResult, Partition};
+use crate::protocol::header::{encode_response, Request};
+use crate::server::dispatch::Reply;
+
+/// A partition's outcome: decided now (an error), or once its flush completes.
+enum Pending {
+    Now(ResponseError),
+    Flush(Arc<Partition>, oneshot::Receiver<AppendResult>),
+    Unacked,
+}
+
+pub fn start(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
+    let body: ProduceRequest = match request.body() {
+        Ok(body) => body,
+        Err(reason) => return tokio::spawn(async move { Reply::Close(reason) }),
+    };
+    let acks = body.acks;
+    let acks_valid = matches!(acks, -1..=1);
+    let mut topics = Vec::with_capacity(body.topic_data.len());
+    for topic in body.topic_data {
+        let name = topic.name.0.to_string();
+        let partitions: Vec<(i32, Pending)> = topic
+            .partition_data
+            .into_iter()
+            .map(|data| {
+                let pending = if acks_valid {
+                    append(broker, &name, data.index, data.records, acks != 0)
+                } else {
+                    Pending::Now(ResponseError::InvalidRequiredAcks)
+                };
+                (data.index, pending)
+            })
+            .collect();
+        topics.push((name, partitions));
+    }
+    tokio::spawn(async move {
+        let mut responses = Vec::with_capacity(topics.len());
+        for (name, partitions) in topics {
+            let mut partition_responses = Vec::with_capacity(partitions.len());
+            for (index, pending) in partitions {
+                partition_responses.push(outcome(index, pending).await);
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(super::topic_name(&name))
+                    .with_partition_responses(partition_responses),
+            );
+        }
+        if acks == 0 {
+            return Reply::None;
+        }
+        let response = ProduceResponse::default().with_responses(responses);
+        encode_response(request.correlation_id, request.api_version, &response).into()
+    })
+}
+
+fn append(
+    broker: &Broker,
+    topic: &str,
+    index: i32,
+    records: Option<bytes::Bytes>,
+    want_ack: bool,
+) -> Pending {
+    let partition = match find_partition(broker, topic, index) {
+        Ok(partition) => partition,
+        Err(error) => return Pending::Now(error),
+    };
+    let records = records.unwrap_or_default();
+    let batches = match validate_batches(&records, partition.max_message_bytes) {
+        Ok(batches) => batches,
+        Err(error) => {
+            tracing::debug!(topic, partition = index, %error, "produce rejected");
+            return Pending::Now(error);
+        }
+    };
+    match partition.append(batches, want_ack) {
+        Ok((receiver, buffered)) => {
+            broker.flusher.note_append(&partition, buffered);
+            match receiver {
+                Some(receiver) => Pending::Flush(partition, receiver),
+                None => Pending::Unacked,
+            }
+        }
+        Err(error) => Pending::Now(error),
+    }
+}
+
+async fn outcome(index: i32, pending: Pending) -> PartitionProduceResponse {
+    let response = PartitionProduceResponse::default()
+        .with_index(index)
+        .with_log_append_time_ms(-1);
+    let (result, log_start) = match pending {
+        Pending::Now(error) => (Err(error), -1),
+        Pending::Unacked => (Ok(-1), -1),
+        Pending::Flush(partition, receiver) => {
+            // A dropped sender means the broker is going away: the write was not acknowledged.
+            let result = receiver
+                .await
+                .unwrap_or(Err(ResponseError::NotLeaderOrFollower));
+            (result, partition.log_start_offset())
+        }
+    };
+    match result {
+        Ok(base_offset) => response
+            .with_base_offset(base_offset)
+            .with_log_start_offset(log_start),
+        Err(error) => response
+            .with_error_code(error.code())
+            .with_base_offset(-1)
+            .with_log_start_offset(-1)
+            .with_error_message(Some(StrBytes::from_string(error.to_string()))),
+    }
+}

@@ -1,0 +1,273 @@
+//! Object storage for segments: one type over the `object_store` crate for a local directory,
+//! memory, or S3. Keys follow the KafScale layout
+//! `{namespace}/{topic}/{partition}/segment-{base_offset:020}.{kfs|index}`.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("object {0} already exists")]
+    AlreadyExists(String),
+    #[error("object {0} not found")]
+    NotFound(String),
+    #[error("object storage: {0}")]
+    Other(String),
+}
+
+impl From<object_store::Error> for StoreError {
+    fn from(e: object_store::Error) -> Self {
+        match e {
+            object_store::Error::AlreadyExists { path, .. } => StoreError::AlreadyExists(path),
+            object_store::Error::NotFound { path, .. } => StoreError::NotFound(path),
+            other => StoreError::Other(other.to_string()),
+        }
+    }
+}
+
+/// Where segments live, as configured.
+#[derive(Debug, Clone)]
+pub enum StorageLocation {
+    LocalDir(std::path::PathBuf),
+    Memory,
+    S3 {
+        bucket: String,
+        region: String,
+        endpoint: Option<String>,
+    },
+}
+
+/// Which of a segment's two objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentObject {
+    Data,
+    Index,
+}
+
+impl SegmentObject {
+    fn extension(self) -> &'static str {
+        match self {
+            SegmentObject::Data => "kfs",
+            SegmentObject::Index => "index",
+        }
+    }
+}
+
+/// A segment object found by listing a partition's prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedSegment {
+    pub base_offset: i64,
+    pub kind: SegmentObject,
+    pub size: u64,
+}
+
+pub struct SegmentStore {
+    store: Arc<dyn ObjectStore>,
+    namespace: String,
+    description: String,
+}
+
+impl SegmentStore {
+    pub fn open(location: &StorageLocation, namespace: &str) -> Result<SegmentStore, String> {
+        let (store, description): (Arc<dyn ObjectStore>, String) = match location {
+            StorageLocation::LocalDir(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    format!("KAFSCALE_DATA_DIR {}: cannot create it: {e}", dir.display())
+                })?;
+                let fs = LocalFileSystem::new_with_prefix(dir).map_err(|e| {
+                    format!("KAFSCALE_DATA_DIR {}: cannot use it: {e}", dir.display())
+                })?;
+                (Arc::new(fs), format!("local directory {}", dir.display()))
+            }
+            StorageLocation::Memory => (
+                Arc::new(InMemory::new()),
+                "memory (KAFSCALE_USE_MEMORY_S3: data is lost on exit)".to_string(),
+            ),
+            StorageLocation::S3 {
+                bucket,
+                region,
+                endpoint,
+            } => {
+                // Bounded retries with backoff for transient failures; a request that hangs
+                // (a paused server) times out instead of stalling its partition forever.
+                let retry = RetryConfig {
+                    max_retries: 4,
+                    retry_timeout: Duration::from_secs(20),
+                    ..Default::default()
+                };
+                let options = ClientOptions::new()
+                    .with_timeout(Duration::from_secs(10))
+                    .with_connect_timeout(Duration::from_secs(3))
+                    .with_allow_http(true);
+                let mut builder = AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_region(region)
+                    .with_retry(retry)
+                    .with_client_options(options);
+                if let Some(endpoint) = endpoint {
+                    builder = builder
+                        .with_endpoint(endpoint)
+                        .with_virtual_hosted_style_request(false);
+                }
+                let s3 = builder
+                    .build()
+                    .map_err(|e| format!("KAFSCALE_S3_BUCKET {bucket}: {e}"))?;
+                let at = endpoint.as_deref().unwrap_or("AWS");
+                (Arc::new(s3), format!("s3://{bucket} (region {region}, endpoint {at})"))
+            }
+        };
+        Ok(SegmentStore {
+            store,
+            namespace: namespace.to_string(),
+            description: format!("{description}, namespace {namespace}"),
+        })
+    }
+
+    pub fn describe(&self) -> &str {
+        &self.description
+    }
+
+    /// Checks the store answers (start-up must fail loudly, not at the first produce).
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let prefix = Path::from(self.namespace.as_str());
+        let listing = self.store.list_with_delimiter(Some(&prefix));
+        match tokio::time::timeout(Duration::from_secs(15), listing).await {
+            Ok(result) => result.map(|_| ()).map_err(StoreError::from),
+            Err(_) => Err(StoreError::Other("no answer within 15 s".into())),
+        }
+    }
+
+    pub fn segment_path(&self, topic: &str, partition: i32, base: i64, kind: SegmentObject) -> Path {
+        Path::from(format!(
+            "{}/{topic}/{partition}/segment-{base:020}.{}",
+            self.namespace,
+            kind.extension()
+        ))
+    }
+
+    fn topic_prefix(&self, topic: &str) -> Path {
+        Path::from(format!("{}/{topic}", self.namespace))
+    }
+
+    /// Writes an object that must not exist yet (If-None-Match: *), so nothing committed is
+    /// ever overwritten.
+    pub async fn put_new(&self, path: &Path, chunks: Vec<Bytes>) -> Result<(), StoreError> {
+        let payload: PutPayload = chunks.into_iter().collect();
+        let options = PutOptions::from(PutMode::Create);
+        self.store.put_opts(path, payload, options).await?;
+        Ok(())
+    }
+
+    pub async fn get(&self, path: &Path) -> Result<Bytes, StoreError> {
+        Ok(self.store.get(path).await?.bytes().await?)
+    }
+
+    pub async fn get_range(&self, path: &Path, range: Range<u64>) -> Result<Bytes, StoreError> {
+        Ok(self.store.get_range(path, range).await?)
+    }
+
+    pub async fn delete(&self, path: &Path) -> Result<(), StoreError> {
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Segment objects of one partition, sorted by base offset (data before index).
+    pub async fn list_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<ListedSegment>, StoreError> {
+        let prefix = Path::from(format!("{}/{topic}/{partition}", self.namespace));
+        let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+        let mut listed: Vec<ListedSegment> = objects
+            .iter()
+            .filter_map(|meta| {
+                let name = meta.location.filename()?;
+                let (stem, extension) = name.strip_prefix("segment-")?.split_once('.')?;
+                let kind = match extension {
+                    "kfs" => SegmentObject::Data,
+                    "index" => SegmentObject::Index,
+                    _ => return None,
+                };
+                Some(ListedSegment {
+                    base_offset: stem.parse().ok()?,
+                    kind,
+                    size: meta.size,
+                })
+            })
+            .collect();
+        listed.sort_by_key(|s| (s.base_offset, s.kind == SegmentObject::Index));
+        Ok(listed)
+    }
+
+    /// Deletes every object of a topic; returns how many went.
+    pub async fn delete_topic_objects(&self, topic: &str) -> Result<usize, StoreError> {
+        let prefix = self.topic_prefix(topic);
+        let paths: Vec<Path> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await?;
+        for path in &paths {
+            self.delete(path).await?;
+        }
+        Ok(paths.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn conditional_create_never_overwrites() {
+        let store = SegmentStore::open(&StorageLocation::Memory, "ns").unwrap();
+        let path = store.segment_path("orders", 0, 5, SegmentObject::Data);
+        assert_eq!(path.as_ref(), "ns/orders/0/segment-00000000000000000005.kfs");
+        store.put_new(&path, vec![Bytes::from_static(b"one")]).await.unwrap();
+        let again = store.put_new(&path, vec![Bytes::from_static(b"two")]).await;
+        assert!(matches!(again, Err(StoreError::AlreadyExists(_))));
+        assert_eq!(store.get(&path).await.unwrap(), Bytes::from_static(b"one"));
+    }
+
+    #[tokio::test]
+    async fn lists_a_partition_in_offset_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SegmentStore::open(&StorageLocation::LocalDir(dir.path().into()), "ns").unwrap();
+        for base in [20, 0, 10] {
+            for kind in [SegmentObject::Index, SegmentObject::Data] {
+                let path = store.segment_path("t", 1, base, kind);
+                store.put_new(&path, vec![Bytes::from_static(b"x")]).await.unwrap();
+            }
+        }
+        let other = store.segment_path("t", 11, 0, SegmentObject::Data);
+        store.put_new(&other, vec![Bytes::from_static(b"x")]).await.unwrap();
+        let listed = store.list_partition("t", 1).await.unwrap();
+        let order: Vec<_> = listed.iter().map(|s| (s.base_offset, s.kind)).collect();
+        assert_eq!(
+            order,
+            vec![
+                (0, SegmentObject::Data),
+                (0, SegmentObject::Index),
+                (10, SegmentObject::Data),
+                (10, SegmentObject::Index),
+                (20, SegmentObject::Data),
+                (20, SegmentObject::Index),
+            ]
+        );
+        assert_eq!(store.delete_topic_objects("t").await.unwrap(), 7);
+        assert!(store.list_partition("t", 1).await.unwrap().is_empty());
+    }
+}

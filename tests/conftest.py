@@ -1,0 +1,119 @@
+"""Shared fixtures: real broker processes, a moto S3 server, log capture on failure."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support.procs import Broker, ManagedProcess, MotoServer, tail
+
+_ACTIVE: list[ManagedProcess] = []  # every process started by a fixture and not yet cleaned up
+
+
+class BrokerFactory:
+    """Starts brokers, each with its own data dir and log file; stops them all at teardown."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.brokers: list[Broker] = []
+
+    def __call__(
+        self,
+        args: list[str] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        data_dir: Path | None = None,
+        port: int | None = None,
+        flush_interval_ms: int = 20,
+        start: bool = True,
+    ) -> Broker:
+        n = len(self.brokers)
+        broker = Broker(
+            data_dir or self.root / f"broker{n}-data",
+            self.root / f"broker{n}.log",
+            port=port,
+            args=args,
+            env=env,
+            flush_interval_ms=flush_interval_ms,
+        )
+        self.brokers.append(broker)
+        _ACTIVE.append(broker)
+        if start:
+            broker.start()
+        return broker
+
+    def close(self) -> None:
+        problems = []
+        for b in self.brokers:
+            if b.proc is not None and b.proc.poll() is not None:
+                problems.append(
+                    f"broker {b.bootstrap} died during the test with exit code "
+                    f"{b.proc.returncode}:\n{tail(b.log_path)}"
+                )
+            try:
+                b.cleanup()
+            finally:
+                if b in _ACTIVE:
+                    _ACTIVE.remove(b)
+        if problems:
+            raise AssertionError("\n\n".join(problems))
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    factory = BrokerFactory(tmp_path)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def broker(broker_factory):
+    """A default broker (auto-create on, 1 partition per new topic) for one test."""
+    return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(tmp_path_factory):
+    factory = BrokerFactory(tmp_path_factory.mktemp("brokers"))
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moto")
+    server = MotoServer(root, root / "moto.log")
+    _ACTIVE.append(server)
+    try:
+        yield server.start()
+    finally:
+        server.cleanup()
+        _ACTIVE.remove(server)
+
+
+@pytest.fixture
+def s3_bucket(moto):
+    name = f"kafscale-{uuid.uuid4().hex[:12]}"
+    moto.create_bucket(name)
+    return name
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for proc in list(_ACTIVE):
+            report.sections.append(
+                (f"{proc.name} log {proc.log_path} (tail)", tail(proc.log_path, 150))
+            )
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for proc in list(_ACTIVE):
+        proc.cleanup()

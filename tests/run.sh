@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The test command: system packages, virtualenv with the package (maturin dev build) and test
+# dependencies, Rust unit tests, ruff, then pytest. Extra arguments go to pytest, e.g.
+#   bash tests/run.sh -k segments -x
+# Set KAFSCALE_SKIP_INSTALL=1 to reuse an existing .venv build as it is (quick reruns).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$PWD"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# --- system packages (only when missing, so a prepared machine skips apt entirely) ----------
+missing=()
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+if ((${#missing[@]})); then
+  step "apt-get install ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# --- virtualenv with the package and the test extra -----------------------------------------
+PY="$ROOT/.venv/bin/python"
+if [[ ! -x $PY ]]; then
+  step "python3 -m venv .venv"
+  python3 -m venv .venv
+fi
+if [[ ${KAFSCALE_SKIP_INSTALL:-0} != 1 ]]; then
+  step "pip install -e .[test] (maturin, dev profile)"
+  "$PY" -m pip install --quiet --upgrade pip
+  MATURIN_PEP517_ARGS="--profile dev" "$PY" -m pip install --quiet -e ".[test]"
+fi
+export PATH="$ROOT/.venv/bin:$PATH"
+
+# --- Rust unit tests ------------------------------------------------------------------------
+step "cargo test"
+# Without the extension-module feature pyo3 links libpython: point it at the venv's
+# interpreter and make the shared library findable when the test binaries run.
+export PYO3_PYTHON="$PY"
+PYLIBDIR="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
+if [[ -n $PYLIBDIR ]]; then
+  export LD_LIBRARY_PATH="$PYLIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+cargo test --locked
+
+# --- lint -----------------------------------------------------------------------------------
+lint_paths=()
+for p in python tests bench; do
+  [[ -e $p ]] && lint_paths+=("$p")
+done
+step "ruff check ${lint_paths[*]}"
+ruff check "${lint_paths[@]}"
+step "ruff format --check ${lint_paths[*]}"
+ruff format --check "${lint_paths[@]}"
+
+# --- pytest ---------------------------------------------------------------------------------
+step "pytest"
+exec "$PY" -m pytest -ra "$@"

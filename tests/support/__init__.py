@@ -1,0 +1,1 @@
+"""Test helpers: processes, raw Kafka wire protocol, independent segment parser."""

@@ -1,0 +1,613 @@
+"""A small hand-written Kafka wire-protocol client for tests that need exact bytes.
+
+Only what the tests use: request header v1/v2, ApiVersions v0/v3, Metadata v0/v1/v4,
+Produce v3, Fetch v4, ListOffsets v0/v1/v4, InitProducerId v0. Encodings follow the Kafka
+protocol guide (kafka-design-and-protocol.txt); nothing here comes from kafscale.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+from .segment_format import encode_uvarint
+
+# error codes
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+
+# api keys
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+INIT_PRODUCER_ID = 22
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def i8(self, v: int) -> Writer:
+        self.buf += struct.pack(">b", v)
+        return self
+
+    def i16(self, v: int) -> Writer:
+        self.buf += struct.pack(">h", v)
+        return self
+
+    def i32(self, v: int) -> Writer:
+        self.buf += struct.pack(">i", v)
+        return self
+
+    def i64(self, v: int) -> Writer:
+        self.buf += struct.pack(">q", v)
+        return self
+
+    def boolean(self, v: bool) -> Writer:
+        return self.i8(1 if v else 0)
+
+    def string(self, v: str | None) -> Writer:
+        if v is None:
+            return self.i16(-1)
+        data = v.encode()
+        self.i16(len(data))
+        self.buf += data
+        return self
+
+    def bytes_(self, v: bytes | None) -> Writer:
+        if v is None:
+            return self.i32(-1)
+        self.i32(len(v))
+        self.buf += v
+        return self
+
+    def array_len(self, n: int | None) -> Writer:
+        return self.i32(-1 if n is None else n)
+
+    def uvarint(self, v: int) -> Writer:
+        self.buf += encode_uvarint(v)
+        return self
+
+    def compact_string(self, v: str | None) -> Writer:
+        if v is None:
+            return self.uvarint(0)
+        data = v.encode()
+        self.uvarint(len(data) + 1)
+        self.buf += data
+        return self
+
+    def tagged_fields(self) -> Writer:
+        return self.uvarint(0)
+
+    def raw(self, data: bytes) -> Writer:
+        self.buf += data
+        return self
+
+    def done(self) -> bytes:
+        return bytes(self.buf)
+
+
+class Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def _take(self, fmt: str):
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def i8(self) -> int:
+        return self._take(">b")
+
+    def i16(self) -> int:
+        return self._take(">h")
+
+    def i32(self) -> int:
+        return self._take(">i")
+
+    def i64(self) -> int:
+        return self._take(">q")
+
+    def boolean(self) -> bool:
+        return self.i8() != 0
+
+    def string(self) -> str | None:
+        n = self.i16()
+        if n < 0:
+            return None
+        v = self.data[self.pos : self.pos + n].decode()
+        self.pos += n
+        return v
+
+    def bytes_(self) -> bytes | None:
+        n = self.i32()
+        if n < 0:
+            return None
+        v = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return bytes(v)
+
+    def array_len(self) -> int:
+        return self.i32()
+
+    def uvarint(self) -> int:
+        shift = 0
+        result = 0
+        while True:
+            byte = self.data[self.pos]
+            self.pos += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+
+    def compact_array_len(self) -> int:
+        return self.uvarint() - 1
+
+    def compact_string(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        v = self.data[self.pos : self.pos + n].decode()
+        self.pos += n
+        return v
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            size = self.uvarint()
+            self.pos += size
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+
+def request_header(
+    api_key: int, version: int, correlation_id: int, client_id: str | None, flexible: bool
+) -> bytes:
+    w = Writer().i16(api_key).i16(version).i32(correlation_id).string(client_id)
+    if flexible:
+        w.tagged_fields()
+    return w.done()
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+class RawConnection:
+    """One TCP connection speaking the Kafka framing by hand."""
+
+    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.next_correlation_id = 1
+
+    @classmethod
+    def to(cls, bootstrap: str, timeout: float = 30.0) -> RawConnection:
+        host, port = bootstrap.rsplit(":", 1)
+        return cls(host, int(port), timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(
+        self,
+        api_key: int,
+        version: int,
+        body: bytes,
+        *,
+        flexible_header: bool = False,
+        client_id: str | None = "kafscale-tests",
+    ) -> int:
+        cid = self.next_correlation_id
+        self.next_correlation_id += 1
+        header = request_header(api_key, version, cid, client_id, flexible_header)
+        self.send_raw(frame(header + body))
+        return cid
+
+    def _recv_exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionClosed(f"connection closed after {len(out)} of {n} bytes")
+            out += chunk
+        return bytes(out)
+
+    def recv_frame(self) -> bytes:
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        return self._recv_exact(size)
+
+    def recv_response(self, flexible_header: bool = False) -> tuple[int, Reader]:
+        data = self.recv_frame()
+        r = Reader(data)
+        cid = r.i32()
+        if flexible_header:
+            r.skip_tagged_fields()
+        return cid, r
+
+    def request(
+        self,
+        api_key: int,
+        version: int,
+        body: bytes,
+        *,
+        flexible: bool = False,
+        response_flexible_header: bool | None = None,
+    ) -> Reader:
+        cid = self.send(api_key, version, body, flexible_header=flexible)
+        if response_flexible_header is None:
+            response_flexible_header = flexible
+        got, reader = self.recv_response(response_flexible_header)
+        if got != cid:
+            raise AssertionError(f"correlation id {got}, expected {cid}")
+        return reader
+
+    def wait_closed(self, timeout: float = 15.0) -> bool:
+        """True once the peer closed the connection (EOF or reset); False if still open.
+
+        Any bytes the broker sends before closing are read and dropped."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                return False
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+            if not chunk:
+                return True
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# ApiVersions
+
+
+@dataclass
+class ApiVersionsResponse:
+    error_code: int
+    apis: dict[int, tuple[int, int]]
+    throttle_time_ms: int | None = None
+
+
+def api_versions_v0_body() -> bytes:
+    return b""
+
+
+def api_versions_v3_body(name: str = "kafscale-tests", version: str = "1.0") -> bytes:
+    return Writer().compact_string(name).compact_string(version).tagged_fields().done()
+
+
+def parse_api_versions_v0(r: Reader) -> ApiVersionsResponse:
+    error = r.i16()
+    apis = {}
+    for _ in range(r.array_len()):
+        key, lo, hi = r.i16(), r.i16(), r.i16()
+        apis[key] = (lo, hi)
+    return ApiVersionsResponse(error, apis)
+
+
+def parse_api_versions_v3(r: Reader) -> ApiVersionsResponse:
+    error = r.i16()
+    apis = {}
+    for _ in range(r.compact_array_len()):
+        key, lo, hi = r.i16(), r.i16(), r.i16()
+        r.skip_tagged_fields()
+        apis[key] = (lo, hi)
+    throttle = r.i32()
+    r.skip_tagged_fields()
+    return ApiVersionsResponse(error, apis, throttle)
+
+
+def api_versions(conn: RawConnection) -> ApiVersionsResponse:
+    return parse_api_versions_v0(conn.request(API_VERSIONS, 0, api_versions_v0_body()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata
+
+
+@dataclass
+class PartitionMeta:
+    error_code: int
+    partition: int
+    leader: int
+
+
+@dataclass
+class TopicMeta:
+    error_code: int
+    name: str
+    partitions: list[PartitionMeta]
+
+
+@dataclass
+class MetadataResponse:
+    brokers: list[tuple[int, str, int]]
+    controller_id: int
+    topics: dict[str, TopicMeta]
+
+
+def metadata_body(
+    version: int, topics: list[str] | None, allow_auto_topic_creation: bool = True
+) -> bytes:
+    w = Writer()
+    if topics is None:
+        if version == 0:
+            raise ValueError("Metadata v0 has no null topic list")
+        w.array_len(None)
+    else:
+        w.array_len(len(topics))
+        for t in topics:
+            w.string(t)
+    if version >= 4:
+        w.boolean(allow_auto_topic_creation)
+    return w.done()
+
+
+def parse_metadata(version: int, r: Reader) -> MetadataResponse:
+    if version >= 3:
+        r.i32()  # throttle
+    brokers = []
+    for _ in range(r.array_len()):
+        node, host, port = r.i32(), r.string(), r.i32()
+        if version >= 1:
+            r.string()  # rack
+        brokers.append((node, host, port))
+    if version >= 2:
+        r.string()  # cluster id
+    controller = r.i32() if version >= 1 else -1
+    topics = {}
+    for _ in range(r.array_len()):
+        err, name = r.i16(), r.string()
+        if version >= 1:
+            r.boolean()  # is_internal
+        parts = []
+        for _ in range(r.array_len()):
+            perr, pidx, leader = r.i16(), r.i32(), r.i32()
+            for _ in range(r.array_len()):
+                r.i32()  # replicas
+            for _ in range(r.array_len()):
+                r.i32()  # isr
+            if version >= 5:
+                for _ in range(r.array_len()):
+                    r.i32()  # offline replicas
+            parts.append(PartitionMeta(perr, pidx, leader))
+        topics[name] = TopicMeta(err, name, sorted(parts, key=lambda p: p.partition))
+    if r.remaining():
+        raise AssertionError(f"{r.remaining()} unexpected bytes after Metadata v{version}")
+    return MetadataResponse(brokers, controller, topics)
+
+
+def metadata(
+    conn: RawConnection,
+    topics: list[str] | None,
+    version: int = 4,
+    allow_auto_topic_creation: bool = True,
+) -> MetadataResponse:
+    body = metadata_body(version, topics, allow_auto_topic_creation)
+    return parse_metadata(version, conn.request(METADATA, version, body))
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int | None = None, timeout=30.0) -> int:
+    """Auto-create ``topic`` through Metadata and wait until every partition has a leader.
+
+    Returns the partition count."""
+    deadline = time.monotonic() + timeout
+    last = None
+    with RawConnection.to(bootstrap) as conn:
+        while time.monotonic() < deadline:
+            md = metadata(conn, [topic], version=4, allow_auto_topic_creation=True)
+            last = md.topics.get(topic)
+            if (
+                last is not None
+                and last.error_code == NONE
+                and last.partitions
+                and all(p.error_code == NONE and p.leader >= 0 for p in last.partitions)
+                and (partitions is None or len(last.partitions) == partitions)
+            ):
+                return len(last.partitions)
+            time.sleep(0.1)
+    raise AssertionError(f"topic {topic} never became ready: {last}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Produce v3
+
+
+@dataclass
+class ProducePartitionResult:
+    error_code: int
+    base_offset: int
+    log_append_time: int
+
+
+def produce_body(
+    topic: str, partition: int, batch: bytes | None, acks: int = -1, timeout_ms: int = 30000
+) -> bytes:
+    return (
+        Writer()
+        .string(None)  # transactional id
+        .i16(acks)
+        .i32(timeout_ms)
+        .array_len(1)
+        .string(topic)
+        .array_len(1)
+        .i32(partition)
+        .bytes_(batch)
+        .done()
+    )
+
+
+def parse_produce_v3(r: Reader) -> dict[tuple[str, int], ProducePartitionResult]:
+    out = {}
+    for _ in range(r.array_len()):
+        topic = r.string()
+        for _ in range(r.array_len()):
+            part, err, base, append_ts = r.i32(), r.i16(), r.i64(), r.i64()
+            out[(topic, part)] = ProducePartitionResult(err, base, append_ts)
+    r.i32()  # throttle
+    return out
+
+
+def produce(
+    conn: RawConnection, topic: str, partition: int, batch: bytes, acks: int = -1
+) -> ProducePartitionResult:
+    r = conn.request(PRODUCE, 3, produce_body(topic, partition, batch, acks))
+    results = parse_produce_v3(r)
+    assert set(results) == {(topic, partition)}, results
+    return results[(topic, partition)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetch v4
+
+
+@dataclass
+class FetchPartitionResult:
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    records: bytes | None
+
+
+def fetch_body(
+    topic: str,
+    partition: int,
+    offset: int,
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 10 * 1024 * 1024,
+) -> bytes:
+    return (
+        Writer()
+        .i32(-1)  # replica id
+        .i32(max_wait_ms)
+        .i32(min_bytes)
+        .i32(max_bytes)
+        .i8(0)  # isolation level: read uncommitted
+        .array_len(1)
+        .string(topic)
+        .array_len(1)
+        .i32(partition)
+        .i64(offset)
+        .i32(partition_max_bytes)
+        .done()
+    )
+
+
+def parse_fetch_v4(r: Reader) -> dict[tuple[str, int], FetchPartitionResult]:
+    r.i32()  # throttle
+    out = {}
+    for _ in range(r.array_len()):
+        topic = r.string()
+        for _ in range(r.array_len()):
+            part, err, hw, lso = r.i32(), r.i16(), r.i64(), r.i64()
+            n_aborted = r.array_len()
+            for _ in range(max(0, n_aborted)):
+                r.i64()
+                r.i64()
+            out[(topic, part)] = FetchPartitionResult(err, hw, lso, r.bytes_())
+    return out
+
+
+def fetch(
+    conn: RawConnection, topic: str, partition: int, offset: int, **kwargs
+) -> FetchPartitionResult:
+    r = conn.request(FETCH, 4, fetch_body(topic, partition, offset, **kwargs))
+    results = parse_fetch_v4(r)
+    assert set(results) == {(topic, partition)}, results
+    return results[(topic, partition)]
+
+
+# ---------------------------------------------------------------------------------------------
+# ListOffsets
+
+
+EARLIEST = -2
+LATEST = -1
+
+
+@dataclass
+class ListOffsetsResult:
+    error_code: int
+    timestamp: int
+    offset: int
+
+
+def list_offsets(
+    conn: RawConnection, topic: str, partition: int, timestamp: int, version: int = 1
+) -> ListOffsetsResult:
+    w = Writer().i32(-1)  # replica id
+    if version >= 2:
+        w.i8(0)  # isolation level
+    w.array_len(1).string(topic).array_len(1).i32(partition)
+    if version >= 4:
+        w.i32(-1)  # current leader epoch: unknown
+    w.i64(timestamp)
+    if version == 0:
+        w.i32(1)  # max number of offsets
+    r = conn.request(LIST_OFFSETS, version, w.done())
+    if version >= 2:
+        r.i32()  # throttle
+    results = {}
+    for _ in range(r.array_len()):
+        name = r.string()
+        for _ in range(r.array_len()):
+            part, err = r.i32(), r.i16()
+            if version == 0:
+                offsets = [r.i64() for _ in range(r.array_len())]
+                results[(name, part)] = ListOffsetsResult(err, -1, offsets[0] if offsets else -1)
+            else:
+                ts, off = r.i64(), r.i64()
+                if version >= 4:
+                    r.i32()  # leader epoch
+                results[(name, part)] = ListOffsetsResult(err, ts, off)
+    assert set(results) == {(topic, partition)}, results
+    return results[(topic, partition)]
+
+
+# ---------------------------------------------------------------------------------------------
+# InitProducerId v0: a known API the broker does not implement (no transactions/idempotence)
+
+
+def init_producer_id_v0_body() -> bytes:
+    return Writer().string(None).i32(60000).done()
+
+
+def parse_init_producer_id_v0(r: Reader) -> tuple[int, int]:
+    r.i32()  # throttle
+    error = r.i16()
+    producer_id = r.i64()
+    return error, producer_id

@@ -1,0 +1,291 @@
+"""Real processes for the integration tests: the KafScale broker and a moto S3 server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STARTUP_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+
+# AWS credentials for moto; the broker reads the same variables.
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "kafscale-test",
+    "AWS_SECRET_ACCESS_KEY": "kafscale-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def tail(path: Path, lines: int = 200) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log file)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class ManagedProcess:
+    """A child process with its stdout+stderr in a log file; killed at teardown at the latest."""
+
+    def __init__(self, name: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+        self.exit_codes: list[int] = []
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        if self.running:
+            raise RuntimeError(f"{self.name} is already running")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
+        self._log.write(f"\n===== start: {' '.join(argv)}\n".encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _reap(self) -> int:
+        assert self.proc is not None
+        code = self.proc.returncode
+        self.exit_codes.append(code)
+        self.proc = None
+        if self._log is not None:
+            self._log.write(f"===== exited with {code}\n".encode())
+            self._log.close()
+            self._log = None
+        return code
+
+    def terminate(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM and wait; SIGKILL (and raise) if it does not exit in time."""
+        assert self.proc is not None, f"{self.name} is not running"
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self._reap()
+                raise AssertionError(
+                    f"{self.name} did not exit within {timeout}s of SIGTERM; killed it"
+                ) from None
+        return self._reap()
+
+    def kill(self) -> int:
+        """SIGKILL and wait."""
+        assert self.proc is not None, f"{self.name} is not running"
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        return self._reap()
+
+    def cleanup(self) -> None:
+        """Teardown: make sure nothing is left running."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reap()
+
+
+class Broker(ManagedProcess):
+    """``python -m kafscale.broker`` on a loopback port with its own data directory."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        port: int | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        flush_interval_ms: int = 20,
+    ) -> None:
+        super().__init__("broker", log_path)
+        self.data_dir = data_dir
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.args = list(args or [])
+        self.env = dict(env or {})
+        self.flush_interval_ms = flush_interval_ms
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "kafscale.broker",
+            "--broker-addr",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+            "--flush-interval-ms",
+            str(self.flush_interval_ms),
+            *self.args,
+        ]
+
+    def start(self, wait: bool = True) -> Broker:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
+        env.update(self.env)
+        env.setdefault("RUST_BACKTRACE", "1")
+        self._spawn(self.argv(), env, self.data_dir.parent)
+        self.starts += 1
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        """Wait for this start's ``listening on HOST:PORT`` line and an accepting port."""
+        marker = f"listening on {self.bootstrap}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                code = self.proc.returncode if self.proc else None
+                raise AssertionError(
+                    f"broker exited with {code} before listening:\n{tail(self.log_path)}"
+                )
+            text = self.log_text()
+            current = text.rsplit("===== start:", 1)[-1]
+            if marker in current and port_open(self.host, self.port):
+                return
+            time.sleep(0.05)
+        raise AssertionError(
+            f"broker did not log {marker!r} and accept within {timeout}s:\n{tail(self.log_path)}"
+        )
+
+    def restart(self, hard: bool = False) -> int:
+        """SIGTERM (or SIGKILL when ``hard``), then start again on the same port and data dir."""
+        code = self.kill() if hard else self.terminate()
+        self.start()
+        return code
+
+
+class MotoServer(ManagedProcess):
+    """moto's S3-compatible server on a loopback port."""
+
+    def __init__(self, workdir: Path, log_path: Path) -> None:
+        super().__init__("moto", log_path)
+        self.workdir = workdir
+        self.port = free_port()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> MotoServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(S3_ENV)
+        bindir = Path(sys.executable).parent
+        exe = bindir / "moto_server"
+        argv = (
+            [str(exe), "-H", "127.0.0.1", "-p", str(self.port)]
+            if exe.exists()
+            else [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        )
+        self._spawn(argv, env, self.workdir)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise AssertionError(f"moto server exited:\n{tail(self.log_path)}")
+            if port_open("127.0.0.1", self.port):
+                return self
+            time.sleep(0.1)
+        raise AssertionError(f"moto server did not listen:\n{tail(self.log_path)}")
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=S3_ENV["AWS_REGION"],
+            aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
+        )
+
+    def create_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
+
+    def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
+        """Every object under ``prefix`` as {key: bytes}."""
+        s3 = self.client()
+        out = {}
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                out[obj["Key"]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+        return out
+
+    def broker_args(self, bucket: str, namespace: str | None = None) -> list[str]:
+        args = [
+            "--s3-bucket",
+            bucket,
+            "--s3-region",
+            S3_ENV["AWS_REGION"],
+            "--s3-endpoint",
+            self.endpoint,
+        ]
+        if namespace is not None:
+            args += ["--s3-namespace", namespace]
+        return args
+
+
+@contextlib.contextmanager
+def managed(proc: ManagedProcess):
+    try:
+        yield proc
+    finally:
+        proc.cleanup()

@@ -1,0 +1,369 @@
+"""CreateTopics / DeleteTopics handlers and dispatch, against a fake core (no extension)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from kafscale import admin
+from kafscale.admin import topics
+from kafscale.admin.topics import TopicResult
+from kafscale.errors import ErrorCode
+
+# --- fakes shaped like the _core.pyi types -------------------------------------------------------
+
+
+class FakeKafkaApiError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class CreatableTopic:
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = -1
+    assignments: list[tuple[int, list[int]]] = field(default_factory=list)
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class CreateTopicsRequest:
+    topics: list[CreatableTopic]
+    timeout_ms: int = 5000
+    validate_only: bool = False
+
+
+@dataclass
+class DeleteTopicsRequest:
+    topic_names: list[str]
+    timeout_ms: int = 5000
+
+
+@dataclass
+class ControlRequest:
+    api_key: int
+    body: Any
+    api_version: int = 1
+    correlation_id: int = 7
+    client_id: str | None = "test"
+    responses: list[Any] = field(default_factory=list)
+    respond_error: Exception | None = None
+
+    def respond(self, response: Any) -> None:
+        self.responses.append(response)
+        if self.respond_error is not None:
+            raise self.respond_error
+
+
+@dataclass
+class Settings:
+    default_partitions: int = 3
+
+
+class FakeCore:
+    def __init__(self) -> None:
+        self.existing: set[str] = set()
+        self.created: list[tuple[str, int, dict[str, str]]] = []
+        self.deleted: list[str] = []
+        self.fail: dict[str, Exception] = {}  # name -> exception to raise
+        self.gate: asyncio.Event | None = None  # when set, operations wait for it
+
+    async def _maybe_wait(self, name: str) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if name in self.fail:
+            raise self.fail[name]
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Any:
+        await self._maybe_wait(name)
+        if name in self.existing:
+            raise FakeKafkaApiError(36, f"topic {name!r} already exists")
+        self.existing.add(name)
+        self.created.append((name, partitions, configs))
+        return object()
+
+    async def delete_topic(self, name: str) -> None:
+        await self._maybe_wait(name)
+        if name not in self.existing:
+            raise FakeKafkaApiError(3, f"unknown topic {name!r}")
+        self.existing.discard(name)
+        self.deleted.append(name)
+
+    async def topic(self, name: str) -> Any | None:
+        return object() if name in self.existing else None
+
+
+class FakeBindings:
+    api_error = FakeKafkaApiError
+
+    def create_topics_response(self, results: Sequence[TopicResult]) -> Any:
+        return ("create", list(results))
+
+    def delete_topics_response(self, results: Sequence[TopicResult]) -> Any:
+        return ("delete", list(results))
+
+
+def create(core: FakeCore, *items: CreatableTopic, **kw: Any) -> dict[str, TopicResult]:
+    req = CreateTopicsRequest(list(items), **kw)
+    results = asyncio.run(
+        topics.create_topics(core, req, default_partitions=3, api_error=FakeKafkaApiError)
+    )
+    return {r.name: r for r in results}
+
+
+def delete(core: FakeCore, *names: str, timeout_ms: int = 5000) -> list[TopicResult]:
+    req = DeleteTopicsRequest(list(names), timeout_ms)
+    return asyncio.run(topics.delete_topics(core, req, api_error=FakeKafkaApiError))
+
+
+# --- CreateTopics --------------------------------------------------------------------------------
+
+
+def test_create_and_default_partitions() -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", 4), CreatableTopic("b", -1))
+    assert [r.error_code for r in res.values()] == [0, 0]
+    assert core.created == [("a", 4, {}), ("b", 3, {})]
+
+
+@pytest.mark.parametrize("partitions", [0, -2, -100])
+def test_invalid_partitions(partitions: int) -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", partitions))
+    assert res["a"].error_code == ErrorCode.INVALID_PARTITIONS
+    assert str(partitions) in (res["a"].error_message or "")
+    assert core.created == []
+
+
+@pytest.mark.parametrize(("rf", "ok"), [(-1, True), (1, True), (3, True), (0, False), (-2, False)])
+def test_replication_factor(rf: int, ok: bool) -> None:
+    res = create(FakeCore(), CreatableTopic("a", replication_factor=rf))
+    expected = ErrorCode.NONE if ok else ErrorCode.INVALID_REPLICATION_FACTOR
+    assert res["a"].error_code == expected
+
+
+def test_manual_assignment_rejected() -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", -1, -1, assignments=[(0, [0])]))
+    assert res["a"].error_code == ErrorCode.INVALID_REQUEST
+    assert "places partitions itself" in (res["a"].error_message or "")
+    assert core.created == []
+
+
+def test_duplicate_names_are_rejected_others_created() -> None:
+    core = FakeCore()
+    req = CreateTopicsRequest([CreatableTopic("d"), CreatableTopic("ok"), CreatableTopic("d", 2)])
+    results = asyncio.run(
+        topics.create_topics(core, req, default_partitions=1, api_error=FakeKafkaApiError)
+    )
+    assert [(r.name, r.error_code) for r in results] == [
+        ("d", ErrorCode.INVALID_REQUEST),
+        ("ok", ErrorCode.NONE),
+    ]
+    assert [c[0] for c in core.created] == ["ok"]
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "sp ace", "x" * 250, "ünï"])
+def test_invalid_topic_name(name: str) -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic(name))
+    assert res[name].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert core.created == []
+
+
+def test_configs_whitelisted_and_normalised() -> None:
+    core = FakeCore()
+    configs: dict[str, str | None] = {
+        "retention.ms": "-1",
+        "retention.bytes": " 1000 ",
+        "segment.bytes": "+1048576",
+        "max.message.bytes": "0",
+    }
+    res = create(core, CreatableTopic("a", configs=configs))
+    assert res["a"].error_code == ErrorCode.NONE
+    assert core.created[0][2] == {
+        "retention.ms": "-1",
+        "retention.bytes": "1000",
+        "segment.bytes": "1048576",
+        "max.message.bytes": "0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("cleanup.policy", "compact"),
+        ("retention.ms", "-2"),
+        ("retention.ms", "1h"),
+        ("retention.bytes", "9223372036854775808"),
+        ("segment.bytes", "0"),
+        ("segment.bytes", "2147483648"),
+        ("max.message.bytes", "-1"),
+        ("retention.ms", None),
+    ],
+)
+def test_bad_configs(key: str, value: str | None) -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", configs={key: value}))
+    assert res["a"].error_code == ErrorCode.INVALID_CONFIG
+    assert key in (res["a"].error_message or "")
+    assert core.created == []
+
+
+def test_unknown_config_message_lists_supported_keys() -> None:
+    res = create(FakeCore(), CreatableTopic("a", configs={"cleanup.policy": "delete"}))
+    assert "retention.ms" in (res["a"].error_message or "")
+
+
+def test_validate_only_creates_nothing() -> None:
+    core = FakeCore()
+    core.existing.add("old")
+    res = create(
+        core,
+        CreatableTopic("new"),
+        CreatableTopic("old"),
+        CreatableTopic("bad", 0),
+        validate_only=True,
+    )
+    assert res["new"].error_code == ErrorCode.NONE
+    assert res["old"].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert res["bad"].error_code == ErrorCode.INVALID_PARTITIONS
+    assert core.created == []
+
+
+def test_core_errors_are_mapped_per_topic() -> None:
+    core = FakeCore()
+    core.existing.add("dup")
+    core.fail["boom"] = RuntimeError("disk on fire")
+    core.fail["bad"] = FakeKafkaApiError(17, "core says no")
+    names = ("dup", "boom", "bad", "fine")
+    res = create(core, *(CreatableTopic(n) for n in names))
+    assert (res["dup"].error_code, res["dup"].error_message) == (36, "topic 'dup' already exists")
+    assert res["boom"].error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert "broker log" in (res["boom"].error_message or "")
+    assert (res["bad"].error_code, res["bad"].error_message) == (17, "core says no")
+    assert res["fine"].error_code == ErrorCode.NONE
+
+
+def test_timeout_reports_request_timed_out_and_keeps_going() -> None:
+    async def scenario() -> tuple[list[TopicResult], FakeCore]:
+        core = FakeCore()
+        core.gate = asyncio.Event()
+        req = CreateTopicsRequest([CreatableTopic("slow")], timeout_ms=20)
+        results = await topics.create_topics(
+            core, req, default_partitions=1, api_error=FakeKafkaApiError
+        )
+        core.gate.set()  # the operation outlives the request and still completes
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return results, core
+
+    results, core = asyncio.run(scenario())
+    assert results[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert "20 ms" in (results[0].error_message or "")
+    assert core.created == [("slow", 1, {})]
+
+
+def test_zero_timeout_still_returns_the_final_result() -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a"), timeout_ms=0)
+    assert res["a"].error_code == ErrorCode.NONE
+    assert core.created == [("a", 1, {})]
+
+
+# --- DeleteTopics --------------------------------------------------------------------------------
+
+
+def test_delete() -> None:
+    core = FakeCore()
+    core.existing |= {"a", "b"}
+    core.fail["b"] = RuntimeError("etcd went away")
+    results = delete(core, "a", "missing", "a", "b")
+    assert [(r.name, r.error_code) for r in results] == [
+        ("a", ErrorCode.NONE),
+        ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("b", ErrorCode.UNKNOWN_SERVER_ERROR),
+    ]
+    assert core.deleted == ["a"]  # duplicates deleted once
+
+
+def test_delete_timeout() -> None:
+    async def scenario() -> list[TopicResult]:
+        core = FakeCore()
+        core.existing.add("a")
+        core.gate = asyncio.Event()
+        req = DeleteTopicsRequest(["a"], timeout_ms=10)
+        results = await topics.delete_topics(core, req, api_error=FakeKafkaApiError)
+        core.gate.set()
+        await asyncio.sleep(0)
+        return results
+
+    assert asyncio.run(scenario())[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+
+
+# --- dispatch ------------------------------------------------------------------------------------
+
+
+def run_dispatch(core: FakeCore, req: ControlRequest) -> None:
+    asyncio.run(admin.dispatch(core, Settings(), req, FakeBindings()))
+
+
+def test_dispatch_routes_and_responds_once() -> None:
+    core = FakeCore()
+    req = ControlRequest(19, CreateTopicsRequest([CreatableTopic("t", -1)]))
+    run_dispatch(core, req)
+    assert req.responses == [("create", [TopicResult("t")])]
+    assert core.created == [("t", 3, {})]  # settings.default_partitions
+
+    req = ControlRequest(20, DeleteTopicsRequest(["t"]))
+    run_dispatch(core, req)
+    assert req.responses == [("delete", [TopicResult("t")])]
+
+
+def test_dispatch_answers_unknown_server_error_when_a_handler_raises(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> list[TopicResult]:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(topics, "create_topics", broken)
+    req = ControlRequest(19, CreateTopicsRequest([CreatableTopic("a"), CreatableTopic("b")]))
+    with caplog.at_level(logging.ERROR):
+        run_dispatch(FakeCore(), req)
+    [(kind, results)] = req.responses
+    assert kind == "create"
+    assert [(r.name, r.error_code) for r in results] == [("a", -1), ("b", -1)]
+    assert "CreateTopics" in caplog.text and "KeyError" in caplog.text
+
+
+def test_dispatch_survives_a_failing_respond() -> None:
+    req = ControlRequest(20, DeleteTopicsRequest(["x"]), respond_error=ConnectionError("gone"))
+    run_dispatch(FakeCore(), req)  # must not raise
+    assert len(req.responses) == 1
+
+
+def test_dispatch_unknown_api_key_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    req = ControlRequest(32, object())
+    with caplog.at_level(logging.ERROR):
+        run_dispatch(FakeCore(), req)
+    assert req.responses == []
+    assert "api_key 32" in caplog.text
+
+
+def test_error_codes_match_the_protocol() -> None:
+    assert ErrorCode.UNKNOWN_SERVER_ERROR == -1
+    assert ErrorCode.UNKNOWN_TOPIC_OR_PARTITION == 3
+    assert ErrorCode.REQUEST_TIMED_OUT == 7
+    assert ErrorCode.INVALID_TOPIC_EXCEPTION == 17
+    assert ErrorCode.UNSUPPORTED_VERSION == 35
+    assert (ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.INVALID_PARTITIONS) == (36, 37)
+    assert (ErrorCode.INVALID_REPLICATION_FACTOR, ErrorCode.INVALID_REPLICA_ASSIGNMENT) == (38, 39)
+    assert (ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_REQUEST) == (40, 42)
