@@ -36,9 +36,9 @@ impl BrokerConfig {
     /// Where segments go. Contradictory settings are an error, never a silent choice.
     pub fn storage(&self) -> Result<StorageLocation, String> {
         match (&self.s3_bucket, self.use_memory_s3) {
-            (Some(_), true) => Err(
-                "KAFSCALE_USE_MEMORY_S3 and KAFSCALE_S3_BUCKET are both set: choose one".into(),
-            ),
+            (Some(_), true) => {
+                Err("KAFSCALE_USE_MEMORY_S3 and KAFSCALE_S3_BUCKET are both set: choose one".into())
+            }
             (None, true) => Ok(StorageLocation::Memory),
             (Some(bucket), false) => {
                 let region = self.s3_region.clone().ok_or_else(|| {

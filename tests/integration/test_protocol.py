@@ -320,38 +320,36 @@ def test_fetch_ranges_and_byte_limits(pbroker):
 # ListOffsets
 
 
-def test_list_offsets_earliest_latest_and_by_timestamp(pbroker):
-    topic = unique("lo")
+@pytest.mark.parametrize("version", [0, 1, 2, 4])
+def test_list_offsets_earliest_latest_and_by_timestamp(pbroker, version):
+    topic = unique(f"lo-v{version}")
     kw.ensure_topic(pbroker.bootstrap, topic)
     with conn_to(pbroker) as conn:
-        for version in (0, 1, 4):
-            assert kw.list_offsets(conn, topic, 0, kw.EARLIEST, version).offset == 0
-            assert kw.list_offsets(conn, topic, 0, kw.LATEST, version).offset == 0
+        for ts in (kw.EARLIEST, kw.LATEST):
+            res = kw.list_offsets(conn, topic, 0, ts, version)
+            assert (res.error_code, res.offset) == (kw.NONE, 0)
         # timestamps not in order inside a batch; the first offset with ts >= t wins
         kw.produce(conn, topic, 0, batch([b"a", b"b", b"c"], [1000, 5000, 3000]))
         kw.produce(conn, topic, 0, batch([b"d", b"e"], [2000, 6000]))
-        for version in (0, 1, 4):
-            res = kw.list_offsets(conn, topic, 0, kw.EARLIEST, version)
-            assert (res.error_code, res.offset) == (kw.NONE, 0)
-            res = kw.list_offsets(conn, topic, 0, kw.LATEST, version)
-            assert (res.error_code, res.offset) == (kw.NONE, 5)
-        for version in (1, 4):
-            for ts, offset, found_ts in [
-                (0, 0, 1000),
-                (1000, 0, 1000),
-                (1001, 1, 5000),
-                (2500, 1, 5000),
-                (5000, 1, 5000),
-                (5001, 4, 6000),
-                (6000, 4, 6000),
-            ]:
-                res = kw.list_offsets(conn, topic, 0, ts, version)
-                assert (res.error_code, res.offset, res.timestamp) == (kw.NONE, offset, found_ts), (
-                    version,
-                    ts,
-                )
-            res = kw.list_offsets(conn, topic, 0, 6001, version)
-            assert (res.error_code, res.offset) == (kw.NONE, -1)
+        res = kw.list_offsets(conn, topic, 0, kw.EARLIEST, version)
+        assert (res.error_code, res.offset) == (kw.NONE, 0)
+        res = kw.list_offsets(conn, topic, 0, kw.LATEST, version)
+        assert (res.error_code, res.offset) == (kw.NONE, 5)
+        if version == 0:
+            return  # v0 answers offsets only, no timestamp lookup results to compare
+        for ts, offset, found_ts in [
+            (0, 0, 1000),
+            (1000, 0, 1000),
+            (1001, 1, 5000),
+            (2500, 1, 5000),
+            (5000, 1, 5000),
+            (5001, 4, 6000),
+            (6000, 4, 6000),
+        ]:
+            res = kw.list_offsets(conn, topic, 0, ts, version)
+            assert (res.error_code, res.offset, res.timestamp) == (kw.NONE, offset, found_ts), ts
+        res = kw.list_offsets(conn, topic, 0, 6001, version)
+        assert (res.error_code, res.offset) == (kw.NONE, -1)
 
 
 def test_list_offsets_through_clients(pbroker):

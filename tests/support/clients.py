@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-HANG_GUARD = 90.0  # seconds; only to stop a hung client, never a performance limit
+HANG_GUARD = 40.0  # seconds; only to stop a hung client, never a performance limit
 
 
 @dataclass(frozen=True)

@@ -567,7 +567,7 @@ class ListOffsetsResult:
 
 
 def list_offsets(
-    conn: RawConnection, topic: str, partition: int, timestamp: int, version: int = 1
+    conn: RawConnection, topic: str, partition: int, timestamp: int, version: int = 4
 ) -> ListOffsetsResult:
     w = Writer().i32(-1)  # replica id
     if version >= 2:

@@ -49,8 +49,15 @@ impl Default for ControlBridge {
 impl ControlBridge {
     /// Hands a request to Python; `None` if the control plane is gone (shutting down) or
     /// dropped the request without answering.
-    pub async fn call(&self, call: impl FnOnce(oneshot::Sender<ControlReply>) -> ControlCall) -> Option<ControlReply> {
-        let sender = self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+    pub async fn call(
+        &self,
+        call: impl FnOnce(oneshot::Sender<ControlReply>) -> ControlCall,
+    ) -> Option<ControlReply> {
+        let sender = self
+            .calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
         let (tx, rx) = oneshot::channel();
         sender.send(call(tx)).await.ok()?;
         rx.await.ok()

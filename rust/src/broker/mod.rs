@@ -107,7 +107,13 @@ impl Broker {
                 .map_err(|e| format!("recovering topics: {e}"))?;
             self.insert_topic(topic);
         }
-        for pending in self.log.catalog.pending_deletions().await.unwrap_or_default() {
+        for pending in self
+            .log
+            .catalog
+            .pending_deletions()
+            .await
+            .unwrap_or_default()
+        {
             self.spawn_object_deletion(pending.topic, Vec::new());
         }
         Ok(())
@@ -117,7 +123,9 @@ impl Broker {
         let max_bytes = topics::max_message_bytes(&record.configs, self.config.max_message_bytes);
         let mut partitions = Vec::with_capacity(record.partitions as usize);
         for id in 0..record.partitions {
-            partitions.push(Arc::new(open_partition(&self.log, &record, id, max_bytes).await?));
+            partitions.push(Arc::new(
+                open_partition(&self.log, &record, id, max_bytes).await?,
+            ));
         }
         Ok(Arc::new(Topic { record, partitions }))
     }

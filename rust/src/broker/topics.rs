@@ -39,7 +39,9 @@ pub fn validate_partition_count(partitions: i32) -> Result<(), ApiError> {
     if !(1..=MAX_PARTITIONS).contains(&partitions) {
         return Err(ApiError::new(
             ResponseError::InvalidPartitions,
-            format!("number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"),
+            format!(
+                "number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+            ),
         ));
     }
     Ok(())
@@ -62,7 +64,15 @@ mod tests {
         for good in ["orders", "a.b_c-D9", &"x".repeat(249)] {
             assert!(validate_topic_name(good).is_ok(), "{good}");
         }
-        for bad in ["", ".", "..", "has space", "slash/name", "ünï", &"x".repeat(250)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "has space",
+            "slash/name",
+            "ünï",
+            &"x".repeat(250),
+        ] {
             let err = validate_topic_name(bad).unwrap_err();
             assert_eq!(err.code, ResponseError::InvalidTopicException);
         }

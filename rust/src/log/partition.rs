@@ -89,7 +89,9 @@ impl Partition {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -203,7 +205,8 @@ impl Partition {
                     bytes = built.meta.size, ms = started.elapsed().as_millis() as u64,
                     "segment committed"
                 );
-                ctx.cache.insert_segment(self.object_key(built.meta.base_offset), &built);
+                ctx.cache
+                    .insert_segment(self.object_key(built.meta.base_offset), &built);
                 {
                     let mut state = self.state();
                     state.committed = next;
@@ -285,9 +288,7 @@ impl Partition {
         if offset < record.log_start_offset || offset > record.high_watermark {
             return Err(ResponseError::OffsetOutOfRange);
         }
-        let first = state
-            .segments
-            .partition_point(|s| s.last_offset < offset);
+        let first = state.segments.partition_point(|s| s.last_offset < offset);
         let end = (first + limit).min(state.segments.len());
         Ok(ReadView {
             high_watermark: record.high_watermark,

@@ -46,7 +46,8 @@ pub async fn read(
                 continue;
             }
             let fits = total + header.size <= max_bytes;
-            if !fits && !(must_progress && total == 0) {
+            let first_of_response = must_progress && total == 0;
+            if !(fits || first_of_response) {
                 break 'segments;
             }
             slices.push(batches.bytes.slice(position..position + header.size));
@@ -149,14 +150,10 @@ async fn fetch_batches(
         SegmentObject::Data,
     );
     let end = segment.size - SEGMENT_FOOTER_LEN as u64;
-    let bytes = ctx
-        .store
-        .get_range(&path, start..end)
-        .await
-        .map_err(|e| {
-            tracing::warn!(object = %path, error = %e, "segment read failed");
-            ResponseError::KafkaStorageError
-        })?;
+    let bytes = ctx.store.get_range(&path, start..end).await.map_err(|e| {
+        tracing::warn!(object = %path, error = %e, "segment read failed");
+        ResponseError::KafkaStorageError
+    })?;
     Ok(CachedBatches { start, bytes })
 }
 

@@ -52,7 +52,11 @@ pub struct BuiltSegment {
 }
 
 /// Assembles one segment from batches whose offsets are already final and contiguous.
-pub fn build_segment(batches: &[StoredBatch], created_ms: i64, index_interval: i32) -> BuiltSegment {
+pub fn build_segment(
+    batches: &[StoredBatch],
+    created_ms: i64,
+    index_interval: i32,
+) -> BuiltSegment {
     assert!(!batches.is_empty(), "a segment holds at least one batch");
     let base_offset = batches[0].base_offset;
     let last = &batches[batches.len() - 1];
@@ -118,7 +122,9 @@ pub enum SegmentError {
     BadVersion(u16),
     #[error("segment footer magic is not END!")]
     BadFooter,
-    #[error("segment CRC-32C mismatch: footer says {expected:#010x}, batches hash to {actual:#010x}")]
+    #[error(
+        "segment CRC-32C mismatch: footer says {expected:#010x}, batches hash to {actual:#010x}"
+    )]
     Crc { expected: u32, actual: u32 },
     #[error("batch at byte {position} is malformed or runs past the batch area")]
     BadBatch { position: usize },

@@ -125,7 +125,9 @@ impl Catalog {
         }
         let fresh = Uuid::new_v4().simple().to_string();
         let ops = vec![Op::Put(key.clone(), Bytes::from(fresh.clone()))];
-        self.kv.txn(vec![Compare::ModRevision(key.clone(), 0)], ops).await?;
+        self.kv
+            .txn(vec![Compare::ModRevision(key.clone(), 0)], ops)
+            .await?;
         let stored = self.kv.get(&key).await?.expect("cluster id just written");
         Ok(String::from_utf8_lossy(&stored.value).into_owned())
     }
@@ -291,7 +293,10 @@ mod tests {
     async fn topics_are_created_once_and_deleted_with_their_partitions() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog(&dir);
-        let created = catalog.create_topic("orders", 3, BTreeMap::new()).await.unwrap();
+        let created = catalog
+            .create_topic("orders", 3, BTreeMap::new())
+            .await
+            .unwrap();
         assert!(matches!(
             catalog.create_topic("orders", 1, BTreeMap::new()).await,
             Err(CatalogError::TopicExists(_))
@@ -306,7 +311,10 @@ mod tests {
             Err(CatalogError::TopicBeingDeleted(_))
         ));
         catalog.finish_deletion("orders").await.unwrap();
-        let again = catalog.create_topic("orders", 1, BTreeMap::new()).await.unwrap();
+        let again = catalog
+            .create_topic("orders", 1, BTreeMap::new())
+            .await
+            .unwrap();
         assert_ne!(again.id, created.id);
     }
 
@@ -317,7 +325,10 @@ mod tests {
         catalog.create_topic("t", 1, BTreeMap::new()).await.unwrap();
         let first = catalog.claim_partition("t", 0).await.unwrap();
         assert_eq!(first.record.leader_epoch, 1);
-        let committed = catalog.commit_high_watermark("t", 0, &first, 10).await.unwrap();
+        let committed = catalog
+            .commit_high_watermark("t", 0, &first, 10)
+            .await
+            .unwrap();
         let second = catalog.claim_partition("t", 0).await.unwrap();
         assert_eq!(second.record.epoch_history.last().unwrap().start_offset, 10);
         // the first writer's view is stale now

@@ -24,8 +24,9 @@ pub struct EmbeddedStore {
 impl EmbeddedStore {
     pub fn open(path: &Path) -> Result<EmbeddedStore, String> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("KAFSCALE_DATA_DIR {}: cannot create it: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                format!("KAFSCALE_DATA_DIR {}: cannot create it: {e}", dir.display())
+            })?;
         }
         let db = Database::create(path).map_err(|e| {
             format!(
@@ -187,7 +188,10 @@ mod tests {
                 .unwrap();
             assert!(swapped.unwrap() > created);
             store
-                .txn(vec![], vec![Op::Put("a/y".into(), Bytes::from_static(b"y"))])
+                .txn(
+                    vec![],
+                    vec![Op::Put("a/y".into(), Bytes::from_static(b"y"))],
+                )
                 .await
                 .unwrap();
             store

@@ -96,10 +96,16 @@ mod tests {
     #[tokio::test]
     async fn rejects_oversize_negative_tiny_and_truncated() {
         let big = framed(&[0; 101]);
-        let err = FrameReader::new(&big[..], 100).read_frame().await.unwrap_err();
+        let err = FrameReader::new(&big[..], 100)
+            .read_frame()
+            .await
+            .unwrap_err();
         assert!(matches!(err, FrameError::TooLarge { size: 101, .. }));
         let negative = (-5i32).to_be_bytes();
-        assert!(FrameReader::new(&negative[..], 100).read_frame().await.is_err());
+        assert!(FrameReader::new(&negative[..], 100)
+            .read_frame()
+            .await
+            .is_err());
         let tiny = framed(&[0; 3]);
         assert!(FrameReader::new(&tiny[..], 100).read_frame().await.is_err());
         let cut = &framed(&[0; 40])[..30];

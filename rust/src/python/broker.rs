@@ -103,7 +103,10 @@ impl Broker {
         let running = py.detach(move || {
             runtime.block_on(async move {
                 let listener = TcpListener::bind(&config.broker_addr).await.map_err(|e| {
-                    format!("KAFSCALE_BROKER_ADDR {}: cannot listen: {e}", config.broker_addr)
+                    format!(
+                        "KAFSCALE_BROKER_ADDR {}: cannot listen: {e}",
+                        config.broker_addr
+                    )
                 })?;
                 let listen_addr = listener.local_addr().map_err(|e| e.to_string())?;
                 if config.broker_port == 0 {
@@ -112,7 +115,11 @@ impl Broker {
                 let core = Core::open(config).await?;
                 let (stop, stopped) = watch::channel(false);
                 tokio::spawn(crate::server::serve(core.clone(), listener, stopped));
-                Ok::<_, String>(Running { core, listen_addr, stop })
+                Ok::<_, String>(Running {
+                    core,
+                    listen_addr,
+                    stop,
+                })
             })
         });
         let running = running.map_err(PyRuntimeError::new_err)?;
@@ -164,7 +171,9 @@ impl Broker {
 
     fn delete_topic<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
         let core = self.running()?.core.clone();
-        self.on_runtime(py, async move { core.delete_topic(&name).await.map_err(api_error) })
+        self.on_runtime(py, async move {
+            core.delete_topic(&name).await.map_err(api_error)
+        })
     }
 
     fn topic<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
@@ -186,7 +195,12 @@ impl Broker {
     }
 
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(running) = self.running.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(running) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
             return Ok(());
         };
         let runtime = self.runtime.clone();

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult as WireCreateResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult as WireDeleteResult;
-use kafka_protocol::messages::{CreateTopicsResponse as WireCreate, DeleteTopicsResponse as WireDelete};
+use kafka_protocol::messages::{
+    CreateTopicsResponse as WireCreate, DeleteTopicsResponse as WireDelete,
+};
 use kafka_protocol::protocol::StrBytes;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -53,7 +55,11 @@ impl CreatableTopicResult {
     #[new]
     #[pyo3(signature = (name, error_code=0, error_message=None))]
     fn new(name: String, error_code: i16, error_message: Option<String>) -> Self {
-        CreatableTopicResult { name, error_code, error_message }
+        CreatableTopicResult {
+            name,
+            error_code,
+            error_message,
+        }
     }
 }
 
@@ -69,7 +75,10 @@ impl CreateTopicsResponse {
     #[new]
     #[pyo3(signature = (topics, throttle_time_ms=0))]
     fn new(topics: Vec<CreatableTopicResult>, throttle_time_ms: i32) -> Self {
-        CreateTopicsResponse { topics, throttle_time_ms }
+        CreateTopicsResponse {
+            topics,
+            throttle_time_ms,
+        }
     }
 }
 
@@ -101,7 +110,10 @@ impl DeleteTopicsResponse {
     #[new]
     #[pyo3(signature = (responses, throttle_time_ms=0))]
     fn new(responses: Vec<DeletableTopicResult>, throttle_time_ms: i32) -> Self {
-        DeleteTopicsResponse { responses, throttle_time_ms }
+        DeleteTopicsResponse {
+            responses,
+            throttle_time_ms,
+        }
     }
 }
 
@@ -153,7 +165,12 @@ impl ControlRequest {
                         assignments: t
                             .assignments
                             .iter()
-                            .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+                            .map(|a| {
+                                (
+                                    a.partition_index,
+                                    a.broker_ids.iter().map(|b| b.0).collect(),
+                                )
+                            })
                             .collect(),
                         configs: t
                             .configs
@@ -195,7 +212,9 @@ impl ControlRequest {
                                     WireCreateResult::default()
                                         .with_name(topic_name(&t.name))
                                         .with_error_code(t.error_code)
-                                        .with_error_message(t.error_message.map(StrBytes::from_string))
+                                        .with_error_message(
+                                            t.error_message.map(StrBytes::from_string),
+                                        )
                                 })
                                 .collect(),
                         ),

@@ -18,8 +18,14 @@ pyo3::create_exception!(
 /// straight into a response.
 fn add_error_properties(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let class = m.py().get_type::<KafkaApiError>();
-    class.setattr("code", m.py().eval(c"property(lambda e: e.args[0])", None, None)?)?;
-    class.setattr("message", m.py().eval(c"property(lambda e: e.args[1])", None, None)?)?;
+    class.setattr(
+        "code",
+        m.py().eval(c"property(lambda e: e.args[0])", None, None)?,
+    )?;
+    class.setattr(
+        "message",
+        m.py().eval(c"property(lambda e: e.args[1])", None, None)?,
+    )?;
     Ok(())
 }
 

@@ -41,9 +41,17 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
     }
     match request.api_key {
         ApiKey::Produce => handlers::produce::start(&broker, request),
-        ApiKey::Fetch => tokio::spawn(async move { handlers::fetch::handle(&broker, request).await.into() }),
-        ApiKey::ListOffsets => tokio::spawn(async move { handlers::list_offsets::handle(&broker, request).await.into() }),
-        ApiKey::Metadata => tokio::spawn(async move { handlers::metadata::handle(&broker, request).await.into() }),
+        ApiKey::Fetch => {
+            tokio::spawn(async move { handlers::fetch::handle(&broker, request).await.into() })
+        }
+        ApiKey::ListOffsets => tokio::spawn(async move {
+            handlers::list_offsets::handle(&broker, request)
+                .await
+                .into()
+        }),
+        ApiKey::Metadata => {
+            tokio::spawn(async move { handlers::metadata::handle(&broker, request).await.into() })
+        }
         ApiKey::CreateTopics | ApiKey::DeleteTopics => {
             tokio::spawn(async move { handlers::admin::handle(&broker, request).await.into() })
         }

@@ -122,7 +122,10 @@ impl SegmentStore {
                     .build()
                     .map_err(|e| format!("KAFSCALE_S3_BUCKET {bucket}: {e}"))?;
                 let at = endpoint.as_deref().unwrap_or("AWS");
-                (Arc::new(s3), format!("s3://{bucket} (region {region}, endpoint {at})"))
+                (
+                    Arc::new(s3),
+                    format!("s3://{bucket} (region {region}, endpoint {at})"),
+                )
             }
         };
         Ok(SegmentStore {
@@ -146,7 +149,13 @@ impl SegmentStore {
         }
     }
 
-    pub fn segment_path(&self, topic: &str, partition: i32, base: i64, kind: SegmentObject) -> Path {
+    pub fn segment_path(
+        &self,
+        topic: &str,
+        partition: i32,
+        base: i64,
+        kind: SegmentObject,
+    ) -> Path {
         Path::from(format!(
             "{}/{topic}/{partition}/segment-{base:020}.{}",
             self.namespace,
@@ -235,8 +244,14 @@ mod tests {
     async fn conditional_create_never_overwrites() {
         let store = SegmentStore::open(&StorageLocation::Memory, "ns").unwrap();
         let path = store.segment_path("orders", 0, 5, SegmentObject::Data);
-        assert_eq!(path.as_ref(), "ns/orders/0/segment-00000000000000000005.kfs");
-        store.put_new(&path, vec![Bytes::from_static(b"one")]).await.unwrap();
+        assert_eq!(
+            path.as_ref(),
+            "ns/orders/0/segment-00000000000000000005.kfs"
+        );
+        store
+            .put_new(&path, vec![Bytes::from_static(b"one")])
+            .await
+            .unwrap();
         let again = store.put_new(&path, vec![Bytes::from_static(b"two")]).await;
         assert!(matches!(again, Err(StoreError::AlreadyExists(_))));
         assert_eq!(store.get(&path).await.unwrap(), Bytes::from_static(b"one"));
@@ -245,15 +260,22 @@ mod tests {
     #[tokio::test]
     async fn lists_a_partition_in_offset_order() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SegmentStore::open(&StorageLocation::LocalDir(dir.path().into()), "ns").unwrap();
+        let store =
+            SegmentStore::open(&StorageLocation::LocalDir(dir.path().into()), "ns").unwrap();
         for base in [20, 0, 10] {
             for kind in [SegmentObject::Index, SegmentObject::Data] {
                 let path = store.segment_path("t", 1, base, kind);
-                store.put_new(&path, vec![Bytes::from_static(b"x")]).await.unwrap();
+                store
+                    .put_new(&path, vec![Bytes::from_static(b"x")])
+                    .await
+                    .unwrap();
             }
         }
         let other = store.segment_path("t", 11, 0, SegmentObject::Data);
-        store.put_new(&other, vec![Bytes::from_static(b"x")]).await.unwrap();
+        store
+            .put_new(&other, vec![Bytes::from_static(b"x")])
+            .await
+            .unwrap();
         let listed = store.list_partition("t", 1).await.unwrap();
         let order: Vec<_> = listed.iter().map(|s| (s.base_offset, s.kind)).collect();
         assert_eq!(

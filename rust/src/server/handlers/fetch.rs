@@ -34,7 +34,8 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, Str
     let body: FetchRequest = request.body()?;
     let by_id = request.api_version >= 13;
     let wanted = resolve(broker, &body, by_id);
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
     let max_bytes = usize::try_from(body.max_bytes).unwrap_or(0);
     // Subscribe before reading, so a commit landing between read and wait is not missed.
     let mut watches: Vec<watch::Receiver<i64>> = wanted
@@ -73,15 +74,12 @@ fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
             ResponseError::UnknownTopicOrPartition
         };
         for p in &topic.partitions {
-            let partition = found
-                .as_ref()
-                .ok_or(missing)
-                .and_then(|t| {
-                    usize::try_from(p.partition)
-                        .ok()
-                        .and_then(|i| t.partitions.get(i).cloned())
-                        .ok_or(ResponseError::UnknownTopicOrPartition)
-                });
+            let partition = found.as_ref().ok_or(missing).and_then(|t| {
+                usize::try_from(p.partition)
+                    .ok()
+                    .and_then(|i| t.partitions.get(i).cloned())
+                    .ok_or(ResponseError::UnknownTopicOrPartition)
+            });
             wanted.push(Wanted {
                 topic: found
                     .as_ref()
@@ -151,7 +149,10 @@ async fn read_all(
 }
 
 /// Groups partition responses by topic, keeping request order.
-fn group(responses: Vec<(String, Uuid, PartitionData)>, by_id: bool) -> Vec<FetchableTopicResponse> {
+fn group(
+    responses: Vec<(String, Uuid, PartitionData)>,
+    by_id: bool,
+) -> Vec<FetchableTopicResponse> {
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
     for (name, id, data) in responses {
         let same = topics.last().is_some_and(|t| {

@@ -29,17 +29,25 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Byt
                 .with_timestamp(-1)
                 .with_offset(-1)
                 .with_leader_epoch(-1);
-            let found = lookup(broker, &topic.name.0, p.partition_index, p.current_leader_epoch, p.timestamp).await;
+            let found = lookup(
+                broker,
+                &topic.name.0,
+                p.partition_index,
+                p.current_leader_epoch,
+                p.timestamp,
+            )
+            .await;
             partitions.push(match found {
-                Ok((offset, timestamp, epoch)) if v0 => response
-                    .with_old_style_offsets(if offset >= 0 { vec![offset] } else { vec![] })
-                    .with_leader_epoch(epoch)
-                    .with_timestamp(timestamp),
+                Err(error) => response.with_error_code(error.code()),
+                // v0 answers with a list of offsets; timestamp and offset exist from v1, the
+                // leader epoch from v4 (the codec refuses fields a version does not have).
+                Ok((offset, _, _)) if v0 => {
+                    response.with_old_style_offsets(if offset >= 0 { vec![offset] } else { vec![] })
+                }
                 Ok((offset, timestamp, epoch)) => response
                     .with_offset(offset)
                     .with_timestamp(timestamp)
-                    .with_leader_epoch(epoch),
-                Err(error) => response.with_error_code(error.code()),
+                    .with_leader_epoch(if request.api_version >= 4 { epoch } else { -1 }),
             });
         }
         topics.push(

@@ -22,17 +22,30 @@ const OPERATIONS_UNKNOWN: i32 = i32::MIN;
 pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, String> {
     let body: MetadataRequest = request.body()?;
     let version = request.api_version;
-    let may_create = broker.config.auto_create_topics && (version < 4 || body.allow_auto_topic_creation);
+    let may_create =
+        broker.config.auto_create_topics && (version < 4 || body.allow_auto_topic_creation);
     let wants_all = match &body.topics {
         None => true,
         Some(list) => list.is_empty() && version == 0,
     };
     let topics = if wants_all {
-        broker.topics().iter().map(|t| describe(t, broker)).collect()
+        broker
+            .topics()
+            .iter()
+            .map(|t| describe(t, broker))
+            .collect()
     } else {
         let mut described = Vec::new();
         for wanted in body.topics.unwrap_or_default() {
-            described.push(lookup(broker, wanted.name.map(|n| n.0.to_string()), wanted.topic_id, may_create).await);
+            described.push(
+                lookup(
+                    broker,
+                    wanted.name.map(|n| n.0.to_string()),
+                    wanted.topic_id,
+                    may_create,
+                )
+                .await,
+            );
         }
         described
     };
@@ -68,7 +81,11 @@ async fn lookup(
         return failed(Some(name), e.code, Uuid::nil());
     }
     if !may_create {
-        return failed(Some(name), ResponseError::UnknownTopicOrPartition, Uuid::nil());
+        return failed(
+            Some(name),
+            ResponseError::UnknownTopicOrPartition,
+            Uuid::nil(),
+        );
     }
     match broker.auto_create_topic(&name).await {
         Ok(topic) => describe(&topic, broker),

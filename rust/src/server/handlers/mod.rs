@@ -32,7 +32,11 @@ pub fn find_partition(
 ) -> Result<Arc<Partition>, ResponseError> {
     broker
         .topic(topic)
-        .and_then(|t| usize::try_from(index).ok().and_then(|i| t.partitions.get(i).cloned()))
+        .and_then(|t| {
+            usize::try_from(index)
+                .ok()
+                .and_then(|i| t.partitions.get(i).cloned())
+        })
         .ok_or(ResponseError::UnknownTopicOrPartition)
 }
 
