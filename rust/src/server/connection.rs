@@ -15,8 +15,11 @@ use crate::broker::Broker;
 use crate::protocol::frame::FrameReader;
 use crate::protocol::header::Request;
 
-/// Requests one connection may have in flight before reading pauses (backpressure).
-const MAX_IN_FLIGHT: usize = 128;
+/// Requests one connection may have in flight before reading pauses (backpressure). Produce
+/// responses wait for the next group commit, and librdkafka pipelines one request per
+/// partition per linger, so this must cover a whole flush interval of requests: at 128, a
+/// client producing to 8 partitions with linger.ms=5 queued behind the cap without bound.
+const MAX_IN_FLIGHT: usize = 4096;
 
 pub async fn run(broker: Arc<Broker>, socket: TcpStream, peer: SocketAddr) {
     let (read_half, mut write_half) = socket.into_split();
