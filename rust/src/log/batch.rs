@@ -9,6 +9,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 
+use super::checksum::crc32c;
+
 /// Bytes before the batch-length field's coverage starts (base offset + length).
 pub const LOG_OVERHEAD: usize = 12;
 /// The fixed part of a v2 batch up to and including the record count.
@@ -109,7 +111,7 @@ pub fn validate_batches(
         {
             return Err(ResponseError::CorruptMessage);
         }
-        if crc32c::crc32c(&rest[CRC_START..header.size]) != header.crc {
+        if crc32c(&rest[CRC_START..header.size]) != header.crc {
             return Err(ResponseError::CorruptMessage);
         }
         batches.push(IncomingBatch {

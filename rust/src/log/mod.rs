@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod cache;
+pub mod checksum;
 pub mod flusher;
 pub mod index;
 pub mod partition;

@@ -7,6 +7,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN};
+use super::checksum::{crc32c, Crc32c};
 use super::index::IndexBuilder;
 
 pub const SEGMENT_MAGIC: &[u8; 4] = b"KAFS";
@@ -65,21 +66,21 @@ pub fn build_segment(
 
     let mut index = IndexBuilder::new(index_interval);
     let mut chunks = Vec::with_capacity(batches.len() * 2 + 2);
-    let mut crc = 0u32;
+    let mut crc = Crc32c::default();
     let mut position = SEGMENT_HEADER_LEN as u64;
     let mut max_timestamp = i64::MIN;
     chunks.push(Bytes::new()); // header, filled in below once the count is known
     for batch in batches {
         index.add_batch(batch.base_offset, position as u32, batch.offset_count);
-        crc = crc32c::crc32c_append(crc, &batch.prefix);
-        crc = crc32c::crc32c_append(crc, &batch.body);
+        crc.update(&batch.prefix);
+        crc.update(&batch.body);
         chunks.push(batch.prefix.clone());
         chunks.push(batch.body.clone());
         position += batch.size() as u64;
         max_timestamp = max_timestamp.max(batch.max_timestamp);
     }
     chunks[0] = encode_header(base_offset, messages as i32, created_ms);
-    chunks.push(encode_footer(crc, last_offset));
+    chunks.push(encode_footer(crc.finish(), last_offset));
     BuiltSegment {
         chunks,
         index: index.encode(),
@@ -160,7 +161,7 @@ impl ParsedSegment {
         }
         let batches = object.slice(SEGMENT_HEADER_LEN..len - SEGMENT_FOOTER_LEN);
         let expected = u32::from_be_bytes(footer[0..4].try_into().unwrap());
-        let actual = crc32c::crc32c(&batches);
+        let actual = crc32c(&batches);
         if expected != actual {
             return Err(SegmentError::Crc { expected, actual });
         }
