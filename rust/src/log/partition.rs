@@ -267,8 +267,8 @@ impl Partition {
         let index = ctx
             .store
             .segment_path(&self.topic, self.id, base, SegmentObject::Index);
-        put_replacing_leftover(ctx, &data, built.chunks.clone()).await?;
-        put_replacing_leftover(ctx, &index, vec![built.index.clone()]).await?;
+        put_replacing_leftover(ctx, &data, built.object.clone()).await?;
+        put_replacing_leftover(ctx, &index, built.index.clone()).await?;
         let high_watermark = built.meta.last_offset + 1;
         ctx.catalog
             .commit_high_watermark(&self.topic, self.id, committed, high_watermark)
@@ -354,13 +354,13 @@ impl From<CatalogError> for FlushError {
 async fn put_replacing_leftover(
     ctx: &LogContext,
     path: &object_store::path::Path,
-    chunks: Vec<bytes::Bytes>,
+    object: bytes::Bytes,
 ) -> Result<(), FlushError> {
-    match ctx.store.put_new(path, chunks.clone()).await {
+    match ctx.store.put_new(path, object.clone()).await {
         Err(StoreError::AlreadyExists(_)) => {
             tracing::info!(object = %path, "removing uncommitted leftover before rewriting it");
             ctx.store.delete(path).await?;
-            Ok(ctx.store.put_new(path, chunks).await?)
+            Ok(ctx.store.put_new(path, object).await?)
         }
         other => Ok(other?),
     }

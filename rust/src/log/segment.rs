@@ -7,7 +7,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN};
-use super::checksum::{crc32c, Crc32c};
+use super::checksum::crc32c;
 use super::index::IndexBuilder;
 
 pub const SEGMENT_MAGIC: &[u8; 4] = b"KAFS";
@@ -44,15 +44,25 @@ pub struct SegmentMeta {
     pub max_timestamp: Option<i64>,
 }
 
-/// A segment ready for upload: the `.kfs` object as a list of chunks (no copy of batch bytes),
-/// the encoded index, and the segment's metadata.
+/// A segment ready for upload: the `.kfs` object, the encoded index, and the metadata.
 pub struct BuiltSegment {
-    pub chunks: Vec<Bytes>,
+    pub object: Bytes,
     pub index: Bytes,
     pub meta: SegmentMeta,
 }
 
+impl BuiltSegment {
+    /// The batch bytes between header and footer (a slice of the object, no copy).
+    pub fn batches(&self) -> Bytes {
+        self.object
+            .slice(SEGMENT_HEADER_LEN..self.object.len() - SEGMENT_FOOTER_LEN)
+    }
+}
+
 /// Assembles one segment from batches whose offsets are already final and contiguous.
+///
+/// The batches are copied once into one contiguous object: the same bytes are uploaded and
+/// cached, and the produce requests they came from can be freed as soon as this returns.
 pub fn build_segment(
     batches: &[StoredBatch],
     created_ms: i64,
@@ -63,54 +73,39 @@ pub fn build_segment(
     let last = &batches[batches.len() - 1];
     let last_offset = last.base_offset + last.offset_count - 1;
     let messages: i64 = batches.iter().map(|b| b.offset_count).sum();
+    let batch_bytes: usize = batches.iter().map(StoredBatch::size).sum();
+
+    let mut object = BytesMut::with_capacity(SEGMENT_HEADER_LEN + batch_bytes + SEGMENT_FOOTER_LEN);
+    object.put_slice(SEGMENT_MAGIC);
+    object.put_u16(SEGMENT_VERSION);
+    object.put_u16(0);
+    object.put_i64(base_offset);
+    object.put_i32(messages as i32);
+    object.put_i64(created_ms);
+    object.put_u32(0);
 
     let mut index = IndexBuilder::new(index_interval);
-    let mut chunks = Vec::with_capacity(batches.len() * 2 + 2);
-    let mut crc = Crc32c::default();
-    let mut position = SEGMENT_HEADER_LEN as u64;
     let mut max_timestamp = i64::MIN;
-    chunks.push(Bytes::new()); // header, filled in below once the count is known
     for batch in batches {
-        index.add_batch(batch.base_offset, position as u32, batch.offset_count);
-        crc.update(&batch.prefix);
-        crc.update(&batch.body);
-        chunks.push(batch.prefix.clone());
-        chunks.push(batch.body.clone());
-        position += batch.size() as u64;
+        index.add_batch(batch.base_offset, object.len() as u32, batch.offset_count);
+        object.put_slice(&batch.prefix);
+        object.put_slice(&batch.body);
         max_timestamp = max_timestamp.max(batch.max_timestamp);
     }
-    chunks[0] = encode_header(base_offset, messages as i32, created_ms);
-    chunks.push(encode_footer(crc.finish(), last_offset));
+    let crc = crc32c(&object[SEGMENT_HEADER_LEN..]);
+    object.put_u32(crc);
+    object.put_i64(last_offset);
+    object.put_slice(FOOTER_MAGIC);
     BuiltSegment {
-        chunks,
-        index: index.encode(),
         meta: SegmentMeta {
             base_offset,
             last_offset,
-            size: position + SEGMENT_FOOTER_LEN as u64,
+            size: object.len() as u64,
             max_timestamp: Some(max_timestamp),
         },
+        object: object.freeze(),
+        index: index.encode(),
     }
-}
-
-fn encode_header(base_offset: i64, messages: i32, created_ms: i64) -> Bytes {
-    let mut header = BytesMut::with_capacity(SEGMENT_HEADER_LEN);
-    header.put_slice(SEGMENT_MAGIC);
-    header.put_u16(SEGMENT_VERSION);
-    header.put_u16(0);
-    header.put_i64(base_offset);
-    header.put_i32(messages);
-    header.put_i64(created_ms);
-    header.put_u32(0);
-    header.freeze()
-}
-
-fn encode_footer(crc: u32, last_offset: i64) -> Bytes {
-    let mut footer = BytesMut::with_capacity(SEGMENT_FOOTER_LEN);
-    footer.put_u32(crc);
-    footer.put_i64(last_offset);
-    footer.put_slice(FOOTER_MAGIC);
-    footer.freeze()
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -231,18 +226,10 @@ mod tests {
         }
     }
 
-    fn concat(chunks: &[Bytes]) -> Bytes {
-        let mut all = BytesMut::new();
-        for c in chunks {
-            all.extend_from_slice(c);
-        }
-        all.freeze()
-    }
-
     #[test]
     fn header_and_footer_bytes_are_exact() {
         let built = build_segment(&[stored(100, 2)], 0x0102030405, 100);
-        let object = concat(&built.chunks);
+        let object = built.object.clone();
         assert_eq!(&object[0..8], b"KAFS\x00\x01\x00\x00");
         assert_eq!(&object[8..16], &100i64.to_be_bytes());
         assert_eq!(&object[16..20], &2i32.to_be_bytes());
@@ -257,7 +244,7 @@ mod tests {
     #[test]
     fn corruption_is_detected() {
         let built = build_segment(&[stored(0, 3)], 1, 100);
-        let mut object = BytesMut::from(&concat(&built.chunks)[..]);
+        let mut object = BytesMut::from(&built.object[..]);
         object[40] ^= 0xff;
         assert!(matches!(
             ParsedSegment::parse(object.clone().freeze()),
@@ -280,7 +267,7 @@ mod tests {
                 b
             }).collect();
             let built = build_segment(&batches, 42, 100);
-            let parsed = ParsedSegment::parse(concat(&built.chunks)).unwrap();
+            let parsed = ParsedSegment::parse(built.object.clone()).unwrap();
             prop_assert_eq!(parsed.base_offset, 1000);
             prop_assert_eq!(parsed.last_offset, offset - 1);
             prop_assert_eq!(parsed.message_count as i64, offset - 1000);

@@ -169,8 +169,8 @@ impl SegmentStore {
 
     /// Writes an object that must not exist yet (If-None-Match: *), so nothing committed is
     /// ever overwritten.
-    pub async fn put_new(&self, path: &Path, chunks: Vec<Bytes>) -> Result<(), StoreError> {
-        let payload: PutPayload = chunks.into_iter().collect();
+    pub async fn put_new(&self, path: &Path, object: Bytes) -> Result<(), StoreError> {
+        let payload = PutPayload::from(object);
         let options = PutOptions::from(PutMode::Create);
         self.store.put_opts(path, payload, options).await?;
         Ok(())
@@ -249,10 +249,10 @@ mod tests {
             "ns/orders/0/segment-00000000000000000005.kfs"
         );
         store
-            .put_new(&path, vec![Bytes::from_static(b"one")])
+            .put_new(&path, Bytes::from_static(b"one"))
             .await
             .unwrap();
-        let again = store.put_new(&path, vec![Bytes::from_static(b"two")]).await;
+        let again = store.put_new(&path, Bytes::from_static(b"two")).await;
         assert!(matches!(again, Err(StoreError::AlreadyExists(_))));
         assert_eq!(store.get(&path).await.unwrap(), Bytes::from_static(b"one"));
     }
@@ -266,14 +266,14 @@ mod tests {
             for kind in [SegmentObject::Index, SegmentObject::Data] {
                 let path = store.segment_path("t", 1, base, kind);
                 store
-                    .put_new(&path, vec![Bytes::from_static(b"x")])
+                    .put_new(&path, Bytes::from_static(b"x"))
                     .await
                     .unwrap();
             }
         }
         let other = store.segment_path("t", 11, 0, SegmentObject::Data);
         store
-            .put_new(&other, vec![Bytes::from_static(b"x")])
+            .put_new(&other, Bytes::from_static(b"x"))
             .await
             .unwrap();
         let listed = store.list_partition("t", 1).await.unwrap();
