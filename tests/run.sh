@@ -45,6 +45,9 @@ if [[ -n $PYLIBDIR ]]; then
   export LD_LIBRARY_PATH="$PYLIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 cargo test --locked
+step "cargo fmt --check, cargo clippy -D warnings"
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
 
 # --- lint -----------------------------------------------------------------------------------
 lint_paths=()

@@ -58,7 +58,9 @@ class CreateTopicsRequest:
     validate_only: bool
 
 class CreatableTopicResult:
-    def __init__(self, name: str, error_code: int = 0, error_message: str | None = None) -> None: ...
+    def __init__(
+        self, name: str, error_code: int = 0, error_message: str | None = None
+    ) -> None: ...
 
 class CreateTopicsResponse:
     def __init__(self, topics: list[CreatableTopicResult], throttle_time_ms: int = 0) -> None: ...
@@ -71,7 +73,9 @@ class DeletableTopicResult:
     def __init__(self, name: str, error_code: int = 0) -> None: ...
 
 class DeleteTopicsResponse:
-    def __init__(self, responses: list[DeletableTopicResult], throttle_time_ms: int = 0) -> None: ...
+    def __init__(
+        self, responses: list[DeletableTopicResult], throttle_time_ms: int = 0
+    ) -> None: ...
 
 class ControlRequest:
     api_key: int
@@ -97,9 +101,7 @@ class Broker:
         """One line: where it listens, advertised address, storage and metadata in use."""
     async def next_control_request(self) -> ControlRequest | None:
         """The next control-plane request; None once the broker has shut down."""
-    async def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str]
-    ) -> TopicInfo:
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         """Create a topic in the metadata store. Raises KafkaApiError with
         TOPIC_ALREADY_EXISTS (36), INVALID_TOPIC_EXCEPTION (17), INVALID_PARTITIONS (37)."""
     async def delete_topic(self, name: str) -> None:

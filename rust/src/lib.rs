@@ -2,6 +2,7 @@
 //! metadata lives in a key-value store (embedded, or etcd), exposed to Python as
 //! `kafscale._core`.
 
+pub mod alloc;
 pub mod broker;
 pub mod config;
 pub mod error;
@@ -11,3 +12,6 @@ pub mod protocol;
 pub mod python;
 pub mod server;
 pub mod store;
+
+#[global_allocator]
+static ALLOCATOR: alloc::GuardedAllocator = alloc::GuardedAllocator;

@@ -148,17 +148,39 @@ def test_truncated_request_body_closes_connection(strict_broker, bystander, cut)
         b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
         kw.frame(b"\x7a\x7a" + os.urandom(62)),
         kw.frame(b"\x00"),  # a frame shorter than any request header
-        # Metadata v1 that claims a huge topic array
-        kw.frame(kw.request_header(kw.METADATA, 1, 1, "g", False) + b"\x7f\xff\xff\xff" + b"ab"),
         # ApiVersions v3 with a compact string length past the frame end
         kw.frame(kw.request_header(kw.API_VERSIONS, 3, 1, "g", True) + b"\x7f"),
     ],
-    ids=["http", "random", "one-byte", "huge-array", "bad-compact-string"],
+    ids=["http", "random", "one-byte", "bad-compact-string"],
 )
 def test_garbage_closes_connection(strict_broker, bystander, payload):
     with open_raw(strict_broker) as conn:
         send_ignoring_reset(conn, payload)
         assert conn.wait_closed(), "connection stayed open after garbage"
+    assert_healthy(strict_broker, bystander)
+
+
+HUGE = b"\x7f\xff\xff\xff"
+HUGE_ARRAYS = {
+    # api, version, flexible header, body up to and including an absurd array length
+    "produce-v3": (kw.PRODUCE, 3, False, b"\xff\xff" + b"\xff\xff" + b"\x00\x00\x75\x30" + HUGE),
+    "fetch-v4": (kw.FETCH, 4, False, b"\xff" * 4 + b"\x00" * 12 + b"\x00" + HUGE),
+    "list-offsets-v1": (kw.LIST_OFFSETS, 1, False, b"\xff" * 4 + HUGE),
+    "metadata-v1": (kw.METADATA, 1, False, HUGE),
+    "metadata-v9-compact": (kw.METADATA, 9, True, b"\xff\xff\xff\x7f"),
+    "create-topics-v0": (kw.CREATE_TOPICS, 0, False, HUGE),
+    "delete-topics-v0": (kw.DELETE_TOPICS, 0, False, HUGE),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUGE_ARRAYS))
+def test_absurd_array_length_closes_connection(strict_broker, bystander, case):
+    """A tiny request that claims billions of array elements must not make the broker try to
+    allocate them."""
+    api, version, flexible, body = HUGE_ARRAYS[case]
+    with open_raw(strict_broker) as conn:
+        conn.send_raw(kw.frame(kw.request_header(api, version, 1, "huge", flexible) + body + b"ab"))
+        assert conn.wait_closed(), "connection stayed open after an undecodable request"
     assert_healthy(strict_broker, bystander)
 
 

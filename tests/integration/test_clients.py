@@ -146,12 +146,12 @@ def test_python_client_roundtrip(kbroker, client, codec):
     delivered = PRODUCERS[client](kbroker.bootstrap, topic, msgs, compression=codec, acks="all")
     expected = counts(msgs)
     assert_hwm(kbroker.bootstrap, topic, expected)
-    assert_stored_with_codec(kbroker, topic, codec)
     for consumer_name, consume in CONSUMERS.items():
         got = consume(kbroker.bootstrap, topic, expected)
         assert_same(msgs, got)
         if consumer_name == client:
             assert_delivery_matches(msgs, delivered, got)
+    assert_stored_with_codec(kbroker, topic, codec)
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -164,10 +164,10 @@ def test_kcat_roundtrip(kbroker, codec):
     after = int(time.time() * 1000) + 1
     expected = counts(msgs)
     assert_hwm(kbroker.bootstrap, topic, expected)
-    assert_stored_with_codec(kbroker, topic, codec)
     for consume in CONSUMERS.values():
         got = consume(kbroker.bootstrap, topic, expected)
         assert_same(msgs, got, check_timestamps=False, ts_window=(before, after))
+    assert_stored_with_codec(kbroker, topic, codec)
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])

@@ -126,7 +126,9 @@ def test_sigkill_during_produce_keeps_every_ack(broker_factory, storage_args):
         i = 0
         while not stop.is_set():
             try:
-                producer.produce(topic, value=b"busy-%06d" % i, partition=i % PARTITIONS)
+                producer.produce(
+                    topic, value=b"busy-%06d" % i, partition=i % PARTITIONS, on_delivery=on_delivery
+                )
                 i += 1
             except BufferError:
                 pass

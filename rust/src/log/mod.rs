@@ -8,6 +8,8 @@ pub mod index;
 pub mod partition;
 pub mod reader;
 pub mod segment;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;

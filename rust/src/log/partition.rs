@@ -25,6 +25,7 @@ pub type AppendResult = Result<i64, ResponseError>;
 
 struct Chunk {
     batches: Vec<StoredBatch>,
+    bytes: usize,
     /// `None` for acks=0 produce requests.
     waiter: Option<oneshot::Sender<AppendResult>>,
 }
@@ -145,6 +146,7 @@ impl Partition {
         };
         state.pending.push(Chunk {
             batches: stored,
+            bytes,
             waiter,
         });
         state.pending_bytes += bytes;
@@ -176,27 +178,60 @@ impl Partition {
         }
     }
 
-    /// Writes everything buffered as one segment and commits it, one flush at a time per
-    /// partition. Writes appended meanwhile mark the partition dirty again by themselves.
+    /// Writes everything buffered and commits it, one flush at a time per partition. A backlog
+    /// larger than `segment_bytes` becomes several segments, each ending at the first produce
+    /// request boundary at or after the limit. Writes appended meanwhile mark the partition
+    /// dirty again by themselves.
     pub async fn flush(&self, ctx: &LogContext) {
         let _one_at_a_time = self.flush_lock.lock().await;
         self.dirty.store(false, Ordering::Release);
-        let (chunks, committed) = {
-            let mut state = self.state();
-            if state.pending.is_empty() {
-                return;
+        while let Some((chunks, committed)) = self.take_segment(ctx.settings.segment_bytes) {
+            if !self.write_segment(ctx, chunks, committed).await {
+                // The rest was re-based onto the committed end; the next flush retries it.
+                break;
             }
-            state.pending_bytes = 0;
-            (std::mem::take(&mut state.pending), state.committed.clone())
-        };
-        let batches: Vec<StoredBatch> = chunks
+        }
+    }
+
+    /// The buffered chunks that make the next segment, and the state they commit on top of.
+    fn take_segment(&self, segment_bytes: usize) -> Option<(Vec<Chunk>, VersionedPartition)> {
+        let mut state = self.state();
+        let mut bytes = 0;
+        let count = state
+            .pending
             .iter()
-            .flat_map(|c| c.batches.iter().cloned())
-            .collect();
+            .take_while(|chunk| {
+                let room = bytes < segment_bytes;
+                bytes += chunk.bytes;
+                room
+            })
+            .count();
+        if count == 0 {
+            return None;
+        }
+        let chunks: Vec<Chunk> = state.pending.drain(..count).collect();
+        state.pending_bytes -= chunks.iter().map(|c| c.bytes).sum::<usize>();
+        Some((chunks, state.committed.clone()))
+    }
+
+    /// Uploads and commits one segment, then answers its producers. False if it failed.
+    async fn write_segment(
+        &self,
+        ctx: &LogContext,
+        chunks: Vec<Chunk>,
+        committed: VersionedPartition,
+    ) -> bool {
+        // Keep only who to answer; the request bytes are freed once the segment holds a copy.
+        let mut batches = Vec::new();
+        let mut replies = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            replies.push((chunk.waiter, chunk.batches[0].base_offset));
+            batches.extend(chunk.batches);
+        }
         let built = build_segment(&batches, now_ms(), ctx.settings.index_interval);
+        drop(batches);
         let started = std::time::Instant::now();
-        let outcome = self.upload_and_commit(ctx, &built, &committed).await;
-        match outcome {
+        match self.upload_and_commit(ctx, &built, &committed).await {
             Ok(next) => {
                 let high_watermark = next.record.high_watermark;
                 tracing::debug!(
@@ -213,11 +248,12 @@ impl Partition {
                     state.segments.push(built.meta.clone());
                 }
                 self.high_watermark.send_replace(high_watermark);
-                for chunk in chunks {
-                    if let Some(waiter) = chunk.waiter {
-                        let _ = waiter.send(Ok(chunk.batches[0].base_offset));
+                for (waiter, base_offset) in replies {
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(Ok(base_offset));
                     }
                 }
+                true
             }
             Err(error) => {
                 tracing::warn!(
@@ -226,11 +262,10 @@ impl Partition {
                     "segment flush failed; nothing in it was acknowledged"
                 );
                 self.rebase_after_failure(error.fenced);
-                for chunk in chunks {
-                    if let Some(waiter) = chunk.waiter {
-                        let _ = waiter.send(Err(error.code));
-                    }
+                for waiter in replies.into_iter().filter_map(|(waiter, _)| waiter) {
+                    let _ = waiter.send(Err(error.code));
                 }
+                false
             }
         }
     }

@@ -13,7 +13,10 @@ const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
 }
 
 pub const SUPPORTED: &[SupportedApi] = &[
-    api(ApiKey::Produce, 3, 9),
+    // From v0 as Kafka does: librdkafka enables gzip, snappy and lz4 only when the broker
+    // lists Produce v0. Clients send v3+ (RecordBatch) when offered; a v0–2 request (legacy
+    // message sets) is answered with UNSUPPORTED_FOR_MESSAGE_FORMAT per partition.
+    api(ApiKey::Produce, 0, 9),
     api(ApiKey::Fetch, 4, 13),
     api(ApiKey::ListOffsets, 0, 4),
     api(ApiKey::Metadata, 0, 12),

@@ -2,7 +2,7 @@
 //! and the list, so the client can pick one (KIP-511).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::ApiVersionsResponse;
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
 use crate::protocol::header::{encode_response, Request};
@@ -21,6 +21,8 @@ pub fn handle(request: &Request) -> Result<bytes::Bytes, String> {
     let mut response = ApiVersionsResponse::default().with_api_keys(api_keys);
     let range = supported(request.api_key).expect("ApiVersions is always supported");
     let version = if (range.min..=range.max).contains(&request.api_version) {
+        // A body we cannot decode closes the connection, as for every other API.
+        request.body::<ApiVersionsRequest>()?;
         request.api_version
     } else {
         response.error_code = ResponseError::UnsupportedVersion.code();

@@ -1,0 +1,96 @@
+//! The process allocator, with one guard: huge reservations get address space, not memory.
+//!
+//! The protocol codec (kafka-protocol 0.15) sizes a decoded array with `Vec::with_capacity(n)`
+//! from the count the client declared. A 20-byte request claiming 2^31 elements asks for
+//! ~150 GB; glibc refuses, and a refused allocation aborts the whole process. Any reservation of
+//! `HUGE` bytes or more is therefore mapped with `MAP_NORESERVE`: it costs nothing until
+//! touched, the decoder fails on the missing bytes, and the mapping is returned unused.
+//! Legitimate allocations never come near this size (frames are capped at 2 GiB).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+
+const HUGE: usize = 1 << 30;
+
+pub struct GuardedAllocator;
+
+unsafe fn map_lazily(size: usize) -> *mut u8 {
+    let addr = libc::mmap(
+        std::ptr::null_mut(),
+        size,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+        -1,
+        0,
+    );
+    if addr == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        addr.cast()
+    }
+}
+
+// SAFETY: small layouts go to the system allocator unchanged; huge ones are page-aligned
+// anonymous mappings (alignment above a page is not requested for such sizes by this program,
+// and is refused with null if it ever is) released with munmap of the same size.
+unsafe impl GlobalAlloc for GuardedAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() < HUGE {
+            return System.alloc(layout);
+        }
+        if layout.align() > 4096 {
+            return std::ptr::null_mut();
+        }
+        map_lazily(layout.size())
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.size() < HUGE {
+            return System.alloc_zeroed(layout);
+        }
+        // Fresh anonymous mappings are zero-filled.
+        self.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if layout.size() < HUGE {
+            System.dealloc(ptr, layout);
+        } else {
+            libc::munmap(ptr.cast(), layout.size());
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if layout.size() < HUGE && new_size < HUGE {
+            return System.realloc(ptr, layout, new_size);
+        }
+        let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        let new_ptr = self.alloc(new_layout);
+        if !new_ptr.is_null() {
+            std::ptr::copy_nonoverlapping(ptr, new_ptr, layout.size().min(new_size));
+            self.dealloc(ptr, layout);
+        }
+        new_ptr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::MetadataRequest;
+    use kafka_protocol::protocol::Decodable;
+
+    #[test]
+    fn a_lying_array_count_fails_to_decode_instead_of_aborting() {
+        // Metadata v1: topics array count 0x7fffffff, then nothing.
+        let mut body = bytes::Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff]);
+        assert!(MetadataRequest::decode(&mut body, 1).is_err());
+    }
+
+    #[test]
+    fn huge_vectors_are_usable_and_freed() {
+        let mut v: Vec<u8> = Vec::with_capacity(super::HUGE + 1);
+        v.extend_from_slice(&[1, 2, 3]);
+        v.resize(8192, 7);
+        assert_eq!(v[1], 2);
+        assert_eq!(v[8191], 7);
+    }
+}
