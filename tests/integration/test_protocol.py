@@ -3,8 +3,10 @@ ListOffsets, request pipelining, CreateTopics/DeleteTopics through real admin cl
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
+import zlib
 
 import pytest
 from support import kafka_wire as kw
@@ -475,3 +477,58 @@ def test_admin_kafka_python_create_and_delete(pbroker):
             admin.delete_topics([topic])
     finally:
         admin.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# FindCoordinator, legacy Produce
+
+FIND_COORDINATOR = 10
+COORDINATOR_NOT_AVAILABLE = 15
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+
+
+def find_coordinator_v1(conn: kw.RawConnection, key: str, key_type: int):
+    r = conn.request(FIND_COORDINATOR, 1, kw.Writer().string(key).i8(key_type).done())
+    _throttle, error, message = r.i32(), r.i16(), r.string()
+    node, host, port = r.i32(), r.string(), r.i32()
+    assert r.remaining() == 0
+    return error, message, node, host, port
+
+
+def test_find_coordinator_names_this_broker_for_groups(pbroker):
+    host, port = pbroker.bootstrap.rsplit(":", 1)
+    with conn_to(pbroker) as conn:
+        error, _, node, got_host, got_port = find_coordinator_v1(conn, "some-group", 0)
+        assert (error, node, got_host, got_port) == (kw.NONE, 0, host, int(port))
+        # transactions are not supported: no transaction coordinator, with a reason
+        error, message, node, _, _ = find_coordinator_v1(conn, "some-txn", 1)
+        assert (error, node) == (COORDINATOR_NOT_AVAILABLE, -1)
+        assert "transactions" in message
+
+
+def test_legacy_produce_v2_message_set_is_refused_per_partition(pbroker):
+    topic = unique("legacy")
+    kw.ensure_topic(pbroker.bootstrap, topic)
+    # one magic-1 message: offset, size, crc, magic, attributes, timestamp, key, value
+    message = kw.Writer().i8(1).i8(0).i64(int(time.time() * 1000)).bytes_(None).bytes_(b"v")
+    message = message.done()
+    crc = zlib.crc32(message)
+    legacy = kw.Writer().i64(0).i32(4 + len(message)).raw(struct.pack(">I", crc)).raw(message)
+    body = (
+        kw.Writer()
+        .i16(-1)  # acks; v2 has no transactional id
+        .i32(30000)
+        .array_len(1)
+        .string(topic)
+        .array_len(1)
+        .i32(0)
+        .bytes_(legacy.done())
+        .done()
+    )
+    with conn_to(pbroker) as conn:
+        r = conn.request(kw.PRODUCE, 2, body)
+        assert r.array_len() == 1 and r.string() == topic and r.array_len() == 1
+        partition, error, base_offset = r.i32(), r.i16(), r.i64()
+        assert (partition, error, base_offset) == (0, UNSUPPORTED_FOR_MESSAGE_FORMAT, -1)
+        # nothing was stored: the partition is still empty
+        assert kw.list_offsets(conn, topic, 0, -1).offset == 0

@@ -19,6 +19,7 @@ pub const BATCH_HEADER_LEN: usize = 61;
 /// None of it is covered by the batch CRC.
 pub const REWRITTEN_PREFIX_LEN: usize = 16;
 const CRC_START: usize = 21;
+const MAGIC_AT: usize = 16;
 
 /// The fields of a batch header the broker uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +52,7 @@ impl BatchHeader {
             base_offset: i64_at(buf, 0),
             size: LOG_OVERHEAD + length as usize,
             leader_epoch: i32_at(buf, 12),
-            magic: buf[16] as i8,
+            magic: buf[MAGIC_AT] as i8,
             crc: u32::from_be_bytes(buf[17..21].try_into().unwrap()),
             attributes: i16::from_be_bytes(buf[21..23].try_into().unwrap()),
             last_offset_delta: i32_at(buf, 23),
@@ -95,10 +96,12 @@ pub fn validate_batches(
     let mut pos = 0;
     while pos < records.len() {
         let rest = &records[pos..];
-        let header = BatchHeader::parse(rest).ok_or(ResponseError::CorruptMessage)?;
-        if header.magic != 2 {
+        // Legacy messages (magic 0/1) keep the magic byte at the same place but are shorter
+        // than a v2 header, so look at it before parsing the rest.
+        if rest.len() > MAGIC_AT && rest[MAGIC_AT] != 2 {
             return Err(ResponseError::UnsupportedForMessageFormat);
         }
+        let header = BatchHeader::parse(rest).ok_or(ResponseError::CorruptMessage)?;
         if header.size > rest.len() {
             return Err(ResponseError::CorruptMessage);
         }
@@ -226,7 +229,8 @@ pub(crate) mod tests {
             validate_batches(&truncated, 1 << 20).unwrap_err(),
             ResponseError::CorruptMessage
         );
-        let mut old = BytesMut::from(&batch[..]);
+        // a magic-1 message: shorter than any v2 batch header
+        let mut old = BytesMut::from(&batch[..34]);
         old[16] = 1;
         assert_eq!(
             validate_batches(&old.freeze(), 1 << 20).unwrap_err(),

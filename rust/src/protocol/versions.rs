@@ -20,6 +20,7 @@ pub const SUPPORTED: &[SupportedApi] = &[
     api(ApiKey::Fetch, 4, 13),
     api(ApiKey::ListOffsets, 0, 4),
     api(ApiKey::Metadata, 0, 12),
+    api(ApiKey::FindCoordinator, 0, 3),
     api(ApiKey::ApiVersions, 0, 3),
     api(ApiKey::CreateTopics, 0, 2),
     api(ApiKey::DeleteTopics, 0, 2),

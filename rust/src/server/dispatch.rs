@@ -49,6 +49,11 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
                 .await
                 .into()
         }),
+        ApiKey::FindCoordinator => {
+            tokio::spawn(
+                async move { handlers::find_coordinator::handle(&broker, &request).into() },
+            )
+        }
         ApiKey::Metadata => {
             tokio::spawn(async move { handlers::metadata::handle(&broker, request).await.into() })
         }

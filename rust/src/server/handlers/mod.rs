@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod api_versions;
 pub mod fetch;
+pub mod find_coordinator;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
