@@ -296,12 +296,8 @@ impl Partition {
         committed: &VersionedPartition,
     ) -> Result<VersionedPartition, FlushError> {
         let base = built.meta.base_offset;
-        let data = ctx
-            .store
-            .segment_path(&self.topic, self.id, base, SegmentObject::Data);
-        let index = ctx
-            .store
-            .segment_path(&self.topic, self.id, base, SegmentObject::Index);
+        let data = self.segment_path(ctx, base, SegmentObject::Data);
+        let index = self.segment_path(ctx, base, SegmentObject::Index);
         put_replacing_leftover(ctx, &data, built.object.clone()).await?;
         put_replacing_leftover(ctx, &index, built.index.clone()).await?;
         let high_watermark = built.meta.last_offset + 1;
@@ -309,6 +305,17 @@ impl Partition {
             .commit_high_watermark(&self.topic, self.id, committed, high_watermark)
             .await
             .map_err(FlushError::from)
+    }
+
+    /// Where one of this partition's segment objects lives.
+    pub fn segment_path(
+        &self,
+        ctx: &LogContext,
+        base_offset: i64,
+        kind: SegmentObject,
+    ) -> object_store::path::Path {
+        ctx.store
+            .segment_path(&self.topic, self.id, base_offset, kind)
     }
 
     pub fn object_key(&self, base_offset: i64) -> String {

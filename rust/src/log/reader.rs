@@ -14,7 +14,7 @@ use super::segment::{BatchWalker, SegmentMeta, SEGMENT_FOOTER_LEN, SEGMENT_HEADE
 use super::LogContext;
 use crate::log::batch::BatchHeader;
 use crate::log::index::SparseIndex;
-use crate::store::SegmentObject;
+use crate::store::{SegmentObject, StoreError};
 
 /// Segments a single fetch may span.
 const SEGMENTS_PER_READ: usize = 16;
@@ -115,16 +115,12 @@ async fn index_position(
     segment: &SegmentMeta,
     offset: i64,
 ) -> Result<u64, ResponseError> {
-    let path = ctx.store.segment_path(
-        &partition.topic,
-        partition.id,
-        segment.base_offset,
-        SegmentObject::Index,
-    );
-    let bytes = ctx.store.get(&path).await.map_err(|e| {
-        tracing::warn!(object = %path, error = %e, "index read failed");
-        ResponseError::KafkaStorageError
-    })?;
+    let path = partition.segment_path(ctx, segment.base_offset, SegmentObject::Index);
+    let bytes = ctx
+        .store
+        .get(&path)
+        .await
+        .map_err(|e| read_failed(&path, e))?;
     match SparseIndex::parse(&bytes) {
         Ok(index) => Ok(index
             .position_for(offset)
@@ -143,18 +139,20 @@ async fn fetch_batches(
     segment: &SegmentMeta,
     start: u64,
 ) -> Result<CachedBatches, ResponseError> {
-    let path = ctx.store.segment_path(
-        &partition.topic,
-        partition.id,
-        segment.base_offset,
-        SegmentObject::Data,
-    );
+    let path = partition.segment_path(ctx, segment.base_offset, SegmentObject::Data);
     let end = segment.size - SEGMENT_FOOTER_LEN as u64;
-    let bytes = ctx.store.get_range(&path, start..end).await.map_err(|e| {
-        tracing::warn!(object = %path, error = %e, "segment read failed");
-        ResponseError::KafkaStorageError
-    })?;
+    let bytes = ctx
+        .store
+        .get_range(&path, start..end)
+        .await
+        .map_err(|e| read_failed(&path, e))?;
     Ok(CachedBatches { start, bytes })
+}
+
+/// A read that failed: logged with the object, answered with a retriable storage error.
+fn read_failed(path: &object_store::path::Path, error: StoreError) -> ResponseError {
+    tracing::warn!(object = %path, %error, "object storage read failed");
+    ResponseError::KafkaStorageError
 }
 
 /// Loads the next segments in the background so a sequential consumer finds them cached.
