@@ -203,6 +203,43 @@ def test_unimplemented_api_gets_unsupported_version(strict_broker, bystander):
     assert_healthy(strict_broker, bystander)
 
 
+def test_unimplemented_per_item_apis_answer_each_item(strict_broker, bystander):
+    """APIs whose responses only carry per-item error codes repeat the request's items, each
+    with UNSUPPORTED_VERSION, instead of dropping the connection."""
+    describe_configs_v0 = kw.Writer().array_len(1).i8(2).string("some-topic").array_len(None).done()
+    create_partitions_v0 = (
+        kw.Writer()
+        .array_len(2)
+        .string("a")
+        .i32(3)
+        .array_len(None)
+        .string("b")
+        .i32(4)
+        .array_len(None)
+        .i32(1000)
+        .boolean(False)
+        .done()
+    )
+    with open_raw(strict_broker) as conn:
+        r = conn.request(32, 0, describe_configs_v0)  # DescribeConfigs
+        r.i32()  # throttle
+        assert r.array_len() == 1
+        error, message, resource_type, name = r.i16(), r.string(), r.i8(), r.string()
+        assert (error, resource_type, name) == (kw.UNSUPPORTED_VERSION, 2, "some-topic")
+        assert message
+
+        r = conn.request(37, 0, create_partitions_v0)  # CreatePartitions
+        r.i32()  # throttle
+        results = [(r.string(), r.i16(), r.string()) for _ in range(r.array_len())]
+        assert [(n, e) for n, e, _ in results] == [
+            ("a", kw.UNSUPPORTED_VERSION),
+            ("b", kw.UNSUPPORTED_VERSION),
+        ]
+        assert r.remaining() == 0
+        assert kw.api_versions(conn).error_code == kw.NONE
+    assert_healthy(strict_broker, bystander)
+
+
 # ---------------------------------------------------------------------------------------------
 # records
 
