@@ -178,7 +178,7 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + RECREATE_WAIT;
         loop {
             let deletion_finished = self.deletions_done.notified();
-            let _admin = self.admin.lock().await;
+            let admin_guard = self.admin.lock().await;
             match self
                 .log
                 .catalog
@@ -194,7 +194,7 @@ impl Broker {
                 Err(CatalogError::TopicBeingDeleted(_))
                     if tokio::time::Instant::now() < deadline =>
                 {
-                    drop(_admin);
+                    drop(admin_guard);
                     let _ = tokio::time::timeout_at(deadline, deletion_finished).await;
                 }
                 Err(e) => return Err(catalog_error(e)),

@@ -54,11 +54,16 @@ impl Flusher {
     }
 
     fn spawn_flush(&self, partition: Arc<Partition>) {
+        tokio::spawn(self.flush_in_slot(partition));
+    }
+
+    /// One partition's flush, once one of the bounded upload slots is free.
+    fn flush_in_slot(&self, partition: Arc<Partition>) -> impl std::future::Future<Output = ()> {
         let (ctx, uploads) = (self.ctx.clone(), self.uploads.clone());
-        tokio::spawn(async move {
+        async move {
             let _slot = uploads.acquire_owned().await;
             partition.flush(&ctx).await;
-        });
+        }
     }
 
     /// Flushes every partition that was dirty when the round began; returns how many.
@@ -67,11 +72,7 @@ impl Flusher {
         let count = partitions.len();
         let mut flushes = JoinSet::new();
         for partition in partitions {
-            let (ctx, uploads) = (self.ctx.clone(), self.uploads.clone());
-            flushes.spawn(async move {
-                let _slot = uploads.acquire_owned().await;
-                partition.flush(&ctx).await;
-            });
+            flushes.spawn(self.flush_in_slot(partition));
         }
         while flushes.join_next().await.is_some() {}
         count

@@ -26,7 +26,9 @@ pub fn init_logging(level: &str, format: &str) -> PyResult<()> {
         .with_timer(timer)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    let installed = match format {
+    // A second call (tests start several brokers in one process) keeps the first subscriber,
+    // so the "already set" error is deliberately ignored.
+    let _ = match format {
         "json" => builder.json().flatten_event(true).try_init(),
         "text" => builder.try_init(),
         other => {
@@ -35,7 +37,5 @@ pub fn init_logging(level: &str, format: &str) -> PyResult<()> {
             )))
         }
     };
-    // A second call (tests start several brokers in one process) keeps the first subscriber.
-    let _ = installed;
     Ok(())
 }

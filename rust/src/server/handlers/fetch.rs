@@ -42,22 +42,22 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, Str
         .iter()
         .filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe()))
         .collect();
-    loop {
+    let responses = loop {
         for w in watches.iter_mut() {
             w.mark_unchanged();
         }
         let (responses, total, any_error) = read_all(broker, &wanted, max_bytes).await;
         let satisfied = total >= body.min_bytes.max(0) as usize || any_error || watches.is_empty();
         if satisfied || tokio::time::Instant::now() >= deadline {
-            let response = FetchResponse::default().with_responses(group(responses, by_id));
-            return encode_response(request.correlation_id, request.api_version, &response);
+            break responses;
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            let response = FetchResponse::default().with_responses(group(responses, by_id));
-            return encode_response(request.correlation_id, request.api_version, &response);
+            break responses; // nothing was committed meanwhile: what we read is current
         }
-    }
+    };
+    let response = FetchResponse::default().with_responses(group(responses, by_id));
+    encode_response(request.correlation_id, request.api_version, &response)
 }
 
 fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
