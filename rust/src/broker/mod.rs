@@ -74,7 +74,7 @@ impl Broker {
             cache: SegmentCache::new(config.cache_bytes),
         });
         let broker = Arc::new(Broker {
-            flusher: Flusher::start(log.clone()),
+            flusher: Flusher::new(log.clone()),
             log,
             cluster_id,
             control: ControlBridge::default(),
@@ -277,12 +277,15 @@ impl Broker {
 
     /// SIGTERM: stop taking writes, flush every buffer, close the control plane.
     pub async fn shutdown(&self) {
-        for topic in self.topics() {
-            for partition in &topic.partitions {
-                partition.close(ResponseError::NotLeaderOrFollower);
-            }
+        let partitions: Vec<_> = self
+            .topics()
+            .iter()
+            .flat_map(|topic| topic.partitions.iter().cloned())
+            .collect();
+        for partition in &partitions {
+            partition.close(ResponseError::NotLeaderOrFollower);
         }
-        self.flusher.flush_all().await;
+        self.flusher.flush_all(partitions).await;
         self.control.close();
         tracing::info!("all buffers flushed; broker stopped");
     }

@@ -1,91 +1,81 @@
-//! Group commit: every flush interval, all dirty partitions are flushed in parallel (bounded);
-//! a partition whose buffer reaches the segment size is flushed at once.
+//! Group commit, per partition: the first append to a clean partition schedules its flush one
+//! flush interval later, so every append in that window shares one segment upload; a buffer
+//! that reaches the segment size is flushed at once. Partitions flush independently (bounded
+//! by upload slots): a slow or busy partition never holds up another one's acks.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::{mpsc, Semaphore};
-use tokio::task::JoinSet;
+use tokio::sync::Semaphore;
 
 use super::partition::Partition;
 use super::LogContext;
 
+/// How long a failed flush waits before it retries the rest of the buffer, at most.
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Shutdown gives up on a partition whose flushes keep failing after this many attempts.
+const SHUTDOWN_ATTEMPTS: usize = 50;
+
 pub struct Flusher {
     ctx: Arc<LogContext>,
-    dirty: Mutex<Vec<Arc<Partition>>>,
-    urgent: mpsc::UnboundedSender<Arc<Partition>>,
     uploads: Arc<Semaphore>,
 }
 
 impl Flusher {
-    /// Starts the background flush loop on the current runtime.
-    pub fn start(ctx: Arc<LogContext>) -> Arc<Flusher> {
-        let (urgent, mut urgent_rx) = mpsc::unbounded_channel();
-        let flusher = Arc::new(Flusher {
+    pub fn new(ctx: Arc<LogContext>) -> Arc<Flusher> {
+        Arc::new(Flusher {
             uploads: Arc::new(Semaphore::new(ctx.settings.max_concurrent_flushes)),
             ctx,
-            dirty: Mutex::new(Vec::new()),
-            urgent,
-        });
-        let worker = flusher.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(worker.ctx.settings.flush_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => { worker.round().await; }
-                    Some(partition) = urgent_rx.recv() => worker.spawn_flush(partition),
-                }
-            }
-        });
-        flusher
+        })
     }
 
     /// Called after every append with the partition's buffered byte count.
     pub fn note_append(&self, partition: &Arc<Partition>, buffered_bytes: usize) {
-        if partition.mark_dirty() {
-            self.dirty
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(partition.clone());
+        if buffered_bytes >= self.ctx.settings.segment_bytes && partition.schedule_urgent_flush() {
+            self.spawn_flush(partition, Duration::ZERO);
         }
-        if buffered_bytes >= self.ctx.settings.segment_bytes {
-            let _ = self.urgent.send(partition.clone());
+        if partition.schedule_flush() {
+            self.spawn_flush(partition, self.ctx.settings.flush_interval);
         }
     }
 
-    fn spawn_flush(&self, partition: Arc<Partition>) {
-        tokio::spawn(self.flush_in_slot(partition));
-    }
-
-    /// One partition's flush, once one of the bounded upload slots is free.
-    fn flush_in_slot(&self, partition: Arc<Partition>) -> impl std::future::Future<Output = ()> {
-        let (ctx, uploads) = (self.ctx.clone(), self.uploads.clone());
-        async move {
-            let _slot = uploads.acquire_owned().await;
-            partition.flush(&ctx).await;
-        }
-    }
-
-    /// Flushes every partition that was dirty when the round began; returns how many.
-    async fn round(&self) -> usize {
-        let partitions = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()));
-        let count = partitions.len();
-        let mut flushes = JoinSet::new();
-        for partition in partitions {
-            flushes.spawn(self.flush_in_slot(partition));
-        }
-        while flushes.join_next().await.is_some() {}
-        count
-    }
-
-    /// Flushes until nothing is buffered (shutdown). Gives up after a bounded number of rounds
-    /// if flushes keep failing.
-    pub async fn flush_all(&self) {
-        for _ in 0..50 {
-            if self.round().await == 0 {
-                return;
+    /// Flushes `partition` after `delay`, then retries with backoff while a flush fails and
+    /// writes are still buffered (a transient storage error must not strand them).
+    fn spawn_flush(&self, partition: &Arc<Partition>, delay: Duration) {
+        let (ctx, uploads, partition) = (self.ctx.clone(), self.uploads.clone(), partition.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut backoff = ctx.settings.flush_interval.max(Duration::from_millis(100));
+            while !flush_in_slot(&ctx, &uploads, &partition).await && partition.has_pending() {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
             }
-        }
-        tracing::error!("buffered writes could not be flushed; they were not acknowledged");
+        });
     }
+
+    /// Flushes every partition until nothing is buffered (shutdown; the partitions no longer
+    /// take writes). Gives up on a partition after a bounded number of failed attempts.
+    pub async fn flush_all(&self, partitions: Vec<Arc<Partition>>) {
+        let flushes = partitions.into_iter().map(|partition| async move {
+            for _ in 0..SHUTDOWN_ATTEMPTS {
+                if flush_in_slot(&self.ctx, &self.uploads, &partition).await
+                    && !partition.has_pending()
+                {
+                    return;
+                }
+            }
+            tracing::error!(
+                topic = %partition.topic, partition = partition.id,
+                "buffered writes could not be flushed; they were not acknowledged"
+            );
+        });
+        futures::future::join_all(flushes).await;
+    }
+}
+
+/// One flush of one partition, once one of the bounded upload slots is free.
+async fn flush_in_slot(ctx: &LogContext, uploads: &Semaphore, partition: &Partition) -> bool {
+    let _slot = uploads.acquire().await;
+    partition.flush(ctx).await
 }

@@ -48,7 +48,10 @@ pub struct Partition {
     state: Mutex<State>,
     high_watermark: watch::Sender<i64>,
     flush_lock: tokio::sync::Mutex<()>,
-    dirty: AtomicBool,
+    /// Set by the append that schedules a flush, cleared when a flush starts: appends after
+    /// that schedule the next one.
+    flush_scheduled: AtomicBool,
+    urgent_flush_scheduled: AtomicBool,
 }
 
 /// What a fetch needs to know, taken under the lock in one go.
@@ -85,7 +88,8 @@ impl Partition {
             }),
             high_watermark: watch::Sender::new(high_watermark),
             flush_lock: tokio::sync::Mutex::new(()),
-            dirty: AtomicBool::new(false),
+            flush_scheduled: AtomicBool::new(false),
+            urgent_flush_scheduled: AtomicBool::new(false),
         }
     }
 
@@ -153,9 +157,14 @@ impl Partition {
         Ok((receiver, state.pending_bytes))
     }
 
-    /// Marks the partition dirty; true if it was clean (the caller queues it for flushing).
-    pub fn mark_dirty(&self) -> bool {
-        !self.dirty.swap(true, Ordering::AcqRel)
+    /// Notes that a flush is on its way; true if none was (the caller schedules one).
+    pub fn schedule_flush(&self) -> bool {
+        !self.flush_scheduled.swap(true, Ordering::AcqRel)
+    }
+
+    /// Like `schedule_flush`, for a flush that starts at once (the buffer is a segment's worth).
+    pub fn schedule_urgent_flush(&self) -> bool {
+        !self.urgent_flush_scheduled.swap(true, Ordering::AcqRel)
     }
 
     /// Stops taking writes; buffered data is still flushed by a later `flush`.
@@ -178,28 +187,43 @@ impl Partition {
         }
     }
 
-    /// Writes everything buffered and commits it, one flush at a time per partition. A backlog
-    /// larger than `segment_bytes` becomes several segments, each ending at the first produce
-    /// request boundary at or after the limit. Writes appended meanwhile mark the partition
-    /// dirty again by themselves.
-    pub async fn flush(&self, ctx: &LogContext) {
+    /// Writes what is buffered when it starts and commits it, one flush at a time per
+    /// partition. A backlog larger than `segment_bytes` becomes several segments, each ending
+    /// at the first produce request boundary at or after the limit. Writes appended meanwhile
+    /// are left to the flush they scheduled: a partition under steady load must not keep one
+    /// flush (and its upload slot) busy forever. False if a segment failed to commit.
+    pub async fn flush(&self, ctx: &LogContext) -> bool {
         let _one_at_a_time = self.flush_lock.lock().await;
-        self.dirty.store(false, Ordering::Release);
-        while let Some((chunks, committed)) = self.take_segment(ctx.settings.segment_bytes) {
+        self.flush_scheduled.store(false, Ordering::Release);
+        self.urgent_flush_scheduled.store(false, Ordering::Release);
+        let end = self.state().next_offset;
+        while let Some((chunks, committed)) = self.take_segment(ctx.settings.segment_bytes, end) {
             if !self.write_segment(ctx, chunks, committed).await {
-                // The rest was re-based onto the committed end; the next flush retries it.
-                break;
+                // The rest was re-based onto the committed end; the caller retries it.
+                return false;
             }
         }
+        true
     }
 
-    /// The buffered chunks that make the next segment, and the state they commit on top of.
-    fn take_segment(&self, segment_bytes: usize) -> Option<(Vec<Chunk>, VersionedPartition)> {
+    /// True while appended batches wait for a flush.
+    pub fn has_pending(&self) -> bool {
+        !self.state().pending.is_empty()
+    }
+
+    /// The buffered chunks below `end` that make the next segment, and the state they commit
+    /// on top of.
+    fn take_segment(
+        &self,
+        segment_bytes: usize,
+        end: i64,
+    ) -> Option<(Vec<Chunk>, VersionedPartition)> {
         let mut state = self.state();
         let mut bytes = 0;
         let count = state
             .pending
             .iter()
+            .take_while(|chunk| chunk.batches[0].base_offset < end)
             .take_while(|chunk| {
                 let room = bytes < segment_bytes;
                 bytes += chunk.bytes;

@@ -10,16 +10,19 @@ use kafka_protocol::ResponseError;
 use super::batch::tests::encoded_batch;
 use super::batch::validate_batches;
 use super::cache::SegmentCache;
+use super::flusher::Flusher;
 use super::partition::Partition;
 use super::{open_partition, reader, LogContext, LogSettings};
 use crate::meta::catalog::{Catalog, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
-use crate::store::{SegmentStore, StorageLocation};
+use crate::store::faulty::FaultyStore;
+use crate::store::SegmentStore;
 
 struct Fixture {
     _dir: tempfile::TempDir,
     ctx: Arc<LogContext>,
     topic: TopicRecord,
+    objects: Arc<FaultyStore>,
 }
 
 async fn fixture(segment_bytes: usize) -> Fixture {
@@ -27,9 +30,10 @@ async fn fixture(segment_bytes: usize) -> Fixture {
     let kv = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
     let catalog = Arc::new(Catalog::new(Arc::new(kv), "t"));
     let topic = catalog
-        .create_topic("orders", 1, Default::default())
+        .create_topic("orders", 2, Default::default())
         .await
         .unwrap();
+    let objects = Arc::new(FaultyStore::default());
     let ctx = Arc::new(LogContext {
         settings: LogSettings {
             segment_bytes,
@@ -38,7 +42,7 @@ async fn fixture(segment_bytes: usize) -> Fixture {
             index_interval: 100,
             max_concurrent_flushes: 4,
         },
-        store: Arc::new(SegmentStore::open(&StorageLocation::Memory, "ns").unwrap()),
+        store: Arc::new(SegmentStore::over(objects.clone(), "ns")),
         catalog,
         cache: SegmentCache::new(0), // every read goes to the store
     });
@@ -46,20 +50,37 @@ async fn fixture(segment_bytes: usize) -> Fixture {
         _dir: dir,
         ctx,
         topic,
+        objects,
     }
 }
 
 async fn open(f: &Fixture) -> Arc<Partition> {
-    Arc::new(open_partition(&f.ctx, &f.topic, 0, 1 << 20).await.unwrap())
+    open_id(f, 0).await
+}
+
+async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
+    Arc::new(open_partition(&f.ctx, &f.topic, id, 1 << 20).await.unwrap())
 }
 
 fn append(
     p: &Partition,
     records: usize,
 ) -> tokio::sync::oneshot::Receiver<Result<i64, ResponseError>> {
+    append_buffered(p, records).0
+}
+
+/// Appends and also returns the buffered byte count (what the flusher is told).
+fn append_buffered(
+    p: &Partition,
+    records: usize,
+) -> (
+    tokio::sync::oneshot::Receiver<Result<i64, ResponseError>>,
+    usize,
+) {
     let batch = encoded_batch(records, 100, Compression::None);
     let batches = validate_batches(&batch, 1 << 20).unwrap();
-    p.append(batches, true).unwrap().0.unwrap()
+    let (ack, buffered) = p.append(batches, true).unwrap();
+    (ack.unwrap(), buffered)
 }
 
 #[tokio::test]
@@ -135,4 +156,72 @@ async fn a_fenced_writer_acknowledges_nothing_and_stops_taking_writes() {
     assert!(next.segments().is_empty());
     let listed = f.ctx.store.list_partition("orders", 0).await.unwrap();
     assert!(listed.is_empty(), "leftovers: {listed:?}");
+}
+
+#[tokio::test]
+async fn a_flush_takes_only_what_was_buffered_when_it_started() {
+    // Regression: one flush used to keep taking whatever was appended while it uploaded, so a
+    // partition under steady load never finished its flush (seen as 5 s produce timeouts).
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let uploads = f.objects.hold_puts("ns/orders/0/");
+    let first = append(&p, 1);
+    let flush = tokio::spawn({
+        let (p, ctx) = (p.clone(), f.ctx.clone());
+        async move { p.flush(&ctx).await }
+    });
+    while f.objects.held_puts() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let later = append(&p, 1);
+    uploads.add_permits(2); // the first segment's data and index
+    let flushed = tokio::time::timeout(Duration::from_secs(10), flush).await;
+    assert!(flushed
+        .expect("the flush waited for the later append")
+        .unwrap());
+    assert_eq!(first.await.unwrap(), Ok(0));
+    assert!(p.has_pending(), "the later append is left to its own flush");
+    uploads.add_permits(2);
+    assert!(p.flush(&f.ctx).await);
+    assert_eq!(later.await.unwrap(), Ok(1));
+}
+
+#[tokio::test]
+async fn a_failed_upload_acks_nothing_and_the_next_flush_rebases() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let failed = append(&p, 2);
+    f.objects.fail_next_puts(1);
+    assert!(!p.flush(&f.ctx).await);
+    assert_eq!(failed.await.unwrap(), Err(ResponseError::KafkaStorageError));
+    assert_eq!(p.high_watermark(), 0);
+    let retried = append(&p, 2);
+    assert!(p.flush(&f.ctx).await);
+    assert_eq!(
+        retried.await.unwrap(),
+        Ok(0),
+        "offsets restart at the committed end"
+    );
+    assert_eq!(p.high_watermark(), 2);
+}
+
+#[tokio::test]
+async fn a_stuck_partition_does_not_hold_up_another_partitions_acks() {
+    let f = fixture(1 << 20).await;
+    let flusher = Flusher::new(f.ctx.clone());
+    let (stuck, quiet) = (open_id(&f, 0).await, open_id(&f, 1).await);
+    let _never = f.objects.hold_puts("ns/orders/0/"); // an upload that does not come back
+    let (stuck_ack, buffered) = append_buffered(&stuck, 1);
+    flusher.note_append(&stuck, buffered);
+    while f.objects.held_puts() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let (quiet_ack, buffered) = append_buffered(&quiet, 1);
+    flusher.note_append(&quiet, buffered);
+    let acked = tokio::time::timeout(Duration::from_secs(10), quiet_ack).await;
+    assert_eq!(
+        acked.expect("held up by the other partition").unwrap(),
+        Ok(0)
+    );
+    drop(stuck_ack);
 }

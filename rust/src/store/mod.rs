@@ -14,6 +14,9 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
 
+#[cfg(test)]
+pub mod faulty;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("object {0} already exists")]
@@ -133,6 +136,16 @@ impl SegmentStore {
             namespace: namespace.to_string(),
             description: format!("{description}, namespace {namespace}"),
         })
+    }
+
+    /// A store over any `object_store` implementation (tests inject faults this way).
+    #[cfg(test)]
+    pub fn over(store: Arc<dyn ObjectStore>, namespace: &str) -> SegmentStore {
+        SegmentStore {
+            store,
+            namespace: namespace.to_string(),
+            description: "test store".to_string(),
+        }
     }
 
     pub fn describe(&self) -> &str {

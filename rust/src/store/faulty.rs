@@ -1,0 +1,118 @@
+//! A memory object store with controllable faults, for unit tests of what the log does when
+//! storage is slow or failing: uploads under a prefix can be held until released, and the
+//! next uploads can be made to fail the way a transient S3 error does.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Default)]
+pub struct FaultyStore {
+    inner: InMemory,
+    /// Uploads under this prefix wait for a permit.
+    gate: Mutex<Option<(String, Arc<Semaphore>)>>,
+    failing_puts: AtomicUsize,
+    held_puts: AtomicUsize,
+}
+
+impl FaultyStore {
+    /// Holds every upload whose path starts with `prefix` until `release` lets it through.
+    pub fn hold_puts(&self, prefix: &str) -> Arc<Semaphore> {
+        let permits = Arc::new(Semaphore::new(0));
+        *self.gate.lock().unwrap() = Some((prefix.to_string(), permits.clone()));
+        permits
+    }
+
+    /// Makes the next `count` uploads fail with a generic (retriable-looking) error.
+    pub fn fail_next_puts(&self, count: usize) {
+        self.failing_puts.store(count, Ordering::SeqCst);
+    }
+
+    /// How many uploads are waiting at the gate right now.
+    pub fn held_puts(&self) -> usize {
+        self.held_puts.load(Ordering::SeqCst)
+    }
+
+    fn gate_for(&self, location: &Path) -> Option<Arc<Semaphore>> {
+        let gate = self.gate.lock().unwrap();
+        let (prefix, permits) = gate.as_ref()?;
+        location
+            .as_ref()
+            .starts_with(prefix.as_str())
+            .then(|| permits.clone())
+    }
+}
+
+impl fmt::Display for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultyStore")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        if let Some(permits) = self.gate_for(location) {
+            self.held_puts.fetch_add(1, Ordering::SeqCst);
+            permits.acquire().await.expect("gate closed").forget();
+            self.held_puts.fetch_sub(1, Ordering::SeqCst);
+        }
+        let failing = self
+            .failing_puts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(object_store::Error::Generic {
+                store: "FaultyStore",
+                source: "injected upload failure".into(),
+            });
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn delete(&self, location: &Path) -> Result<()> {
+        self.inner.delete(location).await
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
+        self.inner.copy(from, to).await
+    }
+
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> Result<()> {
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
