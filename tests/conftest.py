@@ -1,7 +1,9 @@
-"""Shared fixtures: real broker processes, a moto S3 server, log capture on failure."""
+"""Shared fixtures: real broker processes, a moto S3 server, etcd, clusters of brokers, log
+capture on failure."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
 from pathlib import Path
@@ -10,7 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support.procs import Broker, ManagedProcess, MotoServer, tail
+from support.cluster import Cluster
+from support.procs import Broker, EtcdServer, ManagedProcess, MotoServer, tail
 
 _ACTIVE: list[ManagedProcess] = []  # every process started by a fixture and not yet cleaned up
 
@@ -31,15 +34,18 @@ class BrokerFactory:
         port: int | None = None,
         flush_interval_ms: int = 20,
         start: bool = True,
+        name: str | None = None,
     ) -> Broker:
         n = len(self.brokers)
+        label = name or f"broker{n}"
         broker = Broker(
-            data_dir or self.root / f"broker{n}-data",
-            self.root / f"broker{n}.log",
+            data_dir or self.root / f"{label}-data",
+            self.root / f"{label}.log",
             port=port,
             args=args,
             env=env,
             flush_interval_ms=flush_interval_ms,
+            name=name or "broker",
         )
         self.brokers.append(broker)
         _ACTIVE.append(broker)
@@ -101,6 +107,72 @@ def s3_bucket(moto):
     name = f"kafscale-{uuid.uuid4().hex[:12]}"
     moto.create_bucket(name)
     return name
+
+
+@contextlib.contextmanager
+def _etcd_server(root: Path):
+    server = EtcdServer(root / "etcd", root / "etcd.log")
+    _ACTIVE.append(server)
+    try:
+        yield server.start()
+    finally:
+        server.cleanup()
+        _ACTIVE.remove(server)
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """A fresh single-member etcd for one test (tests may stop, start and pause it)."""
+    with _etcd_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def module_etcd(tmp_path_factory):
+    with _etcd_server(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _cluster_factory(root: Path, etcd: EtcdServer, moto: MotoServer):
+    """make(n, **options) starts a Cluster of n brokers on ``etcd`` and a fresh bucket; every
+    broker is stopped (and checked for an unexpected death) before etcd goes away."""
+    factories: list[BrokerFactory] = []
+
+    def make(n: int = 3, **options) -> Cluster:
+        factory = BrokerFactory(root / f"cluster{len(factories)}")
+        factory.root.mkdir(parents=True, exist_ok=True)
+        factories.append(factory)
+        bucket = f"kafscale-{uuid.uuid4().hex[:12]}"
+        moto.create_bucket(bucket)
+        return Cluster(factory, etcd, moto, bucket, **options).start(n)
+
+    try:
+        yield make
+    finally:
+        problems = []
+        for factory in factories:
+            try:
+                factory.close()
+            except AssertionError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise AssertionError("\n\n".join(problems))
+
+
+@pytest.fixture
+def cluster(tmp_path, etcd, moto):
+    """Factory: ``cluster(n=3, lease_ttl_ms=..., args=[...])`` starts n brokers (ids 1..n)
+    sharing this test's etcd and a fresh moto bucket, and waits until they agree."""
+    with _cluster_factory(tmp_path, etcd, moto) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory, module_etcd, moto):
+    """The same factory for a module: clusters that live as long as the module's tests."""
+    with _cluster_factory(tmp_path_factory.mktemp("cluster"), module_etcd, moto) as make:
+        yield make
 
 
 def pytest_configure(config):

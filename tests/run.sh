@@ -34,6 +34,8 @@ if [[ ${KAFSCALE_SKIP_INSTALL:-0} != 1 ]]; then
   MATURIN_PEP517_ARGS="--profile dev" "$PY" -m pip install --quiet -e ".[test]"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
+# The etcd client's build script needs protoc; the test extra installs it into the venv.
+export PROTOC="$ROOT/.venv/bin/protoc"
 
 # --- Rust unit tests ------------------------------------------------------------------------
 step "cargo test"

@@ -28,6 +28,13 @@ class BrokerSettings(Protocol):
     s3_endpoint: str | None
     s3_namespace: str
     use_memory_s3: bool
+    etcd_endpoints: str | None
+    etcd_username: str | None
+    etcd_password: str | None
+    lease_ttl_ms: int
+    retention_ms: int
+    retention_bytes: int
+    retention_check_interval_ms: int
     segment_bytes: int
     flush_interval_ms: int
     cache_bytes: int

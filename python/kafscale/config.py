@@ -97,6 +97,10 @@ def _parse_size(text: str) -> int:
     return int(match.group(1)) * _SIZE_UNITS[unit]
 
 
+def _parse_size_or_unlimited(text: str) -> int:
+    return -1 if text.strip() == "-1" else _parse_size(text)
+
+
 def _parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value in _TRUE:
@@ -200,6 +204,22 @@ def _check_endpoint(value: str | None) -> str | None:
     if value is None or re.match(r"https?://[^/\s]+", value):
         return None
     return f"must be a URL such as http://127.0.0.1:9000 (got {value!r})"
+
+
+def _check_endpoints(value: str | None) -> str | None:
+    if value is None:
+        return None
+    urls = [u.strip() for u in value.split(",")]
+    if all(re.match(r"https?://[^/\s]+$", u) for u in urls):
+        return None
+    return f"must be comma-separated URLs such as http://127.0.0.1:2379 (got {value!r})"
+
+
+def _retention(expected: str) -> Check:
+    def check(value: int) -> str | None:
+        return None if value == -1 or 0 < value <= _INT64_MAX else f"must be {expected}"
+
+    return check
 
 
 def _check_namespace(value: str) -> str | None:
@@ -311,6 +331,60 @@ class Settings:
         "Cannot be combined with --s3-bucket.",
         _parse_bool,
     )
+    etcd_endpoints: str | None = _setting(
+        None,
+        "Comma-separated etcd client URLs. Set: brokers form a cluster with their metadata in "
+        "etcd (needs --s3-bucket). Unset: one broker, metadata in an embedded store in "
+        "--data-dir.",
+        _parse_optional_str,
+        check=_check_endpoints,
+        default_doc="unset: embedded metadata store",
+        metavar="URLS",
+    )
+    etcd_username: str | None = _setting(
+        None,
+        "etcd user (with --etcd-password) when etcd has authentication enabled.",
+        _parse_optional_str,
+        default_doc="unset",
+        metavar="USER",
+    )
+    etcd_password: str | None = _setting(
+        None,
+        "Password of --etcd-username.",
+        _parse_optional_str,
+        default_doc="unset",
+        metavar="PASSWORD",
+    )
+    lease_ttl_ms: int = _setting(
+        5000,
+        "TTL of the broker's etcd lease: a crashed broker's partitions move to the others "
+        "about this long after it died.",
+        _parse_int,
+        check=_in_range(2000, 600_000, "milliseconds between 2000 and 600000, e.g. 5000"),
+        metavar="MS",
+    )
+    retention_ms: int = _setting(
+        7 * 24 * 3600 * 1000,
+        "Default retention.ms of topics: older segments are deleted (-1: keep forever).",
+        _parse_int,
+        check=_retention("milliseconds, e.g. 604800000, or -1"),
+        metavar="MS",
+    )
+    retention_bytes: int = _setting(
+        -1,
+        "Default retention.bytes of topics: a partition's oldest segments are deleted while it "
+        "is larger than this (-1: no size limit).",
+        _parse_size_or_unlimited,
+        check=_retention("a size such as 10GiB, or -1"),
+        metavar="SIZE",
+    )
+    retention_check_interval_ms: int = _setting(
+        300_000,
+        "How often a broker applies retention to the partitions it owns.",
+        _parse_int,
+        check=_in_range(100, _INT32_MAX, "milliseconds, e.g. 300000"),
+        metavar="MS",
+    )
     segment_bytes: int = _setting(
         4 * _MIB,
         "A partition's write buffer is sealed into a segment at once when it reaches this size.",
@@ -413,6 +487,17 @@ class Settings:
                 f"{_both('s3_bucket')} is set but {_both('s3_region')} is not; set the "
                 "bucket's region, e.g. KAFSCALE_S3_REGION=us-east-1 (S3-compatible servers "
                 "usually accept any value)"
+            )
+        if self.etcd_endpoints and not self.s3_bucket:
+            raise SettingsError(
+                f"{_both('etcd_endpoints')} is set but {_both('s3_bucket')} is not; a cluster "
+                "keeps segments in S3 so that every broker can read and take over every "
+                "partition: set the bucket (and its region)"
+            )
+        if bool(self.etcd_username) != bool(self.etcd_password):
+            raise SettingsError(
+                f"{_both('etcd_username')} and {_both('etcd_password')} go together; set both "
+                "or neither"
             )
         if not self.s3_bucket:
             for name in ("s3_region", "s3_endpoint"):

@@ -30,6 +30,13 @@ pub struct BrokerConfig {
     pub default_partitions: i32,
     pub max_request_bytes: usize,
     pub max_message_bytes: usize,
+    pub etcd_endpoints: Option<String>,
+    pub etcd_username: Option<String>,
+    pub etcd_password: Option<String>,
+    pub lease_ttl_ms: u64,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub retention_check_interval_ms: u64,
 }
 
 impl BrokerConfig {
@@ -52,6 +59,25 @@ impl BrokerConfig {
             }
             (None, false) => Ok(StorageLocation::LocalDir(PathBuf::from(&self.data_dir))),
         }
+    }
+
+    /// etcd client URLs when the broker runs in a cluster.
+    pub fn etcd_endpoints(&self) -> Option<Vec<String>> {
+        self.etcd_endpoints
+            .as_deref()
+            .map(|urls| urls.split(',').map(|u| u.trim().to_string()).collect())
+    }
+
+    pub fn etcd_credentials(&self) -> Option<(String, String)> {
+        self.etcd_username.clone().zip(self.etcd_password.clone())
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
+    }
+
+    pub fn retention_check_interval(&self) -> Duration {
+        Duration::from_millis(self.retention_check_interval_ms.max(1))
     }
 
     pub fn metadata_path(&self) -> PathBuf {

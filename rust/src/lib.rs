@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod log;

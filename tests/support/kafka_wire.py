@@ -1,8 +1,8 @@
 """A small hand-written Kafka wire-protocol client for tests that need exact bytes.
 
-Only what the tests use: request header v1/v2, ApiVersions v0/v3, Metadata v0/v1/v4,
-Produce v3, Fetch v4, ListOffsets v0/v1/v4, InitProducerId v0. Encodings follow the Kafka
-protocol guide (kafka-design-and-protocol.txt); nothing here comes from kafscale.
+Only what the tests use: request header v1/v2, ApiVersions v0/v3, Metadata v0-v8, Produce v3,
+Fetch v4 and v11 (current leader epoch), ListOffsets v0/v1/v4, InitProducerId v0. Encodings
+follow the Kafka protocol guide (kafka-design-and-protocol.txt); nothing here comes from kafscale.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .segment_format import encode_uvarint
 
@@ -20,10 +20,15 @@ OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
+KAFKA_STORAGE_ERROR = 56
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 
 # api keys
 PRODUCE = 0
@@ -342,6 +347,7 @@ class PartitionMeta:
     error_code: int
     partition: int
     leader: int
+    leader_epoch: int = -1  # Metadata v7+
 
 
 @dataclass
@@ -356,6 +362,7 @@ class MetadataResponse:
     brokers: list[tuple[int, str, int]]
     controller_id: int
     topics: dict[str, TopicMeta]
+    cluster_id: str | None = None
 
 
 def metadata_body(
@@ -372,10 +379,15 @@ def metadata_body(
             w.string(t)
     if version >= 4:
         w.boolean(allow_auto_topic_creation)
+    if version >= 8:
+        w.boolean(False)  # include cluster authorized operations
+        w.boolean(False)  # include topic authorized operations
     return w.done()
 
 
 def parse_metadata(version: int, r: Reader) -> MetadataResponse:
+    if version > 8:
+        raise ValueError("Metadata v9+ is flexible; this parser reads v0-v8")
     if version >= 3:
         r.i32()  # throttle
     brokers = []
@@ -384,8 +396,7 @@ def parse_metadata(version: int, r: Reader) -> MetadataResponse:
         if version >= 1:
             r.string()  # rack
         brokers.append((node, host, port))
-    if version >= 2:
-        r.string()  # cluster id
+    cluster_id = r.string() if version >= 2 else None
     controller = r.i32() if version >= 1 else -1
     topics = {}
     for _ in range(r.array_len()):
@@ -395,6 +406,7 @@ def parse_metadata(version: int, r: Reader) -> MetadataResponse:
         parts = []
         for _ in range(r.array_len()):
             perr, pidx, leader = r.i16(), r.i32(), r.i32()
+            epoch = r.i32() if version >= 7 else -1
             for _ in range(r.array_len()):
                 r.i32()  # replicas
             for _ in range(r.array_len()):
@@ -402,11 +414,15 @@ def parse_metadata(version: int, r: Reader) -> MetadataResponse:
             if version >= 5:
                 for _ in range(r.array_len()):
                     r.i32()  # offline replicas
-            parts.append(PartitionMeta(perr, pidx, leader))
+            parts.append(PartitionMeta(perr, pidx, leader, epoch))
+        if version >= 8:
+            r.i32()  # topic authorized operations
         topics[name] = TopicMeta(err, name, sorted(parts, key=lambda p: p.partition))
+    if version >= 8:
+        r.i32()  # cluster authorized operations
     if r.remaining():
         raise AssertionError(f"{r.remaining()} unexpected bytes after Metadata v{version}")
-    return MetadataResponse(brokers, controller, topics)
+    return MetadataResponse(brokers, controller, topics, cluster_id)
 
 
 def metadata(
@@ -498,7 +514,8 @@ class FetchPartitionResult:
     error_code: int
     high_watermark: int
     last_stable_offset: int
-    records: bytes | None
+    records: bytes | None = field(repr=False)
+    log_start_offset: int = -1  # Fetch v5+
 
 
 def fetch_body(
@@ -547,6 +564,80 @@ def fetch(
 ) -> FetchPartitionResult:
     r = conn.request(FETCH, 4, fetch_body(topic, partition, offset, **kwargs))
     results = parse_fetch_v4(r)
+    assert set(results) == {(topic, partition)}, results
+    return results[(topic, partition)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetch v11: session fields, current leader epoch (v9+), log start offset (v5+), rack id (v11)
+
+NO_EPOCH = -1  # current_leader_epoch -1: the broker does not check the epoch
+
+
+def fetch_v11_body(
+    topic: str,
+    partition: int,
+    offset: int,
+    current_leader_epoch: int = NO_EPOCH,
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 10 * 1024 * 1024,
+) -> bytes:
+    return (
+        Writer()
+        .i32(-1)  # replica id
+        .i32(max_wait_ms)
+        .i32(min_bytes)
+        .i32(max_bytes)
+        .i8(0)  # isolation level: read uncommitted
+        .i32(0)  # session id: no fetch session
+        .i32(-1)  # session epoch: full fetch, no session
+        .array_len(1)
+        .string(topic)
+        .array_len(1)
+        .i32(partition)
+        .i32(current_leader_epoch)
+        .i64(offset)
+        .i64(-1)  # log start offset (followers only)
+        .i32(partition_max_bytes)
+        .array_len(0)  # forgotten topics
+        .string("")  # rack id
+        .done()
+    )
+
+
+def parse_fetch_v11(r: Reader) -> tuple[int, dict[tuple[str, int], FetchPartitionResult]]:
+    """Returns (top-level error code, {(topic, partition): result})."""
+    r.i32()  # throttle
+    error = r.i16()
+    r.i32()  # session id
+    out = {}
+    for _ in range(r.array_len()):
+        topic = r.string()
+        for _ in range(r.array_len()):
+            part, err, hw, lso, log_start = r.i32(), r.i16(), r.i64(), r.i64(), r.i64()
+            for _ in range(max(0, r.array_len())):  # aborted transactions
+                r.i64()
+                r.i64()
+            r.i32()  # preferred read replica
+            out[(topic, part)] = FetchPartitionResult(err, hw, lso, r.bytes_(), log_start)
+    if r.remaining():
+        raise AssertionError(f"{r.remaining()} unexpected bytes after Fetch v11")
+    return error, out
+
+
+def fetch_v11(
+    conn: RawConnection,
+    topic: str,
+    partition: int,
+    offset: int,
+    current_leader_epoch: int = NO_EPOCH,
+    **kwargs,
+) -> FetchPartitionResult:
+    body = fetch_v11_body(topic, partition, offset, current_leader_epoch, **kwargs)
+    error, results = parse_fetch_v11(conn.request(FETCH, 11, body))
+    assert error == NONE, f"Fetch v11 top-level error {error}"
     assert set(results) == {(topic, partition)}, results
     return results[(topic, partition)]
 

@@ -1,4 +1,4 @@
-"""Real processes for the integration tests: the KafScale broker and a moto S3 server."""
+"""Real processes for the integration tests: the KafScale broker, a moto S3 server and etcd."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ class ManagedProcess:
         self.proc: subprocess.Popen | None = None
         self._log = None
         self.exit_codes: list[int] = []
+        self.paused = False
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
         if self.running:
@@ -87,11 +88,35 @@ class ManagedProcess:
         except FileNotFoundError:
             return ""
 
+    def pause(self) -> None:
+        """SIGSTOP: the process stays alive (sockets open, nothing answered) until resume()."""
+        assert self.running, f"{self.name} is not running"
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        assert self.proc is not None, f"{self.name} is not running"
+        os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def wait_exit(self, timeout: float = STOP_TIMEOUT) -> int:
+        """Wait for the process to exit by itself; returns its exit code (raises on timeout)."""
+        assert self.proc is not None, f"{self.name} is not running"
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running after {timeout}s:\n{tail(self.log_path)}"
+            ) from None
+        return self._reap()
+
     def _reap(self) -> int:
         assert self.proc is not None
         code = self.proc.returncode
         self.exit_codes.append(code)
         self.proc = None
+        self.paused = False
         if self._log is not None:
             self._log.write(f"===== exited with {code}\n".encode())
             self._log.close()
@@ -101,6 +126,8 @@ class ManagedProcess:
     def terminate(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM and wait; SIGKILL (and raise) if it does not exit in time."""
         assert self.proc is not None, f"{self.name} is not running"
+        if self.paused:
+            self.resume()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -126,6 +153,8 @@ class ManagedProcess:
         """Teardown: make sure nothing is left running."""
         if self.proc is None:
             return
+        if self.paused and self.proc.poll() is None:
+            self.resume()  # a stopped process would not act on SIGTERM
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -148,8 +177,9 @@ class Broker(ManagedProcess):
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
         flush_interval_ms: int = 20,
+        name: str = "broker",
     ) -> None:
-        super().__init__("broker", log_path)
+        super().__init__(name, log_path)
         self.data_dir = data_dir
         self.host = "127.0.0.1"
         self.port = port or free_port()
@@ -157,6 +187,7 @@ class Broker(ManagedProcess):
         self.env = dict(env or {})
         self.flush_interval_ms = flush_interval_ms
         self.starts = 0
+        self.broker_id: int | None = None  # set for cluster members (--broker-id)
 
     @property
     def bootstrap(self) -> str:
@@ -195,7 +226,7 @@ class Broker(ManagedProcess):
             if not self.running:
                 code = self.proc.returncode if self.proc else None
                 raise AssertionError(
-                    f"broker exited with {code} before listening:\n{tail(self.log_path)}"
+                    f"{self.name} exited with {code} before listening:\n{tail(self.log_path)}"
                 )
             text = self.log_text()
             current = text.rsplit("===== start:", 1)[-1]
@@ -203,7 +234,8 @@ class Broker(ManagedProcess):
                 return
             time.sleep(0.05)
         raise AssertionError(
-            f"broker did not log {marker!r} and accept within {timeout}s:\n{tail(self.log_path)}"
+            f"{self.name} did not log {marker!r} and accept within {timeout}s:\n"
+            f"{tail(self.log_path)}"
         )
 
     def restart(self, hard: bool = False) -> int:
@@ -246,16 +278,34 @@ class MotoServer(ManagedProcess):
             time.sleep(0.1)
         raise AssertionError(f"moto server did not listen:\n{tail(self.log_path)}")
 
-    def client(self):
+    def client(self, timeout: float | None = None):
+        """A boto3 S3 client; with ``timeout``, calls give up after that many seconds (no
+        retries) instead of botocore's patient defaults."""
         import boto3
+        from botocore.config import Config
 
+        config = None
+        if timeout is not None:
+            config = Config(
+                connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1}
+            )
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             region_name=S3_ENV["AWS_REGION"],
             aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
+            config=config,
         )
+
+    def listing(self, bucket: str, prefix: str = "", client=None) -> dict[str, tuple[str, int]]:
+        """Every object under ``prefix`` as {key: (ETag, size)}, without reading the bytes."""
+        s3 = client or self.client()
+        out = {}
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                out[obj["Key"]] = (obj["ETag"], obj["Size"])
+        return out
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
@@ -281,6 +331,92 @@ class MotoServer(ManagedProcess):
         if namespace is not None:
             args += ["--s3-namespace", namespace]
         return args
+
+
+class EtcdServer(ManagedProcess):
+    """A single-member etcd (Debian etcd-server 3.4) on loopback ports with its own data dir.
+
+    ``stop()`` and ``start()`` restart it on the same ports and data dir (what it stored
+    survives); ``pause()``/``resume()`` freeze it with SIGSTOP/SIGCONT."""
+
+    def __init__(self, workdir: Path, log_path: Path, name: str = "etcd") -> None:
+        super().__init__(name, log_path)
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        while self.peer_port == self.client_port:
+            self.peer_port = free_port()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def client(self, timeout: float = 5.0):
+        from .etcd import EtcdClient
+
+        return EtcdClient(self.endpoint, timeout)
+
+    def argv(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        return [
+            "etcd",
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.endpoint,
+            "--advertise-client-urls",
+            self.endpoint,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"{self.name}={peer}",
+            "--initial-cluster-state",
+            "new",
+            # a single member elects itself quicker with shorter raft timers
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+        ]
+
+    def start(self, timeout: float = STARTUP_TIMEOUT) -> EtcdServer:
+        from .etcd import wait_healthy
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
+        self._spawn(self.argv(), env, self.workdir)
+        deadline = time.monotonic() + timeout
+        client = self.client(timeout=1.0)
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise AssertionError(f"etcd exited:\n{tail(self.log_path)}")
+            if wait_healthy(client, 0.5):
+                return self
+        raise AssertionError(f"etcd not healthy within {timeout}s:\n{tail(self.log_path)}")
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM and wait (the data dir stays for the next start())."""
+        return self.terminate(timeout)
+
+
+@contextlib.contextmanager
+def paused(proc: ManagedProcess):
+    """Freeze ``proc`` (SIGSTOP) for the body of the with-block; always SIGCONT afterwards."""
+    proc.pause()
+    try:
+        yield proc
+    finally:
+        if proc.paused:
+            proc.resume()
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ import gzip
 import itertools
 import re
 import struct
+import time
 from dataclasses import dataclass, field
 
 import crc32c as _crc32c
@@ -277,7 +278,7 @@ def iter_batches(buf: bytes) -> list[Batch]:
 def build_record_batch(
     records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
     *,
-    base_timestamp: int = 1_700_000_000_000,
+    base_timestamp: int | None = None,
     timestamps: list[int] | None = None,
     compression: int = COMPRESSION_NONE,
     base_offset: int = 0,
@@ -288,7 +289,9 @@ def build_record_batch(
     if not records:
         raise ValueError("a batch needs at least one record")
     if timestamps is None:
-        timestamps = [base_timestamp + i for i in range(len(records))]
+        # Now by default: records stamped long ago would be fair game for retention.
+        base = int(time.time() * 1000) if base_timestamp is None else base_timestamp
+        timestamps = [base + i for i in range(len(records))]
     first_ts = timestamps[0]
     body = bytearray()
     for delta, (key, value, headers) in enumerate(records):

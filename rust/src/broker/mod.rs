@@ -1,32 +1,35 @@
-//! The broker: stores, catalog, the topics this broker serves, the flusher and the control
-//! bridge, opened together and shut down together.
+//! The broker: stores, catalog, the cluster view, the topics this broker serves (as owner or
+//! reader of each partition), the flusher and the control bridge – opened together and shut
+//! down together. Ownership changes are made by `crate::cluster::ownership`.
 
 pub mod control;
+pub mod slots;
 pub mod topics;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
+use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::cluster::state::ClusterState;
 use crate::config::BrokerConfig;
 use crate::error::ApiError;
 use crate::log::cache::SegmentCache;
 use crate::log::flusher::Flusher;
 use crate::log::partition::Partition;
-use crate::log::{open_partition, LogContext, OpenError};
-use crate::meta::catalog::{Catalog, CatalogError, TopicRecord};
+use crate::log::LogContext;
+use crate::meta::catalog::{BrokerRecord, Catalog, CatalogError, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
+use crate::meta::etcd::EtcdStore;
+use crate::meta::kv::KvStore;
+use crate::meta::mirror::Mirror;
 use crate::store::SegmentStore;
 use control::ControlBridge;
-
-/// A topic as this broker serves it.
-pub struct Topic {
-    pub record: TopicRecord,
-    pub partitions: Vec<Arc<Partition>>,
-}
+pub use slots::{Slot, Topic};
 
 pub struct Broker {
     pub config: BrokerConfig,
@@ -34,18 +37,28 @@ pub struct Broker {
     pub log: Arc<LogContext>,
     pub flusher: Arc<Flusher>,
     pub control: ControlBridge,
+    /// Everything under the cluster's metadata prefix, kept current by a watch.
+    pub mirror: Arc<Mirror>,
+    state: watch::Sender<Arc<ClusterState>>,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serialises topic creation and deletion (rare; keeps the registry and store in step).
     admin: tokio::sync::Mutex<()>,
+    /// One reconciliation of the cluster view at a time.
+    pub(crate) reconciling: tokio::sync::Mutex<()>,
+    pub(crate) reconcile_soon: tokio::sync::Notify,
     deletions_done: tokio::sync::Notify,
+    pub(crate) stopping: AtomicBool,
     description: String,
 }
 
 /// How long a create waits for an earlier delete of the same name to finish.
 const RECREATE_WAIT: Duration = Duration::from_secs(10);
+/// How long a create waits for every new partition to have an owner before answering.
+const OWNERS_WAIT: Duration = Duration::from_secs(10);
 
 impl Broker {
-    /// Opens storage and metadata, recovers every topic. Errors name the setting at fault.
+    /// Opens storage and metadata, joins the cluster and takes over this broker's share of
+    /// the partitions. Errors name the setting at fault.
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, String> {
         let location = config.storage()?;
         let store = SegmentStore::open(&location, &config.s3_namespace)?;
@@ -56,10 +69,19 @@ impl Broker {
                 store.describe()
             )
         })?;
-        let kv = EmbeddedStore::open(&config.metadata_path())?;
-        let catalog = Arc::new(Catalog::new(Arc::new(kv), &config.s3_namespace));
+        let kv: Arc<dyn KvStore> = match config.etcd_endpoints() {
+            Some(endpoints) => Arc::new(
+                EtcdStore::connect(&endpoints, config.etcd_credentials(), config.lease_ttl())
+                    .await?,
+            ),
+            None => Arc::new(EmbeddedStore::open(&config.metadata_path())?),
+        };
+        let catalog = Arc::new(Catalog::new(kv.clone(), &config.s3_namespace));
         let cluster_id = catalog
             .cluster_id()
+            .await
+            .map_err(|e| format!("metadata store: {e}"))?;
+        let mirror = Mirror::start(kv, &format!("{}/", catalog.root()))
             .await
             .map_err(|e| format!("metadata store: {e}"))?;
         let description = format!(
@@ -78,14 +100,46 @@ impl Broker {
             log,
             cluster_id,
             control: ControlBridge::default(),
+            mirror,
+            state: watch::Sender::new(Arc::new(ClusterState::default())),
             topics: RwLock::new(HashMap::new()),
             admin: tokio::sync::Mutex::new(()),
+            reconciling: tokio::sync::Mutex::new(()),
+            reconcile_soon: tokio::sync::Notify::new(),
             deletions_done: tokio::sync::Notify::new(),
+            stopping: AtomicBool::new(false),
             description,
             config,
         });
-        broker.recover().await?;
+        broker.register().await?;
+        broker.reconcile().await;
+        broker.resume_deletions().await;
+        crate::cluster::ownership::spawn(&broker);
+        crate::cluster::ownership::spawn_retention(&broker);
+        broker.wait_for_assigned_partitions().await;
         Ok(broker)
+    }
+
+    /// Start-up waits (bounded) until this broker owns the partitions assigned to it, so the
+    /// first requests after a restart find them writable. A crashed predecessor's ownership
+    /// only ends with its lease, so this may take up to the lease TTL.
+    async fn wait_for_assigned_partitions(&self) {
+        let me = self.config.broker_id;
+        let settled = |state: &Arc<ClusterState>| {
+            state.partitions.iter().all(|((topic, id), view)| {
+                state.assigned_owner(topic, *id) != Some(me)
+                    || (view.owner.is_some_and(|(owner, _)| owner == me)
+                        && self.writable_where_owned(state, topic, *id))
+            })
+        };
+        let wait = self.config.lease_ttl() * 2;
+        let mut cluster = self.subscribe_cluster();
+        if tokio::time::timeout(wait, cluster.wait_for(settled))
+            .await
+            .is_err()
+        {
+            tracing::warn!("some partitions assigned to this broker are still owned elsewhere");
+        }
     }
 
     /// Which storage and metadata this broker uses, for the start-up line.
@@ -93,48 +147,43 @@ impl Broker {
         &self.description
     }
 
-    async fn recover(self: &Arc<Self>) -> Result<(), String> {
-        let records = self
-            .log
-            .catalog
-            .topics()
-            .await
-            .map_err(|e| format!("metadata store: {e}"))?;
-        for record in records {
-            let topic = self
-                .open_topic(record)
-                .await
-                .map_err(|e| format!("recovering topics: {e}"))?;
-            self.insert_topic(topic);
+    /// Announces this broker under its session. A restarted broker may find its previous
+    /// registration until that session's lease runs out, so it waits that long before giving up.
+    pub(crate) async fn register(&self) -> Result<(), String> {
+        let record = BrokerRecord {
+            id: self.config.broker_id,
+            host: self.config.broker_host.clone(),
+            port: self.config.broker_port,
+        };
+        let deadline = tokio::time::Instant::now() + self.config.lease_ttl() * 2;
+        loop {
+            match self.log.catalog.register_broker(&record).await {
+                Ok(()) => return Ok(()),
+                Err(CatalogError::BrokerIdTaken(..)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(format!("joining the cluster: {e}")),
+            }
         }
-        for pending in self
-            .log
-            .catalog
-            .pending_deletions()
-            .await
-            .unwrap_or_default()
-        {
-            self.spawn_object_deletion(pending.topic, Vec::new());
-        }
-        Ok(())
     }
 
-    async fn open_topic(&self, record: TopicRecord) -> Result<Arc<Topic>, OpenError> {
-        let max_bytes = topics::max_message_bytes(&record.configs, self.config.max_message_bytes);
-        let mut partitions = Vec::with_capacity(record.partitions as usize);
-        for id in 0..record.partitions {
-            partitions.push(Arc::new(
-                open_partition(&self.log, &record, id, max_bytes).await?,
-            ));
-        }
-        Ok(Arc::new(Topic { record, partitions }))
+    /// The latest cluster view.
+    pub fn cluster(&self) -> Arc<ClusterState> {
+        self.state.borrow().clone()
     }
 
-    fn insert_topic(&self, topic: Arc<Topic>) {
-        self.topics
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(topic.record.name.clone(), topic);
+    pub(crate) fn publish_cluster(&self, state: Arc<ClusterState>) {
+        self.state.send_replace(state);
+    }
+
+    pub fn subscribe_cluster(&self) -> watch::Receiver<Arc<ClusterState>> {
+        self.state.subscribe()
+    }
+
+    pub(crate) fn topics_map(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Topic>>> {
+        self.topics.write().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -167,8 +216,14 @@ impl Broker {
         all
     }
 
+    /// Brings the local view up to `revision` of the metadata store (read-your-writes).
+    async fn catch_up(self: &Arc<Self>, revision: i64) {
+        self.mirror.caught_up(revision).await;
+        self.reconcile().await;
+    }
+
     pub async fn create_topic(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         partitions: i32,
         configs: BTreeMap<String, String>,
@@ -185,11 +240,14 @@ impl Broker {
                 .create_topic(name, partitions, configs.clone())
                 .await
             {
-                Ok(record) => {
-                    let topic = self.open_topic(record).await.map_err(storage_error)?;
-                    self.insert_topic(topic.clone());
+                Ok((record, revision)) => {
+                    drop(admin_guard);
+                    self.catch_up(revision).await;
+                    self.wait_for_owners(&record).await;
                     tracing::info!(topic = name, partitions, "topic created");
-                    return Ok(topic);
+                    return self.topic(name).ok_or_else(|| {
+                        ApiError::new(ResponseError::UnknownTopicOrPartition, "deleted meanwhile")
+                    });
                 }
                 Err(CatalogError::TopicBeingDeleted(_))
                     if tokio::time::Instant::now() < deadline =>
@@ -202,9 +260,36 @@ impl Broker {
         }
     }
 
+    /// Waits (bounded) until every partition of a new topic has an owner that takes writes,
+    /// so clients that produce right after CreateTopics are not turned away.
+    async fn wait_for_owners(&self, record: &TopicRecord) {
+        let ready = |state: &Arc<ClusterState>| {
+            (0..record.partitions).all(|p| self.writable_where_owned(state, &record.name, p))
+        };
+        let mut cluster = self.subscribe_cluster();
+        if tokio::time::timeout(OWNERS_WAIT, cluster.wait_for(ready))
+            .await
+            .is_err()
+        {
+            tracing::warn!(topic = record.name, "new partitions still have no owner");
+        }
+    }
+
+    /// The partition has an owner, and if that is this broker, its log here takes writes.
+    fn writable_where_owned(&self, state: &ClusterState, topic: &str, partition: i32) -> bool {
+        match state.partition(topic, partition).and_then(|v| v.owner) {
+            Some((owner, _)) if owner == self.config.broker_id => self
+                .topic(topic)
+                .and_then(|t| t.partitions.get(partition as usize).map(Slot::current))
+                .is_some_and(|p| p.is_leader()),
+            Some(_) => true,
+            None => false,
+        }
+    }
+
     /// Creates a topic a client asked for implicitly (Metadata with auto-creation allowed);
     /// a concurrent creation of the same name is fine.
-    pub async fn auto_create_topic(&self, name: &str) -> Result<Arc<Topic>, ApiError> {
+    pub async fn auto_create_topic(self: &Arc<Self>, name: &str) -> Result<Arc<Topic>, ApiError> {
         match self
             .create_topic(name, self.config.default_partitions, BTreeMap::new())
             .await
@@ -220,23 +305,31 @@ impl Broker {
     /// and resumed after a restart.
     pub async fn delete_topic(self: &Arc<Self>, name: &str) -> Result<(), ApiError> {
         let _admin = self.admin.lock().await;
-        self.log
+        let revision = self
+            .log
             .catalog
             .delete_topic(name)
             .await
             .map_err(catalog_error)?;
-        let removed = self
-            .topics
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
-        let partitions = removed.map(|t| t.partitions.clone()).unwrap_or_default();
-        for partition in &partitions {
-            partition.abandon(ResponseError::UnknownTopicOrPartition);
-        }
+        let removed = self.topic(name);
+        self.catch_up(revision).await;
+        let partitions: Vec<_> = removed
+            .map(|t| t.partitions.iter().map(Slot::current).collect())
+            .unwrap_or_default();
         tracing::info!(topic = name, "topic deleted; removing its segments");
         self.spawn_object_deletion(name.to_string(), partitions);
         Ok(())
+    }
+
+    async fn resume_deletions(self: &Arc<Self>) {
+        match self.log.catalog.pending_deletions().await {
+            Ok(pending) => {
+                for deletion in pending {
+                    self.spawn_object_deletion(deletion.topic, Vec::new());
+                }
+            }
+            Err(error) => tracing::warn!(%error, "could not list pending topic deletions"),
+        }
     }
 
     fn spawn_object_deletion(self: &Arc<Self>, topic: String, partitions: Vec<Arc<Partition>>) {
@@ -275,24 +368,28 @@ impl Broker {
         });
     }
 
-    /// SIGTERM: stop taking writes, flush every buffer, close the control plane.
+    /// SIGTERM: stop taking writes, flush every buffer, then end the session – which releases
+    /// every partition and the registration at once, so the others take over without waiting
+    /// for a lease to expire.
     pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+        // Wait for a reconciliation (claim or hand-off) under way; none starts after this.
+        let _no_more_changes = self.reconciling.lock().await;
         let partitions: Vec<_> = self
             .topics()
             .iter()
-            .flat_map(|topic| topic.partitions.iter().cloned())
+            .flat_map(|topic| topic.partitions.iter().map(Slot::current))
             .collect();
         for partition in &partitions {
             partition.close(ResponseError::NotLeaderOrFollower);
         }
         self.flusher.flush_all(partitions).await;
+        if let Err(error) = self.log.catalog.kv().end_session().await {
+            tracing::warn!(%error, "could not end the metadata session; partitions move after the lease expires");
+        }
         self.control.close();
-        tracing::info!("all buffers flushed; broker stopped");
+        tracing::info!("all buffers flushed and partitions released; broker stopped");
     }
-}
-
-fn storage_error(e: OpenError) -> ApiError {
-    ApiError::new(ResponseError::KafkaStorageError, e.to_string())
 }
 
 fn catalog_error(e: CatalogError) -> ApiError {
@@ -303,6 +400,7 @@ fn catalog_error(e: CatalogError) -> ApiError {
         CatalogError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
         CatalogError::Fenced(..) => ResponseError::NotLeaderOrFollower,
         CatalogError::Meta(_) => ResponseError::KafkaStorageError,
+        CatalogError::BrokerIdTaken(..) => ResponseError::UnknownServerError,
     };
     ApiError::new(code, e.to_string())
 }

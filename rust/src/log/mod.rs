@@ -5,8 +5,10 @@ pub mod cache;
 pub mod checksum;
 pub mod flusher;
 pub mod index;
+pub mod occupant;
 pub mod partition;
 pub mod reader;
+pub mod retention;
 pub mod segment;
 #[cfg(test)]
 mod tests;
@@ -14,8 +16,10 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::meta::catalog::{Catalog, CatalogError, TopicRecord};
-use crate::store::{SegmentObject, SegmentStore};
+use crate::meta::catalog::{
+    Catalog, CatalogError, PartitionRecord, TopicRecord, VersionedPartition,
+};
+use crate::store::{ListedSegment, SegmentObject, SegmentStore};
 use cache::SegmentCache;
 use partition::Partition;
 use segment::SegmentMeta;
@@ -49,15 +53,20 @@ pub enum OpenError {
     },
 }
 
-/// Opens a partition for writing on this broker: claims a new leader epoch, finds the committed
-/// segments, and removes uncommitted leftovers (objects at or above the high watermark).
+/// Opens a partition for writing on this broker: claims it (owner key + new leader epoch) and
+/// finds the committed segments. Uncommitted objects above them stay: the first flush at their
+/// base offset adopts them (see `occupant`).
 pub async fn open_partition(
     ctx: &LogContext,
     topic: &TopicRecord,
     id: i32,
     max_message_bytes: usize,
+    broker_id: i32,
 ) -> Result<Partition, OpenError> {
-    let claimed = ctx.catalog.claim_partition(&topic.name, id).await?;
+    let mut claimed = ctx
+        .catalog
+        .claim_partition(&topic.name, id, broker_id)
+        .await?;
     let store_error = |source| OpenError::Store {
         topic: topic.name.clone(),
         partition: id,
@@ -68,20 +77,101 @@ pub async fn open_partition(
         .list_partition(&topic.name, id)
         .await
         .map_err(store_error)?;
-    let high_watermark = claimed.record.high_watermark;
-    for leftover in listed.iter().filter(|s| s.base_offset >= high_watermark) {
+    let mut segments = committed_segments(&listed, &claimed.record);
+    // Segments a crashed or fenced owner wrote but did not commit become part of the log now
+    // (see `occupant`), so the log is settled before the first write.
+    loop {
+        let end = claimed.record.high_watermark;
+        let found = listed
+            .iter()
+            .any(|o| o.base_offset == end && o.kind == SegmentObject::Data);
+        if !found {
+            break;
+        }
+        let data = ctx
+            .store
+            .segment_path(&topic.name, id, end, SegmentObject::Data);
+        let index = ctx
+            .store
+            .segment_path(&topic.name, id, end, SegmentObject::Index);
+        let occupant = occupant::adopt(ctx, &data, &index, end)
+            .await
+            .map_err(|e| store_error(crate::store::StoreError::Other(e)))?;
+        claimed = ctx
+            .catalog
+            .commit_adopted(
+                &topic.name,
+                id,
+                &claimed,
+                occupant.meta.last_offset + 1,
+                occupant.epoch,
+            )
+            .await?;
+        tracing::warn!(
+            topic = topic.name,
+            partition = id,
+            base = end,
+            last = occupant.meta.last_offset,
+            "adopted a segment the previous owner wrote but did not commit"
+        );
+        segments.push(occupant.meta);
+    }
+    // Objects below the first kept segment are what retention dropped (a crash came between
+    // moving the log start and deleting them): nobody writes below the high watermark, so
+    // deleting them is safe. Objects at or above it are never deleted (see `occupant`).
+    let first_kept = segments
+        .first()
+        .map_or(claimed.record.high_watermark, |s| s.base_offset);
+    for object in listed.iter().filter(|o| o.base_offset < first_kept) {
         let path = ctx
             .store
-            .segment_path(&topic.name, id, leftover.base_offset, leftover.kind);
-        tracing::info!(object = %path, high_watermark, "removing uncommitted leftover");
+            .segment_path(&topic.name, id, object.base_offset, object.kind);
+        tracing::info!(object = %path, "removing a segment below the log start");
         ctx.store.delete(&path).await.map_err(store_error)?;
     }
+    Ok(Partition::new(
+        topic.name.as_str().into(),
+        topic.id,
+        id,
+        max_message_bytes,
+        claimed,
+        segments,
+    ))
+}
+
+/// A read-only view of a partition another broker owns; its segments are listed when a fetch
+/// first needs them.
+pub fn follower_partition(
+    topic: &TopicRecord,
+    id: i32,
+    max_message_bytes: usize,
+    record: PartitionRecord,
+    revision: i64,
+) -> Partition {
+    let committed = VersionedPartition {
+        record,
+        revision,
+        owner_revision: 0,
+    };
+    Partition::new(
+        topic.name.as_str().into(),
+        topic.id,
+        id,
+        max_message_bytes,
+        committed,
+        Vec::new(),
+    )
+}
+
+/// The committed segments among a partition's listed objects: data objects below the high
+/// watermark whose offsets reach the log start, each ending where the next one begins.
+pub fn committed_segments(listed: &[ListedSegment], record: &PartitionRecord) -> Vec<SegmentMeta> {
+    let high_watermark = record.high_watermark;
     let data: Vec<_> = listed
         .iter()
         .filter(|s| s.kind == SegmentObject::Data && s.base_offset < high_watermark)
         .collect();
-    let segments = data
-        .iter()
+    data.iter()
         .enumerate()
         .map(|(i, s)| SegmentMeta {
             base_offset: s.base_offset,
@@ -91,14 +181,6 @@ pub async fn open_partition(
             size: s.size,
             max_timestamp: None,
         })
-        .filter(|s| s.last_offset >= claimed.record.log_start_offset)
-        .collect();
-    Ok(Partition::new(
-        topic.name.as_str().into(),
-        topic.id,
-        id,
-        max_message_bytes,
-        claimed,
-        segments,
-    ))
+        .filter(|s| s.last_offset >= record.log_start_offset)
+        .collect()
 }

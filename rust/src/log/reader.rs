@@ -34,6 +34,7 @@ pub async fn read(
     max_bytes: usize,
     must_progress: bool,
 ) -> Result<ReadResult, ResponseError> {
+    partition.sync_segments(ctx).await?;
     let view = partition.read_view(offset, SEGMENTS_PER_READ)?;
     let mut slices: Vec<Bytes> = Vec::new();
     let mut total = 0usize;
@@ -173,6 +174,25 @@ fn readahead(ctx: &Arc<LogContext>, partition: &Arc<Partition>, following: &[Seg
     }
 }
 
+/// A segment's largest batch timestamp (read once, then remembered on the partition).
+pub async fn segment_max_timestamp(
+    ctx: &LogContext,
+    partition: &Partition,
+    segment: &SegmentMeta,
+) -> Result<i64, ResponseError> {
+    if let Some(known) = segment.max_timestamp {
+        return Ok(known);
+    }
+    let batches = load_from(ctx, partition, segment, segment.base_offset).await?;
+    let mut max = i64::MIN;
+    for item in BatchWalker::new(&batches.bytes) {
+        let (_, header) = item.map_err(|_| corrupt(partition, segment))?;
+        max = max.max(header.max_timestamp);
+    }
+    partition.learn_max_timestamp(segment.base_offset, max);
+    Ok(max)
+}
+
 /// The first offset whose record timestamp is at or after `timestamp`, with that record's
 /// timestamp; `None` if every record is older.
 pub async fn offset_for_timestamp(
@@ -180,6 +200,7 @@ pub async fn offset_for_timestamp(
     partition: &Arc<Partition>,
     timestamp: i64,
 ) -> Result<Option<(i64, i64)>, ResponseError> {
+    partition.sync_segments(ctx).await?;
     let log_start = partition.log_start_offset();
     for segment in partition.segments() {
         if segment.max_timestamp.is_some_and(|max| max < timestamp) {

@@ -15,6 +15,7 @@ use super::partition::Partition;
 use super::{open_partition, reader, LogContext, LogSettings};
 use crate::meta::catalog::{Catalog, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
+use crate::meta::kv::Op;
 use crate::store::faulty::FaultyStore;
 use crate::store::SegmentStore;
 
@@ -29,7 +30,7 @@ async fn fixture(segment_bytes: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let kv = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
     let catalog = Arc::new(Catalog::new(Arc::new(kv), "t"));
-    let topic = catalog
+    let (topic, _) = catalog
         .create_topic("orders", 2, Default::default())
         .await
         .unwrap();
@@ -59,7 +60,21 @@ async fn open(f: &Fixture) -> Arc<Partition> {
 }
 
 async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
-    Arc::new(open_partition(&f.ctx, &f.topic, id, 1 << 20).await.unwrap())
+    Arc::new(
+        open_partition(&f.ctx, &f.topic, id, 1 << 20, 1)
+            .await
+            .unwrap(),
+    )
+}
+
+/// Gives the partition up the way a hand-off does, so it can be opened again.
+async fn release(f: &Fixture, p: &Partition) {
+    let owned = p.owned().unwrap();
+    f.ctx
+        .catalog
+        .release_partition("orders", p.id, &owned)
+        .await
+        .unwrap();
 }
 
 fn append(
@@ -130,6 +145,7 @@ async fn a_backlog_is_split_into_segments_of_segment_bytes() {
         );
     }
     // a restart finds the same committed segments
+    release(&f, &p).await;
     drop(p);
     let reopened = open(&f).await;
     assert_eq!(reopened.segments().len(), segments.len());
@@ -142,20 +158,50 @@ async fn a_fenced_writer_acknowledges_nothing_and_stops_taking_writes() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
     p.flush(&f.ctx).await;
-    // another writer claims the partition (what a new owner does)
-    f.ctx.catalog.claim_partition("orders", 0).await.unwrap();
+    // the lease behind the owner key expires and another broker claims the partition
+    let owner_key = f.ctx.catalog.owner_key("orders", 0);
+    f.ctx
+        .catalog
+        .kv()
+        .txn(vec![], vec![Op::Delete(owner_key)])
+        .await
+        .unwrap();
+    let other = f.ctx.catalog.claim_partition("orders", 0, 2).await.unwrap();
     let ack = append(&p, 3);
     p.flush(&f.ctx).await;
-    assert_eq!(ack.await.unwrap(), Err(ResponseError::NotLeaderOrFollower));
+    // its segment object was uploaded before the commit failed: "possibly persisted"
+    assert_eq!(ack.await.unwrap(), Err(ResponseError::RequestTimedOut));
     assert_eq!(p.high_watermark(), 0);
     let batch = encoded_batch(1, 10, Compression::None);
     let again = p.append(validate_batches(&batch, 1 << 20).unwrap(), true);
     assert_eq!(again.err(), Some(ResponseError::NotLeaderOrFollower));
-    // the uploaded-but-uncommitted objects are removed by the next owner
+    // the next owner finds the fenced writer's uncommitted segment at the committed end and
+    // adopts it rather than deleting it (whoever finds it could itself be stale)
+    f.ctx
+        .catalog
+        .release_partition("orders", 0, &other)
+        .await
+        .unwrap();
     let next = open(&f).await;
-    assert!(next.segments().is_empty());
-    let listed = f.ctx.store.list_partition("orders", 0).await.unwrap();
-    assert!(listed.is_empty(), "leftovers: {listed:?}");
+    assert_eq!(next.segments().len(), 1);
+    assert_eq!(next.high_watermark(), 3);
+    // the adopted records belong to the epoch that wrote them; the new one starts after them
+    let history = next.owned().unwrap().record.epoch_history;
+    let starts: Vec<_> = history.iter().map(|e| (e.epoch, e.start_offset)).collect();
+    assert_eq!(starts, vec![(0, 0), (1, 0), (2, 3), (3, 3)]);
+    let own = append(&next, 2);
+    assert!(next.flush(&f.ctx).await);
+    assert_eq!(own.await.unwrap(), Ok(3));
+    assert_eq!(next.high_watermark(), 5);
+    let read = reader::read(&f.ctx, &next, 0, 1 << 20, true).await.unwrap();
+    let walked: Vec<_> = super::segment::BatchWalker::new(&read.records)
+        .map(|b| b.unwrap().1.base_offset)
+        .collect();
+    assert_eq!(
+        walked,
+        vec![0, 3],
+        "the adopted segment is read like any other"
+    );
 }
 
 #[tokio::test]
@@ -193,7 +239,8 @@ async fn a_failed_upload_acks_nothing_and_the_next_flush_rebases() {
     let failed = append(&p, 2);
     f.objects.fail_next_puts(1);
     assert!(!p.flush(&f.ctx).await);
-    assert_eq!(failed.await.unwrap(), Err(ResponseError::KafkaStorageError));
+    // a failed PUT may still have stored the object: "possibly persisted", retriable
+    assert_eq!(failed.await.unwrap(), Err(ResponseError::RequestTimedOut));
     assert_eq!(p.high_watermark(), 0);
     let retried = append(&p, 2);
     assert!(p.flush(&f.ctx).await);

@@ -4,6 +4,8 @@
 //! /kafscale/{cluster}/cluster-id                     cluster id
 //! /kafscale/{cluster}/topics/{topic}                 TopicRecord
 //! /kafscale/{cluster}/partitions/{topic}/{p}         PartitionRecord
+//! /kafscale/{cluster}/partitions/{topic}/{p}/owner   owning broker id (ephemeral)
+//! /kafscale/{cluster}/brokers/{id}                   BrokerRecord (ephemeral)
 //! /kafscale/{cluster}/deletions/{topic}              PendingDeletion (objects still to delete)
 //! ```
 
@@ -47,6 +49,17 @@ pub struct PartitionRecord {
 pub struct VersionedPartition {
     pub record: PartitionRecord,
     pub revision: i64,
+    /// Revision of this broker's owner key (0 if it does not own the partition): commits also
+    /// require the key to be unchanged, so a broker whose lease expired cannot commit.
+    pub owner_revision: i64,
+}
+
+/// A live broker, as registered under its session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,9 +78,14 @@ pub enum CatalogError {
     TopicBeingDeleted(String),
     #[error("topic '{0}' does not exist")]
     UnknownTopic(String),
-    /// The partition record changed under us: another writer owns the partition now.
+    /// The partition record or its owner key changed under us: another writer owns it now.
     #[error("partition {0}-{1} changed under this broker (fenced)")]
     Fenced(String, i32),
+    #[error(
+        "broker id {0} is already registered by a live broker ({1}); give every broker its \
+         own KAFSCALE_BROKER_ID"
+    )]
+    BrokerIdTaken(i32, String),
 }
 
 pub struct Catalog {
@@ -113,6 +131,39 @@ impl Catalog {
         format!("{}/partitions/{topic}/{partition}", self.root)
     }
 
+    pub fn owner_key(&self, topic: &str, partition: i32) -> String {
+        format!("{}/partitions/{topic}/{partition}/owner", self.root)
+    }
+
+    fn broker_key(&self, id: i32) -> String {
+        format!("{}/brokers/{id}", self.root)
+    }
+
+    /// The prefix under which all of this cluster's metadata lives.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// The store underneath (for watching it).
+    pub fn kv(&self) -> &Arc<dyn KvStore> {
+        &self.kv
+    }
+
+    /// Registers this broker for as long as its session lives.
+    pub async fn register_broker(&self, broker: &BrokerRecord) -> Result<(), CatalogError> {
+        let key = self.broker_key(broker.id);
+        let ops = vec![Op::PutEphemeral(key.clone(), encode(broker))];
+        let compares = vec![Compare::ModRevision(key.clone(), 0)];
+        if self.kv.txn(compares, ops).await?.is_some() {
+            return Ok(());
+        }
+        let holder = match self.kv.get(&key).await? {
+            Some(kv) => String::from_utf8_lossy(&kv.value).into_owned(),
+            None => "it just left; retry".to_string(),
+        };
+        Err(CatalogError::BrokerIdTaken(broker.id, holder))
+    }
+
     fn deletion_key(&self, topic: &str) -> String {
         format!("{}/deletions/{topic}", self.root)
     }
@@ -134,7 +185,13 @@ impl Catalog {
 
     pub async fn topics(&self) -> Result<Vec<TopicRecord>, MetaError> {
         let prefix = format!("{}/topics/", self.root);
-        self.kv.range(&prefix).await?.iter().map(parse).collect()
+        self.kv
+            .range(&prefix)
+            .await?
+            .kvs
+            .iter()
+            .map(parse)
+            .collect()
     }
 
     pub async fn create_topic(
@@ -142,7 +199,7 @@ impl Catalog {
         name: &str,
         partitions: i32,
         configs: BTreeMap<String, String>,
-    ) -> Result<TopicRecord, CatalogError> {
+    ) -> Result<(TopicRecord, i64), CatalogError> {
         if self.kv.get(&self.deletion_key(name)).await?.is_some() {
             return Err(CatalogError::TopicBeingDeleted(name.to_string()));
         }
@@ -171,14 +228,14 @@ impl Catalog {
             Compare::ModRevision(self.deletion_key(name), 0),
         ];
         match self.kv.txn(compares, ops).await? {
-            Some(_) => Ok(record),
+            Some(revision) => Ok((record, revision)),
             None => Err(CatalogError::TopicExists(name.to_string())),
         }
     }
 
     /// Removes the topic from the metadata and records that its objects are still to be
-    /// deleted (the caller deletes them, then calls `finish_deletion`).
-    pub async fn delete_topic(&self, name: &str) -> Result<TopicRecord, CatalogError> {
+    /// deleted (the caller deletes them, then calls `finish_deletion`). Returns the revision.
+    pub async fn delete_topic(&self, name: &str) -> Result<i64, CatalogError> {
         let Some(kv) = self.kv.get(&self.topic_key(name)).await? else {
             return Err(CatalogError::UnknownTopic(name.to_string()));
         };
@@ -194,14 +251,20 @@ impl Catalog {
         ];
         let compares = vec![Compare::ModRevision(self.topic_key(name), kv.mod_revision)];
         match self.kv.txn(compares, ops).await? {
-            Some(_) => Ok(record),
+            Some(revision) => Ok(revision),
             None => Err(CatalogError::UnknownTopic(name.to_string())),
         }
     }
 
     pub async fn pending_deletions(&self) -> Result<Vec<PendingDeletion>, MetaError> {
         let prefix = format!("{}/deletions/", self.root);
-        self.kv.range(&prefix).await?.iter().map(parse).collect()
+        self.kv
+            .range(&prefix)
+            .await?
+            .kvs
+            .iter()
+            .map(parse)
+            .collect()
     }
 
     pub async fn finish_deletion(&self, topic: &str) -> Result<(), MetaError> {
@@ -222,14 +285,18 @@ impl Catalog {
         Ok(Some(VersionedPartition {
             record: parse(&kv)?,
             revision: kv.mod_revision,
+            owner_revision: 0,
         }))
     }
 
-    /// Takes over writing a partition: a new leader epoch starting at the committed end.
+    /// Takes over writing a partition: creates its owner key under this broker's session and
+    /// starts a new leader epoch at the committed end, in one transaction. Fails with `Fenced`
+    /// while another broker still owns it.
     pub async fn claim_partition(
         &self,
         topic: &str,
         partition: i32,
+        broker_id: i32,
     ) -> Result<VersionedPartition, CatalogError> {
         let current = self
             .partition(topic, partition)
@@ -241,8 +308,73 @@ impl Catalog {
             epoch: record.leader_epoch,
             start_offset: record.high_watermark,
         });
-        self.swap_partition(topic, partition, current.revision, record)
-            .await
+        let key = self.partition_key(topic, partition);
+        let owner = self.owner_key(topic, partition);
+        let compares = vec![
+            Compare::ModRevision(key.clone(), current.revision),
+            Compare::ModRevision(owner.clone(), 0),
+        ];
+        let ops = vec![
+            Op::Put(key, encode(&record)),
+            Op::PutEphemeral(owner, Bytes::from(broker_id.to_string())),
+        ];
+        match self.kv.txn(compares, ops).await? {
+            Some(revision) => Ok(VersionedPartition {
+                record,
+                revision,
+                owner_revision: revision,
+            }),
+            None => Err(CatalogError::Fenced(topic.to_string(), partition)),
+        }
+    }
+
+    /// Gives a partition up (graceful hand-off): removes the owner key if it is still ours.
+    pub async fn release_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        owned: &VersionedPartition,
+    ) -> Result<(), CatalogError> {
+        let owner = self.owner_key(topic, partition);
+        let compares = vec![Compare::ModRevision(owner.clone(), owned.owner_revision)];
+        match self.kv.txn(compares, vec![Op::Delete(owner)]).await? {
+            Some(_) => Ok(()),
+            None => Err(CatalogError::Fenced(topic.to_string(), partition)),
+        }
+    }
+
+    /// Commits a segment an earlier owner wrote under `written_epoch` (see `log::occupant`).
+    /// Later epochs had written nothing yet, so in the epoch history they now begin after it:
+    /// OffsetForLeaderEpoch must report the adopted records as the older epoch's.
+    pub async fn commit_adopted(
+        &self,
+        topic: &str,
+        partition: i32,
+        current: &VersionedPartition,
+        high_watermark: i64,
+        written_epoch: i32,
+    ) -> Result<VersionedPartition, CatalogError> {
+        let mut record = current.record.clone();
+        record.high_watermark = high_watermark;
+        for entry in &mut record.epoch_history {
+            if entry.epoch > written_epoch && entry.start_offset < high_watermark {
+                entry.start_offset = high_watermark;
+            }
+        }
+        self.swap_partition(topic, partition, current, record).await
+    }
+
+    /// Moves the log start forward (retention), under the same fencing as a commit.
+    pub async fn commit_log_start(
+        &self,
+        topic: &str,
+        partition: i32,
+        current: &VersionedPartition,
+        log_start_offset: i64,
+    ) -> Result<VersionedPartition, CatalogError> {
+        let mut record = current.record.clone();
+        record.log_start_offset = log_start_offset;
+        self.swap_partition(topic, partition, current, record).await
     }
 
     /// Commits a new high watermark, only if the partition is still as this writer left it.
@@ -255,25 +387,29 @@ impl Catalog {
     ) -> Result<VersionedPartition, CatalogError> {
         let mut record = current.record.clone();
         record.high_watermark = high_watermark;
-        self.swap_partition(topic, partition, current.revision, record)
-            .await
+        self.swap_partition(topic, partition, current, record).await
     }
 
     async fn swap_partition(
         &self,
         topic: &str,
         partition: i32,
-        expected_revision: i64,
+        current: &VersionedPartition,
         record: PartitionRecord,
     ) -> Result<VersionedPartition, CatalogError> {
         let key = self.partition_key(topic, partition);
-        let ops = vec![Op::Put(key.clone(), encode(&record))];
-        match self
-            .kv
-            .txn(vec![Compare::ModRevision(key, expected_revision)], ops)
-            .await?
-        {
-            Some(revision) => Ok(VersionedPartition { record, revision }),
+        let mut compares = vec![Compare::ModRevision(key.clone(), current.revision)];
+        if current.owner_revision != 0 {
+            let owner = self.owner_key(topic, partition);
+            compares.push(Compare::ModRevision(owner, current.owner_revision));
+        }
+        let ops = vec![Op::Put(key, encode(&record))];
+        match self.kv.txn(compares, ops).await? {
+            Some(revision) => Ok(VersionedPartition {
+                record,
+                revision,
+                owner_revision: current.owner_revision,
+            }),
             None => Err(CatalogError::Fenced(topic.to_string(), partition)),
         }
     }
@@ -293,7 +429,7 @@ mod tests {
     async fn topics_are_created_once_and_deleted_with_their_partitions() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog(&dir);
-        let created = catalog
+        let (created, _) = catalog
             .create_topic("orders", 3, BTreeMap::new())
             .await
             .unwrap();
@@ -311,7 +447,7 @@ mod tests {
             Err(CatalogError::TopicBeingDeleted(_))
         ));
         catalog.finish_deletion("orders").await.unwrap();
-        let again = catalog
+        let (again, _) = catalog
             .create_topic("orders", 1, BTreeMap::new())
             .await
             .unwrap();
@@ -323,13 +459,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog(&dir);
         catalog.create_topic("t", 1, BTreeMap::new()).await.unwrap();
-        let first = catalog.claim_partition("t", 0).await.unwrap();
+        let first = catalog.claim_partition("t", 0, 1).await.unwrap();
         assert_eq!(first.record.leader_epoch, 1);
         let committed = catalog
             .commit_high_watermark("t", 0, &first, 10)
             .await
             .unwrap();
-        let second = catalog.claim_partition("t", 0).await.unwrap();
+        // nobody else can claim it while the owner key stands
+        assert!(matches!(
+            catalog.claim_partition("t", 0, 2).await,
+            Err(CatalogError::Fenced(_, 0))
+        ));
+        catalog.release_partition("t", 0, &committed).await.unwrap();
+        let second = catalog.claim_partition("t", 0, 2).await.unwrap();
         assert_eq!(second.record.epoch_history.last().unwrap().start_offset, 10);
         // the first writer's view is stale now
         assert!(matches!(

@@ -1,5 +1,10 @@
-//! Metadata: the key-value contract, its embedded implementation, and the typed catalog.
+//! Metadata: the key-value contract, its embedded and etcd implementations, the in-memory
+//! mirror of the store, and the typed catalog.
 
 pub mod catalog;
 pub mod embedded;
+pub mod etcd;
 pub mod kv;
+pub mod mirror;
+#[cfg(test)]
+mod test_etcd;

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::{check_leader_epoch, topic_name};
-use crate::broker::Broker;
+use crate::broker::{Broker, Slot};
 use crate::log::partition::Partition;
 use crate::log::reader;
 use crate::protocol::header::{encode_response, Request};
@@ -77,7 +77,7 @@ fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
             let partition = found.as_ref().ok_or(missing).and_then(|t| {
                 usize::try_from(p.partition)
                     .ok()
-                    .and_then(|i| t.partitions.get(i).cloned())
+                    .and_then(|i| t.partitions.get(i).map(Slot::current))
                     .ok_or(ResponseError::UnknownTopicOrPartition)
             });
             wanted.push(Wanted {
@@ -116,7 +116,7 @@ async fn read_all(
             .with_aborted_transactions(Some(Vec::new()));
         let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
         let read = match &w.partition {
-            Ok(partition) => match check_leader_epoch(partition, w.client_epoch) {
+            Ok(partition) => match check_leader_epoch(broker, partition, w.client_epoch) {
                 Ok(()) => reader::read(&broker.log, partition, w.offset, budget, total == 0).await,
                 Err(e) => Err(e),
             },

@@ -69,7 +69,7 @@ async fn lookup(
     timestamp: i64,
 ) -> Result<(i64, i64, i32), ResponseError> {
     let partition = find_partition(broker, topic, index)?;
-    check_leader_epoch(&partition, client_epoch)?;
+    check_leader_epoch(broker, &partition, client_epoch)?;
     let epoch = partition.leader_epoch();
     match timestamp {
         LATEST => Ok((partition.high_watermark(), -1, epoch)),

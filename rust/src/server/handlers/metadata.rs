@@ -1,6 +1,7 @@
 //! Metadata v0–12. v0: an empty topic list means all topics; v1+: null means all and an empty
 //! list none (KIP-4). Auto-creation when the broker allows it and the request (v4+) asks for it.
-//! This broker leads every partition it serves.
+//! Brokers, leaders and epochs come from the cluster view: the owner of each partition leads it
+//! (or the broker about to claim it, while nobody does).
 
 use std::sync::Arc;
 
@@ -49,14 +50,37 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Byt
         }
         described
     };
-    let me = BrokerId(broker.config.broker_id);
+    let cluster = broker.cluster();
+    let mut brokers: Vec<_> = cluster
+        .brokers
+        .values()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(b.port)
+        })
+        .collect();
+    if !cluster.brokers.contains_key(&broker.config.broker_id) {
+        // Between a lost session and re-registration this broker still answers for itself.
+        brokers.push(
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(broker.config.broker_id))
+                .with_host(StrBytes::from_string(broker.config.broker_host.clone()))
+                .with_port(broker.config.broker_port),
+        );
+    }
+    // The controller is only a name here (no KRaft); the lowest live id is stable and real.
+    let controller = cluster
+        .brokers
+        .keys()
+        .next()
+        .copied()
+        .unwrap_or(broker.config.broker_id);
     let response = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(me)
-            .with_host(StrBytes::from_string(broker.config.broker_host.clone()))
-            .with_port(broker.config.broker_port)])
+        .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
-        .with_controller_id(me)
+        .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(OPERATIONS_UNKNOWN)
         .with_topics(topics);
     encode_response(request.correlation_id, version, &response)
@@ -105,22 +129,27 @@ fn failed(name: Option<String>, error: ResponseError, topic_id: Uuid) -> Metadat
 }
 
 fn describe(topic: &Topic, broker: &Broker) -> MetadataResponseTopic {
-    let me = BrokerId(broker.config.broker_id);
-    let partitions = topic
-        .partitions
-        .iter()
-        .map(|p| {
-            MetadataResponsePartition::default()
-                .with_error_code(code(None))
-                .with_partition_index(p.id)
-                .with_leader_id(me)
-                .with_leader_epoch(p.leader_epoch())
-                .with_replica_nodes(vec![me])
-                .with_isr_nodes(vec![me])
+    let cluster = broker.cluster();
+    let name = &topic.record.name;
+    let partitions = (0..topic.record.partitions)
+        .map(|id| {
+            let response = MetadataResponsePartition::default()
+                .with_partition_index(id)
+                .with_leader_epoch(cluster.leader_epoch(name, id));
+            match cluster.leader(name, id) {
+                Some(leader) => response
+                    .with_error_code(code(None))
+                    .with_leader_id(BrokerId(leader))
+                    .with_replica_nodes(vec![BrokerId(leader)])
+                    .with_isr_nodes(vec![BrokerId(leader)]),
+                None => response
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1)),
+            }
         })
         .collect();
     MetadataResponseTopic::default()
-        .with_name(Some(topic_name(&topic.record.name)))
+        .with_name(Some(topic_name(name)))
         .with_topic_id(topic.record.id)
         .with_partitions(partitions)
         .with_topic_authorized_operations(OPERATIONS_UNKNOWN)

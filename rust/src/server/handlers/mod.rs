@@ -36,14 +36,23 @@ pub fn find_partition(
         .and_then(|t| {
             usize::try_from(index)
                 .ok()
-                .and_then(|i| t.partitions.get(i).cloned())
+                .and_then(|i| t.partitions.get(i).map(crate::broker::Slot::current))
         })
         .ok_or(ResponseError::UnknownTopicOrPartition)
 }
 
-/// Kafka's leader-epoch check for requests that carry the client's view of it (KIP-320).
-pub fn check_leader_epoch(partition: &Partition, client_epoch: i32) -> Result<(), ResponseError> {
-    let epoch = partition.leader_epoch();
+/// Kafka's leader-epoch check for requests that carry the client's view of it (KIP-320). The
+/// epoch is the newer of this broker's log and the cluster view: a broker handing a partition
+/// off must fence clients that already know the next owner's epoch.
+pub fn check_leader_epoch(
+    broker: &Broker,
+    partition: &Partition,
+    client_epoch: i32,
+) -> Result<(), ResponseError> {
+    let cluster = broker
+        .cluster()
+        .leader_epoch(&partition.topic, partition.id);
+    let epoch = partition.leader_epoch().max(cluster);
     match client_epoch {
         e if e < 0 || e == epoch => Ok(()),
         e if e < epoch => Err(ResponseError::FencedLeaderEpoch),

@@ -1,6 +1,7 @@
 //! Produce v3–9. Validation and appends run synchronously in request order; the response waits
 //! until every partition's segment is durable (acks 1 and -1 alike: durability is the object
-//! store's, there are no followers). acks=0 gets no response but is flushed the same way.
+//! store's, there are no followers), at most the request's timeout. acks=0 gets no response
+//! but is flushed the same way.
 
 use std::sync::Arc;
 
@@ -32,6 +33,8 @@ pub fn start(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
     };
     let acks = body.acks;
     let acks_valid = matches!(acks, -1..=1);
+    // How long the client lets us wait for durability before answering REQUEST_TIMED_OUT.
+    let ack_timeout = std::time::Duration::from_millis(body.timeout_ms.max(0) as u64);
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic in body.topic_data {
         let name = topic.name.0.to_string();
@@ -50,11 +53,12 @@ pub fn start(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
         topics.push((name, partitions));
     }
     tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + ack_timeout;
         let mut responses = Vec::with_capacity(topics.len());
         for (name, partitions) in topics {
             let mut partition_responses = Vec::with_capacity(partitions.len());
             for (index, pending) in partitions {
-                partition_responses.push(outcome(index, pending).await);
+                partition_responses.push(outcome(index, pending, deadline).await);
             }
             responses.push(
                 TopicProduceResponse::default()
@@ -101,7 +105,11 @@ fn append(
     }
 }
 
-async fn outcome(index: i32, pending: Pending) -> PartitionProduceResponse {
+async fn outcome(
+    index: i32,
+    pending: Pending,
+    deadline: tokio::time::Instant,
+) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default()
         .with_index(index)
         .with_log_append_time_ms(-1);
@@ -110,9 +118,12 @@ async fn outcome(index: i32, pending: Pending) -> PartitionProduceResponse {
         Pending::Unacked => (Ok(-1), -1),
         Pending::Flush(partition, receiver) => {
             // A dropped sender means the broker is going away: the write was not acknowledged.
-            let result = receiver
-                .await
-                .unwrap_or(Err(ResponseError::NotLeaderOrFollower));
+            // Past the request's timeout the answer is REQUEST_TIMED_OUT, as in Kafka: the
+            // records stay buffered and may still be written ("possibly persisted").
+            let result = match tokio::time::timeout_at(deadline, receiver).await {
+                Ok(answer) => answer.unwrap_or(Err(ResponseError::NotLeaderOrFollower)),
+                Err(_) => Err(ResponseError::RequestTimedOut),
+            };
             (result, partition.log_start_offset())
         }
     };

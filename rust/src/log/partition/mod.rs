@@ -7,6 +7,9 @@
 //! a failed flush acknowledges nothing and the still-buffered batches are re-based onto the
 //! committed end, so offsets never have gaps.
 
+mod adoption;
+mod roles;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +18,7 @@ use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
 use super::batch::{rewritten_prefix, IncomingBatch, REWRITTEN_PREFIX_LEN};
+use super::occupant::{self, PutOutcome};
 use super::segment::{build_segment, BuiltSegment, SegmentMeta, StoredBatch};
 use super::LogContext;
 use crate::meta::catalog::{CatalogError, VersionedPartition};
@@ -73,6 +77,8 @@ impl Partition {
         segments: Vec<SegmentMeta>,
     ) -> Partition {
         let high_watermark = committed.record.high_watermark;
+        // Without an owner key this broker only serves reads of what others committed.
+        let closed = (committed.owner_revision == 0).then_some(ResponseError::NotLeaderOrFollower);
         Partition {
             topic,
             topic_id,
@@ -84,7 +90,7 @@ impl Partition {
                 pending: Vec::new(),
                 pending_bytes: 0,
                 segments,
-                closed: None,
+                closed,
             }),
             high_watermark: watch::Sender::new(high_watermark),
             flush_lock: tokio::sync::Mutex::new(()),
@@ -101,6 +107,11 @@ impl Partition {
 
     pub fn high_watermark(&self) -> i64 {
         *self.high_watermark.borrow()
+    }
+
+    /// Wakes every fetch waiting for this log to grow (it is being replaced).
+    pub fn wake_readers(&self) {
+        self.high_watermark.send_modify(|_| {});
     }
 
     pub fn subscribe(&self) -> watch::Receiver<i64> {
@@ -165,6 +176,31 @@ impl Partition {
     /// Like `schedule_flush`, for a flush that starts at once (the buffer is a segment's worth).
     pub fn schedule_urgent_flush(&self) -> bool {
         !self.urgent_flush_scheduled.swap(true, Ordering::AcqRel)
+    }
+
+    /// Retention: moves the log start to `log_start` (a segment boundary) and forgets the
+    /// segments below it. Runs under the flush lock, so it never races a commit. Returns the
+    /// segments that are no longer part of the log (their objects can go).
+    pub async fn advance_log_start(
+        &self,
+        ctx: &LogContext,
+        log_start: i64,
+    ) -> Result<Vec<SegmentMeta>, CatalogError> {
+        let _one_at_a_time = self.flush_lock.lock().await;
+        let committed = match self.owned() {
+            Some(committed) if committed.record.log_start_offset < log_start => committed,
+            _ => return Ok(Vec::new()),
+        };
+        let next = ctx
+            .catalog
+            .commit_log_start(&self.topic, self.id, &committed, log_start)
+            .await?;
+        let mut state = self.state();
+        state.committed = next;
+        let keep = state
+            .segments
+            .partition_point(|s| s.last_offset < log_start);
+        Ok(state.segments.drain(..keep).collect())
     }
 
     /// Stops taking writes; buffered data is still flushed by a later `flush`.
@@ -279,6 +315,13 @@ impl Partition {
                 }
                 true
             }
+            Err(error) if error.occupied => {
+                // Nothing of ours was written: the batches go back, after the occupant.
+                let requeued = adoption::chunks_of(&built, replies);
+                self.adopt_occupant(ctx, built.meta.base_offset, committed, requeued)
+                    .await;
+                false
+            }
             Err(error) => {
                 tracing::warn!(
                     topic = %self.topic, partition = self.id,
@@ -286,8 +329,10 @@ impl Partition {
                     "segment flush failed; nothing in it was acknowledged"
                 );
                 self.rebase_after_failure(error.fenced);
+                // The segment object may exist by now, and whoever next writes this base
+                // offset adopts it (see `occupant`): "possibly persisted", never "not written".
                 for waiter in replies.into_iter().filter_map(|(waiter, _)| waiter) {
-                    let _ = waiter.send(Err(error.code));
+                    let _ = waiter.send(Err(ResponseError::RequestTimedOut));
                 }
                 false
             }
@@ -297,10 +342,12 @@ impl Partition {
     /// After a failed flush the offsets it held were never committed: buffered batches that
     /// were appended meanwhile move down to start at the committed end again.
     fn rebase_after_failure(&self, fenced: bool) {
-        let mut state = self.state();
         if fenced {
-            state.closed = Some(ResponseError::NotLeaderOrFollower);
+            // Another broker owns the partition now: nothing buffered here can ever commit.
+            self.abandon(ResponseError::NotLeaderOrFollower);
+            return;
         }
+        let mut state = self.state();
         let epoch = state.committed.record.leader_epoch;
         let mut next = state.committed.record.high_watermark;
         for chunk in &mut state.pending {
@@ -322,8 +369,15 @@ impl Partition {
         let base = built.meta.base_offset;
         let data = self.segment_path(ctx, base, SegmentObject::Data);
         let index = self.segment_path(ctx, base, SegmentObject::Index);
-        put_replacing_leftover(ctx, &data, built.object.clone()).await?;
-        put_replacing_leftover(ctx, &index, built.index.clone()).await?;
+        if let PutOutcome::Occupied = occupant::put_new(ctx, &data, built.object.clone()).await? {
+            return Err(FlushError::occupied(base));
+        }
+        if let PutOutcome::Occupied = occupant::put_new(ctx, &index, built.index.clone()).await? {
+            // Our data object was new, so no other writer can have produced this index.
+            return Err(FlushError::from(StoreError::Other(format!(
+                "{index} exists with other contents than the segment just written"
+            ))));
+        }
         let high_watermark = built.meta.last_offset + 1;
         ctx.catalog
             .commit_high_watermark(&self.topic, self.id, committed, high_watermark)
@@ -342,8 +396,10 @@ impl Partition {
             .segment_path(&self.topic, self.id, base_offset, kind)
     }
 
+    /// The segment's cache key; the topic id keeps a re-created topic from seeing the old one's
+    /// cached bytes.
     pub fn object_key(&self, base_offset: i64) -> String {
-        format!("{}/{}/{base_offset}", self.topic, self.id)
+        format!("{}/{}/{}/{base_offset}", self.topic, self.topic_id, self.id)
     }
 
     /// Committed segments starting with the one that holds `offset`, or the reason the offset
@@ -387,7 +443,20 @@ impl Partition {
 struct FlushError {
     code: ResponseError,
     fenced: bool,
+    /// The base offset was taken by an earlier owner's uncommitted segment.
+    occupied: bool,
     message: String,
+}
+
+impl FlushError {
+    fn occupied(base: i64) -> FlushError {
+        FlushError {
+            code: ResponseError::KafkaStorageError,
+            fenced: false,
+            occupied: true,
+            message: format!("base offset {base} is taken by an uncommitted segment"),
+        }
+    }
 }
 
 impl From<StoreError> for FlushError {
@@ -395,6 +464,7 @@ impl From<StoreError> for FlushError {
         FlushError {
             code: ResponseError::KafkaStorageError,
             fenced: false,
+            occupied: false,
             message: e.to_string(),
         }
     }
@@ -410,25 +480,9 @@ impl From<CatalogError> for FlushError {
                 ResponseError::KafkaStorageError
             },
             fenced,
+            occupied: false,
             message: e.to_string(),
         }
-    }
-}
-
-/// Conditional create; an object already at this uncommitted base offset is a leftover of a
-/// failed flush (nothing at or above the high watermark is committed), so it is replaced once.
-async fn put_replacing_leftover(
-    ctx: &LogContext,
-    path: &object_store::path::Path,
-    object: bytes::Bytes,
-) -> Result<(), FlushError> {
-    match ctx.store.put_new(path, object.clone()).await {
-        Err(StoreError::AlreadyExists(_)) => {
-            tracing::info!(object = %path, "removing uncommitted leftover before rewriting it");
-            ctx.store.delete(path).await?;
-            Ok(ctx.store.put_new(path, object).await?)
-        }
-        other => Ok(other?),
     }
 }
 

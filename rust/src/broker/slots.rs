@@ -1,0 +1,58 @@
+//! A topic as this broker serves it: one slot per partition holding this broker's current
+//! log for it – the writable log while it owns the partition, a read-only follower otherwise.
+//! Ownership changes swap the slot's log; requests always use whatever is current.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::log::partition::Partition;
+use crate::meta::catalog::TopicRecord;
+
+pub struct Topic {
+    pub record: TopicRecord,
+    pub partitions: Vec<Slot>,
+}
+
+pub struct Slot {
+    current: RwLock<Arc<Partition>>,
+    /// Set while a claim or hand-off of this partition is under way.
+    changing: AtomicBool,
+}
+
+impl Slot {
+    pub fn new(partition: Partition) -> Slot {
+        Slot {
+            current: RwLock::new(Arc::new(partition)),
+            changing: AtomicBool::new(false),
+        }
+    }
+
+    pub fn current(&self) -> Arc<Partition> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn replace(&self, partition: Partition) {
+        let old = std::mem::replace(
+            &mut *self.current.write().unwrap_or_else(|p| p.into_inner()),
+            Arc::new(partition),
+        );
+        // Fetches long-polling the old log would otherwise sleep out their whole wait.
+        old.wake_readers();
+    }
+
+    /// Marks an ownership change as started; false if one already is.
+    pub fn begin_change(&self) -> bool {
+        !self.changing.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn is_changing(&self) -> bool {
+        self.changing.load(Ordering::Acquire)
+    }
+
+    pub fn end_change(&self) {
+        self.changing.store(false, Ordering::Release);
+    }
+}

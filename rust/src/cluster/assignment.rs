@@ -1,0 +1,71 @@
+//! Which live broker owns a partition: rendezvous (highest-random-weight) hashing of
+//! topic/partition over broker ids. Every broker computes the same answer from the same set
+//! of live brokers, and when a broker joins or leaves only the partitions it gains or loses
+//! move – about 1/n of them.
+
+/// The owner of `topic`/`partition` among `brokers` (None if there are none).
+pub fn owner_of(topic: &str, partition: i32, brokers: &[i32]) -> Option<i32> {
+    brokers
+        .iter()
+        .copied()
+        .max_by_key(|&broker| (weight(topic, partition, broker), broker))
+}
+
+/// A well-mixed 64-bit weight for a (partition, broker) pair: FNV-1a over the name, then a
+/// splitmix64 finaliser so that neighbouring partitions and broker ids spread evenly.
+fn weight(topic: &str, partition: i32, broker: i32) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = topic
+        .bytes()
+        .chain(partition.to_be_bytes())
+        .chain(broker.to_be_bytes());
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_broker_computes_the_same_owner() {
+        let a = owner_of("orders", 3, &[1, 2, 3]);
+        let b = owner_of("orders", 3, &[3, 1, 2]);
+        assert_eq!(a, b);
+        assert_eq!(owner_of("orders", 3, &[]), None);
+        assert_eq!(owner_of("orders", 3, &[7]), Some(7));
+    }
+
+    #[test]
+    fn partitions_spread_evenly() {
+        let brokers = [0, 1, 2];
+        let mut counts = [0usize; 3];
+        for p in 0..3000 {
+            counts[owner_of("events", p, &brokers).unwrap() as usize] += 1;
+        }
+        for count in counts {
+            assert!((800..1200).contains(&count), "uneven spread: {counts:?}");
+        }
+    }
+
+    #[test]
+    fn a_joining_broker_takes_only_partitions_it_gains() {
+        let before = [0, 1, 2];
+        let after = [0, 1, 2, 3];
+        let mut moved = 0;
+        for p in 0..2000 {
+            let old = owner_of("t", p, &before).unwrap();
+            let new = owner_of("t", p, &after).unwrap();
+            if old != new {
+                assert_eq!(new, 3, "partition {p} moved between two old brokers");
+                moved += 1;
+            }
+        }
+        assert!((350..650).contains(&moved), "{moved} of 2000 moved");
+    }
+}

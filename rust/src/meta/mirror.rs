@@ -1,0 +1,342 @@
+//! An in-memory copy of everything under a prefix of the metadata store, kept current by a
+//! watch, so hot paths (Metadata requests, ownership decisions) never wait for the store.
+//!
+//! When the watch fails (store unreachable, history compacted, watcher too slow) the copy is
+//! marked not live and rebuilt from a fresh listing, retried with backoff until it works.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use super::kv::{Change, ChangeStream, KeyValue, KvStore, Listing, MetaError};
+
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How long `caught_up` trusts the watch to deliver a revision before it lists instead (the
+/// watch never reports a revision that changed nothing under the prefix).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
+
+pub struct Mirror {
+    kv: Arc<dyn KvStore>,
+    prefix: String,
+    state: RwLock<State>,
+    live: AtomicBool,
+    changes: watch::Sender<i64>,
+    follower: OnceLock<AbortHandle>,
+}
+
+/// The copy and the store revision it reflects, changed together.
+struct State {
+    entries: BTreeMap<String, KeyValue>,
+    revision: i64,
+}
+
+impl Mirror {
+    /// Lists the prefix and starts following it. Fails if the store cannot be listed or
+    /// watched now.
+    pub async fn start(kv: Arc<dyn KvStore>, prefix: &str) -> Result<Arc<Mirror>, MetaError> {
+        let listing = kv.range(prefix).await?;
+        let stream = kv.watch(prefix, listing.revision).await?;
+        let mirror = Arc::new(Mirror {
+            kv,
+            prefix: prefix.to_string(),
+            state: RwLock::new(State {
+                entries: BTreeMap::new(),
+                revision: 0,
+            }),
+            live: AtomicBool::new(true),
+            changes: watch::channel(0).0,
+            follower: OnceLock::new(),
+        });
+        mirror.install(listing);
+        let follower = tokio::spawn(follow(Arc::downgrade(&mirror), stream));
+        let _ = mirror.follower.set(follower.abort_handle());
+        Ok(mirror)
+    }
+
+    pub fn get(&self, key: &str) -> Option<KeyValue> {
+        self.read().entries.get(key).cloned()
+    }
+
+    /// Every mirrored key starting with `prefix`, in key order.
+    pub fn range(&self, prefix: &str) -> Vec<KeyValue> {
+        self.read()
+            .entries
+            .range(prefix.to_string()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map(|(_, kv)| kv.clone())
+            .collect()
+    }
+
+    /// The store revision the copy reflects.
+    pub fn revision(&self) -> i64 {
+        self.read().revision
+    }
+
+    /// Whether the copy is following the store right now (false while it is rebuilding).
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// The revision after each change to the copy: wakes consumers up to re-read it.
+    pub fn changes(&self) -> watch::Receiver<i64> {
+        self.changes.subscribe()
+    }
+
+    /// Returns once the copy reflects at least `revision` (read-your-writes after a
+    /// transaction). If the watch does not bring it soon, lists the store instead; if that
+    /// fails too the copy stays as it is (the store is unreachable, and the follower catches
+    /// up when it is back).
+    pub async fn caught_up(&self, revision: i64) {
+        let mut changes = self.changes.subscribe();
+        let reached = changes.wait_for(|current| *current >= revision);
+        if let Ok(Ok(_)) = tokio::time::timeout(CATCH_UP_WAIT, reached).await {
+            return;
+        }
+        match self.kv.range(&self.prefix).await {
+            Ok(listing) => self.install(listing),
+            Err(e) => tracing::warn!("metadata mirror cannot catch up to revision {revision}: {e}"),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        // A poisoned lock means a panic between two map updates of one batch at worst; the
+        // next re-list replaces the map anyway.
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the copy with a listing, unless the copy is newer already (then the watch
+    /// started at the listing skips what the copy has and continues from there).
+    fn install(&self, listing: Listing) {
+        let mut state = self.write();
+        if listing.revision < state.revision {
+            return;
+        }
+        state.entries = listing
+            .kvs
+            .into_iter()
+            .map(|kv| (kv.key.clone(), kv))
+            .collect();
+        state.revision = listing.revision;
+        self.changes.send_replace(listing.revision);
+    }
+
+    /// Applies one revision's changes, unless the copy has it already.
+    fn apply(&self, batch: Vec<Change>) {
+        let Some(revision) = batch.first().map(|change| match change {
+            Change::Put(kv) => kv.mod_revision,
+            Change::Delete { revision, .. } => *revision,
+        }) else {
+            return;
+        };
+        let mut state = self.write();
+        if revision <= state.revision {
+            return;
+        }
+        for change in batch {
+            match change {
+                Change::Put(kv) => {
+                    state.entries.insert(kv.key.clone(), kv);
+                }
+                Change::Delete { key, .. } => {
+                    state.entries.remove(&key);
+                }
+            }
+        }
+        state.revision = revision;
+        self.changes.send_replace(revision);
+    }
+
+    /// A fresh listing and a watch from it.
+    async fn resync(&self) -> Result<ChangeStream, MetaError> {
+        let listing = self.kv.range(&self.prefix).await?;
+        let stream = self.kv.watch(&self.prefix, listing.revision).await?;
+        self.install(listing);
+        Ok(stream)
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        if let Some(follower) = self.follower.get() {
+            follower.abort();
+        }
+    }
+}
+
+/// Applies the watch to the copy; when it fails, rebuilds the copy and watches again. Holds
+/// the mirror only while using it, so dropping the last handle ends the task.
+async fn follow(mirror: Weak<Mirror>, mut stream: ChangeStream) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        while let Some(item) = stream.next().await {
+            let Some(mirror) = mirror.upgrade() else {
+                return;
+            };
+            match item {
+                Ok(batch) => {
+                    mirror.apply(batch);
+                    backoff = MIN_BACKOFF;
+                }
+                Err(e) => {
+                    tracing::warn!("metadata watch on {} failed: {e}", mirror.prefix);
+                    break;
+                }
+            }
+        }
+        loop {
+            match mirror.upgrade() {
+                Some(mirror) => mirror.live.store(false, Ordering::Release),
+                None => return,
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            let Some(mirror) = mirror.upgrade() else {
+                return;
+            };
+            match mirror.resync().await {
+                Ok(resumed) => {
+                    stream = resumed;
+                    mirror.live.store(true, Ordering::Release);
+                    tracing::info!("metadata watch on {} resumed", mirror.prefix);
+                    break;
+                }
+                Err(e) => tracing::warn!("metadata mirror of {} cannot resync: {e}", mirror.prefix),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::meta::embedded::EmbeddedStore;
+    use crate::meta::etcd::EtcdStore;
+    use crate::meta::kv::Op;
+    use crate::meta::test_etcd::TestEtcd;
+
+    fn put(key: &str, value: &'static [u8]) -> Op {
+        Op::Put(key.into(), Bytes::from_static(value))
+    }
+
+    fn keys(entries: &[KeyValue]) -> Vec<&str> {
+        entries.iter().map(|kv| kv.key.as_str()).collect()
+    }
+
+    /// Waits up to 20 s for `check` to hold; returns whether it did.
+    async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if check() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// A write that may have to wait for the store to come back.
+    async fn write(kv: &Arc<dyn KvStore>, ops: Vec<Op>) -> i64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match kv.txn(vec![], ops.clone()).await {
+                Ok(revision) => return revision.unwrap(),
+                Err(e) if Instant::now() > deadline => panic!("store not back: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn follows_puts_and_deletes_and_catches_up_to_a_revision() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
+        let kv: Arc<dyn KvStore> = Arc::new(store);
+        write(
+            &kv,
+            vec![put("m/a", b"1"), put("m/b/1", b"2"), put("n", b"x")],
+        )
+        .await;
+        let mirror = Mirror::start(kv.clone(), "m/").await.unwrap();
+        assert!(mirror.is_live());
+        assert_eq!(keys(&mirror.range("m/")), ["m/a", "m/b/1"]);
+        assert_eq!(mirror.get("m/a").unwrap().value, Bytes::from_static(b"1"));
+        assert!(mirror.get("n").is_none(), "outside the prefix");
+
+        let mut changes = mirror.changes();
+        changes.borrow_and_update();
+        let started = Instant::now();
+        let ops = vec![put("m/b/2", b"3"), Op::Delete("m/a".into())];
+        let revision = write(&kv, ops).await;
+        mirror.caught_up(revision).await;
+        assert!(started.elapsed() < CATCH_UP_WAIT, "the watch brought it");
+        assert_eq!(keys(&mirror.range("m/")), ["m/b/1", "m/b/2"]);
+        assert_eq!(keys(&mirror.range("m/b/2")), ["m/b/2"]);
+        assert_eq!(mirror.revision(), revision);
+        assert!(changes.has_changed().unwrap());
+
+        write(&kv, vec![Op::DeletePrefix("m/b/".into())]).await;
+        let mut changes = mirror.changes();
+        changes
+            .wait_for(|_| mirror.range("m/").is_empty())
+            .await
+            .unwrap();
+
+        // a revision that changed nothing under the prefix: caught up by listing
+        let outside = write(&kv, vec![put("n", b"y")]).await;
+        mirror.caught_up(outside).await;
+        assert!(mirror.revision() >= outside);
+    }
+
+    #[tokio::test]
+    async fn recovers_after_etcd_pauses_and_restarts() {
+        let mut etcd = TestEtcd::start().await;
+        let ttl = Duration::from_secs(10);
+        let store = EtcdStore::connect(&etcd.endpoints(), None, ttl).await;
+        let kv: Arc<dyn KvStore> = Arc::new(store.unwrap());
+        write(&kv, vec![put("m/1", b"1")]).await;
+        let mirror = Mirror::start(kv.clone(), "m/").await.unwrap();
+        assert_eq!(keys(&mirror.range("")), ["m/1"]);
+
+        // changes written by another client arrive through the watch
+        let mut client = etcd.client().await;
+        client.put("m/2", "2", None).await.unwrap();
+        client.delete("m/1", None).await.unwrap();
+        assert!(eventually(|| keys(&mirror.range("")) == ["m/2"]).await);
+
+        // paused: the watch's connection stays open and carries on afterwards
+        etcd.pause();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        etcd.resume();
+        let revision = write(&kv, vec![put("m/3", b"3")]).await;
+        mirror.caught_up(revision).await;
+        assert!(mirror.is_live());
+        assert_eq!(keys(&mirror.range("")), ["m/2", "m/3"]);
+
+        // killed: the mirror notices, serves what it has, and resyncs once etcd is back
+        etcd.kill();
+        assert!(eventually(|| !mirror.is_live()).await, "noticed the outage");
+        assert_eq!(keys(&mirror.range("")), ["m/2", "m/3"]);
+        etcd.start_again().await;
+        let revision = write(&kv, vec![put("m/4", b"4"), Op::Delete("m/2".into())]).await;
+        assert!(eventually(|| mirror.is_live() && mirror.revision() >= revision).await);
+        assert_eq!(keys(&mirror.range("")), ["m/3", "m/4"]);
+        // and follows again
+        let mut client = etcd.client().await;
+        client.put("m/5", "5", None).await.unwrap();
+        assert!(eventually(|| mirror.get("m/5").is_some()).await);
+    }
+}

@@ -1,0 +1,183 @@
+"""Faults under load: a cluster of brokers keeps every acknowledged record, exactly where it was
+acknowledged, through a killed broker, a frozen one (zombie), an S3 outage, an etcd outage and
+scaling 1 -> 3 -> 1 brokers.
+
+Every test runs a ``Workload`` (support/load.py): two acks=all producers (one retrying like a
+real application, one that never resends), a consumer reading along, and a watcher of etcd and
+the bucket. ``Workload.verify()`` then checks the whole log; its docstring lists the
+properties. Each test adds the checks specific to its fault. The lease TTL is short (3 s) so that
+a dead broker's partitions move quickly; the timeouts here are liveness guards only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from support.clients import unique
+from support.cluster import create_topic, moved_away, moved_to, read_partition
+from support.load import RETRIABLE, Workload, busiest
+from support.procs import paused
+
+PARTITIONS = 6
+LEASE_TTL_MS = 3000
+FLUSH_INTERVAL_MS = 200
+OUTAGE_S = 10.0  # how long S3 / etcd stay away (the fault, not a limit on the broker)
+PROBE_TIMEOUT_MS = 2000  # produce timeout of the probes sent during an outage
+
+
+def start_cluster(make_cluster, n: int = 3):
+    return make_cluster(n, lease_ttl_ms=LEASE_TTL_MS, flush_interval_ms=FLUSH_INTERVAL_MS)
+
+
+def new_topic(c, partitions: int = PARTITIONS) -> str:
+    topic = unique("faults")
+    create_topic(c.bootstrap(), topic, partitions)
+    c.wait_converged([topic], {topic: partitions}, until=c.claimed)
+    return topic
+
+
+def probe_owners(wl, c, owners: dict[int, list[int]], tag: str):
+    """A raw produce (timeout_ms 2 s) to every partition, each sent to its owner."""
+    return [
+        wl.probe(c.brokers[b], parts, f"{tag}-{b}", PROBE_TIMEOUT_MS)
+        for b, parts in owners.items()
+        if parts
+    ]
+
+
+def assert_refused(probes, phase: str) -> None:
+    """Produce requests sent during an outage (timeout_ms 2 s) were answered before it ended,
+    all refused with retriable errors."""
+    for probe in probes:
+        acked = probe.acked()
+        assert not acked, f"{phase}: acknowledged with nothing durable: {acked}"
+        wrong = {v: e for v, e in probe.errors().items() if e not in RETRIABLE}
+        assert not wrong, f"{phase}: non-retriable produce errors {wrong}"
+        assert not probe.unanswered, (
+            f"{phase}: no answer within the outage to produce requests with timeout_ms "
+            f"{PROBE_TIMEOUT_MS} sent to {probe.broker_addr}: {probe.unanswered}"
+        )
+
+
+def test_kill_owner_of_busy_partitions(cluster):
+    """kill -9 the broker leading the most partitions: after its lease expires the others own
+    its partitions (higher epochs), nothing else moves, producers carry on through the
+    others, and nothing acknowledged is lost or moved."""
+    c = start_cluster(cluster)
+    topic = new_topic(c)
+    with Workload(c, topic, PARTITIONS) as wl:
+        wl.wait_acks(10)
+        before = {topic: c.leaders(topic)}
+        victim, _moved = busiest(c, topic)
+        victim.kill()
+        c.wait_converged([topic], {topic: PARTITIONS}, until=moved_away(before, victim.broker_id))
+        wl.wait_acks(20)  # every partition, the moved ones included
+        stats = wl.verify()
+    print(stats)
+
+
+def test_frozen_owner_is_fenced(cluster):
+    """SIGSTOP a busy owner until its lease expires and the new owners have written, then
+    SIGCONT it: the zombie acknowledges nothing it could not commit (produce requests it
+    received while frozen are refused or, if it owns the partition again, stored where it
+    said), high watermarks only move forward, no segment is overwritten, and records written
+    after the takeover carry the new epoch (verify() checks epochs along the log)."""
+    c = start_cluster(cluster)
+    topic = new_topic(c)
+    with Workload(c, topic, PARTITIONS) as wl:
+        wl.wait_acks(10)
+        before = {topic: c.leaders(topic)}
+        zombie, moved = busiest(c, topic)
+        with paused(zombie):
+            # the kernel accepts these; the frozen broker reads them when it wakes up
+            probe = wl.probe(zombie, moved, "zombie")
+            c.wait_converged(
+                [topic], {topic: PARTITIONS}, until=moved_away(before, zombie.broker_id)
+            )
+            wl.wait_acks(20, partitions=moved)  # the new owners write past the takeover
+            taken = {p: c.meta.partition(topic, p).high_watermark for p in moved}
+        probe.collect(timeout=30)
+        wrong = {v: e for v, e in probe.errors().items() if e not in RETRIABLE}
+        assert not wrong, f"the woken broker answered with non-retriable errors {wrong}"
+        c.wait_converged([topic], {topic: PARTITIONS})  # it rejoins: all three agree
+        wl.wait_acks(20)
+        for p, hwm in taken.items():
+            now = c.meta.partition(topic, p).high_watermark
+            assert now >= hwm, f"partition {p}: high watermark {hwm} after takeover, now {now}"
+        stats = wl.verify()
+    print(stats, "zombie probe answers:", probe.answers, "unanswered:", probe.unanswered)
+
+
+def test_s3_outage(cluster, moto):
+    """Freeze the S3 server for 10 s: produce requests sent meanwhile are answered within the
+    outage (their timeout_ms is 2 s) with retriable errors, since nothing can be made durable;
+    producing recovers once S3 is back, and nothing acknowledged is lost."""
+    c = start_cluster(cluster)
+    topic = new_topic(c)
+    with Workload(c, topic, PARTITIONS) as wl:
+        wl.wait_acks(10)
+        owners = {b.broker_id: c.partitions_of(topic, b.broker_id) for b in c.live}
+        with paused(moto):
+            until = time.monotonic() + OUTAGE_S
+            probes = probe_owners(wl, c, owners, "s3")
+            for probe in probes:
+                probe.collect(timeout=max(0.1, until - time.monotonic() - 1))
+            assert_refused(probes, "S3 frozen")
+            time.sleep(max(0.0, until - time.monotonic()))
+        wl.wait_acks(20)
+        stats = wl.verify()
+    print(stats, [p.answers for p in probes])
+
+
+def test_etcd_outage(cluster, etcd):
+    """Stop etcd for 10 s and start it again on the same data dir: committed data stays
+    readable from every broker, produce requests are answered within the outage with
+    retriable errors (no commit is possible), and once etcd is back producing recovers with
+    nothing acknowledged lost."""
+    c = start_cluster(cluster)
+    topic = new_topic(c)
+    with Workload(c, topic, PARTITIONS) as wl:
+        wl.wait_acks(10)
+        committed = c.end_offsets(topic, PARTITIONS)
+        owners = {b.broker_id: c.partitions_of(topic, b.broker_id) for b in c.live}
+        etcd.stop()
+        until = time.monotonic() + OUTAGE_S
+        for b in c.live:
+            for p, (_start, end) in committed.items():
+                got = read_partition(b.bootstrap, topic, p, 0, end)
+                assert [r.offset for r in got] == list(range(end)), (b.name, p)
+        probes = probe_owners(wl, c, owners, "etcd")
+        for probe in probes:
+            probe.collect(timeout=max(0.1, until - time.monotonic() - 1))
+        assert_refused(probes, "etcd down")
+        time.sleep(max(0.0, until - time.monotonic()))
+        etcd.start()
+        c.wait_converged([topic], {topic: PARTITIONS})
+        wl.wait_acks(20)
+        stats = wl.verify()
+    print(stats, [p.answers for p in probes])
+
+
+def test_scale_one_three_one(cluster):
+    """One broker, then three (the new ones take over a share, handed off gracefully), then
+    one again (SIGTERM: the leaving brokers flush, release and exit 0), all while producing
+    and consuming through the first broker's address: nothing acknowledged is lost, and with
+    only graceful moves nothing is stored twice, not even by the retrying producer."""
+    partitions = 12  # enough that the newcomers surely get some
+    c = start_cluster(cluster, 1)
+    topic = new_topic(c, partitions)
+    first = c.brokers[1]
+    with Workload(c, topic, partitions, bootstrap=first.bootstrap) as wl:
+        wl.wait_acks(5)
+        before = {topic: c.leaders(topic)}
+        b2, b3 = c.add(), c.add()
+        c.wait_converged([topic], {topic: partitions}, until=moved_to(before, {2, 3}))
+        wl.wait_acks(10)
+        assert b2.terminate() == 0, "SIGTERM must flush, release and exit 0"
+        assert b3.terminate() == 0, "SIGTERM must flush, release and exit 0"
+        back = c.wait_converged([topic], {topic: partitions})[topic]
+        assert {lead.broker_id for lead in back.values()} == {1}
+        wl.wait_acks(10)
+        stats = wl.verify()
+    assert stats["duplicates"] == 0, f"graceful moves left requests in doubt: {stats}"
+    print(stats)
