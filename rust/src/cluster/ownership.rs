@@ -107,6 +107,12 @@ impl Broker {
         }
     }
 
+    /// True if `topic` is still the topic of that name this broker serves.
+    fn serves(&self, topic: &Arc<Topic>) -> bool {
+        self.topic(&topic.record.name)
+            .is_some_and(|current| Arc::ptr_eq(&current, topic))
+    }
+
     /// Adds topics that appeared in the store (every partition starts as a follower) and
     /// removes the ones deleted there, failing their buffered writes.
     fn sync_topics(&self, state: &ClusterState) {
@@ -225,6 +231,14 @@ impl Broker {
             let max_bytes = max_message_bytes(&record.configs, broker.config.max_message_bytes);
             let me = broker.config.broker_id;
             match open_partition(&broker.log, record, id, max_bytes, me).await {
+                Ok(partition) if !broker.serves(&topic) => {
+                    // The topic was deleted (and maybe re-created) meanwhile: give the claim
+                    // back instead of keeping an owner key nobody writes under.
+                    if let Some(owned) = partition.owned() {
+                        let catalog = &broker.log.catalog;
+                        let _ = catalog.release_partition(&record.name, id, &owned).await;
+                    }
+                }
                 Ok(partition) => {
                     tracing::info!(
                         topic = record.name,
