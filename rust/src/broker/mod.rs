@@ -125,12 +125,14 @@ impl Broker {
     /// only ends with its lease, so this may take up to the lease TTL.
     async fn wait_for_assigned_partitions(&self) {
         let me = self.config.broker_id;
+        // Until the view shows this broker registered, it assigns nothing to it: not settled.
         let settled = |state: &Arc<ClusterState>| {
-            state.partitions.iter().all(|((topic, id), view)| {
-                state.assigned_owner(topic, *id) != Some(me)
-                    || (view.owner.is_some_and(|(owner, _)| owner == me)
-                        && self.writable_where_owned(state, topic, *id))
-            })
+            state.brokers.contains_key(&me)
+                && state.partitions.iter().all(|((topic, id), view)| {
+                    state.assigned_owner(topic, *id) != Some(me)
+                        || (view.owner.is_some_and(|(owner, _)| owner == me)
+                            && self.writable_where_owned(state, topic, *id))
+                })
         };
         let wait = self.config.lease_ttl() * 2;
         let mut cluster = self.subscribe_cluster();
