@@ -84,14 +84,132 @@ class DeleteTopicsResponse:
         self, responses: list[DeletableTopicResult], throttle_time_ms: int = 0
     ) -> None: ...
 
+# --- consumer groups: requests as the core decodes them (answers: kafscale.groups.protocol) ----
+
+class JoinGroupProtocol:
+    name: str
+    metadata: bytes
+
+class JoinGroupRequest:
+    group_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    """v0 has none: the session timeout, as Kafka uses it then."""
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: list[JoinGroupProtocol]
+    reason: str | None
+
+class SyncGroupAssignment:
+    member_id: str
+    assignment: bytes
+
+class SyncGroupRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: list[SyncGroupAssignment]
+
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+class LeavingMember:
+    member_id: str
+    group_instance_id: str | None
+    reason: str | None
+
+class LeaveGroupRequest:
+    group_id: str
+    members: list[LeavingMember]
+    """v0-2 name one member (its member_id); v3+ carry a list."""
+
+class OffsetCommitPartition:
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    committed_metadata: str | None
+    commit_timestamp: int
+    """Only v1 carries it; -1 otherwise."""
+
+class OffsetCommitTopic:
+    name: str
+    partitions: list[OffsetCommitPartition]
+
+class OffsetCommitRequest:
+    group_id: str
+    generation_id: int
+    """-1 for v0 (and for simple consumers using assign())."""
+    member_id: str
+    group_instance_id: str | None
+    retention_time_ms: int
+    topics: list[OffsetCommitTopic]
+
+class OffsetFetchTopic:
+    name: str
+    partition_indexes: list[int]
+
+class OffsetFetchRequest:
+    group_id: str
+    topics: list[OffsetFetchTopic] | None
+    """None (v2+): every partition the group has committed."""
+    require_stable: bool
+
+class StoredEntry:
+    key: str
+    """Relative to the group store's root."""
+    value: bytes
+    mod_revision: int
+
+class MetadataStoreError(Exception):
+    """The metadata store could not be reached or answered with an error."""
+
+class GroupStore:
+    """The metadata store under ``/kafscale/{namespace}/groups/`` (etcd in a cluster, the
+    embedded store on a single node). Keys are relative to that root."""
+
+    async def get(self, key: str) -> StoredEntry | None: ...
+    async def list(self, prefix: str) -> list[StoredEntry]:
+        """Every key starting with ``prefix``, in key order."""
+    async def commit(
+        self,
+        expect: list[tuple[str, int]],
+        put: list[tuple[str, bytes]],
+        delete: list[str],
+        delete_prefixes: list[str],
+    ) -> int | None:
+        """Atomically applies the puts and deletes if every ``(key, mod_revision)`` in
+        ``expect`` holds (revision 0: the key must not exist). Returns the new store revision,
+        or None when an expectation failed (nothing written). Raises MetadataStoreError."""
+
+GroupRequest = (
+    JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
+)
+
 class ControlRequest:
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: CreateTopicsRequest | DeleteTopicsRequest
-    def respond(self, response: CreateTopicsResponse | DeleteTopicsResponse) -> None:
-        """Send the response. A request dropped without a response closes its connection."""
+    client_host: str
+    """The client's IP address, as the connection's peer."""
+    body: CreateTopicsRequest | DeleteTopicsRequest | GroupRequest
+    def respond(self, response: object) -> None:
+        """Encode the response at the request's version and send it. CreateTopics and
+        DeleteTopics take the response types above; the group APIs take the matching answer of
+        ``kafscale.groups.protocol`` (read by attribute name). Raises TypeError naming what is
+        missing. A request dropped without a response closes its connection."""
 
 class Broker:
     def __init__(self, settings: BrokerSettings) -> None:
@@ -115,6 +233,11 @@ class Broker:
         """Delete a topic and its segments. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3)."""
     async def topic(self, name: str) -> TopicInfo | None: ...
     async def list_topics(self) -> list[TopicInfo]: ...
+    def coordinator_for(self, group_id: str) -> int | None:
+        """The broker that coordinates ``group_id``: rendezvous hashing of the group id over
+        the live brokers of this broker's cluster view (what FindCoordinator answers). None
+        while no live broker is known."""
+    def group_store(self) -> GroupStore: ...
     def shutdown(self) -> None:
         """Stop accepting, flush every buffer, close stores. Blocks (GIL released)."""
 

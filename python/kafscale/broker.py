@@ -1,7 +1,7 @@
 """``python -m kafscale.broker``: read settings, start the Rust core, serve the control plane.
 
 The core owns the listener and the whole data plane. This process runs an asyncio loop that
-takes control-plane requests (CreateTopics, DeleteTopics, ...) from the core and answers them,
+takes control-plane requests (topic admin, consumer groups) from the core and answers them,
 until SIGTERM or SIGINT: then the core stops accepting, flushes every buffer and closes its
 stores, and the process exits 0. A second signal during that shutdown exits at once (nothing
 acknowledged is lost: acks are only sent after data is durable).
@@ -19,8 +19,10 @@ import sys
 from typing import Any
 
 from kafscale import log as kafscale_log
-from kafscale.admin import Bindings, CoreBindings, dispatch
+from kafscale.admin import Bindings, CoreBindings
 from kafscale.config import Settings, SettingsError, load_settings
+from kafscale.control import ControlPlane
+from kafscale.groups import GroupCoordinator
 
 log = logging.getLogger("kafscale.broker")
 
@@ -67,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         log.error("the broker could not start: %s", exc)
         return 1
     log.info("%s", core.describe())
-    return asyncio.run(serve(core, settings, CoreBindings()))
+    return asyncio.run(serve(core, settings, CoreBindings(), _core.MetadataStoreError))
 
 
-async def serve(core: Any, settings: Settings, bindings: Bindings) -> int:
+async def serve(
+    core: Any, settings: Settings, bindings: Bindings, store_error: type[Exception]
+) -> int:
     """Serve control-plane requests until a signal or the core stops; then shut the core down.
     Returns the process exit code."""
     loop = asyncio.get_running_loop()
@@ -78,11 +82,18 @@ async def serve(core: Any, settings: Settings, bindings: Bindings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _on_signal, signum, stop)
 
+    groups = GroupCoordinator(core, settings, store_error)
+    plane = ControlPlane(core, settings, bindings, groups)
+    sweeper = asyncio.create_task(groups.run())
     in_flight: set[asyncio.Task[None]] = set()
-    control = asyncio.create_task(_control_loop(core, settings, bindings, in_flight))
+    control = asyncio.create_task(_control_loop(core, plane, in_flight))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({control, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
+    # Members waiting in a rebalance here are told to find the next coordinator now rather
+    # than when their requests time out.
+    sweeper.cancel()
+    groups.close()
 
     exit_code = 0
     if control.done():
@@ -116,13 +127,12 @@ def _on_signal(signum: int, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def _control_loop(
-    core: Any, settings: Settings, bindings: Bindings, in_flight: set[asyncio.Task[None]]
-) -> None:
-    # One task per request so a slow handler never holds up the next request; the set keeps
-    # references (the loop only holds weak ones) until each task is done.
+async def _control_loop(core: Any, plane: ControlPlane, in_flight: set[asyncio.Task[None]]) -> None:
+    # One task per request so a slow handler (a JoinGroup waiting for its group) never holds
+    # up the next request; the set keeps references (the loop only holds weak ones) until each
+    # task is done.
     while (req := await core.next_control_request()) is not None:
-        task = asyncio.create_task(dispatch(core, settings, req, bindings))
+        task = asyncio.create_task(plane.dispatch(req))
         in_flight.add(task)
         task.add_done_callback(_forget(in_flight))
 

@@ -25,9 +25,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "Settings", "SettingsError", "load_settings"]
+__all__ = [
+    "CONTROL_PLANE_SETTINGS",
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "Settings",
+    "SettingsError",
+    "load_settings",
+]
 
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
+# Settings only the Python control plane reads (the core ignores them); they come last.
+CONTROL_PLANE_SETTINGS = (
+    "group_initial_rebalance_delay_ms",
+    "group_min_session_timeout_ms",
+    "group_max_session_timeout_ms",
+)
 LOG_FORMATS = ("text", "json")
 
 _KIB = 1024
@@ -459,6 +472,30 @@ class Settings:
         check=_one_of(LOG_FORMATS),
         metavar="FORMAT",
     )
+    # Consumer groups (read by the Python control plane only; names follow Kafka's broker
+    # configs group.initial.rebalance.delay.ms, group.min/max.session.timeout.ms).
+    group_initial_rebalance_delay_ms: int = _setting(
+        3000,
+        "How long a group's first rebalance waits for more members to join before assigning "
+        "partitions, so a group started all at once rebalances once.",
+        _parse_int,
+        check=_in_range(0, 300_000, "milliseconds between 0 and 300000, e.g. 3000"),
+        metavar="MS",
+    )
+    group_min_session_timeout_ms: int = _setting(
+        6000,
+        "Smallest session.timeout.ms a consumer may ask for (INVALID_SESSION_TIMEOUT below).",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 6000"),
+        metavar="MS",
+    )
+    group_max_session_timeout_ms: int = _setting(
+        1_800_000,
+        "Largest session.timeout.ms a consumer may ask for (INVALID_SESSION_TIMEOUT above).",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 1800000"),
+        metavar="MS",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -467,6 +504,13 @@ class Settings:
             if problem:
                 raise SettingsError(f"{_both(f.name)} {problem}")
         self._check_storage()
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise SettingsError(
+                f"{_both('group_min_session_timeout_ms')} ({self.group_min_session_timeout_ms}) "
+                f"is larger than {_both('group_max_session_timeout_ms')} "
+                f"({self.group_max_session_timeout_ms}), so no consumer could join; lower the "
+                "first or raise the second"
+            )
         if self.max_message_bytes > self.max_request_bytes:
             raise SettingsError(
                 f"{_both('max_message_bytes')} ({self.max_message_bytes}) is larger than "

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from kafscale.config import Settings, SettingsError, env_var, flag, load_settings
+from kafscale.config import (
+    CONTROL_PLANE_SETTINGS,
+    Settings,
+    SettingsError,
+    env_var,
+    flag,
+    load_settings,
+)
 
 MIB = 1024 * 1024
 PYI = Path(__file__).resolve().parents[2] / "python" / "kafscale" / "_core.pyi"
@@ -45,11 +52,13 @@ def test_defaults() -> None:
 
 
 def test_fields_match_core_contract() -> None:
-    """Settings must carry exactly the attributes _core.BrokerSettings declares."""
+    """Settings carry exactly the attributes _core.BrokerSettings declares, in its order,
+    followed by the settings only the Python control plane reads."""
     tree = ast.parse(PYI.read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BrokerSettings")
     declared = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
-    assert [f.name for f in dataclasses.fields(Settings)] == declared
+    names = [f.name for f in dataclasses.fields(Settings)]
+    assert names == declared + list(CONTROL_PLANE_SETTINGS)
 
 
 def test_flag_beats_env_beats_default() -> None:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from kafscale import replies
 from kafscale.admin import topics
 from kafscale.admin.topics import TopicResult, TopicStore
 from kafscale.errors import ErrorCode
@@ -66,6 +67,7 @@ class ControlRequestLike(Protocol):
     api_version: int
     correlation_id: int
     client_id: str | None
+    client_host: str
     body: Any
 
     def respond(self, response: Any) -> None: ...
@@ -155,13 +157,4 @@ async def dispatch(
         except Exception:
             log.exception("could not build an error response for %s; dropping it", api_name)
             return
-    try:
-        req.respond(response)
-    except Exception:
-        # Typically the client went away; there is nobody left to tell.
-        log.warning(
-            "could not send the %s response (correlation id %d)",
-            api_name,
-            req.correlation_id,
-            exc_info=True,
-        )
+    replies.send(req, response, api_name)

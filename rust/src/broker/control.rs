@@ -1,9 +1,11 @@
-//! The control-plane bridge: requests the core decodes but Python answers (admin today,
-//! consumer groups next). Tokio tasks only touch channels here; the GIL is taken on the Python
-//! side of the bridge, never by a data-plane worker.
+//! The control-plane bridge: requests the core decodes but Python answers (topic admin and
+//! consumer groups). Tokio tasks only touch channels here; the GIL is taken on the Python side
+//! of the bridge, never by a data-plane worker.
 
+use bytes::Bytes;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    CreateTopicsRequest, DeleteTopicsRequest, HeartbeatRequest, JoinGroupRequest,
+    LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -11,19 +13,24 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 pub enum ControlBody {
     CreateTopics(CreateTopicsRequest),
     DeleteTopics(DeleteTopicsRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
 }
 
-#[derive(Debug, Clone)]
-pub enum ControlReply {
-    CreateTopics(CreateTopicsResponse),
-    DeleteTopics(DeleteTopicsResponse),
-}
+/// The encoded response frame, or why the answer could not be encoded (the connection closes).
+pub type ControlReply = Result<Bytes, String>;
 
 pub struct ControlCall {
     pub api_key: i16,
     pub api_version: i16,
     pub correlation_id: i32,
     pub client_id: Option<String>,
+    /// The client's IP address (the connection's peer), which group members report.
+    pub client_host: String,
     pub body: ControlBody,
     pub reply: oneshot::Sender<ControlReply>,
 }

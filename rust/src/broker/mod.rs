@@ -81,9 +81,15 @@ impl Broker {
             .cluster_id()
             .await
             .map_err(|e| format!("metadata store: {e}"))?;
-        let mirror = Mirror::start(kv, &format!("{}/", catalog.root()))
-            .await
-            .map_err(|e| format!("metadata store: {e}"))?;
+        // Group records change with every offset commit and only the Python coordinator
+        // reads them: mirroring them would rebuild the cluster view on each commit.
+        let mirror = Mirror::start(
+            kv,
+            &format!("{}/", catalog.root()),
+            &[catalog.groups_root()],
+        )
+        .await
+        .map_err(|e| format!("metadata store: {e}"))?;
         let description = format!(
             "storage: {}; metadata: {}",
             store.describe(),

@@ -1,24 +1,48 @@
-//! Which live broker owns a partition: rendezvous (highest-random-weight) hashing of
-//! topic/partition over broker ids. Every broker computes the same answer from the same set
-//! of live brokers, and when a broker joins or leaves only the partitions it gains or loses
-//! move – about 1/n of them.
+//! Which live broker owns a partition, and which coordinates a consumer group: rendezvous
+//! (highest-random-weight) hashing of the key over broker ids. Every broker computes the same
+//! answer from the same set of live brokers, and when a broker joins or leaves only the keys it
+//! gains or loses move – about 1/n of them.
 
 /// The owner of `topic`/`partition` among `brokers` (None if there are none).
 pub fn owner_of(topic: &str, partition: i32, brokers: &[i32]) -> Option<i32> {
+    highest(brokers, |broker| {
+        weight(
+            topic
+                .bytes()
+                .chain(partition.to_be_bytes())
+                .chain(broker.to_be_bytes()),
+        )
+    })
+}
+
+/// The coordinator of consumer group `group_id` among `brokers` (None if there are none).
+pub fn coordinator_of(group_id: &str, brokers: &[i32]) -> Option<i32> {
+    // The tag keeps group keys apart from partition keys (no topic name contains a NUL), so a
+    // group does not land where the same-named topic's partitions do.
+    highest(brokers, |broker| {
+        weight(
+            GROUP_TAG
+                .iter()
+                .copied()
+                .chain(group_id.bytes())
+                .chain(broker.to_be_bytes()),
+        )
+    })
+}
+
+const GROUP_TAG: &[u8] = b"group\0";
+
+fn highest(brokers: &[i32], weight_of: impl Fn(i32) -> u64) -> Option<i32> {
     brokers
         .iter()
         .copied()
-        .max_by_key(|&broker| (weight(topic, partition, broker), broker))
+        .max_by_key(|&broker| (weight_of(broker), broker))
 }
 
-/// A well-mixed 64-bit weight for a (partition, broker) pair: FNV-1a over the name, then a
-/// splitmix64 finaliser so that neighbouring partitions and broker ids spread evenly.
-fn weight(topic: &str, partition: i32, broker: i32) -> u64 {
+/// A well-mixed 64-bit weight for a (key, broker) byte string: FNV-1a, then a splitmix64
+/// finaliser so that neighbouring keys and broker ids spread evenly.
+fn weight(bytes: impl Iterator<Item = u8>) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = topic
-        .bytes()
-        .chain(partition.to_be_bytes())
-        .chain(broker.to_be_bytes());
     for byte in bytes {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
@@ -63,6 +87,51 @@ mod tests {
             let new = owner_of("t", p, &after).unwrap();
             if old != new {
                 assert_eq!(new, 3, "partition {p} moved between two old brokers");
+                moved += 1;
+            }
+        }
+        assert!((350..650).contains(&moved), "{moved} of 2000 moved");
+    }
+
+    #[test]
+    fn groups_spread_evenly_and_apart_from_partitions() {
+        let brokers = [0, 1, 2];
+        let mut counts = [0usize; 3];
+        let mut same_as_partition = 0;
+        for g in 0..3000 {
+            let group = format!("group-{g}");
+            let coordinator = coordinator_of(&group, &brokers).unwrap();
+            counts[coordinator as usize] += 1;
+            if Some(coordinator) == owner_of(&group, 0, &brokers) {
+                same_as_partition += 1;
+            }
+        }
+        for count in counts {
+            assert!((800..1200).contains(&count), "uneven spread: {counts:?}");
+        }
+        // independent keys agree about a third of the time
+        assert!(
+            (800..1200).contains(&same_as_partition),
+            "{same_as_partition}"
+        );
+        assert_eq!(coordinator_of("g", &[]), None);
+        assert_eq!(
+            coordinator_of("g", &[2, 0, 1]),
+            coordinator_of("g", &[0, 1, 2])
+        );
+    }
+
+    #[test]
+    fn a_leaving_broker_moves_only_its_groups() {
+        let before = [0, 1, 2, 3];
+        let after = [0, 1, 2];
+        let mut moved = 0;
+        for g in 0..2000 {
+            let group = format!("g{g}");
+            let old = coordinator_of(&group, &before).unwrap();
+            let new = coordinator_of(&group, &after).unwrap();
+            if old != new {
+                assert_eq!(old, 3, "group {group} moved between two remaining brokers");
                 moved += 1;
             }
         }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::meta::catalog::{BrokerRecord, PartitionRecord, TopicRecord};
 use crate::meta::kv::KeyValue;
 
-use super::assignment::owner_of;
+use super::assignment::{coordinator_of, owner_of};
 
 /// One partition as the store has it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -96,6 +96,11 @@ impl ClusterState {
         owner_of(topic, partition, &self.live_brokers())
     }
 
+    /// The live broker that coordinates consumer group `group_id`.
+    pub fn coordinator(&self, group_id: &str) -> Option<&BrokerRecord> {
+        coordinator_of(group_id, &self.live_brokers()).and_then(|id| self.brokers.get(&id))
+    }
+
     /// Who clients should send writes to: the current owner if it is alive, otherwise the
     /// broker about to claim it (it answers NOT_LEADER_OR_FOLLOWER until it has).
     pub fn leader(&self, topic: &str, partition: i32) -> Option<i32> {
@@ -154,5 +159,7 @@ mod tests {
         // an owner that is not alive any more is not reported; the next one is
         assert_eq!(state.leader("t", 1), Some(1));
         assert_eq!(state.leader_epoch("t", 1), 3);
+        assert_eq!(state.coordinator("any group").map(|b| b.port), Some(9));
+        assert!(ClusterState::default().coordinator("any group").is_none());
     }
 }

@@ -144,6 +144,12 @@ impl Catalog {
         &self.root
     }
 
+    /// The prefix of the consumer groups' records, which the Python coordinator writes
+    /// (through `GroupStore`) and nothing in the core reads.
+    pub fn groups_root(&self) -> String {
+        format!("{}/groups/", self.root)
+    }
+
     /// The store underneath (for watching it).
     pub fn kv(&self) -> &Arc<dyn KvStore> {
         &self.kv

@@ -46,6 +46,15 @@ pub enum Change {
     Delete { key: String, revision: i64 },
 }
 
+impl Change {
+    pub fn key(&self) -> &str {
+        match self {
+            Change::Put(kv) => &kv.key,
+            Change::Delete { key, .. } => key,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
     #[error("metadata store unavailable: {0}")]

@@ -1,5 +1,7 @@
 //! An in-memory copy of everything under a prefix of the metadata store, kept current by a
 //! watch, so hot paths (Metadata requests, ownership decisions) never wait for the store.
+//! Sub-prefixes the core never reads (consumer groups) can be left out: their keys are not
+//! copied and a change to them alone wakes nobody.
 //!
 //! When the watch fails (store unreachable, history compacted, watcher too slow) the copy is
 //! marked not live and rebuilt from a fresh listing, retried with backoff until it works.
@@ -24,9 +26,14 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 pub struct Mirror {
     kv: Arc<dyn KvStore>,
     prefix: String,
+    excluded: Vec<String>,
     state: RwLock<State>,
     live: AtomicBool,
+    /// The revision after each change to the copy.
     changes: watch::Sender<i64>,
+    /// The revision the copy reflects, after every batch (also one that only touched excluded
+    /// keys): what `caught_up` waits for.
+    reached: watch::Sender<i64>,
     follower: OnceLock<AbortHandle>,
 }
 
@@ -37,20 +44,26 @@ struct State {
 }
 
 impl Mirror {
-    /// Lists the prefix and starts following it. Fails if the store cannot be listed or
-    /// watched now.
-    pub async fn start(kv: Arc<dyn KvStore>, prefix: &str) -> Result<Arc<Mirror>, MetaError> {
+    /// Lists the prefix and starts following it, leaving out keys under any of `excluded`.
+    /// Fails if the store cannot be listed or watched now.
+    pub async fn start(
+        kv: Arc<dyn KvStore>,
+        prefix: &str,
+        excluded: &[String],
+    ) -> Result<Arc<Mirror>, MetaError> {
         let listing = kv.range(prefix).await?;
         let stream = kv.watch(prefix, listing.revision).await?;
         let mirror = Arc::new(Mirror {
             kv,
             prefix: prefix.to_string(),
+            excluded: excluded.to_vec(),
             state: RwLock::new(State {
                 entries: BTreeMap::new(),
                 revision: 0,
             }),
             live: AtomicBool::new(true),
             changes: watch::channel(0).0,
+            reached: watch::channel(0).0,
             follower: OnceLock::new(),
         });
         mirror.install(listing);
@@ -73,7 +86,7 @@ impl Mirror {
             .collect()
     }
 
-    /// The store revision the copy reflects.
+    /// The store revision the copy reflects (for the keys it copies).
     pub fn revision(&self) -> i64 {
         self.read().revision
     }
@@ -93,8 +106,8 @@ impl Mirror {
     /// fails too the copy stays as it is (the store is unreachable, and the follower catches
     /// up when it is back).
     pub async fn caught_up(&self, revision: i64) {
-        let mut changes = self.changes.subscribe();
-        let reached = changes.wait_for(|current| *current >= revision);
+        let mut reflected = self.reached.subscribe();
+        let reached = reflected.wait_for(|current| *current >= revision);
         if let Ok(Ok(_)) = tokio::time::timeout(CATCH_UP_WAIT, reached).await {
             return;
         }
@@ -124,10 +137,12 @@ impl Mirror {
         state.entries = listing
             .kvs
             .into_iter()
+            .filter(|kv| self.copies(&kv.key))
             .map(|kv| (kv.key.clone(), kv))
             .collect();
         state.revision = listing.revision;
         self.changes.send_replace(listing.revision);
+        self.reached.send_replace(listing.revision);
     }
 
     /// Applies one revision's changes, unless the copy has it already.
@@ -142,7 +157,12 @@ impl Mirror {
         if revision <= state.revision {
             return;
         }
+        let mut copied = false;
         for change in batch {
+            if !self.copies(change.key()) {
+                continue;
+            }
+            copied = true;
             match change {
                 Change::Put(kv) => {
                     state.entries.insert(kv.key.clone(), kv);
@@ -153,7 +173,14 @@ impl Mirror {
             }
         }
         state.revision = revision;
-        self.changes.send_replace(revision);
+        if copied {
+            self.changes.send_replace(revision);
+        }
+        self.reached.send_replace(revision);
+    }
+
+    fn copies(&self, key: &str) -> bool {
+        !self.excluded.iter().any(|prefix| key.starts_with(prefix))
     }
 
     /// A fresh listing and a watch from it.
@@ -270,7 +297,7 @@ mod tests {
             vec![put("m/a", b"1"), put("m/b/1", b"2"), put("n", b"x")],
         )
         .await;
-        let mirror = Mirror::start(kv.clone(), "m/").await.unwrap();
+        let mirror = Mirror::start(kv.clone(), "m/", &[]).await.unwrap();
         assert!(mirror.is_live());
         assert_eq!(keys(&mirror.range("m/")), ["m/a", "m/b/1"]);
         assert_eq!(mirror.get("m/a").unwrap().value, Bytes::from_static(b"1"));
@@ -302,13 +329,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn leaves_out_excluded_keys_and_wakes_nobody_for_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv: Arc<dyn KvStore> =
+            Arc::new(EmbeddedStore::open(&dir.path().join("m.redb")).unwrap());
+        write(&kv, vec![put("m/a", b"1"), put("m/groups/g", b"2")]).await;
+        let excluded = ["m/groups/".to_string()];
+        let mirror = Mirror::start(kv.clone(), "m/", &excluded).await.unwrap();
+        assert_eq!(keys(&mirror.range("")), ["m/a"], "listing leaves them out");
+
+        let mut changes = mirror.changes();
+        changes.borrow_and_update();
+        let started = Instant::now();
+        let revision = write(&kv, vec![put("m/groups/g/offsets/t/0", b"7")]).await;
+        mirror.caught_up(revision).await;
+        assert!(started.elapsed() < CATCH_UP_WAIT, "the watch brought it");
+        assert_eq!(mirror.revision(), revision);
+        assert!(
+            !changes.has_changed().unwrap(),
+            "a group-only change wakes nobody"
+        );
+        assert_eq!(keys(&mirror.range("")), ["m/a"]);
+
+        // a batch touching both: the copied key arrives, consumers wake, the other is left out
+        let ops = vec![
+            put("m/b", b"3"),
+            Op::DeletePrefix("m/groups/".into()),
+            put("m/groups/h", b"4"),
+        ];
+        let revision = write(&kv, ops).await;
+        mirror.caught_up(revision).await;
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(keys(&mirror.range("")), ["m/a", "m/b"]);
+        assert_eq!(*changes.borrow_and_update(), revision);
+    }
+
+    #[tokio::test]
     async fn recovers_after_etcd_pauses_and_restarts() {
         let mut etcd = TestEtcd::start().await;
         let ttl = Duration::from_secs(10);
         let store = EtcdStore::connect(&etcd.endpoints(), None, ttl).await;
         let kv: Arc<dyn KvStore> = Arc::new(store.unwrap());
         write(&kv, vec![put("m/1", b"1")]).await;
-        let mirror = Mirror::start(kv.clone(), "m/").await.unwrap();
+        let mirror = Mirror::start(kv.clone(), "m/", &[]).await.unwrap();
         assert_eq!(keys(&mirror.range("")), ["m/1"]);
 
         // changes written by another client arrive through the watch

@@ -72,3 +72,43 @@ pub fn encode_response<T: Encodable + HeaderVersion>(
         .map_err(|e| e.to_string())?;
     Ok(out.freeze())
 }
+
+/// Both ends of the wire for handler tests: requests as a client sends them, responses as a
+/// client reads them.
+#[cfg(test)]
+pub mod testing {
+    use bytes::{Buf, BytesMut};
+
+    use super::*;
+
+    /// A request as the connection hands it to dispatch, its body encoded at `version`.
+    pub fn request<T: Encodable>(api_key: ApiKey, version: i16, body: &T) -> Request {
+        let mut encoded = BytesMut::new();
+        body.encode(&mut encoded, version).unwrap();
+        Request {
+            api_key,
+            api_version: version,
+            correlation_id: 7,
+            client_id: Some("test".into()),
+            body: encoded.freeze(),
+        }
+    }
+
+    /// The correlation id and body of a response frame, decoded as a client would.
+    pub fn read_response<T: Decodable + HeaderVersion>(mut frame: Bytes, version: i16) -> (i32, T) {
+        let size = frame.get_i32();
+        assert_eq!(
+            size as usize,
+            frame.len(),
+            "the size prefix covers the frame"
+        );
+        let header = ResponseHeader::decode(&mut frame, T::header_version(version)).unwrap();
+        let body = T::decode(&mut frame, version).unwrap();
+        assert!(
+            frame.is_empty(),
+            "v{version} left {} bytes undecoded",
+            frame.len()
+        );
+        (header.correlation_id, body)
+    }
+}

@@ -13,6 +13,8 @@ use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
 use super::control::ControlRequest;
+use super::runtime::on_runtime;
+use super::store::GroupStore;
 use super::KafkaApiError;
 use crate::broker::{Broker as Core, Topic};
 use crate::config::BrokerConfig;
@@ -61,19 +63,6 @@ impl Broker {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .ok_or_else(|| PyRuntimeError::new_err("the broker is not started; call start() first"))
-    }
-
-    /// Runs `work` on the broker's runtime and hands Python an awaitable of its result.
-    fn on_runtime<'py, T, F>(&self, py: Python<'py>, work: F) -> PyResult<Bound<'py, PyAny>>
-    where
-        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
-        T: for<'a> IntoPyObject<'a> + Send + 'static,
-    {
-        let task = self.runtime.spawn(work);
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            task.await
-                .map_err(|e| PyRuntimeError::new_err(format!("broker task failed: {e}")))?
-        })
     }
 }
 
@@ -147,7 +136,7 @@ impl Broker {
 
     fn next_control_request<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let core = self.running()?.core.clone();
-        self.on_runtime(py, async move {
+        on_runtime(&self.runtime, py, async move {
             Ok(core.control.next().await.map(ControlRequest::from))
         })
     }
@@ -160,7 +149,7 @@ impl Broker {
         configs: BTreeMap<String, String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let core = self.running()?.core.clone();
-        self.on_runtime(py, async move {
+        on_runtime(&self.runtime, py, async move {
             let topic = core
                 .create_topic(&name, partitions, configs)
                 .await
@@ -171,27 +160,43 @@ impl Broker {
 
     fn delete_topic<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
         let core = self.running()?.core.clone();
-        self.on_runtime(py, async move {
+        on_runtime(&self.runtime, py, async move {
             core.delete_topic(&name).await.map_err(api_error)
         })
     }
 
     fn topic<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
         let core = self.running()?.core.clone();
-        self.on_runtime(py, async move {
+        on_runtime(&self.runtime, py, async move {
             Ok(core.topic(&name).map(|t| TopicInfo::from(t.as_ref())))
         })
     }
 
     fn list_topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let core = self.running()?.core.clone();
-        self.on_runtime(py, async move {
+        on_runtime(&self.runtime, py, async move {
             Ok(core
                 .topics()
                 .iter()
                 .map(|t| TopicInfo::from(t.as_ref()))
                 .collect::<Vec<_>>())
         })
+    }
+
+    /// Only reads the current cluster view: it never waits while holding the GIL.
+    fn coordinator_for(&self, group_id: &str) -> PyResult<Option<i32>> {
+        let cluster = self.running()?.core.cluster();
+        Ok(cluster.coordinator(group_id).map(|broker| broker.id))
+    }
+
+    fn group_store(&self) -> PyResult<GroupStore> {
+        let running = self.running()?;
+        let catalog = &running.core.log.catalog;
+        Ok(GroupStore::new(
+            catalog.kv().clone(),
+            catalog.groups_root(),
+            self.runtime.clone(),
+        ))
     }
 
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {

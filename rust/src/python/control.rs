@@ -1,123 +1,23 @@
-//! Control-plane requests as typed Python objects, and Python's answers back into the codec's
-//! response messages.
+//! One control-plane request as Python sees it: its header, its body as a typed object, and
+//! `respond()`, which reads Python's answer and encodes the response frame at the request's
+//! version and correlation id.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult as WireCreateResult;
-use kafka_protocol::messages::delete_topics_response::DeletableTopicResult as WireDeleteResult;
 use kafka_protocol::messages::{
-    CreateTopicsResponse as WireCreate, DeleteTopicsResponse as WireDelete,
+    ApiKey, CreateTopicsResponse as WireCreateTopics, DeleteTopicsResponse as WireDeleteTopics,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::PyClass;
 use tokio::sync::oneshot;
 
+use super::groups::{answers, requests};
+use super::topics;
 use crate::broker::control::{ControlBody, ControlCall, ControlReply};
-use crate::server::handlers::topic_name;
+use crate::protocol::header::encode_response;
 
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
-pub struct CreatableTopic {
-    name: String,
-    num_partitions: i32,
-    replication_factor: i16,
-    assignments: Vec<(i32, Vec<i32>)>,
-    configs: HashMap<String, Option<String>>,
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
-pub struct CreateTopicsRequest {
-    topics: Vec<CreatableTopic>,
-    timeout_ms: i32,
-    validate_only: bool,
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
-pub struct DeleteTopicsRequest {
-    topic_names: Vec<String>,
-    timeout_ms: i32,
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
-pub struct CreatableTopicResult {
-    name: String,
-    error_code: i16,
-    error_message: Option<String>,
-}
-
-#[pymethods]
-impl CreatableTopicResult {
-    #[new]
-    #[pyo3(signature = (name, error_code=0, error_message=None))]
-    fn new(name: String, error_code: i16, error_message: Option<String>) -> Self {
-        CreatableTopicResult {
-            name,
-            error_code,
-            error_message,
-        }
-    }
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
-pub struct CreateTopicsResponse {
-    topics: Vec<CreatableTopicResult>,
-    throttle_time_ms: i32,
-}
-
-#[pymethods]
-impl CreateTopicsResponse {
-    #[new]
-    #[pyo3(signature = (topics, throttle_time_ms=0))]
-    fn new(topics: Vec<CreatableTopicResult>, throttle_time_ms: i32) -> Self {
-        CreateTopicsResponse {
-            topics,
-            throttle_time_ms,
-        }
-    }
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
-pub struct DeletableTopicResult {
-    name: String,
-    error_code: i16,
-}
-
-#[pymethods]
-impl DeletableTopicResult {
-    #[new]
-    #[pyo3(signature = (name, error_code=0))]
-    fn new(name: String, error_code: i16) -> Self {
-        DeletableTopicResult { name, error_code }
-    }
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
-pub struct DeleteTopicsResponse {
-    responses: Vec<DeletableTopicResult>,
-    throttle_time_ms: i32,
-}
-
-#[pymethods]
-impl DeleteTopicsResponse {
-    #[new]
-    #[pyo3(signature = (responses, throttle_time_ms=0))]
-    fn new(responses: Vec<DeletableTopicResult>, throttle_time_ms: i32) -> Self {
-        DeleteTopicsResponse {
-            responses,
-            throttle_time_ms,
-        }
-    }
-}
-
-/// One control-plane request waiting for Python's answer.
 #[pyclass(frozen, module = "kafscale._core")]
 pub struct ControlRequest {
     #[pyo3(get)]
@@ -128,6 +28,8 @@ pub struct ControlRequest {
     correlation_id: i32,
     #[pyo3(get)]
     client_id: Option<String>,
+    #[pyo3(get)]
+    client_host: String,
     body: ControlBody,
     reply: Mutex<Option<oneshot::Sender<ControlReply>>>,
 }
@@ -139,115 +41,129 @@ impl From<ControlCall> for ControlRequest {
             api_version: call.api_version,
             correlation_id: call.correlation_id,
             client_id: call.client_id,
+            client_host: call.client_host,
             body: call.body,
             reply: Mutex::new(Some(call.reply)),
         }
     }
 }
 
-fn text(s: &StrBytes) -> String {
-    s.as_str().to_string()
+fn object<T: PyClass + Into<PyClassInitializer<T>>>(
+    py: Python<'_>,
+    value: T,
+) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, value)?.into_any())
+}
+
+/// Python's answer as `T`, or a TypeError that says which attribute is missing or mistyped
+/// (pyo3 reports the path one level per exception cause; this puts it in one message).
+fn answer<'a, 'py, T: FromPyObject<'a, 'py>>(
+    response: &'a Bound<'py, PyAny>,
+    expected: &str,
+) -> PyResult<T> {
+    response.extract::<T>().map_err(|e| {
+        let e: PyErr = e.into();
+        let py = response.py();
+        let mut reasons = vec![e.value(py).to_string()];
+        let mut cause = e.cause(py);
+        while let Some(inner) = cause {
+            reasons.push(inner.value(py).to_string());
+            cause = inner.cause(py);
+        }
+        PyTypeError::new_err(format!("{expected} expected: {}", reasons.join(": ")))
+    })
+}
+
+impl ControlRequest {
+    /// The response frame for Python's answer: Err(TypeError) if the answer does not fit the
+    /// request, Ok(Err) if it fits but cannot be encoded (the connection is then closed).
+    fn encode(&self, response: &Bound<'_, PyAny>) -> PyResult<ControlReply> {
+        let v = self.api_version;
+        Ok(match &self.body {
+            ControlBody::CreateTopics(_) => {
+                let r: topics::CreateTopicsResponse = answer(response, "CreateTopicsResponse")?;
+                self.frame(&WireCreateTopics::from(r))
+            }
+            ControlBody::DeleteTopics(_) => {
+                let r: topics::DeleteTopicsResponse = answer(response, "DeleteTopicsResponse")?;
+                self.frame(&WireDeleteTopics::from(r))
+            }
+            ControlBody::JoinGroup(_) => self.frame(&answers::join_group(
+                answer(response, "JoinGroupResponse")?,
+                v,
+            )),
+            ControlBody::SyncGroup(_) => {
+                self.frame(&answers::sync_group(answer(response, "SyncGroupResponse")?))
+            }
+            ControlBody::Heartbeat(_) => {
+                self.frame(&answers::heartbeat(answer(response, "HeartbeatResponse")?))
+            }
+            ControlBody::LeaveGroup(_) => self.frame(&answers::leave_group(
+                answer(response, "LeaveGroupResponse")?,
+                v,
+            )),
+            ControlBody::OffsetCommit(_) => self.frame(&answers::offset_commit(answer(
+                response,
+                "OffsetCommitResponse",
+            )?)),
+            ControlBody::OffsetFetch(request) => {
+                let a = answer(response, "OffsetFetchResponse")?;
+                self.frame(&answers::offset_fetch(a, request, v))
+            }
+        })
+    }
+
+    fn frame<T: Encodable + HeaderVersion>(&self, response: &T) -> ControlReply {
+        encode_response(self.correlation_id, self.api_version, response).map_err(|e| {
+            let api = ApiKey::try_from(self.api_key).map_err(|()| self.api_key);
+            let reason = format!(
+                "the {api:?} v{} answer cannot be encoded: {e}",
+                self.api_version
+            );
+            tracing::warn!("{reason}; closing the client's connection");
+            reason
+        })
+    }
 }
 
 #[pymethods]
 impl ControlRequest {
     #[getter]
     fn body(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(match &self.body {
-            ControlBody::CreateTopics(request) => CreateTopicsRequest {
-                topics: request
-                    .topics
-                    .iter()
-                    .map(|t| CreatableTopic {
-                        name: text(&t.name.0),
-                        num_partitions: t.num_partitions,
-                        replication_factor: t.replication_factor,
-                        assignments: t
-                            .assignments
-                            .iter()
-                            .map(|a| {
-                                (
-                                    a.partition_index,
-                                    a.broker_ids.iter().map(|b| b.0).collect(),
-                                )
-                            })
-                            .collect(),
-                        configs: t
-                            .configs
-                            .iter()
-                            .map(|c| (text(&c.name), c.value.as_ref().map(text)))
-                            .collect(),
-                    })
-                    .collect(),
-                timeout_ms: request.timeout_ms,
-                validate_only: request.validate_only,
-            }
-            .into_pyobject(py)?
-            .into_any()
-            .unbind(),
-            ControlBody::DeleteTopics(request) => DeleteTopicsRequest {
-                topic_names: request.topic_names.iter().map(|n| text(&n.0)).collect(),
-                timeout_ms: request.timeout_ms,
-            }
-            .into_pyobject(py)?
-            .into_any()
-            .unbind(),
-        })
+        let v = self.api_version;
+        match &self.body {
+            ControlBody::CreateTopics(r) => object(py, topics::CreateTopicsRequest::from(r)),
+            ControlBody::DeleteTopics(r) => object(py, topics::DeleteTopicsRequest::from(r)),
+            ControlBody::JoinGroup(r) => object(py, requests::JoinGroupRequest::new(r, v)),
+            ControlBody::SyncGroup(r) => object(py, requests::SyncGroupRequest::new(r)),
+            ControlBody::Heartbeat(r) => object(py, requests::HeartbeatRequest::new(r)),
+            ControlBody::LeaveGroup(r) => object(py, requests::LeaveGroupRequest::new(r, v)),
+            ControlBody::OffsetCommit(r) => object(py, requests::OffsetCommitRequest::new(r)),
+            ControlBody::OffsetFetch(r) => object(py, requests::OffsetFetchRequest::new(r, v)),
+        }
     }
 
-    /// Sends the response; a second call is an error.
+    /// Encodes the answer and sends it; a second call is an error. An answer of the wrong
+    /// shape raises TypeError and leaves the request unanswered (respond again, or drop it
+    /// to close the connection).
     fn respond(&self, response: &Bound<'_, PyAny>) -> PyResult<()> {
-        let reply = match &self.body {
-            ControlBody::CreateTopics(_) => {
-                let r: CreateTopicsResponse = response.extract().map_err(|_| {
-                    PyTypeError::new_err("a CreateTopics request needs a CreateTopicsResponse")
-                })?;
-                ControlReply::CreateTopics(
-                    WireCreate::default()
-                        .with_throttle_time_ms(r.throttle_time_ms)
-                        .with_topics(
-                            r.topics
-                                .into_iter()
-                                .map(|t| {
-                                    WireCreateResult::default()
-                                        .with_name(topic_name(&t.name))
-                                        .with_error_code(t.error_code)
-                                        .with_error_message(
-                                            t.error_message.map(StrBytes::from_string),
-                                        )
-                                })
-                                .collect(),
-                        ),
-                )
-            }
-            ControlBody::DeleteTopics(_) => {
-                let r: DeleteTopicsResponse = response.extract().map_err(|_| {
-                    PyTypeError::new_err("a DeleteTopics request needs a DeleteTopicsResponse")
-                })?;
-                ControlReply::DeleteTopics(
-                    WireDelete::default()
-                        .with_throttle_time_ms(r.throttle_time_ms)
-                        .with_responses(
-                            r.responses
-                                .into_iter()
-                                .map(|t| {
-                                    WireDeleteResult::default()
-                                        .with_name(Some(topic_name(&t.name)))
-                                        .with_error_code(t.error_code)
-                                })
-                                .collect(),
-                        ),
-                )
-            }
-        };
+        // Not held while reading the answer: that runs Python code.
         let sender = self
             .reply
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this request was already answered"))?;
-        // The client may have disconnected meanwhile; nothing to do then.
-        let _ = sender.send(reply);
-        Ok(())
+        match self.encode(response) {
+            Ok(frame) => {
+                // The client may have disconnected meanwhile; nothing to do then.
+                let _ = sender.send(frame);
+                Ok(())
+            }
+            Err(e) => {
+                *self.reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+                Err(e)
+            }
+        }
     }
 }

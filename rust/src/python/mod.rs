@@ -2,10 +2,16 @@
 
 mod broker;
 mod control;
+mod groups;
 mod logging;
+mod runtime;
+mod store;
+mod topics;
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+
+use groups::requests;
 
 pyo3::create_exception!(
     _core,
@@ -34,14 +40,32 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<broker::Broker>()?;
     m.add_class::<broker::TopicInfo>()?;
     m.add_class::<control::ControlRequest>()?;
-    m.add_class::<control::CreatableTopic>()?;
-    m.add_class::<control::CreateTopicsRequest>()?;
-    m.add_class::<control::CreatableTopicResult>()?;
-    m.add_class::<control::CreateTopicsResponse>()?;
-    m.add_class::<control::DeleteTopicsRequest>()?;
-    m.add_class::<control::DeletableTopicResult>()?;
-    m.add_class::<control::DeleteTopicsResponse>()?;
+    m.add_class::<topics::CreatableTopic>()?;
+    m.add_class::<topics::CreateTopicsRequest>()?;
+    m.add_class::<topics::CreatableTopicResult>()?;
+    m.add_class::<topics::CreateTopicsResponse>()?;
+    m.add_class::<topics::DeleteTopicsRequest>()?;
+    m.add_class::<topics::DeletableTopicResult>()?;
+    m.add_class::<topics::DeleteTopicsResponse>()?;
+    m.add_class::<requests::JoinGroupProtocol>()?;
+    m.add_class::<requests::JoinGroupRequest>()?;
+    m.add_class::<requests::SyncGroupAssignment>()?;
+    m.add_class::<requests::SyncGroupRequest>()?;
+    m.add_class::<requests::HeartbeatRequest>()?;
+    m.add_class::<requests::LeavingMember>()?;
+    m.add_class::<requests::LeaveGroupRequest>()?;
+    m.add_class::<requests::OffsetCommitPartition>()?;
+    m.add_class::<requests::OffsetCommitTopic>()?;
+    m.add_class::<requests::OffsetCommitRequest>()?;
+    m.add_class::<requests::OffsetFetchTopic>()?;
+    m.add_class::<requests::OffsetFetchRequest>()?;
+    m.add_class::<store::GroupStore>()?;
+    m.add_class::<store::StoredEntry>()?;
     m.add("KafkaApiError", m.py().get_type::<KafkaApiError>())?;
+    m.add(
+        "MetadataStoreError",
+        m.py().get_type::<store::MetadataStoreError>(),
+    )?;
     add_error_properties(m)?;
     m.add_function(wrap_pyfunction!(logging::init_logging, m)?)?;
     Ok(())

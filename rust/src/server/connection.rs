@@ -63,7 +63,7 @@ pub async fn run(broker: Arc<Broker>, socket: TcpStream, peer: SocketAddr) {
                 break;
             }
         };
-        let handle = dispatch(&broker, request);
+        let handle = dispatch(&broker, request, peer);
         if queue.send(handle).await.is_err() {
             break; // the writer stopped: the connection is being closed
         }

@@ -1,6 +1,7 @@
 //! Routes a request to its API handler. Produce appends before this returns (so a client's
 //! pipelined produce requests keep their order); everything else runs in its own task.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -30,7 +31,8 @@ impl From<Result<Bytes, String>> for Reply {
     }
 }
 
-pub fn dispatch(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
+/// `peer` is the client's address, which the control plane reports for group members.
+pub fn dispatch(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> JoinHandle<Reply> {
     let broker = broker.clone();
     if request.api_key == ApiKey::ApiVersions {
         // Answered at every version, even unsupported ones (KIP-511).
@@ -57,9 +59,18 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
         ApiKey::Metadata => {
             tokio::spawn(async move { handlers::metadata::handle(&broker, request).await.into() })
         }
-        ApiKey::CreateTopics | ApiKey::DeleteTopics => {
-            tokio::spawn(async move { handlers::admin::handle(&broker, request).await.into() })
-        }
+        ApiKey::CreateTopics
+        | ApiKey::DeleteTopics
+        | ApiKey::JoinGroup
+        | ApiKey::SyncGroup
+        | ApiKey::Heartbeat
+        | ApiKey::LeaveGroup
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch => tokio::spawn(async move {
+            handlers::control::handle(&broker, request, peer)
+                .await
+                .into()
+        }),
         _ => tokio::spawn(async move { handlers::unsupported::handle(&request) }),
     }
 }

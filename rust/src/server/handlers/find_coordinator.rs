@@ -1,39 +1,191 @@
-//! FindCoordinator v0–3. A single broker coordinates every group it is asked about.
+//! FindCoordinator v0–4 (v4 looks up a batch of keys). A group's coordinator is the live
+//! broker that rendezvous hashing of the group id picks from this broker's cluster view, so
+//! every broker names the same one. Transactions are not supported: transactional
+//! coordinators are never available.
 //! librdkafka also reads this API's presence as "the broker supports LZ4" (its LZ4 feature
 //! depends on FindCoordinator v0), so answering it is what lets lz4 producers compress.
-//! Transactions are not supported: transactional coordinators are never available.
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
+use crate::cluster::state::ClusterState;
+use crate::error::ApiError;
 use crate::protocol::header::{encode_response, Request};
 
 const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
 
 pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, String> {
     let body: FindCoordinatorRequest = request.body()?;
-    let response = if body.key_type == GROUP {
-        FindCoordinatorResponse::default()
-            .with_node_id(BrokerId(broker.config.broker_id))
-            .with_host(StrBytes::from_string(broker.config.broker_host.clone()))
-            .with_port(broker.config.broker_port)
-    } else {
-        let error = ResponseError::CoordinatorNotAvailable;
-        let response = FindCoordinatorResponse::default()
-            .with_error_code(error.code())
-            .with_node_id(BrokerId(-1))
-            .with_port(-1);
-        if request.api_version >= 1 {
-            response.with_error_message(Some(StrBytes::from_static_str(
-                "transactions are not supported by KafScale",
-            )))
-        } else {
-            response
-        }
-    };
+    let response = answer(&broker.cluster(), &body, request.api_version);
     encode_response(request.correlation_id, request.api_version, &response)
+}
+
+fn answer(
+    cluster: &ClusterState,
+    body: &FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    if version >= 4 {
+        let coordinators = body.coordinator_keys.iter().map(|key| {
+            let found = lookup(cluster, body.key_type, key);
+            Coordinator::default()
+                .with_key(key.clone())
+                .with_node_id(BrokerId(found.node_id))
+                .with_host(found.host)
+                .with_port(found.port)
+                .with_error_code(found.error_code)
+                .with_error_message(found.error_message)
+        });
+        return FindCoordinatorResponse::default().with_coordinators(coordinators.collect());
+    }
+    // v0 has no error message; the codec leaves it out.
+    let found = lookup(cluster, body.key_type, &body.key);
+    FindCoordinatorResponse::default()
+        .with_node_id(BrokerId(found.node_id))
+        .with_host(found.host)
+        .with_port(found.port)
+        .with_error_code(found.error_code)
+        .with_error_message(found.error_message)
+}
+
+/// One key's answer, in the fields both response layouts share.
+struct Found {
+    node_id: i32,
+    host: StrBytes,
+    port: i32,
+    error_code: i16,
+    error_message: Option<StrBytes>,
+}
+
+fn lookup(cluster: &ClusterState, key_type: i8, key: &str) -> Found {
+    let coordinator = match key_type {
+        GROUP => cluster.coordinator(key).ok_or_else(|| {
+            ApiError::new(
+                ResponseError::CoordinatorNotAvailable,
+                "no live broker is known yet; retry shortly",
+            )
+        }),
+        TRANSACTION => Err(ApiError::new(
+            ResponseError::CoordinatorNotAvailable,
+            "transactions are not supported by KafScale",
+        )),
+        other => Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            format!("unknown coordinator key type {other}"),
+        )),
+    };
+    match coordinator {
+        Ok(broker) => Found {
+            node_id: broker.id,
+            host: StrBytes::from_string(broker.host.clone()),
+            port: broker.port,
+            error_code: 0,
+            error_message: None,
+        },
+        Err(e) => Found {
+            node_id: -1,
+            host: StrBytes::default(),
+            port: -1,
+            error_code: e.code.code(),
+            error_message: Some(StrBytes::from_string(e.message)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::catalog::BrokerRecord;
+    use crate::protocol::header::testing::read_response;
+    use crate::protocol::versions::supported;
+
+    fn cluster(brokers: &[i32]) -> ClusterState {
+        let mut state = ClusterState::default();
+        for &id in brokers {
+            let host = format!("host-{id}");
+            state.brokers.insert(
+                id,
+                BrokerRecord {
+                    id,
+                    host,
+                    port: 9000 + id,
+                },
+            );
+        }
+        state
+    }
+
+    /// Encodes at `version` as the handler does and decodes what a client would read.
+    fn on_the_wire(response: &FindCoordinatorResponse, version: i16) -> FindCoordinatorResponse {
+        read_response(encode_response(7, version, response).unwrap(), version).1
+    }
+
+    fn request(key_type: i8, keys: &[&str]) -> FindCoordinatorRequest {
+        let keys: Vec<StrBytes> = keys
+            .iter()
+            .map(|k| StrBytes::from_string(k.to_string()))
+            .collect();
+        FindCoordinatorRequest::default()
+            .with_key(keys[0].clone())
+            .with_key_type(key_type)
+            .with_coordinator_keys(keys)
+    }
+
+    #[test]
+    fn names_the_hashed_coordinator_at_every_version() {
+        let state = cluster(&[1, 2, 3]);
+        let range = supported(kafka_protocol::messages::ApiKey::FindCoordinator).unwrap();
+        for version in range.min..=range.max {
+            let body = request(GROUP, &["orders", "billing"]);
+            let wire = on_the_wire(&answer(&state, &body, version), version);
+            let expect = |group| state.coordinator(group).unwrap();
+            if version >= 4 {
+                assert_eq!(wire.coordinators.len(), 2);
+                for (c, group) in wire.coordinators.iter().zip(["orders", "billing"]) {
+                    assert_eq!(c.key.as_str(), group);
+                    assert_eq!(
+                        (c.node_id.0, c.port),
+                        (expect(group).id, expect(group).port)
+                    );
+                    assert_eq!(c.host.as_str(), expect(group).host);
+                    assert_eq!(c.error_code, 0);
+                }
+            } else {
+                assert_eq!(wire.error_code, 0, "v{version}");
+                assert_eq!(wire.node_id.0, expect("orders").id);
+                assert_eq!(wire.host.as_str(), expect("orders").host);
+                assert_eq!(wire.port, expect("orders").port);
+            }
+        }
+    }
+
+    #[test]
+    fn no_live_broker_or_a_transaction_key_is_not_available() {
+        let unavailable = ResponseError::CoordinatorNotAvailable.code();
+        for (state, key_type) in [(cluster(&[]), GROUP), (cluster(&[1]), TRANSACTION)] {
+            for version in 0..=4 {
+                let wire = on_the_wire(
+                    &answer(&state, &request(key_type, &["g"]), version),
+                    version,
+                );
+                let (code, node, message) = match wire.coordinators.first() {
+                    Some(c) => (c.error_code, c.node_id.0, c.error_message.clone()),
+                    None => (wire.error_code, wire.node_id.0, wire.error_message),
+                };
+                assert_eq!((code, node), (unavailable, -1), "v{version}");
+                // v0 has no message field
+                assert_eq!(
+                    message.is_some_and(|m| !m.is_empty()),
+                    version >= 1,
+                    "v{version}"
+                );
+            }
+        }
+    }
 }

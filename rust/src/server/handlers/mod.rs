@@ -1,7 +1,7 @@
-//! One module per API.
+//! One module per API; the control-plane APIs, which Python decides, share `control`.
 
-pub mod admin;
 pub mod api_versions;
+pub mod control;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod list_offsets;

@@ -31,9 +31,6 @@ pub fn handle(request: &Request) -> Reply {
     tracing::debug!(api = ?request.api_key, version = request.api_version, "unsupported request");
     let r = request;
     match request.api_key {
-        ApiKey::FindCoordinator => with_error(r, FindCoordinatorResponse::default(), |m, c| {
-            m.error_code = c
-        }),
         ApiKey::JoinGroup => with_error(r, JoinGroupResponse::default(), |m, c| m.error_code = c),
         ApiKey::SyncGroup => with_error(r, SyncGroupResponse::default(), |m, c| m.error_code = c),
         ApiKey::Heartbeat => with_error(r, HeartbeatResponse::default(), |m, c| m.error_code = c),
@@ -78,6 +75,22 @@ fn per_item(r: &Request) -> Option<Reply> {
         ))
     };
     let reply = match r.api_key {
+        // v5+ (v0–4 are served): one result per key.
+        ApiKey::FindCoordinator => mirror(r, |q: FindCoordinatorRequest| {
+            FindCoordinatorResponse::default().with_coordinators(
+                q.coordinator_keys
+                    .into_iter()
+                    .map(|key| {
+                        find_coordinator_response::Coordinator::default()
+                            .with_key(key)
+                            .with_node_id(BrokerId(-1))
+                            .with_port(-1)
+                            .with_error_code(code)
+                            .with_error_message(reason())
+                    })
+                    .collect(),
+            )
+        }),
         ApiKey::OffsetCommit => mirror(r, |q: OffsetCommitRequest| {
             OffsetCommitResponse::default().with_topics(
                 q.topics

@@ -1,0 +1,203 @@
+"""The group coordinator: which groups this broker coordinates, loading them from the metadata
+store, and routing the group APIs to the state machine and the offset handlers.
+
+Each group has one coordinator: rendezvous hashing of the group id over the live brokers (the
+core's ``coordinator_for``, which is also what FindCoordinator answers). Every request first
+checks that this broker is it - otherwise NOT_COORDINATOR, and a group this broker had loaded is
+given up. A group is loaded on its first request: read from the store and claimed (its
+coordinator epoch bumped), which fences the previous coordinator's writes. Members carry on with
+their member ids; a group that was mid-rebalance makes its members rejoin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from kafscale.errors import ErrorCode
+from kafscale.groups.membership import Client, Membership
+from kafscale.groups.model import Group
+from kafscale.groups.offsets import Offsets, TopicLike, commit_error_answer
+from kafscale.groups.protocol import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafscale.groups.store import Fenced, GroupStorage, GroupStoreLike, StoreUnavailable
+
+__all__ = ["GROUP_APIS", "CoordinatorCore", "GroupCoordinator", "GroupSettings"]
+
+log = logging.getLogger(__name__)
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+GROUP_APIS = frozenset(
+    {OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP}
+)
+
+# How often sessions are checked for expiry and groups for a coordinator change.
+SWEEP_INTERVAL_S = 0.25
+
+
+class CoordinatorCore(Protocol):
+    """The part of ``_core.Broker`` the coordinator uses."""
+
+    def coordinator_for(self, group_id: str) -> int | None: ...
+    def group_store(self) -> GroupStoreLike: ...
+    async def topic(self, name: str) -> TopicLike | None: ...
+
+
+class GroupSettings(Protocol):
+    broker_id: int
+    group_initial_rebalance_delay_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+
+
+def error_answer(api_key: int, body: Any, code: int) -> Any:
+    """``code`` as the answer to a group request, whatever its API."""
+    if api_key == JOIN_GROUP:
+        return JoinGroupResponse(code, member_id=body.member_id)
+    if api_key == SYNC_GROUP:
+        return SyncGroupResponse(code)
+    if api_key == HEARTBEAT:
+        return HeartbeatResponse(code)
+    if api_key == LEAVE_GROUP:
+        return LeaveGroupResponse(code)
+    if api_key == OFFSET_COMMIT:
+        return commit_error_answer(body, code)
+    return OffsetFetchResponse(code)
+
+
+class GroupCoordinator:
+    def __init__(
+        self, core: CoordinatorCore, settings: GroupSettings, store_error: type[Exception]
+    ) -> None:
+        self._core = core
+        self._settings = settings
+        self._groups: dict[str, Group] = {}
+        self._loading: dict[str, asyncio.Task[Group]] = {}
+        self._closed = False
+        self._storage = GroupStorage(core.group_store(), settings.broker_id, store_error)
+        self._membership = Membership(
+            self._storage, settings.group_initial_rebalance_delay_ms, self._lose
+        )
+        self._offsets = Offsets(self._storage, core.topic, self._membership.touch, self._lose)
+
+    async def handle(self, api_key: int, version: int, body: Any, client: Client) -> Any:
+        """The answer to one group request (never raises for a Kafka-level error)."""
+        code = self._validate(api_key, body)
+        if code != ErrorCode.NONE:
+            return error_answer(api_key, body, code)
+        group = await self._acquire(body.group_id)
+        if isinstance(group, int):
+            return error_answer(api_key, body, group)
+        if api_key == JOIN_GROUP:
+            return await self._membership.join(group, body, client, version)
+        if api_key == SYNC_GROUP:
+            return await self._membership.sync(group, body)
+        if api_key == HEARTBEAT:
+            return self._membership.heartbeat(group, body)
+        if api_key == LEAVE_GROUP:
+            return await self._membership.leave(group, body.members)
+        if api_key == OFFSET_COMMIT:
+            return await self._offsets.commit(group, body)
+        return self._offsets.fetch(group, body)
+
+    def _validate(self, api_key: int, body: Any) -> int:
+        if not body.group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if api_key == JOIN_GROUP:
+            timeout = body.session_timeout_ms
+            s = self._settings
+            if not s.group_min_session_timeout_ms <= timeout <= s.group_max_session_timeout_ms:
+                return ErrorCode.INVALID_SESSION_TIMEOUT
+        return ErrorCode.NONE
+
+    async def _acquire(self, group_id: str) -> Group | int:
+        """The loaded group, or the error code that says why this broker cannot serve it."""
+        owner = self._core.coordinator_for(group_id)
+        if self._closed or owner != self._settings.broker_id:
+            if group_id in self._groups:
+                self._lose(self._groups[group_id], ErrorCode.NOT_COORDINATOR)
+            return (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE if owner is None else ErrorCode.NOT_COORDINATOR
+            )
+        group = self._groups.get(group_id)
+        if group is not None:
+            return group
+        loading = self._loading.get(group_id)
+        if loading is None:
+            loading = asyncio.create_task(self._load(group_id))
+            self._loading[group_id] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(group_id, None))
+        try:
+            return await asyncio.shield(loading)
+        except Fenced:
+            log.info("group %r was written by another coordinator while loading", group_id)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        except StoreUnavailable as exc:
+            log.warning("cannot load group %r: %s", group_id, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    async def _load(self, group_id: str) -> Group:
+        group = await self._storage.load(group_id)
+        self._membership.resume(group)
+        self._groups[group_id] = group
+        if group.revision:
+            log.info(
+                "coordinating group %r (generation %d, %s, %d members)",
+                group_id,
+                group.generation,
+                group.state.value,
+                len(group.members),
+            )
+        return group
+
+    def _lose(self, group: Group, code: int) -> None:
+        """Forgets a group this broker no longer coordinates; its waiting members get ``code``
+        and find the coordinator again."""
+        if self._groups.get(group.group_id) is group:
+            del self._groups[group.group_id]
+            log.info("no longer coordinating group %r", group.group_id)
+        self._membership.abandon(group, code)
+
+    async def run(self) -> None:
+        """Expires sessions and gives up groups that moved to another broker, until cancelled."""
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            for group in list(self._groups.values()):
+                if self._core.coordinator_for(group.group_id) != self._settings.broker_id:
+                    self._lose(group, ErrorCode.NOT_COORDINATOR)
+                elif _forgettable(group):
+                    del self._groups[group.group_id]
+                else:
+                    try:
+                        await self._membership.expire(group)
+                    except Exception:
+                        log.exception("expiring sessions of group %r failed", group.group_id)
+
+    def close(self) -> None:
+        """This broker is shutting down: members waiting in a rebalance, and every group request
+        from now on, are told to find the next coordinator."""
+        self._closed = True
+        for group in list(self._groups.values()):
+            self._lose(group, ErrorCode.NOT_COORDINATOR)
+
+
+def _forgettable(group: Group) -> bool:
+    """Never stored, nobody in it and nothing in progress (an OffsetFetch of an unknown group,
+    say): nothing worth keeping in memory."""
+    return (
+        group.revision == 0
+        and not group.members
+        and not group.pending_members
+        and not group.lock.locked()
+    )

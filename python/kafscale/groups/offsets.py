@@ -1,0 +1,166 @@
+"""OffsetCommit and OffsetFetch on a loaded group.
+
+Who may commit follows Kafka: a current member of the current generation (its commit counts as
+a heartbeat), or - with generation -1 and no member id - anyone while the group has no members
+(consumers that assign() partitions themselves). Offsets are written to the metadata store,
+fenced on the group record, before they are acknowledged or served.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from kafscale.errors import ErrorCode
+from kafscale.groups.model import CommittedOffset, Group, GroupState
+from kafscale.groups.protocol import (
+    OffsetCommitPartitionResult,
+    OffsetCommitResponse,
+    OffsetCommitTopicResult,
+    OffsetFetchPartitionResult,
+    OffsetFetchResponse,
+    OffsetFetchTopicResult,
+)
+from kafscale.groups.store import Fenced, StoreUnavailable
+
+__all__ = ["MAX_METADATA_BYTES", "Offsets", "commit_error_answer"]
+
+# Kafka's offset.metadata.max.bytes default.
+MAX_METADATA_BYTES = 4096
+
+
+class TopicLike(Protocol):
+    partitions: int
+
+
+class OffsetWriter(Protocol):
+    async def commit_offsets(
+        self, group: Group, offsets: list[tuple[str, int, CommittedOffset]]
+    ) -> None: ...
+
+
+TopicLookup = Callable[[str], Awaitable[TopicLike | None]]
+
+
+def commit_error_answer(req: Any, code: int) -> OffsetCommitResponse:
+    """The same error for every partition of the request."""
+    return OffsetCommitResponse(
+        [
+            OffsetCommitTopicResult(
+                t.name, [OffsetCommitPartitionResult(p.partition_index, code) for p in t.partitions]
+            )
+            for t in req.topics
+        ]
+    )
+
+
+class Offsets:
+    def __init__(
+        self,
+        storage: OffsetWriter,
+        topic: TopicLookup,
+        touch: Callable[[Group, str], None],
+        lose: Callable[[Group, int], None],
+    ) -> None:
+        self._storage = storage
+        self._topic = topic
+        self._touch = touch
+        self._lose = lose
+
+    def _may_commit(self, group: Group, req: Any) -> int:
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        simple = req.generation_id < 0 and req.member_id == "" and req.group_instance_id is None
+        if simple:
+            return ErrorCode.NONE if group.is_(GroupState.EMPTY) else ErrorCode.UNKNOWN_MEMBER_ID
+        if group.fenced_instance(req.member_id, req.group_instance_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if req.member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if req.generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    async def commit(self, group: Group, req: Any) -> OffsetCommitResponse:
+        async with group.lock:
+            code = self._may_commit(group, req)
+            if code != ErrorCode.NONE:
+                return commit_error_answer(req, code)
+            self._touch(group, req.member_id)
+            now_ms = int(time.time() * 1000)
+            results: dict[tuple[str, int], int] = {}
+            accepted: list[tuple[str, int, CommittedOffset]] = []
+            for t in req.topics:
+                topic = await self._topic(t.name)
+                for p in t.partitions:
+                    error = _partition_error(topic, p)
+                    results[(t.name, p.partition_index)] = error
+                    if error == ErrorCode.NONE:
+                        accepted.append((t.name, p.partition_index, _committed(p, now_ms)))
+            if accepted:
+                try:
+                    await self._storage.commit_offsets(group, accepted)
+                except Fenced:
+                    self._lose(group, ErrorCode.NOT_COORDINATOR)
+                    return commit_error_answer(req, ErrorCode.NOT_COORDINATOR)
+                except StoreUnavailable:
+                    return commit_error_answer(req, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                for topic_name, partition, offset in accepted:
+                    group.offsets[(topic_name, partition)] = offset
+        return OffsetCommitResponse(
+            [
+                OffsetCommitTopicResult(
+                    t.name,
+                    [
+                        OffsetCommitPartitionResult(
+                            p.partition_index, results[(t.name, p.partition_index)]
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in req.topics
+            ]
+        )
+
+    @staticmethod
+    def fetch(group: Group, req: Any) -> OffsetFetchResponse:
+        if req.topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(group.offsets):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in req.topics}
+        topics = []
+        for name, partitions in wanted.items():
+            results = []
+            for partition in partitions:
+                offset = group.offsets.get((name, partition))
+                if offset is None:
+                    results.append(OffsetFetchPartitionResult(partition))
+                else:
+                    results.append(
+                        OffsetFetchPartitionResult(
+                            partition, offset.offset, offset.leader_epoch, offset.metadata
+                        )
+                    )
+            topics.append(OffsetFetchTopicResult(name, results))
+        return OffsetFetchResponse(ErrorCode.NONE, topics)
+
+
+def _partition_error(topic: TopicLike | None, p: Any) -> int:
+    if topic is None or not 0 <= p.partition_index < topic.partitions:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    metadata = p.committed_metadata or ""
+    if len(metadata.encode()) > MAX_METADATA_BYTES:
+        return ErrorCode.OFFSET_METADATA_TOO_LARGE
+    return ErrorCode.NONE
+
+
+def _committed(p: Any, now_ms: int) -> CommittedOffset:
+    timestamp = p.commit_timestamp if p.commit_timestamp >= 0 else now_ms
+    # Kafka stores a null metadata as "" (and OffsetFetch answers "" for it).
+    metadata = p.committed_metadata or ""
+    return CommittedOffset(p.committed_offset, p.committed_leader_epoch, metadata, timestamp)

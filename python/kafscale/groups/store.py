@@ -1,0 +1,227 @@
+"""Groups and committed offsets in the metadata store (etcd in a cluster, the embedded store on a
+single node), under the core's group root:
+
+    {group}                             the group record (JSON): state, generation, protocol,
+                                        leader, coordinator epoch, members with their metadata
+                                        and assignment
+    {group}/offsets/{topic}/{partition} a committed offset (JSON)
+
+``{group}`` is the group id percent-encoded, so any id is one path segment. Every write is
+conditioned on the record's revision as this coordinator last saw it: a coordinator that lost
+the group (another broker loaded it and bumped the coordinator epoch) fails its next write and
+gives the group up. Heartbeats are never written.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from kafscale.groups.model import CommittedOffset, Group, GroupState, Member
+
+__all__ = ["Fenced", "GroupStorage", "StoreUnavailable"]
+
+# etcd refuses transactions of more than 128 operations (its --max-txn-ops default).
+_MAX_OPS_PER_TXN = 100
+
+
+class StoredEntryLike(Protocol):
+    key: str
+    value: bytes
+    mod_revision: int
+
+
+class GroupStoreLike(Protocol):
+    """The part of ``_core.GroupStore`` used here."""
+
+    async def get(self, key: str) -> StoredEntryLike | None: ...
+    async def list(self, prefix: str) -> list[StoredEntryLike]: ...
+    async def commit(
+        self,
+        expect: list[tuple[str, int]],
+        put: list[tuple[str, bytes]],
+        delete: list[str],
+        delete_prefixes: list[str],
+    ) -> int | None: ...
+
+
+class Fenced(Exception):
+    """The group's record changed behind this coordinator: another broker coordinates it now."""
+
+
+class StoreUnavailable(Exception):
+    """The metadata store could not be reached."""
+
+
+def _group_key(group_id: str) -> str:
+    return quote(group_id, safe="")
+
+
+def _offsets_prefix(group_id: str) -> str:
+    return f"{_group_key(group_id)}/offsets/"
+
+
+def _offset_key(group_id: str, topic: str, partition: int) -> str:
+    return f"{_offsets_prefix(group_id)}{topic}/{partition}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"))
+
+
+def encode_group(group: Group, coordinator: int) -> bytes:
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "session_timeout_ms": m.session_timeout_ms,
+            "rebalance_timeout_ms": m.rebalance_timeout_ms,
+            "protocol_type": m.protocol_type,
+            "protocols": [{"name": n, "metadata": _b64(meta)} for n, meta in m.protocols],
+            "assignment": _b64(m.assignment),
+        }
+        for m in group.members.values()
+    ]
+    record = {
+        "group_id": group.group_id,
+        "state": group.state.value,
+        "generation": group.generation,
+        "protocol_type": group.protocol_type,
+        "protocol": group.protocol_name,
+        "leader": group.leader_id,
+        "coordinator": coordinator,
+        "coordinator_epoch": group.coordinator_epoch,
+        "members": members,
+    }
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def decode_group(group_id: str, value: bytes, revision: int, now: float) -> Group:
+    record: dict[str, Any] = json.loads(value)
+    group = Group(
+        group_id,
+        state=GroupState(record["state"]),
+        generation=record["generation"],
+        protocol_type=record["protocol_type"],
+        protocol_name=record["protocol"],
+        leader_id=record["leader"],
+        revision=revision,
+        coordinator_epoch=record["coordinator_epoch"],
+    )
+    for m in record["members"]:
+        member = Member(
+            member_id=m["member_id"],
+            group_instance_id=m["group_instance_id"],
+            client_id=m["client_id"],
+            client_host=m["client_host"],
+            session_timeout_ms=m["session_timeout_ms"],
+            rebalance_timeout_ms=m["rebalance_timeout_ms"],
+            protocol_type=m["protocol_type"],
+            protocols=[(p["name"], _unb64(p["metadata"])) for p in m["protocols"]],
+            assignment=_unb64(m["assignment"]),
+            # A loaded member gets a full session from now to reach its new coordinator.
+            last_heartbeat=now,
+        )
+        group.members[member.member_id] = member
+    return group
+
+
+def encode_offset(offset: CommittedOffset) -> bytes:
+    return json.dumps(
+        {
+            "offset": offset.offset,
+            "leader_epoch": offset.leader_epoch,
+            "metadata": offset.metadata,
+            "commit_timestamp_ms": offset.commit_timestamp_ms,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_offset(value: bytes) -> CommittedOffset:
+    record = json.loads(value)
+    return CommittedOffset(
+        record["offset"], record["leader_epoch"], record["metadata"], record["commit_timestamp_ms"]
+    )
+
+
+class GroupStorage:
+    """Reads and fenced writes of groups and offsets for one coordinating broker."""
+
+    def __init__(self, store: GroupStoreLike, broker_id: int, store_error: type[Exception]):
+        self._store = store
+        self._broker_id = broker_id
+        self._store_error = store_error
+
+    async def _call(self, operation: Any) -> Any:
+        try:
+            return await operation
+        except self._store_error as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def load(self, group_id: str) -> Group:
+        """The group as stored, claimed for this broker (its coordinator epoch bumped, which
+        fences the previous coordinator's writes), with its committed offsets read after the
+        claim so none committed by the previous coordinator is missed. A group never stored
+        comes back new and unclaimed: its first write creates it, conditioned on absence."""
+        now = time.monotonic()
+        entry = await self._call(self._store.get(_group_key(group_id)))
+        if entry is None:
+            group = Group(group_id)
+        else:
+            group = decode_group(group_id, entry.value, entry.mod_revision, now)
+            group.coordinator_epoch += 1
+            await self.save(group)
+        for offset_entry in await self._call(self._store.list(_offsets_prefix(group_id))):
+            topic, _, partition = offset_entry.key.removeprefix(
+                _offsets_prefix(group_id)
+            ).rpartition("/")
+            group.offsets[(topic, int(partition))] = decode_offset(offset_entry.value)
+        return group
+
+    async def save(self, group: Group) -> None:
+        """Writes the group record; raises Fenced if it changed since this broker's last write."""
+        await self._commit(
+            group, [(_group_key(group.group_id), encode_group(group, self._broker_id))]
+        )
+
+    async def commit_offsets(
+        self, group: Group, offsets: Iterable[tuple[str, int, CommittedOffset]]
+    ) -> None:
+        """Stores offsets, fenced on the group record. A group never stored is created with
+        them (a simple consumer's group exists once it commits). Large commits go in several
+        transactions; each is fenced, so a lost group stops the rest."""
+        puts = [(_offset_key(group.group_id, t, p), encode_offset(o)) for t, p, o in offsets]
+        if group.revision == 0:
+            puts.insert(0, (_group_key(group.group_id), encode_group(group, self._broker_id)))
+        for start in range(0, len(puts), _MAX_OPS_PER_TXN):
+            await self._commit(group, puts[start : start + _MAX_OPS_PER_TXN])
+
+    async def delete(self, group: Group) -> None:
+        """Removes the record and every committed offset (a group is gone only as a whole)."""
+        key = _group_key(group.group_id)
+        revision = await self._call(
+            self._store.commit(
+                [(key, group.revision)], [], [key], [_offsets_prefix(group.group_id)]
+            )
+        )
+        if revision is None:
+            raise Fenced(group.group_id)
+
+    async def _commit(self, group: Group, puts: list[tuple[str, bytes]]) -> None:
+        key = _group_key(group.group_id)
+        revision = await self._call(self._store.commit([(key, group.revision)], puts, [], []))
+        if revision is None:
+            raise Fenced(group.group_id)
+        if any(k == key for k, _ in puts):
+            group.revision = revision

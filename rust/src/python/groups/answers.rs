@@ -1,0 +1,529 @@
+//! The coordinator's answers (the dataclasses of `kafscale.groups.protocol`, read by attribute
+//! name) and their encoding at the request's version: fields a version lacks are dropped, and
+//! errors an old version has no field for are carried where Kafka carries them.
+
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::{self as wire, OffsetFetchRequest as WireFetchRequest};
+use kafka_protocol::protocol::StrBytes;
+use pyo3::FromPyObject;
+
+use crate::server::handlers::topic_name;
+
+fn text(s: String) -> StrBytes {
+    StrBytes::from_string(s)
+}
+
+fn optional(s: Option<String>) -> Option<StrBytes> {
+    s.map(StrBytes::from_string)
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct JoinGroupMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub metadata: Vec<u8>,
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct JoinGroupResponse {
+    pub error_code: i16,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    pub members: Vec<JoinGroupMember>,
+    pub skip_assignment: bool,
+    pub throttle_time_ms: i32,
+}
+
+pub fn join_group(answer: JoinGroupResponse, version: i16) -> wire::JoinGroupResponse {
+    // The protocol name may be null only from v7; before, "no protocol" is "".
+    let protocol_name = match answer.protocol_name {
+        None if version < 7 => Some(StrBytes::default()),
+        name => optional(name),
+    };
+    let members = answer.members.into_iter().map(|m| {
+        JoinGroupResponseMember::default()
+            .with_member_id(text(m.member_id))
+            .with_group_instance_id(optional(m.group_instance_id))
+            .with_metadata(m.metadata.into())
+    });
+    wire::JoinGroupResponse::default()
+        .with_throttle_time_ms(answer.throttle_time_ms)
+        .with_error_code(answer.error_code)
+        .with_generation_id(answer.generation_id)
+        .with_protocol_type(optional(answer.protocol_type))
+        .with_protocol_name(protocol_name)
+        .with_leader(text(answer.leader))
+        // Only v9 (KIP-814) can tell the leader to skip the assignment.
+        .with_skip_assignment(version >= 9 && answer.skip_assignment)
+        .with_member_id(text(answer.member_id))
+        .with_members(members.collect())
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct SyncGroupResponse {
+    pub error_code: i16,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Vec<u8>,
+    pub throttle_time_ms: i32,
+}
+
+/// The protocol type and name exist from v5; the codec leaves them out before.
+pub fn sync_group(answer: SyncGroupResponse) -> wire::SyncGroupResponse {
+    wire::SyncGroupResponse::default()
+        .with_throttle_time_ms(answer.throttle_time_ms)
+        .with_error_code(answer.error_code)
+        .with_protocol_type(optional(answer.protocol_type))
+        .with_protocol_name(optional(answer.protocol_name))
+        .with_assignment(answer.assignment.into())
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct HeartbeatResponse {
+    pub error_code: i16,
+    pub throttle_time_ms: i32,
+}
+
+pub fn heartbeat(answer: HeartbeatResponse) -> wire::HeartbeatResponse {
+    wire::HeartbeatResponse::default()
+        .with_throttle_time_ms(answer.throttle_time_ms)
+        .with_error_code(answer.error_code)
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct LeaveGroupMemberResult {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct LeaveGroupResponse {
+    pub error_code: i16,
+    pub members: Vec<LeaveGroupMemberResult>,
+    pub throttle_time_ms: i32,
+}
+
+pub fn leave_group(answer: LeaveGroupResponse, version: i16) -> wire::LeaveGroupResponse {
+    let response =
+        wire::LeaveGroupResponse::default().with_throttle_time_ms(answer.throttle_time_ms);
+    if version <= 2 {
+        // No per-member results before v3: the one member's error is the response's.
+        let member_error = answer.members.first().map_or(0, |m| m.error_code);
+        let error = if answer.error_code != 0 {
+            answer.error_code
+        } else {
+            member_error
+        };
+        return response.with_error_code(error);
+    }
+    let members = answer.members.into_iter().map(|m| {
+        MemberResponse::default()
+            .with_member_id(text(m.member_id))
+            .with_group_instance_id(optional(m.group_instance_id))
+            .with_error_code(m.error_code)
+    });
+    response
+        .with_error_code(answer.error_code)
+        .with_members(members.collect())
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct OffsetCommitPartitionResult {
+    pub partition_index: i32,
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct OffsetCommitTopicResult {
+    pub name: String,
+    pub partitions: Vec<OffsetCommitPartitionResult>,
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct OffsetCommitResponse {
+    pub topics: Vec<OffsetCommitTopicResult>,
+    pub throttle_time_ms: i32,
+}
+
+pub fn offset_commit(answer: OffsetCommitResponse) -> wire::OffsetCommitResponse {
+    let topics = answer.topics.into_iter().map(|t| {
+        let partitions = t.partitions.into_iter().map(|p| {
+            OffsetCommitResponsePartition::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(p.error_code)
+        });
+        OffsetCommitResponseTopic::default()
+            .with_name(topic_name(&t.name))
+            .with_partitions(partitions.collect())
+    });
+    wire::OffsetCommitResponse::default()
+        .with_throttle_time_ms(answer.throttle_time_ms)
+        .with_topics(topics.collect())
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct OffsetFetchPartitionResult {
+    pub partition_index: i32,
+    pub committed_offset: i64,
+    pub committed_leader_epoch: i32,
+    pub metadata: Option<String>,
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct OffsetFetchTopicResult {
+    pub name: String,
+    pub partitions: Vec<OffsetFetchPartitionResult>,
+}
+
+#[derive(Debug, Clone, FromPyObject)]
+pub struct OffsetFetchResponse {
+    pub error_code: i16,
+    pub topics: Vec<OffsetFetchTopicResult>,
+    pub throttle_time_ms: i32,
+}
+
+/// `request` is what was asked: v0–1 have no group-level error field, so a group error goes
+/// into every partition result, and into one per requested partition if the answer has none.
+pub fn offset_fetch(
+    answer: OffsetFetchResponse,
+    request: &WireFetchRequest,
+    version: i16,
+) -> wire::OffsetFetchResponse {
+    let group_error = answer.error_code;
+    let mut topics = answer.topics;
+    if version < 2 && group_error != 0 {
+        if topics.is_empty() {
+            topics = unanswered(request);
+        }
+        for partition in topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+            partition.error_code = group_error;
+        }
+    }
+    let topics = topics.into_iter().map(|t| {
+        let partitions = t.partitions.into_iter().map(|p| {
+            OffsetFetchResponsePartition::default()
+                .with_partition_index(p.partition_index)
+                .with_committed_offset(p.committed_offset)
+                .with_committed_leader_epoch(p.committed_leader_epoch)
+                .with_metadata(optional(p.metadata))
+                .with_error_code(p.error_code)
+        });
+        OffsetFetchResponseTopic::default()
+            .with_name(topic_name(&t.name))
+            .with_partitions(partitions.collect())
+    });
+    wire::OffsetFetchResponse::default()
+        .with_throttle_time_ms(answer.throttle_time_ms)
+        .with_error_code(group_error)
+        .with_topics(topics.collect())
+}
+
+/// Every partition the request named, with nothing committed (as Kafka reports them).
+fn unanswered(request: &WireFetchRequest) -> Vec<OffsetFetchTopicResult> {
+    let requested = request.topics.iter().flatten();
+    requested
+        .map(|t| OffsetFetchTopicResult {
+            name: t.name.to_string(),
+            partitions: t
+                .partition_indexes
+                .iter()
+                .map(|&partition_index| OffsetFetchPartitionResult {
+                    partition_index,
+                    committed_offset: -1,
+                    committed_leader_epoch: -1,
+                    metadata: Some(String::new()),
+                    error_code: 0,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::RangeInclusive;
+
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::ApiKey;
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+    use kafka_protocol::ResponseError;
+
+    use super::*;
+    use crate::protocol::header::encode_response;
+    use crate::protocol::header::testing::read_response;
+    use crate::protocol::versions::supported;
+
+    fn advertised(key: ApiKey) -> RangeInclusive<i16> {
+        let range = supported(key).unwrap();
+        range.min..=range.max
+    }
+
+    /// What a client reads after the response is encoded at `version`.
+    fn on_the_wire<T: Encodable + Decodable + HeaderVersion>(response: &T, version: i16) -> T {
+        let (correlation_id, body) =
+            read_response(encode_response(7, version, response).unwrap(), version);
+        assert_eq!(correlation_id, 7);
+        body
+    }
+
+    fn s(text: &str) -> String {
+        text.to_string()
+    }
+
+    fn join_answer(protocol_name: Option<&str>) -> JoinGroupResponse {
+        JoinGroupResponse {
+            error_code: 0,
+            generation_id: 3,
+            protocol_type: Some(s("consumer")),
+            protocol_name: protocol_name.map(s),
+            leader: s("m-1"),
+            member_id: s("m-2"),
+            members: vec![JoinGroupMember {
+                member_id: s("m-1"),
+                group_instance_id: Some(s("static-1")),
+                metadata: vec![1, 2, 3],
+            }],
+            skip_assignment: true,
+            throttle_time_ms: 5,
+        }
+    }
+
+    #[test]
+    fn join_group_at_every_version() {
+        for v in advertised(ApiKey::JoinGroup) {
+            let wire = on_the_wire(&join_group(join_answer(Some("range")), v), v);
+            assert_eq!((wire.error_code, wire.generation_id), (0, 3));
+            assert_eq!(wire.throttle_time_ms, if v >= 2 { 5 } else { 0 });
+            assert_eq!(wire.protocol_name.as_deref(), Some("range"));
+            let protocol_type = wire.protocol_type.as_deref();
+            assert_eq!(protocol_type, (v >= 7).then_some("consumer"), "v{v}");
+            assert_eq!(
+                (wire.leader.as_str(), wire.member_id.as_str()),
+                ("m-1", "m-2")
+            );
+            assert_eq!(wire.skip_assignment, v >= 9);
+            let member = &wire.members[0];
+            assert_eq!(member.member_id.as_str(), "m-1");
+            assert_eq!(member.metadata.as_ref(), [1, 2, 3]);
+            let instance = member.group_instance_id.as_deref();
+            assert_eq!(instance, (v >= 5).then_some("static-1"), "v{v}");
+        }
+    }
+
+    #[test]
+    fn join_group_without_a_protocol_is_empty_until_v7_then_null() {
+        for v in advertised(ApiKey::JoinGroup) {
+            let answer = JoinGroupResponse {
+                error_code: ResponseError::UnknownMemberId.code(),
+                members: vec![],
+                ..join_answer(None)
+            };
+            let wire = on_the_wire(&join_group(answer, v), v);
+            let expected = if v < 7 { Some("") } else { None };
+            assert_eq!(wire.protocol_name.as_deref(), expected, "v{v}");
+            assert_eq!(wire.error_code, ResponseError::UnknownMemberId.code());
+        }
+    }
+
+    #[test]
+    fn sync_group_at_every_version() {
+        for v in advertised(ApiKey::SyncGroup) {
+            let answer = SyncGroupResponse {
+                error_code: 0,
+                protocol_type: Some(s("consumer")),
+                protocol_name: Some(s("range")),
+                assignment: vec![9, 8],
+                throttle_time_ms: 5,
+            };
+            let wire = on_the_wire(&sync_group(answer), v);
+            assert_eq!(wire.assignment.as_ref(), [9, 8]);
+            assert_eq!(wire.throttle_time_ms, if v >= 1 { 5 } else { 0 });
+            assert_eq!(
+                wire.protocol_type.as_deref(),
+                (v >= 5).then_some("consumer")
+            );
+            assert_eq!(wire.protocol_name.as_deref(), (v >= 5).then_some("range"));
+        }
+    }
+
+    #[test]
+    fn heartbeat_at_every_version() {
+        for v in advertised(ApiKey::Heartbeat) {
+            let rebalancing = ResponseError::RebalanceInProgress.code();
+            let answer = HeartbeatResponse {
+                error_code: rebalancing,
+                throttle_time_ms: 5,
+            };
+            let wire = on_the_wire(&heartbeat(answer), v);
+            assert_eq!(wire.error_code, rebalancing);
+            assert_eq!(wire.throttle_time_ms, if v >= 1 { 5 } else { 0 });
+        }
+    }
+
+    fn leave_answer(error_code: i16, member_errors: &[i16]) -> LeaveGroupResponse {
+        LeaveGroupResponse {
+            error_code,
+            members: member_errors
+                .iter()
+                .enumerate()
+                .map(|(i, &error_code)| LeaveGroupMemberResult {
+                    member_id: format!("m-{i}"),
+                    group_instance_id: None,
+                    error_code,
+                })
+                .collect(),
+            throttle_time_ms: 0,
+        }
+    }
+
+    #[test]
+    fn leave_group_carries_the_member_error_at_the_top_before_v3() {
+        let unknown = ResponseError::UnknownMemberId.code();
+        let not_coordinator = ResponseError::NotCoordinator.code();
+        for v in advertised(ApiKey::LeaveGroup) {
+            let wire = on_the_wire(&leave_group(leave_answer(0, &[unknown]), v), v);
+            if v <= 2 {
+                assert_eq!(wire.error_code, unknown, "v{v}");
+                assert!(wire.members.is_empty());
+            } else {
+                assert_eq!(wire.error_code, 0, "v{v}");
+                assert_eq!(wire.members.len(), 1);
+                assert_eq!(wire.members[0].member_id.as_str(), "m-0");
+                assert_eq!(wire.members[0].error_code, unknown);
+            }
+            // a group-level error wins, and shows at every version
+            let answer = leave_answer(not_coordinator, &[unknown]);
+            let wire = on_the_wire(&leave_group(answer, v), v);
+            assert_eq!(wire.error_code, not_coordinator, "v{v}");
+            let wire = on_the_wire(&leave_group(leave_answer(0, &[]), v), v);
+            assert_eq!(wire.error_code, 0, "v{v}");
+        }
+    }
+
+    #[test]
+    fn offset_commit_at_every_version() {
+        let answer = OffsetCommitResponse {
+            topics: vec![OffsetCommitTopicResult {
+                name: s("orders"),
+                partitions: vec![
+                    OffsetCommitPartitionResult {
+                        partition_index: 0,
+                        error_code: 0,
+                    },
+                    OffsetCommitPartitionResult {
+                        partition_index: 1,
+                        error_code: ResponseError::IllegalGeneration.code(),
+                    },
+                ],
+            }],
+            throttle_time_ms: 5,
+        };
+        for v in advertised(ApiKey::OffsetCommit) {
+            let wire = on_the_wire(&offset_commit(answer.clone()), v);
+            assert_eq!(wire.throttle_time_ms, if v >= 3 { 5 } else { 0 });
+            let topic = &wire.topics[0];
+            assert_eq!(topic.name.as_str(), "orders");
+            let results: Vec<_> = topic
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.error_code))
+                .collect();
+            assert_eq!(
+                results,
+                [(0, 0), (1, ResponseError::IllegalGeneration.code())]
+            );
+        }
+    }
+
+    fn fetch_request() -> WireFetchRequest {
+        let topic = OffsetFetchRequestTopic::default()
+            .with_name(topic_name("orders"))
+            .with_partition_indexes(vec![0, 1]);
+        WireFetchRequest::default().with_topics(Some(vec![topic]))
+    }
+
+    fn fetched(partition_index: i32, committed_offset: i64) -> OffsetFetchPartitionResult {
+        OffsetFetchPartitionResult {
+            partition_index,
+            committed_offset,
+            committed_leader_epoch: 4,
+            metadata: Some(s("meta")),
+            error_code: 0,
+        }
+    }
+
+    /// (partition, offset, error) of every partition result.
+    fn results(wire: &wire::OffsetFetchResponse) -> Vec<(i32, i64, i16)> {
+        let partitions = wire.topics.iter().flat_map(|t| &t.partitions);
+        partitions
+            .map(|p| (p.partition_index, p.committed_offset, p.error_code))
+            .collect()
+    }
+
+    #[test]
+    fn offset_fetch_at_every_version() {
+        let answer = OffsetFetchResponse {
+            error_code: 0,
+            topics: vec![OffsetFetchTopicResult {
+                name: s("orders"),
+                partitions: vec![fetched(0, 42), fetched(1, -1)],
+            }],
+            throttle_time_ms: 5,
+        };
+        for v in advertised(ApiKey::OffsetFetch) {
+            let wire = on_the_wire(&offset_fetch(answer.clone(), &fetch_request(), v), v);
+            assert_eq!(wire.throttle_time_ms, if v >= 3 { 5 } else { 0 });
+            assert_eq!(wire.topics[0].name.as_str(), "orders");
+            assert_eq!(results(&wire), [(0, 42, 0), (1, -1, 0)]);
+            let first = &wire.topics[0].partitions[0];
+            assert_eq!(first.committed_leader_epoch, if v >= 5 { 4 } else { -1 });
+            assert_eq!(first.metadata.as_deref(), Some("meta"));
+        }
+    }
+
+    #[test]
+    fn offset_fetch_group_error_goes_into_partitions_before_v2() {
+        let loading = ResponseError::CoordinatorLoadInProgress.code();
+        let without_topics = OffsetFetchResponse {
+            error_code: loading,
+            topics: vec![],
+            throttle_time_ms: 0,
+        };
+        let with_topics = OffsetFetchResponse {
+            topics: vec![OffsetFetchTopicResult {
+                name: s("orders"),
+                partitions: vec![fetched(0, 42)],
+            }],
+            ..without_topics.clone()
+        };
+        for v in advertised(ApiKey::OffsetFetch) {
+            let wire = on_the_wire(
+                &offset_fetch(without_topics.clone(), &fetch_request(), v),
+                v,
+            );
+            let wire_with = on_the_wire(&offset_fetch(with_topics.clone(), &fetch_request(), v), v);
+            if v < 2 {
+                // the requested partitions, each with the error
+                assert_eq!(results(&wire), [(0, -1, loading), (1, -1, loading)], "v{v}");
+                assert_eq!(results(&wire_with), [(0, 42, loading)], "v{v}");
+            } else {
+                assert_eq!(wire.error_code, loading, "v{v}");
+                assert!(wire.topics.is_empty());
+                assert_eq!(wire_with.error_code, loading, "v{v}");
+                assert_eq!(results(&wire_with), [(0, 42, 0)], "v{v}");
+            }
+        }
+    }
+}
