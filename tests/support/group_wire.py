@@ -1,0 +1,374 @@
+"""Raw wire requests of the classic consumer group protocol, in the style of kafka_wire.
+
+FindCoordinator v0-2, JoinGroup v1-5, SyncGroup v1-3, Heartbeat v1-3, LeaveGroup v1-3,
+OffsetCommit v2-7 and OffsetFetch v1-5: every non-flexible version from the first one with a
+throttle time (or the rebalance timeout) on. The layouts follow Kafka's message definitions
+(clients/src/main/resources/common/message/*.json); nothing here comes from kafscale. Also the
+"consumer" protocol's subscription and assignment (ConsumerProtocolSubscription/Assignment v0),
+the bytes a JoinGroup carries as protocol metadata and a SyncGroup as an assignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .kafka_wire import RawConnection, Reader, Writer
+
+# api keys
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+GROUP_APIS = (
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    FIND_COORDINATOR,
+    JOIN_GROUP,
+    HEARTBEAT,
+    LEAVE_GROUP,
+    SYNC_GROUP,
+)
+
+# error codes
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+# FindCoordinator key types
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+NO_OFFSET = -1  # OffsetFetch: nothing committed for the partition
+
+
+# ---------------------------------------------------------------------------------------------
+# the "consumer" protocol type's payloads
+
+
+def subscription(topics: list[str], user_data: bytes | None = None) -> bytes:
+    """ConsumerProtocolSubscription v0: version, topics, user data."""
+    w = Writer().i16(0).array_len(len(topics))
+    for t in topics:
+        w.string(t)
+    return w.bytes_(user_data).done()
+
+
+def assignment(partitions: dict[str, list[int]], user_data: bytes | None = None) -> bytes:
+    """ConsumerProtocolAssignment v0: version, [topic, [partition]], user data."""
+    w = Writer().i16(0).array_len(len(partitions))
+    for topic, parts in partitions.items():
+        w.string(topic).array_len(len(parts))
+        for p in parts:
+            w.i32(p)
+    return w.bytes_(user_data).done()
+
+
+def parse_assignment(data: bytes) -> dict[str, list[int]]:
+    if not data:
+        return {}
+    r = Reader(data)
+    r.i16()  # version
+    out = {}
+    for _ in range(r.array_len()):
+        topic = r.string()
+        out[topic] = [r.i32() for _ in range(r.array_len())]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# FindCoordinator v0-2
+
+
+@dataclass
+class Coordinator:
+    error_code: int
+    node_id: int
+    host: str
+    port: int
+    error_message: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def find_coordinator(
+    conn: RawConnection, key: str, key_type: int = GROUP_KEY, version: int = 2
+) -> Coordinator:
+    assert 0 <= version <= 2, "v3+ is flexible"
+    w = Writer().string(key)
+    if version >= 1:
+        w.i8(key_type)
+    r = conn.request(FIND_COORDINATOR, version, w.done())
+    message = None
+    if version >= 1:
+        r.i32()  # throttle
+    error = r.i16()
+    if version >= 1:
+        message = r.string()
+    node, host, port = r.i32(), r.string(), r.i32()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after FindCoordinator v{version}"
+    return Coordinator(error, node, host, port, message)
+
+
+# ---------------------------------------------------------------------------------------------
+# JoinGroup v1-5
+
+
+@dataclass
+class JoinGroupResult:
+    error_code: int
+    generation_id: int
+    protocol_name: str | None
+    leader: str
+    member_id: str
+    members: list[tuple[str, str | None, bytes]]  # (member id, group instance id, metadata)
+
+
+def join_group(
+    conn: RawConnection,
+    group: str,
+    member_id: str = "",
+    *,
+    protocols: list[tuple[str, bytes]],
+    session_timeout_ms: int = 10_000,
+    rebalance_timeout_ms: int = 10_000,
+    group_instance_id: str | None = None,
+    protocol_type: str = "consumer",
+    version: int = 4,
+) -> JoinGroupResult:
+    assert 1 <= version <= 5, "v0 has no rebalance timeout, v6+ is flexible"
+    w = Writer().string(group).i32(session_timeout_ms).i32(rebalance_timeout_ms).string(member_id)
+    if version >= 5:
+        w.string(group_instance_id)
+    else:
+        assert group_instance_id is None, "group.instance.id needs JoinGroup v5"
+    w.string(protocol_type).array_len(len(protocols))
+    for name, metadata in protocols:
+        w.string(name).bytes_(metadata)
+    r = conn.request(JOIN_GROUP, version, w.done())
+    if version >= 2:
+        r.i32()  # throttle
+    error, generation, protocol, leader, me = r.i16(), r.i32(), r.string(), r.string(), r.string()
+    members = []
+    for _ in range(r.array_len()):
+        mid = r.string()
+        instance = r.string() if version >= 5 else None
+        members.append((mid, instance, r.bytes_() or b""))
+    assert r.remaining() == 0, f"{r.remaining()} bytes after JoinGroup v{version}"
+    return JoinGroupResult(error, generation, protocol, leader, me, members)
+
+
+# ---------------------------------------------------------------------------------------------
+# SyncGroup v1-3
+
+
+@dataclass
+class SyncGroupResult:
+    error_code: int
+    assignment: bytes
+
+
+def sync_group(
+    conn: RawConnection,
+    group: str,
+    generation_id: int,
+    member_id: str,
+    assignments: dict[str, bytes] | None = None,
+    *,
+    group_instance_id: str | None = None,
+    version: int = 3,
+) -> SyncGroupResult:
+    assert 1 <= version <= 3, "v4+ is flexible"
+    w = Writer().string(group).i32(generation_id).string(member_id)
+    if version >= 3:
+        w.string(group_instance_id)
+    items = list((assignments or {}).items())
+    w.array_len(len(items))
+    for mid, data in items:
+        w.string(mid).bytes_(data)
+    r = conn.request(SYNC_GROUP, version, w.done())
+    r.i32()  # throttle
+    error, data = r.i16(), r.bytes_()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after SyncGroup v{version}"
+    return SyncGroupResult(error, data or b"")
+
+
+# ---------------------------------------------------------------------------------------------
+# Heartbeat v1-3
+
+
+def heartbeat(
+    conn: RawConnection,
+    group: str,
+    generation_id: int,
+    member_id: str,
+    *,
+    group_instance_id: str | None = None,
+    version: int = 3,
+) -> int:
+    assert 1 <= version <= 3, "v4+ is flexible"
+    w = Writer().string(group).i32(generation_id).string(member_id)
+    if version >= 3:
+        w.string(group_instance_id)
+    r = conn.request(HEARTBEAT, version, w.done())
+    r.i32()  # throttle
+    error = r.i16()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after Heartbeat v{version}"
+    return error
+
+
+# ---------------------------------------------------------------------------------------------
+# LeaveGroup v1-3
+
+
+@dataclass
+class LeaveGroupResult:
+    error_code: int
+    members: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+def leave_group(
+    conn: RawConnection,
+    group: str,
+    members: list[tuple[str, str | None]],
+    *,
+    version: int = 3,
+) -> LeaveGroupResult:
+    """``members``: (member id, group instance id); v1-2 carry exactly one member id."""
+    assert 1 <= version <= 3, "v4+ is flexible"
+    w = Writer().string(group)
+    if version >= 3:
+        w.array_len(len(members))
+        for mid, instance in members:
+            w.string(mid).string(instance)
+    else:
+        assert len(members) == 1 and members[0][1] is None
+        w.string(members[0][0])
+    r = conn.request(LEAVE_GROUP, version, w.done())
+    r.i32()  # throttle
+    out = LeaveGroupResult(r.i16())
+    if version >= 3:
+        for _ in range(r.array_len()):
+            out.members.append((r.string(), r.string(), r.i16()))
+    assert r.remaining() == 0, f"{r.remaining()} bytes after LeaveGroup v{version}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# OffsetCommit v2-7
+
+
+@dataclass(frozen=True)
+class CommitOffset:
+    offset: int
+    metadata: str | None = None
+    leader_epoch: int = -1  # v6+
+
+
+def offset_commit(
+    conn: RawConnection,
+    group: str,
+    offsets: dict[tuple[str, int], CommitOffset],
+    *,
+    generation_id: int = -1,
+    member_id: str = "",
+    group_instance_id: str | None = None,
+    version: int = 7,
+) -> dict[tuple[str, int], int]:
+    """Commit ``offsets``; returns {(topic, partition): error code}. Generation -1 and no member
+    id commit as a simple consumer (assign(), no group membership)."""
+    assert 2 <= version <= 7, "v0-1 differ in generation/timestamp fields, v8+ is flexible"
+    w = Writer().string(group).i32(generation_id).string(member_id)
+    if version >= 7:
+        w.string(group_instance_id)
+    if version <= 4:
+        w.i64(-1)  # retention time: the broker's default
+    by_topic: dict[str, list[tuple[int, CommitOffset]]] = {}
+    for (topic, partition), c in offsets.items():
+        by_topic.setdefault(topic, []).append((partition, c))
+    w.array_len(len(by_topic))
+    for topic, parts in by_topic.items():
+        w.string(topic).array_len(len(parts))
+        for partition, c in parts:
+            w.i32(partition).i64(c.offset)
+            if version >= 6:
+                w.i32(c.leader_epoch)
+            w.string(c.metadata)
+    r = conn.request(OFFSET_COMMIT, version, w.done())
+    if version >= 3:
+        r.i32()  # throttle
+    out = {}
+    for _ in range(r.array_len()):
+        topic = r.string()
+        for _ in range(r.array_len()):
+            partition, error = r.i32(), r.i16()
+            out[(topic, partition)] = error
+    assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetCommit v{version}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# OffsetFetch v1-5
+
+
+@dataclass(frozen=True)
+class FetchedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    error_code: int
+
+
+@dataclass
+class OffsetFetchResult:
+    error_code: int  # top level (v2+); v1 has none: NONE here
+    partitions: dict[tuple[str, int], FetchedOffset]
+
+
+def offset_fetch(
+    conn: RawConnection,
+    group: str,
+    partitions: dict[str, list[int]] | None,
+    *,
+    version: int = 5,
+) -> OffsetFetchResult:
+    """``partitions`` None (v2+): every partition the group has committed."""
+    assert 1 <= version <= 5, "v0 reads ZooKeeper offsets, v6+ is flexible"
+    w = Writer().string(group)
+    if partitions is None:
+        assert version >= 2, "a null topic list needs OffsetFetch v2"
+        w.array_len(None)
+    else:
+        w.array_len(len(partitions))
+        for topic, parts in partitions.items():
+            w.string(topic).array_len(len(parts))
+            for p in parts:
+                w.i32(p)
+    r = conn.request(OFFSET_FETCH, version, w.done())
+    if version >= 3:
+        r.i32()  # throttle
+    out = {}
+    for _ in range(r.array_len()):
+        topic = r.string()
+        for _ in range(r.array_len()):
+            partition, offset = r.i32(), r.i64()
+            epoch = r.i32() if version >= 5 else -1
+            metadata, error = r.string(), r.i16()
+            out[(topic, partition)] = FetchedOffset(offset, epoch, metadata, error)
+    top = r.i16() if version >= 2 else NONE
+    assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetFetch v{version}"
+    return OffsetFetchResult(top, out)
