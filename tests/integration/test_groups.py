@@ -569,12 +569,13 @@ def commit_until_accepted(member: ConfluentMember, offsets: dict[int, tuple[int,
         time.sleep(0.2)
 
 
-def test_committed_offsets_survive_losing_the_coordinator(genv):
+@pytest.mark.parametrize("hard", [True, False], ids=["sigkill", "sigterm"])
+def test_committed_offsets_survive_losing_the_coordinator(genv, hard):
     """A member reads 20 records per partition and commits 5+p (metadata first-p). The
-    coordinator goes away (single node: SIGKILL and restart; cluster: SIGKILL of the broker
-    FindCoordinator names): the commits are still there; the member, still running, commits
-    12+p; a new member of the group starts exactly at 12+p. Nothing is lost; only records after
-    a commit are read twice."""
+    coordinator goes away (single node: restart; cluster: the broker FindCoordinator names
+    stops), by SIGKILL or by SIGTERM (a graceful hand-off): the commits are still there; the
+    member, still running, commits 12+p; a new member of the group starts exactly at 12+p.
+    Nothing is lost; only records after a commit are read twice."""
     from confluent_kafka import TopicPartition
 
     topic = genv.new_topic(unique("failover"), 6)
@@ -594,8 +595,8 @@ def test_committed_offsets_survive_losing_the_coordinator(genv):
         assert {p: (o.offset, o.metadata) for p, o in wire.items()} == stored
 
         t0 = time.monotonic()
-        hit = genv.take_coordinator_away(group)
-        log(genv, f"took coordinator {hit.name} away")
+        hit = genv.take_coordinator_away(group, hard)
+        log(genv, f"took coordinator {hit.name} away ({'SIGKILL' if hard else 'SIGTERM'})")
         wire = genv.offsets(group, topic, range(6))
         log(genv, f"offsets readable again {time.monotonic() - t0:.2f}s later")
         assert {p: (o.offset, o.metadata) for p, o in wire.items()} == stored, "commits lost"

@@ -58,9 +58,10 @@ class GroupEnv:
         assert found.address == broker.bootstrap, f"{found} names {broker.name} at another address"
         return broker
 
-    def take_coordinator_away(self, group: str) -> Broker:
-        """Single node: SIGKILL the broker and start it again. Cluster: SIGKILL the group's
-        coordinator (it stays down until ``heal``). Returns the broker hit."""
+    def take_coordinator_away(self, group: str, hard: bool) -> Broker:
+        """Single node: stop the broker (SIGKILL if ``hard``, else SIGTERM) and start it again.
+        Cluster: stop the group's coordinator that way (it stays down until ``heal``). Returns
+        the broker hit."""
         raise NotImplementedError
 
     def heal(self) -> None:
@@ -109,8 +110,8 @@ class SingleNode(GroupEnv):
     def broker(self, node_id: int) -> Broker:
         return self.node
 
-    def take_coordinator_away(self, group: str) -> Broker:
-        self.node.restart(hard=True)
+    def take_coordinator_away(self, group: str, hard: bool) -> Broker:
+        self.node.restart(hard=hard)
         return self.node
 
 
@@ -132,9 +133,12 @@ class ClusterNodes(GroupEnv):
     def broker(self, node_id: int) -> Broker:
         return self.cluster.brokers[node_id]
 
-    def take_coordinator_away(self, group: str) -> Broker:
+    def take_coordinator_away(self, group: str, hard: bool) -> Broker:
         victim = self.coordinator(group)
-        victim.kill()
+        if hard:
+            victim.kill()
+        else:
+            victim.terminate()
         return victim
 
     def heal(self) -> None:

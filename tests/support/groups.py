@@ -271,22 +271,26 @@ class ConfluentMember(Member):
         consumer.close()
 
 
+def python_client_conf(name: str, bootstrap: str, group: str) -> dict:
+    """What kafka-python's and aiokafka's consumers share (same option names)."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "group_id": group,
+        "client_id": name,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 200,
+        "max_poll_interval_ms": 30000,
+        "metadata_max_age_ms": 5000,
+    }
+
+
 class KafkaPythonMember(Member):
     """kafka-python ``KafkaConsumer(topic, group_id=...)``; ``owned`` is its assignment()."""
 
     def __init__(self, name, bootstrap, group, topic, extra: dict | None = None) -> None:
-        conf = {
-            "bootstrap_servers": bootstrap,
-            "group_id": group,
-            "client_id": name,
-            "auto_offset_reset": "earliest",
-            "enable_auto_commit": False,
-            "session_timeout_ms": 6000,
-            "heartbeat_interval_ms": 200,
-            "max_poll_interval_ms": 30000,
-            "metadata_max_age_ms": 5000,
-        }
-        conf.update(extra or {})
+        conf = python_client_conf(name, bootstrap, group) | (extra or {})
         super().__init__(name, bootstrap, group, topic, conf)
 
     def _open(self):
@@ -309,20 +313,8 @@ class AioKafkaMember(Member):
     ``call(fn)`` awaits what ``fn`` returns (``lambda c: c.commit()``)."""
 
     def __init__(self, name, bootstrap, group, topic, extra: dict | None = None) -> None:
-        conf = {
-            "bootstrap_servers": bootstrap,
-            "group_id": group,
-            "client_id": name,
-            "auto_offset_reset": "earliest",
-            "enable_auto_commit": False,
-            "session_timeout_ms": 6000,
-            "heartbeat_interval_ms": 200,
-            "max_poll_interval_ms": 30000,
-            "rebalance_timeout_ms": 30000,
-            "metadata_max_age_ms": 5000,
-        }
-        conf.update(extra or {})
-        super().__init__(name, bootstrap, group, topic, conf)
+        conf = python_client_conf(name, bootstrap, group) | {"rebalance_timeout_ms": 30000}
+        super().__init__(name, bootstrap, group, topic, conf | (extra or {}))
 
     def _run(self) -> None:
         try:
