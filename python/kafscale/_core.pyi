@@ -188,6 +188,71 @@ class GroupStore:
         ``expect`` holds (revision 0: the key must not exist). Returns the new store revision,
         or None when an expectation failed (nothing written). Raises MetadataStoreError."""
 
+# --- ops APIs: requests as the core decodes them (answers: kafscale.groups.protocol for groups,
+# kafscale.admin.protocol for configs and partitions) ------------------------------------------
+
+class DescribeGroupsRequest:
+    groups: list[str]
+    include_authorized_operations: bool
+
+class ListGroupsRequest:
+    states_filter: list[str]
+    """v4+; empty: every state."""
+    types_filter: list[str]
+    """v5+; empty: every type."""
+
+class DeleteGroupsRequest:
+    groups_names: list[str]
+
+class DescribeConfigsResource:
+    resource_type: int
+    resource_name: str
+    configuration_keys: list[str] | None
+    """None: every config of the resource."""
+
+class DescribeConfigsRequest:
+    resources: list[DescribeConfigsResource]
+    include_synonyms: bool
+    include_documentation: bool
+
+class AlterableConfig:
+    name: str
+    value: str | None
+    config_operation: int
+    """IncrementalAlterConfigs: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT; AlterConfigs: always 0."""
+
+class AlterConfigsResource:
+    resource_type: int
+    resource_name: str
+    configs: list[AlterableConfig]
+
+class AlterConfigsRequest:
+    """AlterConfigs (``incremental`` False: the given configs replace the resource's whole set)
+    and IncrementalAlterConfigs (``incremental`` True: each config is one operation)."""
+
+    resources: list[AlterConfigsResource]
+    validate_only: bool
+    incremental: bool
+
+class CreatePartitionsTopic:
+    name: str
+    count: int
+    assignments: list[list[int]] | None
+
+class CreatePartitionsRequest:
+    topics: list[CreatePartitionsTopic]
+    timeout_ms: int
+    validate_only: bool
+
+OpsRequest = (
+    DescribeGroupsRequest
+    | ListGroupsRequest
+    | DeleteGroupsRequest
+    | DescribeConfigsRequest
+    | AlterConfigsRequest
+    | CreatePartitionsRequest
+)
+
 GroupRequest = (
     JoinGroupRequest
     | SyncGroupRequest
@@ -204,11 +269,12 @@ class ControlRequest:
     client_id: str | None
     client_host: str
     """The client's IP address, as the connection's peer."""
-    body: CreateTopicsRequest | DeleteTopicsRequest | GroupRequest
+    body: CreateTopicsRequest | DeleteTopicsRequest | GroupRequest | OpsRequest
     def respond(self, response: object) -> None:
         """Encode the response at the request's version and send it. CreateTopics and
         DeleteTopics take the response types above; the group APIs take the matching answer of
-        ``kafscale.groups.protocol`` (read by attribute name). Raises TypeError naming what is
+        ``kafscale.groups.protocol``, the config and partition APIs that of
+        ``kafscale.admin.protocol`` (read by attribute name). Raises TypeError naming what is
         missing. A request dropped without a response closes its connection."""
 
 class Broker:
@@ -233,6 +299,14 @@ class Broker:
         """Delete a topic and its segments. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3)."""
     async def topic(self, name: str) -> TopicInfo | None: ...
     async def list_topics(self) -> list[TopicInfo]: ...
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        """Replace the topic's configs with ``configs`` (validated by the caller) in the metadata
+        store. Every broker follows at once: retention, segment size and max message size of
+        the topic use the new values. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3)."""
+    async def create_partitions(self, name: str, count: int) -> TopicInfo:
+        """Grow the topic to ``count`` partitions and wait (bounded) until the new ones have
+        owners that take writes. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3),
+        INVALID_PARTITIONS (37) when ``count`` is not more than now or above the limit."""
     def coordinator_for(self, group_id: str) -> int | None:
         """The broker that coordinates ``group_id``: rendezvous hashing of the group id over
         the live brokers of this broker's cluster view (what FindCoordinator answers). None

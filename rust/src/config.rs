@@ -87,6 +87,7 @@ impl BrokerConfig {
     pub fn log_settings(&self) -> LogSettings {
         LogSettings {
             segment_bytes: self.segment_bytes,
+            max_message_bytes: self.max_message_bytes,
             flush_interval: Duration::from_millis(self.flush_interval_ms.max(1)),
             readahead_segments: self.readahead_segments,
             index_interval: DEFAULT_INDEX_INTERVAL,

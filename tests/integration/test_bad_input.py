@@ -204,38 +204,34 @@ def test_unimplemented_api_gets_unsupported_version(strict_broker, bystander):
 
 
 def test_unimplemented_per_item_apis_answer_each_item(strict_broker, bystander):
-    """APIs whose responses only carry per-item error codes repeat the request's items, each
-    with UNSUPPORTED_VERSION, instead of dropping the connection."""
-    describe_configs_v0 = kw.Writer().array_len(1).i8(2).string("some-topic").array_len(None).done()
-    create_partitions_v0 = (
+    """A version past what is served, of an API whose response only carries per-item error
+    codes, repeats the request's items, each with UNSUPPORTED_VERSION, instead of dropping the
+    connection: FindCoordinator v6 (v0-4 are served) with two keys."""
+    find_coordinator_v6 = (
         kw.Writer()
-        .array_len(2)
-        .string("a")
-        .i32(3)
-        .array_len(None)
-        .string("b")
-        .i32(4)
-        .array_len(None)
-        .i32(1000)
-        .boolean(False)
+        .i8(0)  # key type: group
+        .uvarint(3)  # compact array of 2
+        .compact_string("a")
+        .compact_string("b")
+        .tagged_fields()
         .done()
     )
     with open_raw(strict_broker) as conn:
-        r = conn.request(32, 0, describe_configs_v0)  # DescribeConfigs
+        r = conn.request(10, 6, find_coordinator_v6, flexible=True)
         r.i32()  # throttle
-        assert r.array_len() == 1
-        error, message, resource_type, name = r.i16(), r.string(), r.i8(), r.string()
-        assert (error, resource_type, name) == (kw.UNSUPPORTED_VERSION, 2, "some-topic")
-        assert message
-
-        r = conn.request(37, 0, create_partitions_v0)  # CreatePartitions
-        r.i32()  # throttle
-        results = [(r.string(), r.i16(), r.string()) for _ in range(r.array_len())]
-        assert [(n, e) for n, e, _ in results] == [
-            ("a", kw.UNSUPPORTED_VERSION),
-            ("b", kw.UNSUPPORTED_VERSION),
-        ]
+        results = []
+        for _ in range(r.compact_array_len()):
+            key, node, _host, port = r.compact_string(), r.i32(), r.compact_string(), r.i32()
+            error, message = r.i16(), r.compact_string()
+            r.skip_tagged_fields()
+            results.append((key, node, port, error))
+            assert message
+        r.skip_tagged_fields()
         assert r.remaining() == 0
+        assert results == [
+            ("a", -1, -1, kw.UNSUPPORTED_VERSION),
+            ("b", -1, -1, kw.UNSUPPORTED_VERSION),
+        ]
         assert kw.api_versions(conn).error_code == kw.NONE
     assert_healthy(strict_broker, bystander)
 

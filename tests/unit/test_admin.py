@@ -153,8 +153,10 @@ def test_replication_factor(rf: int, ok: bool) -> None:
 def test_manual_assignment_rejected() -> None:
     core = FakeCore()
     res = create(core, CreatableTopic("a", -1, -1, assignments=[(0, [0])]))
-    assert res["a"].error_code == ErrorCode.INVALID_REQUEST
+    assert res["a"].error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert "places partitions itself" in (res["a"].error_message or "")
+    both = create(core, CreatableTopic("b", 3, -1, assignments=[(0, [0])]))
+    assert both["b"].error_code == ErrorCode.INVALID_REQUEST
     assert core.created == []
 
 

@@ -593,3 +593,49 @@ def test_shutdown_sends_waiting_members_to_the_next_coordinator() -> None:
         assert (await join(c, join_req())).error_code == ErrorCode.NOT_COORDINATOR
 
     run(go())
+
+
+# --- ops: DescribeGroups, ListGroups, DeleteGroups ---------------------------------------------
+
+
+def test_describe_list_and_delete_groups() -> None:
+    async def go() -> None:
+        c, core = coordinator()
+        ja, jb = await stable_group(c, 2)
+        (described,) = (await c.describe([GROUP])).groups
+        assert (described.group_state, described.protocol_type, described.protocol_data) == (
+            "Stable",
+            "consumer",
+            "range",
+        )
+        members = {m.member_id: m for m in described.members}
+        assert members[ja.member_id].member_assignment == ja.member_id.encode()
+        assert members[ja.member_id].member_metadata == b"R"
+        assert members[jb.member_id].client_id == "app"
+        assert members[jb.member_id].client_host == "127.0.0.1"
+        (unknown,) = (await c.describe(["never-seen"])).groups
+        assert (unknown.error_code, unknown.group_state) == (0, "Dead")
+
+        listed = await c.list_groups([], [])
+        assert [(g.group_id, g.group_state) for g in listed.groups] == [(GROUP, "Stable")]
+        assert (await c.list_groups(["empty"], [])).groups == []
+        assert (await c.list_groups(["STABLE"], ["classic"])).groups != []
+        assert (await c.list_groups([], ["consumer"])).groups == []
+
+        commit = commit_req({("t", 0): 4}, 1, ja.member_id)
+        await c.handle(OFFSET_COMMIT, 8, commit, CLIENT)
+        deleted = await c.delete([GROUP, "never-seen"])
+        assert [(r.group_id, r.error_code) for r in deleted.results] == [
+            (GROUP, ErrorCode.NON_EMPTY_GROUP),
+            ("never-seen", ErrorCode.GROUP_ID_NOT_FOUND),
+        ]
+        await c.handle(LEAVE_GROUP, 3, leave_req(ja.member_id, jb.member_id), CLIENT)
+        assert [r.error_code for r in (await c.delete([GROUP])).results] == [0]
+        assert core.store.data == {}, "the record and its offsets are gone"
+        fetched = await c.handle(OFFSET_FETCH, 5, fetch_req({"t": [0]}), CLIENT)
+        assert fetched.topics[0].partitions[0].committed_offset == -1
+        core.coordinator = 2
+        (elsewhere,) = (await c.describe([GROUP])).groups
+        assert elsewhere.error_code == ErrorCode.NOT_COORDINATOR
+
+    run(go())

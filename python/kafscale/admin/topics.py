@@ -9,7 +9,8 @@ Semantics (KIP-4, adapted to KafScale):
 - CreateTopics: a name given more than once is not created at all and gets one INVALID_REQUEST
   result (KIP-4 models the request as a map). DeleteTopics: duplicates are deleted once (a set).
 - KafScale places partitions itself and durability comes from object storage, so manual replica
-  assignments are rejected and the replication factor is validated but otherwise ignored.
+  assignments are rejected (INVALID_REPLICA_ASSIGNMENT; INVALID_REQUEST when counts are given
+  too, per KIP-4) and the replication factor is validated but otherwise ignored.
 - ``timeout_ms > 0`` bounds the wait; a topic not finished by then reports REQUEST_TIMED_OUT and
   its operation carries on. ``timeout_ms <= 0`` would allow an early REQUEST_TIMED_OUT, but a
   create/delete here is a single metadata write with nothing to propagate, so we wait for it
@@ -26,10 +27,10 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kafscale.admin.topic_configs import Rejected, normalise
 from kafscale.errors import ErrorCode
 
 __all__ = [
-    "CONFIG_RULES",
     "UNBOUNDED_WAIT_S",
     "TopicResult",
     "create_topics",
@@ -41,27 +42,8 @@ log = logging.getLogger(__name__)
 # Upper bound on the wait when the client sent timeout_ms <= 0 (see the module docstring).
 UNBOUNDED_WAIT_S = 30.0
 
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
-
 # Kafka's topic name rules (Topic.validate): 1-249 of [a-zA-Z0-9._-], not "." or "..".
 _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
-
-@dataclass(frozen=True)
-class _IntRule:
-    low: int
-    high: int
-    expected: str
-
-
-# Topic configs KafScale honours: the ops spec's whitelist plus max.message.bytes.
-CONFIG_RULES: Mapping[str, _IntRule] = {
-    "retention.ms": _IntRule(-1, _INT64_MAX, "-1 (unlimited) or milliseconds >= 0"),
-    "retention.bytes": _IntRule(-1, _INT64_MAX, "-1 (unlimited) or bytes >= 0"),
-    "segment.bytes": _IntRule(1, _INT32_MAX, "bytes > 0 (at most 2147483647)"),
-    "max.message.bytes": _IntRule(0, _INT32_MAX, "bytes >= 0 (at most 2147483647)"),
-}
 
 
 # --- shapes of what the handlers read and call (the .pyi types satisfy them) -------------------
@@ -106,13 +88,6 @@ class TopicResult:
 # --- validation --------------------------------------------------------------------------------
 
 
-class _Rejected(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 @dataclass(frozen=True)
 class _Plan:
     name: str
@@ -122,7 +97,7 @@ class _Plan:
 
 def validate_topic_name(name: str) -> None:
     if name in (".", "..") or not _TOPIC_NAME_RE.fullmatch(name):
-        raise _Rejected(
+        raise Rejected(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"invalid topic name {name!r}: use 1-249 characters from a-z A-Z 0-9 . _ - "
             "(and not '.' or '..')",
@@ -133,7 +108,7 @@ def _partitions(num_partitions: int, default_partitions: int) -> int:
     if num_partitions == -1:
         return default_partitions
     if num_partitions < 1:
-        raise _Rejected(
+        raise Rejected(
             ErrorCode.INVALID_PARTITIONS,
             f"num_partitions must be >= 1, or -1 for the broker default "
             f"({default_partitions}); got {num_partitions}",
@@ -144,50 +119,30 @@ def _partitions(num_partitions: int, default_partitions: int) -> int:
 def _check_replication_factor(replication_factor: int) -> None:
     if replication_factor == -1 or replication_factor >= 1:
         return
-    raise _Rejected(
+    raise Rejected(
         ErrorCode.INVALID_REPLICATION_FACTOR,
         f"replication_factor must be >= 1, or -1 for the default; got {replication_factor} "
         "(KafScale ignores the value: durability comes from object storage)",
     )
 
 
-def _configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Validate topic configs and return them normalised (integers in canonical form)."""
-    out: dict[str, str] = {}
-    for key, value in configs.items():
-        rule = CONFIG_RULES.get(key)
-        if rule is None:
-            raise _Rejected(
-                ErrorCode.INVALID_CONFIG,
-                f"unsupported topic config {key!r}; KafScale accepts only "
-                f"{', '.join(CONFIG_RULES)}",
-            )
-        if value is None:
-            raise _Rejected(
-                ErrorCode.INVALID_CONFIG,
-                f"topic config {key!r} has no value; give one ({rule.expected}) or leave it out",
-            )
-        text = value.strip()
-        if not re.fullmatch(r"[+-]?\d+", text) or not rule.low <= int(text) <= rule.high:
-            raise _Rejected(
-                ErrorCode.INVALID_CONFIG,
-                f"invalid value {value!r} for topic config {key!r}: expected {rule.expected}",
-            )
-        out[key] = str(int(text))
-    return out
-
-
 def _plan(topic: CreatableTopicLike, default_partitions: int) -> _Plan:
     validate_topic_name(topic.name)
     if topic.assignments:
-        raise _Rejected(
-            ErrorCode.INVALID_REQUEST,
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            # KIP-4: an assignment or counts, never both.
+            raise Rejected(
+                ErrorCode.INVALID_REQUEST,
+                "give either a replica assignment or num_partitions/replication_factor, not both",
+            )
+        raise Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             "manual replica assignment is not supported: KafScale places partitions itself; "
             "send num_partitions (or -1 for the broker default) without an assignment",
         )
     partitions = _partitions(topic.num_partitions, default_partitions)
     _check_replication_factor(topic.replication_factor)
-    return _Plan(topic.name, partitions, _configs(topic.configs))
+    return _Plan(topic.name, partitions, {k: normalise(k, v) for k, v in topic.configs.items()})
 
 
 # --- execution ---------------------------------------------------------------------------------
@@ -197,13 +152,13 @@ def _plan(topic: CreatableTopicLike, default_partitions: int) -> _Plan:
 _lingering: set[asyncio.Task[TopicResult]] = set()
 
 
-def _api_error_result(name: str, exc: BaseException) -> TopicResult:
+def api_error_result(name: str, exc: BaseException) -> TopicResult:
     code = int(getattr(exc, "code", ErrorCode.UNKNOWN_SERVER_ERROR))
     message = getattr(exc, "message", None) or str(exc) or None
     return TopicResult(name, code, message)
 
 
-def _internal_error_result(name: str, op: str) -> TopicResult:
+def internal_error_result(name: str, op: str) -> TopicResult:
     log.exception("%s of topic %r failed unexpectedly", op, name)
     return TopicResult(
         name,
@@ -225,9 +180,9 @@ async def _create_one(
             return TopicResult(plan.name)
         await core.create_topic(plan.name, plan.partitions, plan.configs)
     except api_error as exc:
-        return _api_error_result(plan.name, exc)
+        return api_error_result(plan.name, exc)
     except Exception:
-        return _internal_error_result(plan.name, "creation")
+        return internal_error_result(plan.name, "creation")
     log.info("created topic %r with %d partition(s)", plan.name, plan.partitions)
     return TopicResult(plan.name)
 
@@ -236,18 +191,18 @@ async def _delete_one(core: TopicStore, name: str, api_error: type[BaseException
     try:
         await core.delete_topic(name)
     except api_error as exc:
-        return _api_error_result(name, exc)
+        return api_error_result(name, exc)
     except Exception:
-        return _internal_error_result(name, "deletion")
+        return internal_error_result(name, "deletion")
     log.info("deleted topic %r", name)
     return TopicResult(name)
 
 
-def _wait_seconds(timeout_ms: int) -> float:
+def wait_seconds(timeout_ms: int) -> float:
     return timeout_ms / 1000 if timeout_ms > 0 else UNBOUNDED_WAIT_S
 
 
-async def _run_bounded(
+async def run_bounded(
     jobs: dict[str, Coroutine[Any, Any, TopicResult]], timeout_s: float, op: str
 ) -> dict[str, TopicResult]:
     """Run per-topic jobs concurrently; those unfinished after ``timeout_s`` report
@@ -304,12 +259,12 @@ async def create_topics(
             continue
         try:
             plan = _plan(topic, default_partitions)
-        except _Rejected as rejected:
+        except Rejected as rejected:
             results[name] = TopicResult(name, rejected.code, rejected.message)
             continue
         jobs[name] = _create_one(core, plan, req.validate_only, api_error)
 
-    results.update(await _run_bounded(jobs, _wait_seconds(req.timeout_ms), "creation"))
+    results.update(await run_bounded(jobs, wait_seconds(req.timeout_ms), "creation"))
     return [results[name] for name in counts]  # Counter keeps first-seen order
 
 
@@ -319,5 +274,5 @@ async def delete_topics(
     """Handle DeleteTopics; one result per distinct name (duplicates are deleted once)."""
     names = list(dict.fromkeys(req.topic_names))
     jobs = {name: _delete_one(core, name, api_error) for name in names}
-    results = await _run_bounded(jobs, _wait_seconds(req.timeout_ms), "deletion")
+    results = await run_bounded(jobs, wait_seconds(req.timeout_ms), "deletion")
     return [results[name] for name in names]

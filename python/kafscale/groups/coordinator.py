@@ -17,12 +17,19 @@ from typing import Any, Protocol
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.membership import Client, Membership
-from kafscale.groups.model import Group
+from kafscale.groups.model import Group, GroupState
 from kafscale.groups.offsets import Offsets, TopicLike, commit_error_answer
 from kafscale.groups.protocol import (
+    DeletableGroupResult,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribedGroupMember,
+    DescribeGroupsResponse,
     HeartbeatResponse,
     JoinGroupResponse,
     LeaveGroupResponse,
+    ListedGroup,
+    ListGroupsResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -111,9 +118,74 @@ class GroupCoordinator:
             return await self._offsets.commit(group, body)
         return self._offsets.fetch(group, body)
 
+    # --- ops: DescribeGroups, ListGroups, DeleteGroups ------------------------------------------
+
+    async def describe(self, group_ids: list[str]) -> DescribeGroupsResponse:
+        """Each group as its coordinator sees it; another broker's group is NOT_COORDINATOR
+        (clients ask each group's coordinator). An unknown group is Dead, not an error."""
+        described = []
+        for group_id in group_ids:
+            group = await self._acquire(group_id)
+            if isinstance(group, int):
+                described.append(DescribedGroup(group, group_id))
+            else:
+                described.append(_describe(group))
+        return DescribeGroupsResponse(described)
+
+    async def list_groups(self, states: list[str], types: list[str]) -> ListGroupsResponse:
+        """The groups this broker coordinates (clients ask every broker), loaded first so that
+        their state is current; filtered by state (case-insensitive) and type ("classic")."""
+        try:
+            stored = await self._storage.group_ids()
+        except StoreUnavailable as exc:
+            log.warning("cannot list groups: %s", exc)
+            return ListGroupsResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        listed = []
+        for group_id in sorted(set(stored) | set(self._groups)):
+            if self._core.coordinator_for(group_id) != self._settings.broker_id:
+                continue
+            group = await self._acquire(group_id)
+            if isinstance(group, int) or (group.revision == 0 and not group.members):
+                continue
+            state = _visible_state(group)
+            if wanted_states and state.lower() not in wanted_states:
+                continue
+            if wanted_types and "classic" not in wanted_types:
+                continue
+            listed.append(ListedGroup(group_id, group.protocol_type or "", state))
+        return ListGroupsResponse(ErrorCode.NONE, listed)
+
+    async def delete(self, group_ids: list[str]) -> DeleteGroupsResponse:
+        """Deletes empty groups with their committed offsets; NON_EMPTY_GROUP while members
+        are in it, GROUP_ID_NOT_FOUND for a group that does not exist."""
+        results = []
+        for group_id in dict.fromkeys(group_ids):
+            results.append(DeletableGroupResult(group_id, await self._delete_one(group_id)))
+        return DeleteGroupsResponse(results)
+
+    async def _delete_one(self, group_id: str) -> int:
+        group = await self._acquire(group_id)
+        if isinstance(group, int):
+            return group
+        async with group.lock:
+            if group.members or group.pending_members:
+                return ErrorCode.NON_EMPTY_GROUP
+            if group.revision == 0:
+                return ErrorCode.GROUP_ID_NOT_FOUND
+            try:
+                await self._storage.delete(group)
+            except Fenced:
+                self._lose(group, ErrorCode.NOT_COORDINATOR)
+                return ErrorCode.NOT_COORDINATOR
+            except StoreUnavailable:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            self._lose(group, ErrorCode.GROUP_ID_NOT_FOUND)
+        log.info("deleted group %r and its committed offsets", group_id)
+        return ErrorCode.NONE
+
     def _validate(self, api_key: int, body: Any) -> int:
-        if not body.group_id:
-            return ErrorCode.INVALID_GROUP_ID
         if api_key == JOIN_GROUP:
             timeout = body.session_timeout_ms
             s = self._settings
@@ -123,6 +195,8 @@ class GroupCoordinator:
 
     async def _acquire(self, group_id: str) -> Group | int:
         """The loaded group, or the error code that says why this broker cannot serve it."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
         owner = self._core.coordinator_for(group_id)
         if self._closed or owner != self._settings.broker_id:
             if group_id in self._groups:
@@ -200,4 +274,37 @@ def _forgettable(group: Group) -> bool:
         and not group.members
         and not group.pending_members
         and not group.lock.locked()
+    )
+
+
+def _visible_state(group: Group) -> str:
+    # A group that exists only because of an OffsetFetch is not a group to a client.
+    if group.revision == 0 and not group.members:
+        return GroupState.DEAD.value
+    return group.state.value
+
+
+def _describe(group: Group) -> DescribedGroup:
+    """Kafka's summary: member metadata and assignments only once the group is Stable."""
+    state = _visible_state(group)
+    stable = group.state == GroupState.STABLE
+    protocol = group.protocol_name or ""
+    members = [
+        DescribedGroupMember(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.metadata(protocol) if stable else b"",
+            m.assignment if stable else b"",
+        )
+        for m in group.members.values()
+    ]
+    return DescribedGroup(
+        ErrorCode.NONE,
+        group.group_id,
+        state,
+        group.protocol_type or "",
+        protocol if stable else "",
+        members,
     )

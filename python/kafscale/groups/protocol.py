@@ -101,3 +101,63 @@ class OffsetFetchResponse:
     error_code: int
     topics: list[OffsetFetchTopicResult] = field(default_factory=list)
     throttle_time_ms: int = 0
+
+
+# --- group ops (DescribeGroups, ListGroups, DeleteGroups) -----------------------------------------
+
+# DescribeGroups v3+: authorized operations are not computed (no ACLs): Kafka's "omitted" value.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+@dataclass(frozen=True)
+class DescribedGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    member_metadata: bytes
+    member_assignment: bytes
+
+
+@dataclass(frozen=True)
+class DescribedGroup:
+    error_code: int
+    group_id: str
+    group_state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: list[DescribedGroupMember] = field(default_factory=list)
+    authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
+
+
+@dataclass(frozen=True)
+class DescribeGroupsResponse:
+    groups: list[DescribedGroup]
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    group_state: str
+    group_type: str = "classic"
+
+
+@dataclass(frozen=True)
+class ListGroupsResponse:
+    error_code: int
+    groups: list[ListedGroup] = field(default_factory=list)
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True)
+class DeletableGroupResult:
+    group_id: str
+    error_code: int
+
+
+@dataclass(frozen=True)
+class DeleteGroupsResponse:
+    results: list[DeletableGroupResult]
+    throttle_time_ms: int = 0

@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Iterable
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from kafscale.groups.model import CommittedOffset, Group, GroupState, Member
 
@@ -188,6 +188,11 @@ class GroupStorage:
             ).rpartition("/")
             group.offsets[(topic, int(partition))] = decode_offset(offset_entry.value)
         return group
+
+    async def group_ids(self) -> list[str]:
+        """Every stored group's id."""
+        entries = await self._call(self._store.list(""))
+        return [unquote(e.key) for e in entries if "/" not in e.key]
 
     async def save(self, group: Group) -> None:
         """Writes the group record; raises Fenced if it changed since this broker's last write."""

@@ -1,11 +1,13 @@
-//! The control-plane bridge: requests the core decodes but Python answers (topic admin and
-//! consumer groups). Tokio tasks only touch channels here; the GIL is taken on the Python side
+//! The control-plane bridge: requests the core decodes but Python answers (topic admin,
+//! consumer groups and the operator APIs). Tokio tasks only touch channels here; the GIL is taken on the Python side
 //! of the bridge, never by a data-plane worker.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, DeleteTopicsRequest, HeartbeatRequest, JoinGroupRequest,
-    LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+    AlterConfigsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -19,6 +21,13 @@ pub enum ControlBody {
     LeaveGroup(LeaveGroupRequest),
     OffsetCommit(OffsetCommitRequest),
     OffsetFetch(OffsetFetchRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
+    DeleteGroups(DeleteGroupsRequest),
+    DescribeConfigs(DescribeConfigsRequest),
+    AlterConfigs(AlterConfigsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    CreatePartitions(CreatePartitionsRequest),
 }
 
 /// The encoded response frame, or why the answer could not be encoded (the connection closes).

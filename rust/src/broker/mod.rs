@@ -4,6 +4,8 @@
 
 pub mod control;
 pub mod slots;
+#[cfg(test)]
+pub mod tests;
 pub mod topics;
 
 use std::collections::{BTreeMap, HashMap};
@@ -253,9 +255,7 @@ impl Broker {
                     self.catch_up(revision).await;
                     self.wait_for_owners(&record).await;
                     tracing::info!(topic = name, partitions, "topic created");
-                    return self.topic(name).ok_or_else(|| {
-                        ApiError::new(ResponseError::UnknownTopicOrPartition, "deleted meanwhile")
-                    });
+                    return self.topic(name).ok_or_else(deleted_meanwhile);
                 }
                 Err(CatalogError::TopicBeingDeleted(_))
                     if tokio::time::Instant::now() < deadline =>
@@ -268,8 +268,45 @@ impl Broker {
         }
     }
 
-    /// Waits (bounded) until every partition of a new topic has an owner that takes writes,
-    /// so clients that produce right after CreateTopics are not turned away.
+    /// Replaces the topic's configs in the metadata store. Every broker follows once its view
+    /// has the new record: retention, segment size and max message size use the new values.
+    pub async fn alter_topic_configs(
+        self: &Arc<Self>,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, ApiError> {
+        let (_, revision) = self
+            .log
+            .catalog
+            .alter_topic_configs(name, configs)
+            .await
+            .map_err(catalog_error)?;
+        self.catch_up(revision).await;
+        tracing::info!(topic = name, "topic configs changed");
+        self.topic(name).ok_or_else(deleted_meanwhile)
+    }
+
+    /// Grows the topic to `count` partitions, then waits (bounded) until the new ones have
+    /// owners that take writes.
+    pub async fn create_partitions(
+        self: &Arc<Self>,
+        name: &str,
+        count: i32,
+    ) -> Result<Arc<Topic>, ApiError> {
+        let (record, revision) = self
+            .log
+            .catalog
+            .add_partitions(name, count, topics::MAX_PARTITIONS)
+            .await
+            .map_err(catalog_error)?;
+        self.catch_up(revision).await;
+        self.wait_for_owners(&record).await;
+        tracing::info!(topic = name, partitions = count, "partitions added");
+        self.topic(name).ok_or_else(deleted_meanwhile)
+    }
+
+    /// Waits (bounded) until every partition of a topic has an owner that takes writes, so
+    /// clients that produce right after CreateTopics or CreatePartitions are not turned away.
     async fn wait_for_owners(&self, record: &TopicRecord) {
         let ready = |state: &Arc<ClusterState>| {
             (0..record.partitions).all(|p| self.writable_where_owned(state, &record.name, p))
@@ -288,7 +325,7 @@ impl Broker {
         match state.partition(topic, partition).and_then(|v| v.owner) {
             Some((owner, _)) if owner == self.config.broker_id => self
                 .topic(topic)
-                .and_then(|t| t.partitions.get(partition as usize).map(Slot::current))
+                .and_then(|t| t.partitions.get(partition as usize).map(|s| s.current()))
                 .is_some_and(|p| p.is_leader()),
             Some(_) => true,
             None => false,
@@ -322,7 +359,7 @@ impl Broker {
         let removed = self.topic(name);
         self.catch_up(revision).await;
         let partitions: Vec<_> = removed
-            .map(|t| t.partitions.iter().map(Slot::current).collect())
+            .map(|t| t.partitions.iter().map(|s| s.current()).collect())
             .unwrap_or_default();
         tracing::info!(topic = name, "topic deleted; removing its segments");
         self.spawn_object_deletion(name.to_string(), partitions);
@@ -386,7 +423,7 @@ impl Broker {
         let partitions: Vec<_> = self
             .topics()
             .iter()
-            .flat_map(|topic| topic.partitions.iter().map(Slot::current))
+            .flat_map(|topic| topic.partitions.iter().map(|s| s.current()))
             .collect();
         for partition in &partitions {
             partition.close(ResponseError::NotLeaderOrFollower);
@@ -400,12 +437,17 @@ impl Broker {
     }
 }
 
+fn deleted_meanwhile() -> ApiError {
+    ApiError::new(ResponseError::UnknownTopicOrPartition, "deleted meanwhile")
+}
+
 fn catalog_error(e: CatalogError) -> ApiError {
     let code = match &e {
         CatalogError::TopicExists(_) | CatalogError::TopicBeingDeleted(_) => {
             ResponseError::TopicAlreadyExists
         }
         CatalogError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+        CatalogError::PartitionCount { .. } => ResponseError::InvalidPartitions,
         CatalogError::Fenced(..) => ResponseError::NotLeaderOrFollower,
         CatalogError::Meta(_) => ResponseError::KafkaStorageError,
         CatalogError::BrokerIdTaken(..) => ResponseError::UnknownServerError,

@@ -1,16 +1,21 @@
 //! A topic as this broker serves it: one slot per partition holding this broker's current
 //! log for it – the writable log while it owns the partition, a read-only follower otherwise.
-//! Ownership changes swap the slot's log; requests always use whatever is current.
+//! Ownership changes swap the slot's log; requests always use whatever is current. When the
+//! topic record changes (configs, more partitions) the topic is replaced by one with the new
+//! record over the same slots and limits, so work under way on the old one lands in the new.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
+use crate::log::limits::TopicLimits;
 use crate::log::partition::Partition;
 use crate::meta::catalog::TopicRecord;
 
 pub struct Topic {
     pub record: TopicRecord,
-    pub partitions: Vec<Slot>,
+    pub partitions: Vec<Arc<Slot>>,
+    /// Shared by every partition's log; follows `record.configs`.
+    pub limits: Arc<TopicLimits>,
 }
 
 pub struct Slot {

@@ -1,7 +1,5 @@
 //! Topic names and per-topic settings, as Kafka defines them.
 
-use std::collections::BTreeMap;
-
 use kafka_protocol::ResponseError;
 
 use crate::error::ApiError;
@@ -45,14 +43,6 @@ pub fn validate_partition_count(partitions: i32) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-/// The topic's `max.message.bytes` (largest record batch), or the broker default.
-pub fn max_message_bytes(configs: &BTreeMap<String, String>, default: usize) -> usize {
-    configs
-        .get("max.message.bytes")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[cfg(test)]

@@ -10,15 +10,16 @@ use std::time::Duration;
 use kafka_protocol::ResponseError;
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use super::state::ClusterState;
-use crate::broker::topics::max_message_bytes;
 use crate::broker::{Broker, Slot, Topic};
 use crate::config::BrokerConfig;
+use crate::log::limits::TopicLimits;
 use crate::log::partition::now_ms;
 use crate::log::retention::{self, RetentionLimits};
 use crate::log::{follower_partition, open_partition, OpenError};
-use crate::meta::catalog::CatalogError;
+use crate::meta::catalog::{CatalogError, TopicRecord};
 
 /// Applies retention to the partitions this broker owns, every retention check interval.
 pub fn spawn_retention(broker: &Arc<Broker>) {
@@ -58,6 +59,23 @@ fn retention_limits(configs: &BTreeMap<String, String>, config: &BrokerConfig) -
         retention_ms: value("retention.ms", config.retention_ms),
         retention_bytes: value("retention.bytes", config.retention_bytes),
     }
+}
+
+/// Read-only logs for partitions `ids` of a topic, from their records in the cluster view;
+/// None while one of them has no record there.
+fn follower_slots(
+    record: &TopicRecord,
+    ids: Range<i32>,
+    limits: &Arc<TopicLimits>,
+    state: &ClusterState,
+) -> Option<Vec<Arc<Slot>>> {
+    ids.map(|id| {
+        let view = state.partition(&record.name, id)?;
+        let partition = view.record.clone()?;
+        let log = follower_partition(record, id, limits.clone(), partition, view.revision);
+        Some(Arc::new(Slot::new(log)))
+    })
+    .collect()
 }
 
 /// Starts the reconciliation loop.
@@ -107,14 +125,16 @@ impl Broker {
         }
     }
 
-    /// True if `topic` is still the topic of that name this broker serves.
-    fn serves(&self, topic: &Arc<Topic>) -> bool {
+    /// True if `topic` is still the topic of that name this broker serves (not deleted, maybe
+    /// re-created, meanwhile; a newer record of the same topic shares its slots).
+    fn serves(&self, topic: &Topic) -> bool {
         self.topic(&topic.record.name)
-            .is_some_and(|current| Arc::ptr_eq(&current, topic))
+            .is_some_and(|current| current.record.id == topic.record.id)
     }
 
-    /// Adds topics that appeared in the store (every partition starts as a follower) and
-    /// removes the ones deleted there, failing their buffered writes.
+    /// Adds topics that appeared in the store (every partition starts as a follower), follows
+    /// the ones whose record changed (configs, added partitions) and removes the ones deleted
+    /// there, failing their buffered writes.
     fn sync_topics(&self, state: &ClusterState) {
         let mut topics = self.topics_map();
         topics.retain(|name, topic| {
@@ -130,31 +150,40 @@ impl Broker {
             }
             alive
         });
+        let settings = &self.log.settings;
         for (name, record) in &state.topics {
-            if topics.contains_key(name) {
-                continue;
-            }
-            let max_bytes = max_message_bytes(&record.configs, self.config.max_message_bytes);
-            let slots: Option<Vec<Slot>> = (0..record.partitions)
-                .map(|id| {
-                    let view = state.partition(name, id)?;
-                    let partition_record = view.record.clone()?;
-                    Some(Slot::new(follower_partition(
-                        record,
-                        id,
-                        max_bytes,
-                        partition_record,
-                        view.revision,
-                    )))
-                })
-                .collect();
-            if let Some(partitions) = slots {
-                let topic = Topic {
-                    record: record.clone(),
-                    partitions,
-                };
-                topics.insert(name.clone(), Arc::new(topic));
-            }
+            let followed = match topics.get(name) {
+                Some(topic) if topic.record == *record => continue,
+                Some(topic) => {
+                    topic.limits.update(&record.configs, settings);
+                    // Partitions are only ever added, by the same transaction as the record.
+                    let known = topic.partitions.len() as i32;
+                    let Some(added) =
+                        follower_slots(record, known..record.partitions, &topic.limits, state)
+                    else {
+                        continue; // their records are not in this view yet
+                    };
+                    Topic {
+                        record: record.clone(),
+                        partitions: topic.partitions.iter().cloned().chain(added).collect(),
+                        limits: topic.limits.clone(),
+                    }
+                }
+                None => {
+                    let limits = Arc::new(TopicLimits::new(&record.configs, settings));
+                    let Some(partitions) =
+                        follower_slots(record, 0..record.partitions, &limits, state)
+                    else {
+                        continue;
+                    };
+                    Topic {
+                        record: record.clone(),
+                        partitions,
+                        limits,
+                    }
+                }
+            };
+            topics.insert(name.clone(), Arc::new(followed));
         }
     }
 
@@ -228,9 +257,9 @@ impl Broker {
         let broker = self.clone();
         tokio::spawn(async move {
             let record = &topic.record;
-            let max_bytes = max_message_bytes(&record.configs, broker.config.max_message_bytes);
             let me = broker.config.broker_id;
-            match open_partition(&broker.log, record, id, max_bytes, me).await {
+            let limits = topic.limits.clone();
+            match open_partition(&broker.log, record, id, limits, me).await {
                 Ok(partition) if !broker.serves(&topic) => {
                     // The topic was deleted (and maybe re-created) meanwhile: give the claim
                     // back instead of keeping an owner key nobody writes under.

@@ -1,6 +1,6 @@
 //! Group commit, per partition: the first append to a clean partition schedules its flush one
 //! flush interval later, so every append in that window shares one segment upload; a buffer
-//! that reaches the segment size is flushed at once. Partitions flush independently (bounded
+//! that reaches the topic's segment size (as it is at that append) is flushed at once. Partitions flush independently (bounded
 //! by upload slots): a slow or busy partition never holds up another one's acks.
 
 use std::sync::Arc;
@@ -32,7 +32,7 @@ impl Flusher {
 
     /// Called after every append with the partition's buffered byte count.
     pub fn note_append(&self, partition: &Arc<Partition>, buffered_bytes: usize) {
-        if buffered_bytes >= self.ctx.settings.segment_bytes && partition.schedule_urgent_flush() {
+        if buffered_bytes >= partition.segment_bytes() && partition.schedule_urgent_flush() {
             self.spawn_flush(partition, Duration::ZERO);
         }
         if partition.schedule_flush() {

@@ -5,6 +5,7 @@ pub mod cache;
 pub mod checksum;
 pub mod flusher;
 pub mod index;
+pub mod limits;
 pub mod occupant;
 pub mod partition;
 pub mod reader;
@@ -21,12 +22,16 @@ use crate::meta::catalog::{
 };
 use crate::store::{ListedSegment, SegmentObject, SegmentStore};
 use cache::SegmentCache;
+use limits::TopicLimits;
 use partition::Partition;
 use segment::SegmentMeta;
 
 #[derive(Debug, Clone)]
 pub struct LogSettings {
+    /// The broker default; a topic's `segment.bytes` overrides it (see `limits`).
     pub segment_bytes: usize,
+    /// The broker default; a topic's `max.message.bytes` overrides it.
+    pub max_message_bytes: usize,
     pub flush_interval: Duration,
     pub readahead_segments: usize,
     pub index_interval: i32,
@@ -60,7 +65,7 @@ pub async fn open_partition(
     ctx: &LogContext,
     topic: &TopicRecord,
     id: i32,
-    max_message_bytes: usize,
+    limits: Arc<TopicLimits>,
     broker_id: i32,
 ) -> Result<Partition, OpenError> {
     let mut claimed = ctx
@@ -133,7 +138,7 @@ pub async fn open_partition(
         topic.name.as_str().into(),
         topic.id,
         id,
-        max_message_bytes,
+        limits,
         claimed,
         segments,
     ))
@@ -144,7 +149,7 @@ pub async fn open_partition(
 pub fn follower_partition(
     topic: &TopicRecord,
     id: i32,
-    max_message_bytes: usize,
+    limits: Arc<TopicLimits>,
     record: PartitionRecord,
     revision: i64,
 ) -> Partition {
@@ -157,7 +162,7 @@ pub fn follower_partition(
         topic.name.as_str().into(),
         topic.id,
         id,
-        max_message_bytes,
+        limits,
         committed,
         Vec::new(),
     )

@@ -11,6 +11,7 @@ use super::batch::tests::encoded_batch;
 use super::batch::validate_batches;
 use super::cache::SegmentCache;
 use super::flusher::Flusher;
+use super::limits::TopicLimits;
 use super::partition::Partition;
 use super::{open_partition, reader, LogContext, LogSettings};
 use crate::meta::catalog::{Catalog, TopicRecord};
@@ -23,10 +24,16 @@ struct Fixture {
     _dir: tempfile::TempDir,
     ctx: Arc<LogContext>,
     topic: TopicRecord,
+    /// The topic's limits, as the broker keeps them in line with the topic record.
+    limits: Arc<TopicLimits>,
     objects: Arc<FaultyStore>,
 }
 
 async fn fixture(segment_bytes: usize) -> Fixture {
+    fixture_flushing_every(segment_bytes, Duration::from_millis(10)).await
+}
+
+async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let kv = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
     let catalog = Arc::new(Catalog::new(Arc::new(kv), "t"));
@@ -38,7 +45,8 @@ async fn fixture(segment_bytes: usize) -> Fixture {
     let ctx = Arc::new(LogContext {
         settings: LogSettings {
             segment_bytes,
-            flush_interval: Duration::from_millis(10),
+            max_message_bytes: 1 << 20,
+            flush_interval,
             readahead_segments: 1,
             index_interval: 100,
             max_concurrent_flushes: 4,
@@ -47,10 +55,12 @@ async fn fixture(segment_bytes: usize) -> Fixture {
         catalog,
         cache: SegmentCache::new(0), // every read goes to the store
     });
+    let limits = Arc::new(TopicLimits::new(&topic.configs, &ctx.settings));
     Fixture {
         _dir: dir,
         ctx,
         topic,
+        limits,
         objects,
     }
 }
@@ -61,7 +71,7 @@ async fn open(f: &Fixture) -> Arc<Partition> {
 
 async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
     Arc::new(
-        open_partition(&f.ctx, &f.topic, id, 1 << 20, 1)
+        open_partition(&f.ctx, &f.topic, id, f.limits.clone(), 1)
             .await
             .unwrap(),
     )
@@ -151,6 +161,83 @@ async fn a_backlog_is_split_into_segments_of_segment_bytes() {
     assert_eq!(reopened.segments().len(), segments.len());
     assert_eq!(reopened.high_watermark(), 200);
     assert_eq!(reopened.leader_epoch(), 2);
+}
+
+/// The topic's configs changed to `configs` (what the broker does when the record changes).
+fn set_topic_configs(f: &Fixture, configs: &[(&str, &str)]) {
+    let configs = configs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    f.limits.update(&configs, &f.ctx.settings);
+}
+
+#[tokio::test]
+async fn a_topics_segment_bytes_bounds_its_segments_from_the_next_flush_on() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let batch_size = encoded_batch(10, 100, Compression::None).len() as u64;
+    let flush_of_20 = |p: Arc<Partition>| {
+        let ctx = f.ctx.clone();
+        async move {
+            let before = p.segments().len();
+            let acks: Vec<_> = (0..20).map(|_| append(&p, 10)).collect();
+            assert!(p.flush(&ctx).await);
+            for ack in acks {
+                assert!(ack.await.unwrap().is_ok());
+            }
+            p.segments()[before..].to_vec()
+        }
+    };
+    // the broker default (1 MiB) takes the whole backlog in one segment
+    assert_eq!(flush_of_20(p.clone()).await.len(), 1);
+    // the topic's own segment.bytes, set on the partition that is already open
+    set_topic_configs(&f, &[("segment.bytes", "4096")]);
+    assert_eq!(p.segment_bytes(), 4096);
+    let small = flush_of_20(p.clone()).await;
+    assert!(small.len() >= 5, "{} segments", small.len());
+    for s in &small {
+        assert!(
+            s.size <= 4096 + batch_size + 48,
+            "segment of {} bytes",
+            s.size
+        );
+    }
+    // removed again: back to the broker default
+    set_topic_configs(&f, &[]);
+    assert_eq!(flush_of_20(p.clone()).await.len(), 1);
+    // a follower copy made from this log (a hand-off) follows the same topic limits
+    set_topic_configs(&f, &[("segment.bytes", "2048")]);
+    assert_eq!(p.to_follower().segment_bytes(), 2048);
+}
+
+#[tokio::test]
+async fn a_topics_segment_bytes_is_the_threshold_that_flushes_at_once() {
+    // Scheduled flushes come only after a minute: an ack before that is the urgent flush.
+    let f = fixture_flushing_every(1 << 20, Duration::from_secs(60)).await;
+    let flusher = Flusher::new(f.ctx.clone());
+    let p = open(&f).await;
+    let batch_size = encoded_batch(10, 100, Compression::None).len();
+    let (below_default, buffered) = append_buffered(&p, 10);
+    flusher.note_append(&p, buffered);
+    let waited = tokio::time::timeout(Duration::from_millis(300), below_default).await;
+    assert!(
+        waited.is_err(),
+        "flushed before the 1 MiB broker default was reached"
+    );
+    // the topic's segment.bytes is smaller than what is buffered with the next append
+    set_topic_configs(&f, &[("segment.bytes", &(batch_size + 1).to_string())]);
+    let (reaching_it, buffered) = append_buffered(&p, 10);
+    assert!(buffered > batch_size + 1);
+    flusher.note_append(&p, buffered);
+    let acked = tokio::time::timeout(Duration::from_secs(10), reaching_it).await;
+    assert_eq!(
+        acked
+            .expect("no flush at the topic's segment size")
+            .unwrap(),
+        Ok(10)
+    );
+    assert_eq!(p.high_watermark(), 20);
 }
 
 #[tokio::test]

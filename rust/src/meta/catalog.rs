@@ -78,6 +78,13 @@ pub enum CatalogError {
     TopicBeingDeleted(String),
     #[error("topic '{0}' does not exist")]
     UnknownTopic(String),
+    /// A partition count a topic cannot grow to.
+    #[error("topic '{topic}' has {current} partitions; {reason}")]
+    PartitionCount {
+        topic: String,
+        current: i32,
+        reason: String,
+    },
     /// The partition record or its owner key changed under us: another writer owns it now.
     #[error("partition {0}-{1} changed under this broker (fenced)")]
     Fenced(String, i32),
@@ -200,6 +207,7 @@ impl Catalog {
             .collect()
     }
 
+    /// Creates the topic and seeds its partitions' records. Returns the record and revision.
     pub async fn create_topic(
         &self,
         name: &str,
@@ -216,6 +224,20 @@ impl Catalog {
             configs,
             created_ms: now_ms(),
         };
+        let mut ops = vec![Op::Put(self.topic_key(name), encode(&record))];
+        ops.extend(self.seed_partitions(name, 0..partitions));
+        let compares = vec![
+            Compare::ModRevision(self.topic_key(name), 0),
+            Compare::ModRevision(self.deletion_key(name), 0),
+        ];
+        match self.kv.txn(compares, ops).await? {
+            Some(revision) => Ok((record, revision)),
+            None => Err(CatalogError::TopicExists(name.to_string())),
+        }
+    }
+
+    /// The records of partitions no one has written yet: epoch 0 from offset 0.
+    fn seed_partitions(&self, topic: &str, ids: std::ops::Range<i32>) -> Vec<Op> {
         let fresh = PartitionRecord {
             leader_epoch: 0,
             epoch_history: vec![EpochStart {
@@ -225,17 +247,74 @@ impl Catalog {
             log_start_offset: 0,
             high_watermark: 0,
         };
-        let mut ops = vec![Op::Put(self.topic_key(name), encode(&record))];
-        for p in 0..partitions {
-            ops.push(Op::Put(self.partition_key(name, p), encode(&fresh)));
-        }
-        let compares = vec![
-            Compare::ModRevision(self.topic_key(name), 0),
-            Compare::ModRevision(self.deletion_key(name), 0),
-        ];
-        match self.kv.txn(compares, ops).await? {
-            Some(revision) => Ok((record, revision)),
-            None => Err(CatalogError::TopicExists(name.to_string())),
+        ids.map(|p| Op::Put(self.partition_key(topic, p), encode(&fresh)))
+            .collect()
+    }
+
+    /// Replaces the topic's configs. Returns the new record and the revision.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(TopicRecord, i64), CatalogError> {
+        self.update_topic(name, |record| {
+            record.configs = configs.clone();
+            Ok(Vec::new())
+        })
+        .await
+    }
+
+    /// Grows the topic to `count` partitions (at most `max`) and seeds the new partitions'
+    /// records in the same transaction. Returns the new record and the revision.
+    pub async fn add_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        max: i32,
+    ) -> Result<(TopicRecord, i64), CatalogError> {
+        self.update_topic(name, |record| {
+            let current = record.partitions;
+            let refused = |reason: String| CatalogError::PartitionCount {
+                topic: name.to_string(),
+                current,
+                reason,
+            };
+            if count <= current {
+                return Err(refused(format!(
+                    "partitions can only be added: ask for more than {current} (got {count})"
+                )));
+            }
+            if count > max {
+                return Err(refused(format!(
+                    "a topic can have at most {max} partitions (got {count})"
+                )));
+            }
+            record.partitions = count;
+            Ok(self.seed_partitions(name, current..count))
+        })
+        .await
+    }
+
+    /// Read, change and write back a topic record, conditioned on its revision: a concurrent
+    /// change is read again and `change` applied to it. `change` edits the record and returns
+    /// further writes for the same transaction.
+    async fn update_topic(
+        &self,
+        name: &str,
+        mut change: impl FnMut(&mut TopicRecord) -> Result<Vec<Op>, CatalogError>,
+    ) -> Result<(TopicRecord, i64), CatalogError> {
+        let key = self.topic_key(name);
+        loop {
+            let Some(kv) = self.kv.get(&key).await? else {
+                return Err(CatalogError::UnknownTopic(name.to_string()));
+            };
+            let mut record: TopicRecord = parse(&kv)?;
+            let mut ops = change(&mut record)?;
+            ops.insert(0, Op::Put(key.clone(), encode(&record)));
+            let compares = vec![Compare::ModRevision(key.clone(), kv.mod_revision)];
+            if let Some(revision) = self.kv.txn(compares, ops).await? {
+                return Ok((record, revision));
+            }
         }
     }
 
@@ -458,6 +537,80 @@ mod tests {
             .await
             .unwrap();
         assert_ne!(again.id, created.id);
+    }
+
+    #[tokio::test]
+    async fn topic_configs_are_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        let initial = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        let (created, _) = catalog.create_topic("t", 2, initial).await.unwrap();
+        let configs = BTreeMap::from([("segment.bytes".to_string(), "4096".to_string())]);
+        let (altered, revision) = catalog
+            .alter_topic_configs("t", configs.clone())
+            .await
+            .unwrap();
+        assert_eq!(altered.configs, configs);
+        assert_eq!((altered.id, altered.partitions), (created.id, 2));
+        assert_eq!(catalog.topics().await.unwrap(), vec![altered]);
+        assert_eq!(
+            catalog
+                .kv()
+                .get(&catalog.topic_key("t"))
+                .await
+                .unwrap()
+                .unwrap()
+                .mod_revision,
+            revision
+        );
+        assert!(matches!(
+            catalog.alter_topic_configs("missing", configs).await,
+            Err(CatalogError::UnknownTopic(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn partitions_are_only_added_and_seeded_with_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 2, BTreeMap::new()).await.unwrap();
+        let first = catalog.claim_partition("t", 0, 1).await.unwrap();
+        catalog
+            .commit_high_watermark("t", 0, &first, 10)
+            .await
+            .unwrap();
+        let (grown, _) = catalog.add_partitions("t", 5, 8).await.unwrap();
+        assert_eq!(grown.partitions, 5);
+        for p in 2..5 {
+            let seeded = catalog.partition("t", p).await.unwrap().unwrap().record;
+            assert_eq!((seeded.leader_epoch, seeded.high_watermark), (0, 0));
+            assert_eq!(
+                seeded.epoch_history,
+                [EpochStart {
+                    epoch: 0,
+                    start_offset: 0
+                }]
+            );
+        }
+        // the existing partitions are left as they were
+        let kept = catalog.partition("t", 0).await.unwrap().unwrap().record;
+        assert_eq!((kept.leader_epoch, kept.high_watermark), (1, 10));
+        for (count, why) in [(5, "not more"), (3, "fewer"), (9, "above the limit")] {
+            let refused = catalog.add_partitions("t", count, 8).await;
+            let Err(CatalogError::PartitionCount { current, .. }) = &refused else {
+                panic!("{why}: {refused:?}");
+            };
+            assert_eq!(*current, 5);
+            assert!(refused
+                .unwrap_err()
+                .to_string()
+                .contains("has 5 partitions"));
+        }
+        assert!(catalog.partition("t", 5).await.unwrap().is_none());
+        assert!(matches!(
+            catalog.add_partitions("missing", 3, 8).await,
+            Err(CatalogError::UnknownTopic(_))
+        ));
     }
 
     #[tokio::test]

@@ -1,4 +1,5 @@
-//! The APIs and versions this broker advertises in ApiVersions: only versions that work.
+//! The APIs and versions this broker advertises in ApiVersions: only versions that work, and
+//! the APIs it will not serve, listed as such.
 
 use kafka_protocol::messages::ApiKey;
 
@@ -28,9 +29,48 @@ pub const SUPPORTED: &[SupportedApi] = &[
     api(ApiKey::Heartbeat, 0, 4),
     api(ApiKey::LeaveGroup, 0, 5),
     api(ApiKey::SyncGroup, 0, 5),
+    api(ApiKey::DescribeGroups, 0, 5),
+    api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::ApiVersions, 0, 3),
     api(ApiKey::CreateTopics, 0, 2),
     api(ApiKey::DeleteTopics, 0, 2),
+    api(ApiKey::OffsetForLeaderEpoch, 0, 4),
+    api(ApiKey::DescribeConfigs, 0, 4),
+    api(ApiKey::AlterConfigs, 0, 2),
+    api(ApiKey::CreatePartitions, 0, 3),
+    api(ApiKey::DeleteGroups, 0, 2),
+    api(ApiKey::IncrementalAlterConfigs, 0, 1),
+];
+
+/// APIs this broker will not serve (replication and controller internals, transactions,
+/// quotas, KRaft): ApiVersions lists them with MinVersion = MaxVersion = -1, so tools see them
+/// as known and refused. A request for one is answered UNSUPPORTED_VERSION like any other
+/// version that is not served.
+pub const REFUSED: &[ApiKey] = &[
+    ApiKey::LeaderAndIsr,
+    ApiKey::StopReplica,
+    ApiKey::UpdateMetadata,
+    ApiKey::ControlledShutdown,
+    ApiKey::DeleteRecords,
+    ApiKey::InitProducerId,
+    ApiKey::AddPartitionsToTxn,
+    ApiKey::AddOffsetsToTxn,
+    ApiKey::EndTxn,
+    ApiKey::ListPartitionReassignments,
+    ApiKey::OffsetDelete,
+    ApiKey::DescribeClientQuotas,
+    ApiKey::AlterClientQuotas,
+    ApiKey::DescribeUserScramCredentials,
+    ApiKey::AlterUserScramCredentials,
+    ApiKey::Vote,
+    ApiKey::BeginQuorumEpoch,
+    ApiKey::EndQuorumEpoch,
+    ApiKey::DescribeQuorum,
+    ApiKey::AlterPartition,
+    ApiKey::UpdateFeatures,
+    ApiKey::DescribeTransactions,
+    ApiKey::ListTransactions,
+    ApiKey::AllocateProducerIds,
 ];
 
 /// The supported range of `key`, if this broker serves it at all.
@@ -40,4 +80,28 @@ pub fn supported(key: ApiKey) -> Option<&'static SupportedApi> {
 
 pub fn is_supported(key: ApiKey, version: i16) -> bool {
     supported(key).is_some_and(|s| (s.min..=s.max).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_apis_are_not_served_at_any_version() {
+        for &key in REFUSED {
+            assert!(
+                supported(key).is_none(),
+                "{key:?} is both served and refused"
+            );
+            for version in -1..=20 {
+                assert!(!is_supported(key, version));
+            }
+        }
+        let mut keys: Vec<i16> = SUPPORTED.iter().map(|api| api.key as i16).collect();
+        keys.extend(REFUSED.iter().map(|&key| key as i16));
+        let count = keys.len();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), count, "an API is listed twice");
+    }
 }

@@ -183,6 +183,38 @@ impl Broker {
         })
     }
 
+    fn alter_topic_configs<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        configs: BTreeMap<String, String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        on_runtime(&self.runtime, py, async move {
+            let topic = core
+                .alter_topic_configs(&name, configs)
+                .await
+                .map_err(api_error)?;
+            Ok(TopicInfo::from(topic.as_ref()))
+        })
+    }
+
+    fn create_partitions<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        count: i32,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        on_runtime(&self.runtime, py, async move {
+            let topic = core
+                .create_partitions(&name, count)
+                .await
+                .map_err(api_error)?;
+            Ok(TopicInfo::from(topic.as_ref()))
+        })
+    }
+
     /// Only reads the current cluster view: it never waits while holding the GIL.
     fn coordinator_for(&self, group_id: &str) -> PyResult<Option<i32>> {
         let cluster = self.running()?.core.cluster();

@@ -14,6 +14,7 @@ use pyo3::PyClass;
 use tokio::sync::oneshot;
 
 use super::groups::{answers, requests};
+use super::ops::{configs, groups, partitions};
 use super::topics;
 use crate::broker::control::{ControlBody, ControlCall, ControlReply};
 use crate::protocol::header::encode_response;
@@ -110,6 +111,34 @@ impl ControlRequest {
                 let a = answer(response, "OffsetFetchResponse")?;
                 self.frame(&answers::offset_fetch(a, request, v))
             }
+            ControlBody::DescribeGroups(_) => self.frame(&groups::describe_groups(
+                answer(response, "DescribeGroupsResponse")?,
+                v,
+            )),
+            ControlBody::ListGroups(_) => self.frame(&groups::list_groups(
+                answer(response, "ListGroupsResponse")?,
+                v,
+            )),
+            ControlBody::DeleteGroups(_) => self.frame(&groups::delete_groups(answer(
+                response,
+                "DeleteGroupsResponse",
+            )?)),
+            ControlBody::DescribeConfigs(_) => self.frame(&configs::describe_configs(
+                answer(response, "DescribeConfigsResponse")?,
+                v,
+            )),
+            ControlBody::AlterConfigs(_) => self.frame(&configs::alter_configs(answer(
+                response,
+                "AlterConfigsResponse",
+            )?)),
+            // IncrementalAlterConfigs is answered with the same answer type as AlterConfigs.
+            ControlBody::IncrementalAlterConfigs(_) => self.frame(
+                &configs::incremental_alter_configs(answer(response, "AlterConfigsResponse")?),
+            ),
+            ControlBody::CreatePartitions(_) => self.frame(&partitions::create_partitions(answer(
+                response,
+                "CreatePartitionsResponse",
+            )?)),
         })
     }
 
@@ -140,6 +169,17 @@ impl ControlRequest {
             ControlBody::LeaveGroup(r) => object(py, requests::LeaveGroupRequest::new(r, v)),
             ControlBody::OffsetCommit(r) => object(py, requests::OffsetCommitRequest::new(r)),
             ControlBody::OffsetFetch(r) => object(py, requests::OffsetFetchRequest::new(r, v)),
+            ControlBody::DescribeGroups(r) => object(py, groups::DescribeGroupsRequest::new(r)),
+            ControlBody::ListGroups(r) => object(py, groups::ListGroupsRequest::new(r)),
+            ControlBody::DeleteGroups(r) => object(py, groups::DeleteGroupsRequest::new(r)),
+            ControlBody::DescribeConfigs(r) => object(py, configs::DescribeConfigsRequest::new(r)),
+            ControlBody::AlterConfigs(r) => object(py, configs::AlterConfigsRequest::new(r)),
+            ControlBody::IncrementalAlterConfigs(r) => {
+                object(py, configs::AlterConfigsRequest::incremental(r))
+            }
+            ControlBody::CreatePartitions(r) => {
+                object(py, partitions::CreatePartitionsRequest::new(r))
+            }
         }
     }
 

@@ -4,14 +4,19 @@ mod broker;
 mod control;
 mod groups;
 mod logging;
+mod ops;
 mod runtime;
 mod store;
+#[cfg(test)]
+mod testing;
+mod text;
 mod topics;
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
 use groups::requests;
+use ops::{configs, groups as group_ops, partitions};
 
 pyo3::create_exception!(
     _core,
@@ -59,6 +64,16 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<requests::OffsetCommitRequest>()?;
     m.add_class::<requests::OffsetFetchTopic>()?;
     m.add_class::<requests::OffsetFetchRequest>()?;
+    m.add_class::<group_ops::DescribeGroupsRequest>()?;
+    m.add_class::<group_ops::ListGroupsRequest>()?;
+    m.add_class::<group_ops::DeleteGroupsRequest>()?;
+    m.add_class::<configs::DescribeConfigsResource>()?;
+    m.add_class::<configs::DescribeConfigsRequest>()?;
+    m.add_class::<configs::AlterableConfig>()?;
+    m.add_class::<configs::AlterConfigsResource>()?;
+    m.add_class::<configs::AlterConfigsRequest>()?;
+    m.add_class::<partitions::CreatePartitionsTopic>()?;
+    m.add_class::<partitions::CreatePartitionsRequest>()?;
     m.add_class::<store::GroupStore>()?;
     m.add_class::<store::StoredEntry>()?;
     m.add("KafkaApiError", m.py().get_type::<KafkaApiError>())?;

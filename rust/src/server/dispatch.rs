@@ -59,6 +59,9 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Joi
         ApiKey::Metadata => {
             tokio::spawn(async move { handlers::metadata::handle(&broker, request).await.into() })
         }
+        ApiKey::OffsetForLeaderEpoch => tokio::spawn(async move {
+            handlers::offset_for_leader_epoch::handle(&broker, &request).into()
+        }),
         ApiKey::CreateTopics
         | ApiKey::DeleteTopics
         | ApiKey::JoinGroup
@@ -66,7 +69,14 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Joi
         | ApiKey::Heartbeat
         | ApiKey::LeaveGroup
         | ApiKey::OffsetCommit
-        | ApiKey::OffsetFetch => tokio::spawn(async move {
+        | ApiKey::OffsetFetch
+        | ApiKey::DescribeGroups
+        | ApiKey::ListGroups
+        | ApiKey::DeleteGroups
+        | ApiKey::DescribeConfigs
+        | ApiKey::AlterConfigs
+        | ApiKey::IncrementalAlterConfigs
+        | ApiKey::CreatePartitions => tokio::spawn(async move {
             handlers::control::handle(&broker, request, peer)
                 .await
                 .into()

@@ -18,6 +18,7 @@ use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
 use super::batch::{rewritten_prefix, IncomingBatch, REWRITTEN_PREFIX_LEN};
+use super::limits::TopicLimits;
 use super::occupant::{self, PutOutcome};
 use super::segment::{build_segment, BuiltSegment, SegmentMeta, StoredBatch};
 use super::LogContext;
@@ -48,7 +49,8 @@ pub struct Partition {
     pub topic: Arc<str>,
     pub topic_id: Uuid,
     pub id: i32,
-    pub max_message_bytes: usize,
+    /// The topic's current size limits, read at each produce and flush.
+    limits: Arc<TopicLimits>,
     state: Mutex<State>,
     high_watermark: watch::Sender<i64>,
     flush_lock: tokio::sync::Mutex<()>,
@@ -72,7 +74,7 @@ impl Partition {
         topic: Arc<str>,
         topic_id: Uuid,
         id: i32,
-        max_message_bytes: usize,
+        limits: Arc<TopicLimits>,
         committed: VersionedPartition,
         segments: Vec<SegmentMeta>,
     ) -> Partition {
@@ -83,7 +85,7 @@ impl Partition {
             topic,
             topic_id,
             id,
-            max_message_bytes,
+            limits,
             state: Mutex::new(State {
                 next_offset: high_watermark,
                 committed,
@@ -107,6 +109,17 @@ impl Partition {
 
     pub fn high_watermark(&self) -> i64 {
         *self.high_watermark.borrow()
+    }
+
+    /// The largest record batch a produce may carry now (the topic's `max.message.bytes`).
+    pub fn max_message_bytes(&self) -> usize {
+        self.limits.max_message_bytes()
+    }
+
+    /// The size segments are cut at now (the topic's `segment.bytes`): each flush writes
+    /// segments of about this size, and a buffer that reaches it is flushed at once.
+    pub fn segment_bytes(&self) -> usize {
+        self.limits.segment_bytes()
     }
 
     /// Wakes every fetch waiting for this log to grow (it is being replaced).
@@ -224,7 +237,8 @@ impl Partition {
     }
 
     /// Writes what is buffered when it starts and commits it, one flush at a time per
-    /// partition. A backlog larger than `segment_bytes` becomes several segments, each ending
+    /// partition. A backlog larger than the topic's segment size (as it is when the flush
+    /// starts) becomes several segments, each ending
     /// at the first produce request boundary at or after the limit. Writes appended meanwhile
     /// are left to the flush they scheduled: a partition under steady load must not keep one
     /// flush (and its upload slot) busy forever. False if a segment failed to commit.
@@ -233,7 +247,8 @@ impl Partition {
         self.flush_scheduled.store(false, Ordering::Release);
         self.urgent_flush_scheduled.store(false, Ordering::Release);
         let end = self.state().next_offset;
-        while let Some((chunks, committed)) = self.take_segment(ctx.settings.segment_bytes, end) {
+        let segment_bytes = self.segment_bytes();
+        while let Some((chunks, committed)) = self.take_segment(segment_bytes, end) {
             if !self.write_segment(ctx, chunks, committed).await {
                 // The rest was re-based onto the committed end; the caller retries it.
                 return false;

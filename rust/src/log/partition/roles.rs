@@ -20,6 +20,12 @@ impl Partition {
         (state.committed.owner_revision != 0).then(|| state.committed.clone())
     }
 
+    /// The committed partition record as this broker has it, and its store revision.
+    pub fn committed_record(&self) -> (PartitionRecord, i64) {
+        let state = self.state();
+        (state.committed.record.clone(), state.committed.revision)
+    }
+
     /// A read-only copy for after this broker gave the partition up: same committed state
     /// and segments, no owner key.
     pub fn to_follower(&self) -> Partition {
@@ -30,7 +36,7 @@ impl Partition {
             self.topic.clone(),
             self.topic_id,
             self.id,
-            self.max_message_bytes,
+            self.limits.clone(),
             committed,
             state.segments.clone(),
         )

@@ -14,15 +14,8 @@ use kafka_protocol::messages::{self as wire, OffsetFetchRequest as WireFetchRequ
 use kafka_protocol::protocol::StrBytes;
 use pyo3::FromPyObject;
 
+use crate::python::text::{wire as text, wire_opt as optional};
 use crate::server::handlers::topic_name;
-
-fn text(s: String) -> StrBytes {
-    StrBytes::from_string(s)
-}
-
-fn optional(s: Option<String>) -> Option<StrBytes> {
-    s.map(StrBytes::from_string)
-}
 
 #[derive(Debug, Clone, FromPyObject)]
 pub struct JoinGroupMember {
@@ -253,30 +246,12 @@ fn unanswered(request: &WireFetchRequest) -> Vec<OffsetFetchTopicResult> {
 
 #[cfg(test)]
 mod tests {
-    use std::ops::RangeInclusive;
-
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use kafka_protocol::messages::ApiKey;
-    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
     use kafka_protocol::ResponseError;
 
     use super::*;
-    use crate::protocol::header::encode_response;
-    use crate::protocol::header::testing::read_response;
-    use crate::protocol::versions::supported;
-
-    fn advertised(key: ApiKey) -> RangeInclusive<i16> {
-        let range = supported(key).unwrap();
-        range.min..=range.max
-    }
-
-    /// What a client reads after the response is encoded at `version`.
-    fn on_the_wire<T: Encodable + Decodable + HeaderVersion>(response: &T, version: i16) -> T {
-        let (correlation_id, body) =
-            read_response(encode_response(7, version, response).unwrap(), version);
-        assert_eq!(correlation_id, 7);
-        body
-    }
+    use crate::python::testing::{advertised, on_the_wire};
 
     fn s(text: &str) -> String {
         text.to_string()

@@ -6,16 +6,9 @@ use kafka_protocol::messages::{
     LeaveGroupRequest as WireLeave, OffsetCommitRequest as WireCommit,
     OffsetFetchRequest as WireFetch, SyncGroupRequest as WireSync,
 };
-use kafka_protocol::protocol::StrBytes;
 use pyo3::prelude::*;
 
-fn text(s: &StrBytes) -> String {
-    s.as_str().to_owned()
-}
-
-fn optional(s: &Option<StrBytes>) -> Option<String> {
-    s.as_ref().map(text)
-}
+use crate::python::text::{read as text, read_opt as optional};
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
@@ -274,21 +267,17 @@ mod tests {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{ApiKey, GroupId};
-    use kafka_protocol::protocol::Encodable;
+    use kafka_protocol::protocol::StrBytes;
 
     use super::*;
     use crate::broker::control::ControlBody;
     use crate::protocol::header::testing::request;
+    use crate::python::testing::decoded;
     use crate::server::handlers::control::decode;
     use crate::server::handlers::topic_name;
 
     fn s(text: &'static str) -> StrBytes {
         StrBytes::from_static_str(text)
-    }
-
-    /// The body as the control handler decodes it from a request a client sent at `version`.
-    fn decoded(key: ApiKey, version: i16, body: &impl Encodable) -> ControlBody {
-        decode(&request(key, version, body)).unwrap()
     }
 
     #[test]

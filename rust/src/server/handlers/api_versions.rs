@@ -1,23 +1,26 @@
 //! ApiVersions v0–3. A version newer than we know is answered at v0 with UNSUPPORTED_VERSION
-//! and the list, so the client can pick one (KIP-511).
+//! and the list, so the client can pick one (KIP-511). APIs this broker refuses for good are
+//! listed with MinVersion = MaxVersion = -1.
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
 use crate::protocol::header::{encode_response, Request};
-use crate::protocol::versions::{supported, SUPPORTED};
+use crate::protocol::versions::{supported, REFUSED, SUPPORTED};
 
 pub fn handle(request: &Request) -> Result<bytes::Bytes, String> {
-    let api_keys = SUPPORTED
+    let listed = |key: ApiKey, min, max| {
+        ApiVersion::default()
+            .with_api_key(key as i16)
+            .with_min_version(min)
+            .with_max_version(max)
+    };
+    let served = SUPPORTED
         .iter()
-        .map(|api| {
-            ApiVersion::default()
-                .with_api_key(api.key as i16)
-                .with_min_version(api.min)
-                .with_max_version(api.max)
-        })
-        .collect();
+        .map(|api| listed(api.key, api.min, api.max));
+    let refused = REFUSED.iter().map(|&key| listed(key, -1, -1));
+    let api_keys = served.chain(refused).collect();
     let mut response = ApiVersionsResponse::default().with_api_keys(api_keys);
     let range = supported(request.api_key).expect("ApiVersions is always supported");
     let version = if (range.min..=range.max).contains(&request.api_version) {
@@ -29,4 +32,34 @@ pub fn handle(request: &Request) -> Result<bytes::Bytes, String> {
         0
     };
     encode_response(request.correlation_id, version, &response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::header::testing::{read_response, request};
+
+    #[test]
+    fn lists_served_apis_with_their_versions_and_refused_ones_with_minus_one() {
+        for version in 0..=3 {
+            let asked = request(ApiKey::ApiVersions, version, &ApiVersionsRequest::default());
+            let (_, response): (_, ApiVersionsResponse) =
+                read_response(handle(&asked).unwrap(), version);
+            assert_eq!(response.error_code, 0);
+            let listed = |key: ApiKey| {
+                let found = response.api_keys.iter().find(|a| a.api_key == key as i16);
+                found.map(|a| (a.min_version, a.max_version))
+            };
+            assert_eq!(listed(ApiKey::DescribeConfigs), Some((0, 4)), "v{version}");
+            assert_eq!(listed(ApiKey::OffsetForLeaderEpoch), Some((0, 4)));
+            assert_eq!(listed(ApiKey::InitProducerId), Some((-1, -1)));
+            assert_eq!(listed(ApiKey::AllocateProducerIds), Some((-1, -1)));
+            assert_eq!(
+                listed(ApiKey::DescribeCluster),
+                None,
+                "neither served nor refused"
+            );
+            assert_eq!(response.api_keys.len(), SUPPORTED.len() + REFUSED.len());
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! Control-plane APIs (topic admin, consumer groups): decoded here, decided in Python through
+//! Control-plane APIs (topic admin, consumer groups, configs and partitions): decoded here, decided in Python through
 //! the control bridge, which hands back the response already encoded at the request's version.
 
 use std::net::SocketAddr;
@@ -44,6 +44,13 @@ pub fn decode(request: &Request) -> Result<ControlBody, String> {
         ApiKey::LeaveGroup => ControlBody::LeaveGroup(request.body()?),
         ApiKey::OffsetCommit => ControlBody::OffsetCommit(request.body()?),
         ApiKey::OffsetFetch => ControlBody::OffsetFetch(request.body()?),
+        ApiKey::DescribeGroups => ControlBody::DescribeGroups(request.body()?),
+        ApiKey::ListGroups => ControlBody::ListGroups(request.body()?),
+        ApiKey::DeleteGroups => ControlBody::DeleteGroups(request.body()?),
+        ApiKey::DescribeConfigs => ControlBody::DescribeConfigs(request.body()?),
+        ApiKey::AlterConfigs => ControlBody::AlterConfigs(request.body()?),
+        ApiKey::IncrementalAlterConfigs => ControlBody::IncrementalAlterConfigs(request.body()?),
+        ApiKey::CreatePartitions => ControlBody::CreatePartitions(request.body()?),
         other => return Err(format!("{other:?} is not a control-plane API")),
     })
 }

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::{check_leader_epoch, topic_name};
-use crate::broker::{Broker, Slot};
+use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::log::reader;
 use crate::protocol::header::{encode_response, Request};
@@ -77,7 +77,7 @@ fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
             let partition = found.as_ref().ok_or(missing).and_then(|t| {
                 usize::try_from(p.partition)
                     .ok()
-                    .and_then(|i| t.partitions.get(i).map(Slot::current))
+                    .and_then(|i| t.partitions.get(i).map(|s| s.current()))
                     .ok_or(ResponseError::UnknownTopicOrPartition)
             });
             wanted.push(Wanted {

@@ -6,6 +6,7 @@ pub mod fetch;
 pub mod find_coordinator;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod unsupported;
 
@@ -36,7 +37,7 @@ pub fn find_partition(
         .and_then(|t| {
             usize::try_from(index)
                 .ok()
-                .and_then(|i| t.partitions.get(i).map(crate::broker::Slot::current))
+                .and_then(|i| t.partitions.get(i).map(|s| s.current()))
         })
         .ok_or(ResponseError::UnknownTopicOrPartition)
 }

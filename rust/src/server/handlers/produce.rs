@@ -86,7 +86,7 @@ fn append(
         Err(error) => return Pending::Now(error),
     };
     let records = records.unwrap_or_default();
-    let batches = match validate_batches(&records, partition.max_message_bytes) {
+    let batches = match validate_batches(&records, partition.max_message_bytes()) {
         Ok(batches) => batches,
         Err(error) => {
             tracing::debug!(topic, partition = index, %error, "produce rejected");

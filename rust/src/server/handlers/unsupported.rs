@@ -3,10 +3,6 @@
 //! named (as Kafka's per-request error responses do). Broker-internal APIs, which no client
 //! sends, close the connection.
 
-use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
-use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
-use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -31,11 +27,6 @@ pub fn handle(request: &Request) -> Reply {
     tracing::debug!(api = ?request.api_key, version = request.api_version, "unsupported request");
     let r = request;
     match request.api_key {
-        ApiKey::JoinGroup => with_error(r, JoinGroupResponse::default(), |m, c| m.error_code = c),
-        ApiKey::SyncGroup => with_error(r, SyncGroupResponse::default(), |m, c| m.error_code = c),
-        ApiKey::Heartbeat => with_error(r, HeartbeatResponse::default(), |m, c| m.error_code = c),
-        ApiKey::LeaveGroup => with_error(r, LeaveGroupResponse::default(), |m, c| m.error_code = c),
-        ApiKey::ListGroups => with_error(r, ListGroupsResponse::default(), |m, c| m.error_code = c),
         ApiKey::InitProducerId => with_error(r, InitProducerIdResponse::default(), |m, c| {
             m.error_code = c
         }),
@@ -91,6 +82,7 @@ fn per_item(r: &Request) -> Option<Reply> {
                     .collect(),
             )
         }),
+        // v9 (v0–8 are served): one result per partition.
         ApiKey::OffsetCommit => mirror(r, |q: OffsetCommitRequest| {
             OffsetCommitResponse::default().with_topics(
                 q.topics
@@ -108,12 +100,8 @@ fn per_item(r: &Request) -> Option<Reply> {
                     .collect(),
             )
         }),
-        ApiKey::OffsetFetch if (2..=7).contains(&r.api_version) => {
-            mirror(r, |_: OffsetFetchRequest| {
-                OffsetFetchResponse::default().with_error_code(code)
-            })
-        }
-        ApiKey::OffsetFetch if r.api_version >= 8 => mirror(r, |q: OffsetFetchRequest| {
+        // v8+ (v0–7 are served): one result per group.
+        ApiKey::OffsetFetch => mirror(r, |q: OffsetFetchRequest| {
             OffsetFetchResponse::default().with_groups(
                 q.groups
                     .into_iter()
@@ -121,102 +109,6 @@ fn per_item(r: &Request) -> Option<Reply> {
                         OffsetFetchResponseGroup::default()
                             .with_group_id(g.group_id)
                             .with_error_code(code)
-                    })
-                    .collect(),
-            )
-        }),
-        ApiKey::DescribeGroups => mirror(r, |q: DescribeGroupsRequest| {
-            DescribeGroupsResponse::default().with_groups(
-                q.groups
-                    .into_iter()
-                    .map(|g| {
-                        DescribedGroup::default()
-                            .with_group_id(g)
-                            .with_error_code(code)
-                    })
-                    .collect(),
-            )
-        }),
-        ApiKey::DeleteGroups => mirror(r, |q: DeleteGroupsRequest| {
-            DeleteGroupsResponse::default().with_results(
-                q.groups_names
-                    .into_iter()
-                    .map(|g| {
-                        DeletableGroupResult::default()
-                            .with_group_id(g)
-                            .with_error_code(code)
-                    })
-                    .collect(),
-            )
-        }),
-        ApiKey::DescribeConfigs => mirror(r, |q: DescribeConfigsRequest| {
-            DescribeConfigsResponse::default().with_results(
-                q.resources
-                    .into_iter()
-                    .map(|c| {
-                        DescribeConfigsResult::default()
-                            .with_error_code(code)
-                            .with_error_message(reason())
-                            .with_resource_type(c.resource_type)
-                            .with_resource_name(c.resource_name)
-                    })
-                    .collect(),
-            )
-        }),
-        ApiKey::AlterConfigs => mirror(r, |q: AlterConfigsRequest| {
-            AlterConfigsResponse::default().with_responses(
-                q.resources
-                    .into_iter()
-                    .map(|c| {
-                        alter_configs_response::AlterConfigsResourceResponse::default()
-                            .with_error_code(code)
-                            .with_error_message(reason())
-                            .with_resource_type(c.resource_type)
-                            .with_resource_name(c.resource_name)
-                    })
-                    .collect(),
-            )
-        }),
-        ApiKey::IncrementalAlterConfigs => mirror(r, |q: IncrementalAlterConfigsRequest| {
-            IncrementalAlterConfigsResponse::default().with_responses(
-                q.resources
-                    .into_iter()
-                    .map(|c| {
-                        incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-                            .with_error_code(code)
-                            .with_error_message(reason())
-                            .with_resource_type(c.resource_type)
-                            .with_resource_name(c.resource_name)
-                    })
-                    .collect(),
-            )
-        }),
-        ApiKey::CreatePartitions => mirror(r, |q: CreatePartitionsRequest| {
-            CreatePartitionsResponse::default().with_results(
-                q.topics
-                    .into_iter()
-                    .map(|t| {
-                        CreatePartitionsTopicResult::default()
-                            .with_name(t.name)
-                            .with_error_code(code)
-                            .with_error_message(reason())
-                    })
-                    .collect(),
-            )
-        }),
-        ApiKey::OffsetForLeaderEpoch => mirror(r, |q: OffsetForLeaderEpochRequest| {
-            OffsetForLeaderEpochResponse::default().with_topics(
-                q.topics
-                    .into_iter()
-                    .map(|t| {
-                        let partitions = t.partitions.iter().map(|p| {
-                            offset_for_leader_epoch_response::EpochEndOffset::default()
-                                .with_partition(p.partition)
-                                .with_error_code(code)
-                        });
-                        offset_for_leader_epoch_response::OffsetForLeaderTopicResult::default()
-                            .with_topic(t.topic)
-                            .with_partitions(partitions.collect())
                     })
                     .collect(),
             )

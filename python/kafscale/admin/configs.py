@@ -1,0 +1,262 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, per the ops spec.
+
+Topics: the whitelist of :mod:`kafscale.admin.topic_configs`, each with its value and whether it
+is the topic's own (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG). A change is
+written to the topic's record in the metadata store, which every broker follows at once.
+Brokers: the spec's read-only keys under their ``kafscale.*`` names; altering a broker is
+INVALID_CONFIG (broker settings are KAFSCALE_* variables, read at start-up). Every resource gets
+its own result; unknown keys are left out of a describe, refused in an alter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from kafscale.admin.protocol import (
+    AlterConfigsResourceResult,
+    AlterConfigsResponse,
+    ConfigOperation,
+    ConfigSource,
+    ConfigSynonym,
+    ConfigType,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribedConfig,
+    ResourceType,
+)
+from kafscale.admin.topic_configs import CONFIG_RULES, Rejected, default_value, normalise
+from kafscale.errors import ErrorCode
+
+__all__ = ["alter_configs", "describe_configs"]
+
+log = logging.getLogger(__name__)
+
+
+class ConfigCore(Protocol):
+    """The part of ``_core.Broker`` the config handlers use."""
+
+    async def topic(self, name: str) -> Any | None: ...
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> Any: ...
+
+
+class BrokerSettings(Protocol):
+    broker_id: int
+    broker_host: str
+    broker_port: int
+    s3_bucket: str | None
+    s3_region: str | None
+    s3_endpoint: str | None
+    cache_bytes: int
+    readahead_segments: int
+    segment_bytes: int
+    flush_interval_ms: int
+    retention_ms: int
+    retention_bytes: int
+    max_message_bytes: int
+
+
+def _broker_configs(s: BrokerSettings) -> dict[str, tuple[str | None, ConfigType]]:
+    """The spec's read-only broker keys and their values."""
+
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    return {
+        "broker.id": (str(s.broker_id), ConfigType.INT),
+        "advertised.listeners": (f"PLAINTEXT://{s.broker_host}:{s.broker_port}", ConfigType.STRING),
+        "kafscale.s3.bucket": (text(s.s3_bucket), ConfigType.STRING),
+        "kafscale.s3.region": (text(s.s3_region), ConfigType.STRING),
+        "kafscale.s3.endpoint": (text(s.s3_endpoint), ConfigType.STRING),
+        "kafscale.cache.bytes": (str(s.cache_bytes), ConfigType.LONG),
+        "kafscale.readahead.segments": (str(s.readahead_segments), ConfigType.INT),
+        "kafscale.segment.bytes": (str(s.segment_bytes), ConfigType.INT),
+        "kafscale.flush.interval.ms": (str(s.flush_interval_ms), ConfigType.LONG),
+    }
+
+
+def _wanted(keys: Sequence[str] | None, known: Sequence[str]) -> list[str]:
+    # The spec: unknown keys are ignored (left out), not errors.
+    return list(known) if keys is None else [k for k in dict.fromkeys(keys) if k in known]
+
+
+def _entry(
+    name: str,
+    value: str | None,
+    source: ConfigSource,
+    read_only: bool,
+    config_type: ConfigType,
+    req: Any,
+    doc: str | None,
+) -> DescribedConfig:
+    return DescribedConfig(
+        name=name,
+        value=value,
+        read_only=read_only,
+        config_source=source,
+        synonyms=[ConfigSynonym(name, value, source)] if req.include_synonyms else [],
+        config_type=config_type,
+        documentation=doc if req.include_documentation else None,
+    )
+
+
+async def _describe_topic(
+    core: ConfigCore, settings: BrokerSettings, resource: Any, req: Any
+) -> list[DescribedConfig]:
+    topic = await core.topic(resource.resource_name)
+    if topic is None:
+        raise Rejected(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
+        )
+    entries = []
+    for key in _wanted(resource.configuration_keys, list(CONFIG_RULES)):
+        rule = CONFIG_RULES[key]
+        if key in topic.configs:
+            value, source = topic.configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG
+        else:
+            value, source = default_value(key, settings), ConfigSource.DEFAULT_CONFIG
+        entries.append(_entry(key, value, source, False, rule.config_type, req, rule.doc))
+    return entries
+
+
+def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[DescribedConfig]:
+    if resource.resource_name not in ("", str(settings.broker_id)):
+        raise Rejected(
+            ErrorCode.INVALID_REQUEST,
+            f"this is broker {settings.broker_id}; send DescribeConfigs for broker "
+            f"{resource.resource_name!r} to that broker",
+        )
+    configs = _broker_configs(settings)
+    return [
+        _entry(
+            key,
+            configs[key][0],
+            ConfigSource.STATIC_BROKER_CONFIG,
+            True,
+            configs[key][1],
+            req,
+            "read-only: set by the broker's KAFSCALE_* settings at start-up",
+        )
+        for key in _wanted(resource.configuration_keys, list(configs))
+    ]
+
+
+async def describe_configs(
+    core: ConfigCore, settings: BrokerSettings, req: Any
+) -> DescribeConfigsResponse:
+    results = []
+    for resource in req.resources:
+        try:
+            if resource.resource_type == ResourceType.TOPIC:
+                configs = await _describe_topic(core, settings, resource, req)
+            elif resource.resource_type == ResourceType.BROKER:
+                configs = _describe_broker(settings, resource, req)
+            else:
+                raise Rejected(
+                    ErrorCode.INVALID_REQUEST,
+                    f"resource type {resource.resource_type} is not supported; KafScale "
+                    "describes topics (2) and brokers (4)",
+                )
+        except Rejected as r:
+            results.append(
+                DescribeConfigsResult(
+                    r.code, r.message, resource.resource_type, resource.resource_name
+                )
+            )
+            continue
+        results.append(
+            DescribeConfigsResult(
+                ErrorCode.NONE, None, resource.resource_type, resource.resource_name, configs
+            )
+        )
+    return DescribeConfigsResponse(results)
+
+
+# --- alter -------------------------------------------------------------------------------------
+
+
+def _new_topic_configs(current: dict[str, str], resource: Any, incremental: bool) -> dict[str, str]:
+    """The topic's configs after the request: AlterConfigs replaces the whole set (what it
+    leaves out returns to the default), IncrementalAlterConfigs applies one operation per key."""
+    names = Counter(c.name for c in resource.configs)
+    repeated = [n for n, count in names.items() if count > 1]
+    if repeated:
+        raise Rejected(
+            ErrorCode.INVALID_REQUEST,
+            f"config {', '.join(map(repr, repeated))} appears more than once; give each once",
+        )
+    configs = dict(current) if incremental else {}
+    for c in resource.configs:
+        if c.config_operation == ConfigOperation.SET:
+            configs[c.name] = normalise(c.name, c.value)
+        elif c.config_operation == ConfigOperation.DELETE:
+            if c.name not in CONFIG_RULES:
+                normalise(c.name, None)  # raises: the key is not a KafScale topic config
+            configs.pop(c.name, None)
+        else:
+            raise Rejected(
+                ErrorCode.INVALID_CONFIG,
+                f"operation {c.config_operation} (APPEND/SUBTRACT) on {c.name!r}: KafScale's "
+                "topic configs are not lists; use SET or DELETE",
+            )
+    return configs
+
+
+async def _alter_one(
+    core: ConfigCore, resource: Any, validate_only: bool, incremental: bool
+) -> None:
+    if resource.resource_type in (ResourceType.BROKER, _BROKER_LOGGER):
+        raise Rejected(
+            ErrorCode.INVALID_CONFIG,
+            "broker configs are read-only in KafScale: set the broker's KAFSCALE_* settings "
+            "and restart it",
+        )
+    if resource.resource_type != ResourceType.TOPIC:
+        raise Rejected(
+            ErrorCode.INVALID_REQUEST,
+            f"resource type {resource.resource_type} is not supported; KafScale alters topics (2)",
+        )
+    topic = await core.topic(resource.resource_name)
+    if topic is None:
+        raise Rejected(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
+        )
+    configs = _new_topic_configs(dict(topic.configs), resource, incremental)
+    if not validate_only:
+        await core.alter_topic_configs(resource.resource_name, configs)
+        log.info("topic %r configs are now %s", resource.resource_name, configs)
+
+
+# Kafka's BROKER_LOGGER resource type: also a broker-side mutation, also refused.
+_BROKER_LOGGER = 8
+
+
+async def alter_configs(
+    core: ConfigCore, req: Any, *, api_error: type[BaseException]
+) -> AlterConfigsResponse:
+    """AlterConfigs and IncrementalAlterConfigs (``req.incremental``)."""
+    seen = Counter((r.resource_type, r.resource_name) for r in req.resources)
+    results = []
+    for resource in req.resources:
+        key = (resource.resource_type, resource.resource_name)
+        try:
+            if seen[key] > 1:
+                raise Rejected(
+                    ErrorCode.INVALID_REQUEST,
+                    f"resource {resource.resource_name!r} appears more than once in one request",
+                )
+            await _alter_one(core, resource, req.validate_only, req.incremental)
+        except Rejected as r:
+            code, message = r.code, r.message
+        except api_error as exc:
+            code, message = int(getattr(exc, "code", -1)), getattr(exc, "message", str(exc))
+        else:
+            code, message = ErrorCode.NONE, None
+        results.append(
+            AlterConfigsResourceResult(
+                code, message, resource.resource_type, resource.resource_name
+            )
+        )
+    return AlterConfigsResponse(results)

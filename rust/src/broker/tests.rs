@@ -1,0 +1,141 @@
+//! A single broker over an embedded metadata store and in-memory object storage: topic
+//! records that change under open partitions (configs, added partitions).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::records::Compression;
+use kafka_protocol::ResponseError;
+
+use super::topics::MAX_PARTITIONS;
+use super::Broker;
+use crate::config::BrokerConfig;
+use crate::log::batch::tests::encoded_batch;
+use crate::log::batch::validate_batches;
+
+pub struct TestBroker {
+    pub broker: Arc<Broker>,
+    _dir: tempfile::TempDir,
+}
+
+/// A started broker of its own (id 1) with the given broker-wide segment size.
+pub async fn broker(segment_bytes: usize) -> TestBroker {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        broker_addr: "127.0.0.1:0".into(),
+        broker_host: "127.0.0.1".into(),
+        broker_port: 9092,
+        broker_id: 1,
+        data_dir: dir.path().to_string_lossy().into_owned(),
+        s3_bucket: None,
+        s3_region: None,
+        s3_endpoint: None,
+        s3_namespace: "test".into(),
+        use_memory_s3: true,
+        segment_bytes,
+        flush_interval_ms: 10,
+        cache_bytes: 1 << 20,
+        readahead_segments: 1,
+        auto_create_topics: false,
+        default_partitions: 1,
+        max_request_bytes: 1 << 20,
+        max_message_bytes: 1 << 20,
+        etcd_endpoints: None,
+        etcd_username: None,
+        etcd_password: None,
+        lease_ttl_ms: 2_000,
+        retention_ms: -1,
+        retention_bytes: -1,
+        retention_check_interval_ms: 60_000,
+    };
+    let broker = Broker::open(config).await.unwrap();
+    TestBroker { broker, _dir: dir }
+}
+
+fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Produces one batch of `records` to the partition the way Produce does; the base offset.
+pub async fn produce(broker: &Broker, topic: &str, partition: i32, records: usize) -> i64 {
+    let slot = broker.topic(topic).unwrap().partitions[partition as usize].clone();
+    let log = slot.current();
+    let batch = encoded_batch(records, 100, Compression::None);
+    let batches = validate_batches(&batch, log.max_message_bytes()).unwrap();
+    let (ack, buffered) = log.append(batches, true).unwrap();
+    broker.flusher.note_append(&log, buffered);
+    let ack = tokio::time::timeout(Duration::from_secs(10), ack.unwrap());
+    ack.await.expect("no ack").unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn altered_configs_reach_the_open_partitions() {
+    let t = broker(1 << 20).await;
+    let b = &t.broker;
+    let before = b.create_topic("t", 2, configs(&[])).await.unwrap();
+    assert_eq!(produce(b, "t", 0, 5).await, 0);
+    let wanted = configs(&[("segment.bytes", "4096"), ("max.message.bytes", "512")]);
+    let after = b.alter_topic_configs("t", wanted.clone()).await.unwrap();
+    assert_eq!(after.record.configs, wanted);
+    assert_eq!(after.record.id, before.record.id);
+    for (old, new) in before.partitions.iter().zip(&after.partitions) {
+        assert!(Arc::ptr_eq(old, new), "the partitions' slots are kept");
+        let log = new.current();
+        assert!(log.is_leader(), "still owned after the record changed");
+        assert_eq!((log.segment_bytes(), log.max_message_bytes()), (4096, 512));
+    }
+    // a batch above the topic's max.message.bytes is refused now
+    let big = encoded_batch(10, 100, Compression::None);
+    let limit = after.partitions[0].current().max_message_bytes();
+    assert_eq!(
+        validate_batches(&big, limit).err(),
+        Some(ResponseError::MessageTooLarge)
+    );
+    // the log keeps going at the new segment size
+    assert_eq!(produce(b, "t", 0, 1).await, 5);
+    let unknown = b
+        .alter_topic_configs("missing", wanted)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(unknown.code, ResponseError::UnknownTopicOrPartition);
+}
+
+#[tokio::test]
+async fn added_partitions_are_served_at_once_and_the_old_ones_keep_going() {
+    let t = broker(1 << 20).await;
+    let b = &t.broker;
+    let before = b.create_topic("t", 2, configs(&[])).await.unwrap();
+    assert_eq!(produce(b, "t", 1, 3).await, 0);
+    let grown = b.create_partitions("t", 5).await.unwrap();
+    assert_eq!((grown.record.partitions, grown.partitions.len()), (5, 5));
+    assert!(Arc::ptr_eq(&before.partitions[1], &grown.partitions[1]));
+    for id in 0..5 {
+        assert!(grown.partitions[id].current().is_leader(), "partition {id}");
+        let view = b.cluster();
+        assert_eq!(view.leader("t", id as i32), Some(1), "partition {id}");
+    }
+    for id in 2..5 {
+        assert_eq!(produce(b, "t", id, 2).await, 0, "partition {id}");
+    }
+    assert_eq!(produce(b, "t", 1, 1).await, 3);
+    for (count, why) in [
+        (5, "not more"),
+        (4, "fewer"),
+        (MAX_PARTITIONS + 1, "too many"),
+    ] {
+        let refused = b.create_partitions("t", count).await.err().unwrap();
+        assert_eq!(refused.code, ResponseError::InvalidPartitions, "{why}");
+        assert!(
+            refused.message.contains("has 5 partitions"),
+            "{}",
+            refused.message
+        );
+    }
+    let unknown = b.create_partitions("missing", 3).await.err().unwrap();
+    assert_eq!(unknown.code, ResponseError::UnknownTopicOrPartition);
+}

@@ -1,0 +1,319 @@
+"""Raw wire requests of the ops/admin APIs, in the style of kafka_wire and group_wire, for what
+the real clients cannot send or do not show: OffsetForLeaderEpoch v0-4, CreateTopics v0-2 with
+duplicate names or -1 defaults, DeleteTopics v0-2 with duplicates, DescribeConfigs v0-3
+against one chosen broker, ApiVersions (the keys listed as unsupported).
+
+Layouts follow Kafka's message definitions (clients/src/main/resources/common/message/*.json)
+and the protocol guide; nothing here comes from kafscale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .kafka_wire import RawConnection, Writer
+
+# api keys
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+OFFSET_FOR_LEADER_EPOCH = 23
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+DELETE_GROUPS = 42
+INCREMENTAL_ALTER_CONFIGS = 44
+
+# error codes
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+
+# the ops APIs, served from v0 up to at least this version
+OPS_APIS = {
+    DESCRIBE_GROUPS: 5,
+    LIST_GROUPS: 5,
+    DELETE_GROUPS: 2,
+    OFFSET_FOR_LEADER_EPOCH: 3,  # v4 too where advertised
+    DESCRIBE_CONFIGS: 4,
+    ALTER_CONFIGS: 2,
+    INCREMENTAL_ALTER_CONFIGS: 1,
+    CREATE_PARTITIONS: 3,
+    CREATE_TOPICS: 2,
+    DELETE_TOPICS: 2,
+}
+
+# APIs the broker does not serve, listed in ApiVersions with min = max = -1: replication
+# internals (4-7), DeleteRecords (21), idempotence and transactions (22, 24-26, 65-67),
+# partition reassignments, OffsetDelete and client quotas (46-49), SCRAM credentials and KRaft
+# quorum/partition internals (50-56), UpdateFeatures (57)
+UNSUPPORTED_KEYS = [4, 5, 6, 7, 21, 22, 24, 25, 26, 46, 47, 48, 49, *range(50, 58), 65, 66, 67]
+
+# ConfigResource types and DescribeConfigs config sources
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+NO_EPOCH = -1
+
+
+# ---------------------------------------------------------------------------------------------
+# OffsetForLeaderEpoch v0-4
+
+
+@dataclass(frozen=True)
+class EpochEndOffset:
+    error_code: int
+    leader_epoch: int  # v1+; -1 before
+    end_offset: int
+
+
+@dataclass(frozen=True)
+class EpochQuery:
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = NO_EPOCH  # v2+
+
+
+def offset_for_leader_epoch(
+    conn: RawConnection,
+    queries: dict[str, list[EpochQuery]],
+    *,
+    version: int = 3,
+    replica_id: int = -1,
+) -> dict[tuple[str, int], EpochEndOffset]:
+    """{(topic, partition): answer}; ask each partition once per request. v3 adds the replica
+    id (-1: a consumer), v4 is flexible."""
+    assert 0 <= version <= 4
+    flexible = version >= 4
+    w = Writer()
+    if version >= 3:
+        w.i32(replica_id)
+
+    def array(n: int) -> None:
+        if flexible:
+            w.uvarint(n + 1)
+        else:
+            w.array_len(n)
+
+    def string(s: str) -> None:
+        if flexible:
+            w.compact_string(s)
+        else:
+            w.string(s)
+
+    array(len(queries))
+    for topic, parts in queries.items():
+        string(topic)
+        array(len(parts))
+        for q in parts:
+            w.i32(q.partition)
+            if version >= 2:
+                w.i32(q.current_leader_epoch)
+            w.i32(q.leader_epoch)
+            if flexible:
+                w.tagged_fields()
+        if flexible:
+            w.tagged_fields()
+    if flexible:
+        w.tagged_fields()
+    r = conn.request(OFFSET_FOR_LEADER_EPOCH, version, w.done(), flexible=flexible)
+    if version >= 2:
+        r.i32()  # throttle
+    out = {}
+    n_topics = r.compact_array_len() if flexible else r.array_len()
+    for _ in range(n_topics):
+        topic = r.compact_string() if flexible else r.string()
+        n_parts = r.compact_array_len() if flexible else r.array_len()
+        for _ in range(n_parts):
+            error, partition = r.i16(), r.i32()
+            epoch = r.i32() if version >= 1 else -1
+            end = r.i64()
+            if flexible:
+                r.skip_tagged_fields()
+            assert (topic, partition) not in out, f"{topic}/{partition} answered twice"
+            out[(topic, partition)] = EpochEndOffset(error, epoch, end)
+        if flexible:
+            r.skip_tagged_fields()
+    if flexible:
+        r.skip_tagged_fields()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetForLeaderEpoch v{version}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# CreateTopics v0-2, DeleteTopics v0-2
+
+
+@dataclass(frozen=True)
+class NewTopicSpec:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str | None] = field(default_factory=dict)
+    assignments: dict[int, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicError:
+    name: str
+    error_code: int
+    error_message: str | None = None
+
+
+def create_topics(
+    conn: RawConnection,
+    topics: list[NewTopicSpec],
+    *,
+    timeout_ms: int = 30_000,
+    validate_only: bool = False,
+    version: int = 2,
+) -> list[TopicError]:
+    """One result per entry of the response, in its order (duplicates included as answered)."""
+    assert 0 <= version <= 2, "v5+ is flexible; v3-4 are not needed here"
+    w = Writer().array_len(len(topics))
+    for t in topics:
+        w.string(t.name).i32(t.num_partitions).i16(t.replication_factor)
+        w.array_len(len(t.assignments))
+        for partition, brokers in t.assignments.items():
+            w.i32(partition).array_len(len(brokers))
+            for b in brokers:
+                w.i32(b)
+        w.array_len(len(t.configs))
+        for key, value in t.configs.items():
+            w.string(key).string(value)
+    w.i32(timeout_ms)
+    if version >= 1:
+        w.boolean(validate_only)
+    r = conn.request(CREATE_TOPICS, version, w.done())
+    if version >= 2:
+        r.i32()  # throttle
+    out = []
+    for _ in range(r.array_len()):
+        name, error = r.string(), r.i16()
+        message = r.string() if version >= 1 else None
+        out.append(TopicError(name, error, message))
+    assert r.remaining() == 0, f"{r.remaining()} bytes after CreateTopics v{version}"
+    return out
+
+
+def delete_topics(
+    conn: RawConnection, names: list[str], *, timeout_ms: int = 30_000, version: int = 1
+) -> list[TopicError]:
+    assert 0 <= version <= 2
+    w = Writer().array_len(len(names))
+    for n in names:
+        w.string(n)
+    w.i32(timeout_ms)
+    r = conn.request(DELETE_TOPICS, version, w.done())
+    if version >= 1:
+        r.i32()  # throttle
+    out = []
+    for _ in range(r.array_len()):
+        out.append(TopicError(r.string(), r.i16()))
+    assert r.remaining() == 0, f"{r.remaining()} bytes after DeleteTopics v{version}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeConfigs v0-3
+
+
+@dataclass(frozen=True)
+class DescribedValue:
+    value: str | None
+    read_only: bool
+    source: int  # v1+; v0: SOURCE_DEFAULT when is_default, else -1
+    is_sensitive: bool
+
+
+@dataclass(frozen=True)
+class DescribedResource:
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    configs: dict[str, DescribedValue]
+
+
+def describe_configs(
+    conn: RawConnection,
+    resources: list[tuple[int, str, list[str] | None]],
+    *,
+    version: int = 1,
+) -> list[DescribedResource]:
+    """``resources``: (resource type, name, config keys or None for all)."""
+    assert 0 <= version <= 3, "v4 is flexible"
+    w = Writer().array_len(len(resources))
+    for rtype, name, keys in resources:
+        w.i8(rtype).string(name)
+        if keys is None:
+            w.array_len(None)
+        else:
+            w.array_len(len(keys))
+            for k in keys:
+                w.string(k)
+    if version >= 1:
+        w.boolean(False)  # include synonyms
+    if version >= 3:
+        w.boolean(False)  # include documentation
+    r = conn.request(DESCRIBE_CONFIGS, version, w.done())
+    r.i32()  # throttle
+    out = []
+    for _ in range(r.array_len()):
+        error, message, rtype, name = r.i16(), r.string(), r.i8(), r.string()
+        configs = {}
+        for _ in range(r.array_len()):
+            key, value, read_only = r.string(), r.string(), r.boolean()
+            source = r.i8() if version >= 1 else (SOURCE_DEFAULT if r.boolean() else -1)
+            sensitive = r.boolean()
+            if version >= 1:
+                for _ in range(max(0, r.array_len())):  # synonyms
+                    r.string()
+                    r.string()
+                    r.i8()
+            if version >= 3:
+                r.i8()  # config type
+                r.string()  # documentation
+            configs[key] = DescribedValue(value, read_only, source, sensitive)
+        out.append(DescribedResource(error, message, rtype, name, configs))
+    assert r.remaining() == 0, f"{r.remaining()} bytes after DescribeConfigs v{version}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# ApiVersions v3, every entry as listed (kafka_wire's parser keeps one per key)
+
+
+def api_versions_entries(conn: RawConnection, version: int = 0) -> list[tuple[int, int, int]]:
+    """[(api key, min, max)] in the order the broker listed them (v0 or v3)."""
+    if version == 0:
+        r = conn.request(18, 0, b"")
+        error = r.i16()
+        entries = [(r.i16(), r.i16(), r.i16()) for _ in range(r.array_len())]
+    else:
+        body = Writer().compact_string("kafscale-tests").compact_string("1.0").tagged_fields()
+        r = conn.request(18, 3, body.done(), flexible=True, response_flexible_header=False)
+        error = r.i16()
+        entries = []
+        for _ in range(r.compact_array_len()):
+            entries.append((r.i16(), r.i16(), r.i16()))
+            r.skip_tagged_fields()
+        r.i32()  # throttle
+        r.skip_tagged_fields()
+    assert error == NONE, f"ApiVersions v{version}: error {error}"
+    assert r.remaining() == 0, f"{r.remaining()} bytes after ApiVersions v{version}"
+    return entries

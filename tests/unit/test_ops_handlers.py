@@ -1,0 +1,158 @@
+"""Config and partition admin handlers against a fake core (no extension)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from kafscale.admin.configs import alter_configs, describe_configs
+from kafscale.admin.partitions import create_partitions
+from kafscale.admin.protocol import ConfigSource, ResourceType
+from kafscale.config import Settings
+from kafscale.errors import ErrorCode
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(code, message)
+        self.code, self.message = code, message
+
+
+class FakeCore:
+    def __init__(self) -> None:
+        self.topics = {"t": SimpleNamespace(name="t", partitions=2, configs={"retention.ms": "5"})}
+        self.altered: list[tuple[str, dict[str, str]]] = []
+        self.grown: list[tuple[str, int]] = []
+
+    async def topic(self, name: str) -> Any:
+        return self.topics.get(name)
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> Any:
+        self.altered.append((name, configs))
+        self.topics[name].configs = configs
+
+    async def create_partitions(self, name: str, count: int) -> Any:
+        self.grown.append((name, count))
+        self.topics[name].partitions = count
+
+
+SETTINGS = Settings(broker_id=7, s3_bucket="b", s3_region="r")
+
+
+def resource(kind: int, name: str, keys: list[str] | None = None) -> Any:
+    return SimpleNamespace(resource_type=kind, resource_name=name, configuration_keys=keys)
+
+
+def describe(*resources: Any, synonyms: bool = False) -> Any:
+    req = SimpleNamespace(
+        resources=list(resources), include_synonyms=synonyms, include_documentation=True
+    )
+    return asyncio.run(describe_configs(FakeCore(), SETTINGS, req))
+
+
+def alter(core: FakeCore, *resources: Any, incremental=False, validate_only=False) -> list:
+    req = SimpleNamespace(
+        resources=list(resources), validate_only=validate_only, incremental=incremental
+    )
+    answer = asyncio.run(alter_configs(core, req, api_error=ApiError))
+    return [(r.resource_name, r.error_code) for r in answer.responses]
+
+
+def configs(kind: int, name: str, *entries: tuple[str, str | None, int]) -> Any:
+    return SimpleNamespace(
+        resource_type=kind,
+        resource_name=name,
+        configs=[SimpleNamespace(name=n, value=v, config_operation=op) for n, v, op in entries],
+    )
+
+
+SET, DELETE, APPEND = 0, 1, 2
+
+
+def test_describe_topic_shows_overrides_and_defaults_and_ignores_unknown_keys() -> None:
+    (result,) = describe(resource(ResourceType.TOPIC, "t")).results
+    got = {c.name: (c.value, c.config_source, c.read_only) for c in result.configs}
+    assert got == {
+        "retention.ms": ("5", ConfigSource.DYNAMIC_TOPIC_CONFIG, False),
+        "retention.bytes": ("-1", ConfigSource.DEFAULT_CONFIG, False),
+        "segment.bytes": (str(4 * 1024 * 1024), ConfigSource.DEFAULT_CONFIG, False),
+        "max.message.bytes": (str(1024 * 1024), ConfigSource.DEFAULT_CONFIG, False),
+    }
+    (some,) = describe(resource(ResourceType.TOPIC, "t", ["retention.ms", "no.such"])).results
+    assert [c.name for c in some.configs] == ["retention.ms"]
+    (missing,) = describe(resource(ResourceType.TOPIC, "nope")).results
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_describe_broker_shows_the_read_only_keys() -> None:
+    (result,) = describe(resource(ResourceType.BROKER, "7"), synonyms=True).results
+    got = {c.name: c.value for c in result.configs}
+    assert got["broker.id"] == "7"
+    assert got["kafscale.s3.bucket"] == "b" and got["kafscale.s3.endpoint"] is None
+    assert got["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    assert set(got) >= {"kafscale.cache.bytes", "kafscale.flush.interval.ms"}
+    assert all(c.read_only and c.synonyms for c in result.configs)
+    (other,) = describe(resource(ResourceType.BROKER, "3")).results
+    assert other.error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_alter_configs_replaces_the_whole_set_and_validates() -> None:
+    core = FakeCore()
+    ok = configs(ResourceType.TOPIC, "t", ("retention.bytes", " 100 ", SET))
+    assert alter(core, ok) == [("t", 0)]
+    assert core.altered == [("t", {"retention.bytes": "100"})], "retention.ms reverts"
+    bad = [
+        configs(ResourceType.TOPIC, "t", ("retention.ms", "-5", SET)),
+        configs(ResourceType.TOPIC, "t", ("segment.bytes", "0", SET)),
+        configs(ResourceType.TOPIC, "t", ("cleanup.policy", "compact", SET)),
+        configs(ResourceType.TOPIC, "t", ("retention.ms", "soon", SET)),
+    ]
+    for item in bad:
+        assert alter(core, item) == [("t", ErrorCode.INVALID_CONFIG)]
+    assert alter(core, configs(ResourceType.BROKER, "7", ("x", "1", SET))) == [
+        ("7", ErrorCode.INVALID_CONFIG)
+    ]
+    assert alter(core, configs(ResourceType.TOPIC, "nope", ("retention.ms", "1", SET))) == [
+        ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    assert len(core.altered) == 1
+
+
+def test_incremental_set_and_delete_and_validate_only() -> None:
+    core = FakeCore()
+    item = configs(
+        ResourceType.TOPIC, "t", ("segment.bytes", "1000", SET), ("retention.ms", None, DELETE)
+    )
+    assert alter(core, item, incremental=True, validate_only=True) == [("t", 0)]
+    assert core.altered == []
+    assert alter(core, item, incremental=True) == [("t", 0)]
+    assert core.altered == [("t", {"segment.bytes": "1000"})]
+    append = configs(ResourceType.TOPIC, "t", ("retention.ms", "1", APPEND))
+    assert alter(core, append, incremental=True) == [("t", ErrorCode.INVALID_CONFIG)]
+    twice = configs(ResourceType.TOPIC, "t", ("retention.ms", "1", SET), ("retention.ms", "2", SET))
+    assert alter(core, twice, incremental=True) == [("t", ErrorCode.INVALID_REQUEST)]
+
+
+def grow(core: FakeCore, *items: tuple[str, int, Any], validate_only: bool = False) -> list:
+    req = SimpleNamespace(
+        topics=[SimpleNamespace(name=n, count=c, assignments=a) for n, c, a in items],
+        timeout_ms=5000,
+        validate_only=validate_only,
+    )
+    answer = asyncio.run(create_partitions(core, req, api_error=ApiError))
+    return [(r.name, r.error_code) for r in answer.results]
+
+
+def test_create_partitions_is_additive_only() -> None:
+    core = FakeCore()
+    assert grow(core, ("t", 5, None), validate_only=True) == [("t", 0)]
+    assert core.grown == []
+    assert grow(core, ("t", 2, None), ("nope", 3, None), ("t2", 3, [[1], [2]])) == [
+        ("t", ErrorCode.INVALID_PARTITIONS),
+        ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("t2", ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+    ]
+    assert grow(core, ("t", 5, None), ("t", 6, None)) == [("t", ErrorCode.INVALID_REQUEST)]
+    assert grow(core, ("t", 5, None)) == [("t", 0)]
+    assert core.grown == [("t", 5)]
