@@ -53,7 +53,7 @@ cargo clippy --locked --all-targets -- -D warnings
 
 # --- lint -----------------------------------------------------------------------------------
 lint_paths=()
-for p in python tests bench; do
+for p in python tests bench spark; do
   [[ -e $p ]] && lint_paths+=("$p")
 done
 step "ruff check ${lint_paths[*]}"

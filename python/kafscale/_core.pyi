@@ -317,3 +317,61 @@ class Broker:
 
 def init_logging(level: str, format: str) -> None:
     """Install the tracing subscriber (text or json) used by the core."""
+
+# --- analytics path: segments straight from object storage -----------------------------------
+
+class SegmentError(Exception):
+    """A segment object is corrupt or truncated; the message names the object and offset."""
+
+class ArrowBatch:
+    """One record batch; pyarrow and polars take it through ``__arrow_c_array__``."""
+    @property
+    def num_rows(self) -> int: ...
+    def __arrow_c_array__(
+        self, requested_schema: object | None = None
+    ) -> tuple[object, object]: ...
+
+class RecordBatchStream:
+    """The record batches of one partition range, in offset order."""
+    def __iter__(self) -> RecordBatchStream: ...
+    def __next__(self) -> ArrowBatch: ...
+
+class SegmentSource:
+    """A topic's segments in ``s3://bucket/namespace`` or ``<data dir>/<namespace>``.
+    Every call blocks with the GIL released; storage failures raise OSError."""
+    def __init__(
+        self,
+        location: str,
+        *,
+        region: str,
+        endpoint: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+    ) -> None: ...
+    @property
+    def location(self) -> str: ...
+    def topics(self) -> list[str]: ...
+    def partitions(self, topic: str) -> list[int]: ...
+    def segments(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
+        """(base offset, end offset exclusive, size in bytes) of each segment."""
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None: ...
+    def scan(
+        self,
+        topic: str,
+        partition: int,
+        start_offset: int,
+        end_offset: int,
+        *,
+        include_headers: bool,
+        batch_rows: int,
+        batch_bytes: int,
+    ) -> RecordBatchStream: ...
+
+def empty_kafka_batch(include_headers: bool) -> ArrowBatch:
+    """No rows, in the schema of Spark's Kafka source."""
+
+def committed_bounds(
+    endpoints: list[str], namespace: str, topic: str
+) -> list[tuple[int, int, int]]:
+    """(partition, log start offset, high watermark) of each partition, read from etcd."""

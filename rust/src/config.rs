@@ -55,6 +55,7 @@ impl BrokerConfig {
                     bucket: bucket.clone(),
                     region,
                     endpoint: self.s3_endpoint.clone(),
+                    credentials: None,
                 })
             }
             (None, false) => Ok(StorageLocation::LocalDir(PathBuf::from(&self.data_dir))),

@@ -3,6 +3,7 @@
 //! `kafscale._core`.
 
 pub mod alloc;
+pub mod analytics;
 pub mod broker;
 pub mod cluster;
 pub mod config;

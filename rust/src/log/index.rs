@@ -113,8 +113,13 @@ impl SparseIndex {
     /// Position of the last indexed batch starting at or before `offset`: a batch holding
     /// `offset` starts there or later.
     pub fn position_for(&self, offset: i64) -> Option<u32> {
+        self.entry_for(offset).map(|e| e.position)
+    }
+
+    /// The last entry at or before `offset`.
+    pub fn entry_for(&self, offset: i64) -> Option<IndexEntry> {
         let after = self.entries.partition_point(|e| e.offset <= offset);
-        after.checked_sub(1).map(|i| self.entries[i].position)
+        after.checked_sub(1).map(|i| self.entries[i])
     }
 }
 

@@ -138,6 +138,11 @@ impl Catalog {
         format!("{}/partitions/{topic}/{partition}", self.root)
     }
 
+    /// The prefix of a topic's partition records (readers outside a broker list it).
+    pub fn partition_records_prefix(cluster: &str, topic: &str) -> String {
+        format!("/kafscale/{cluster}/partitions/{topic}/")
+    }
+
     pub fn owner_key(&self, topic: &str, partition: i32) -> String {
         format!("{}/partitions/{topic}/{partition}/owner", self.root)
     }

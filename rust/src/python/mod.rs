@@ -6,6 +6,7 @@ mod groups;
 mod logging;
 mod ops;
 mod runtime;
+mod segments;
 mod store;
 #[cfg(test)]
 mod testing;
@@ -76,6 +77,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<partitions::CreatePartitionsRequest>()?;
     m.add_class::<store::GroupStore>()?;
     m.add_class::<store::StoredEntry>()?;
+    m.add_class::<segments::SegmentSource>()?;
+    m.add_class::<segments::RecordBatchStream>()?;
+    m.add_class::<segments::ArrowBatch>()?;
+    m.add("SegmentError", m.py().get_type::<segments::SegmentError>())?;
+    m.add_function(wrap_pyfunction!(segments::committed_bounds, m)?)?;
+    m.add_function(wrap_pyfunction!(segments::empty_kafka_batch, m)?)?;
     m.add("KafkaApiError", m.py().get_type::<KafkaApiError>())?;
     m.add(
         "MetadataStoreError",

@@ -46,7 +46,16 @@ pub enum StorageLocation {
         bucket: String,
         region: String,
         endpoint: Option<String>,
+        /// Explicit credentials; `None` takes them from the standard AWS environment.
+        credentials: Option<S3Credentials>,
     },
+}
+
+#[derive(Debug, Clone)]
+pub struct S3Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
 }
 
 /// Which of a segment's two objects.
@@ -99,6 +108,7 @@ impl SegmentStore {
                 bucket,
                 region,
                 endpoint,
+                credentials,
             } => {
                 // Bounded retries with backoff for transient failures; a request that hangs
                 // (a paused server) times out instead of stalling its partition forever.
@@ -116,6 +126,14 @@ impl SegmentStore {
                     .with_region(region)
                     .with_retry(retry)
                     .with_client_options(options);
+                if let Some(keys) = credentials {
+                    builder = builder
+                        .with_access_key_id(&keys.access_key_id)
+                        .with_secret_access_key(&keys.secret_access_key);
+                    if let Some(token) = &keys.session_token {
+                        builder = builder.with_token(token);
+                    }
+                }
                 if let Some(endpoint) = endpoint {
                     builder = builder
                         .with_endpoint(endpoint)
@@ -202,6 +220,20 @@ impl SegmentStore {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Names of the folders right under `{namespace}/{below}` (topics, or a topic's partitions).
+    pub async fn list_folders(&self, below: &str) -> Result<Vec<String>, StoreError> {
+        let parts = self.namespace.split('/').chain(below.split('/'));
+        let prefix = Path::from_iter(parts.filter(|part| !part.is_empty()));
+        let listing = self.store.list_with_delimiter(Some(&prefix)).await?;
+        let mut names: Vec<String> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     /// Segment objects of one partition, sorted by base offset (data before index).

@@ -1,0 +1,158 @@
+"""KafScale segments read straight from object storage into Arrow, without a broker.
+
+A topic's log lives in ``{namespace}/{topic}/{partition}/segment-{base}.kfs`` objects (with a
+sparse ``.index`` beside each), in S3 or in a single-node broker's data directory. The core
+lists, fetches, checks (segment and batch CRCs) and decodes them; rows come out in the schema
+of Spark's Kafka source::
+
+    source = SegmentSource.open("s3://bucket/namespace", endpoint="http://127.0.0.1:9000")
+    for batch in source.read("orders", 0, 0, 1_000):
+        ...  # pyarrow.RecordBatch: key, value, topic, partition, offset, timestamp, ...
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+
+import pyarrow as pa
+
+from . import _core
+
+SegmentError = _core.SegmentError
+
+DEFAULT_REGION = "us-east-1"
+DEFAULT_BATCH_ROWS = 65_536
+# Below glibc's largest mmap threshold (32 MiB), so freed batches' memory is reused.
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+
+
+@cache
+def kafka_schema(include_headers: bool = False) -> pa.Schema:
+    """key binary, value binary, topic string, partition int32, offset int64, timestamp
+    (milliseconds, UTC), timestampType int32 and, when asked, headers as a list of
+    (key string, value binary) structs."""
+    return pa.record_batch(_core.empty_kafka_batch(include_headers)).schema
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    topic: str
+    partition: int
+    base_offset: int
+    end_offset: int
+    """Exclusive: the next segment's base offset, or the last one's last offset + 1."""
+    size: int
+
+
+@dataclass(frozen=True)
+class PartitionBounds:
+    log_start_offset: int
+    high_watermark: int
+
+
+def _first_set(*values: str | None) -> str | None:
+    return next((v for v in values if v), None)
+
+
+class SegmentSource:
+    """The segments under one location: ``s3://bucket/namespace`` or a local
+    ``<data dir>/<namespace>`` directory."""
+
+    def __init__(self, core: _core.SegmentSource) -> None:
+        self._core = core
+
+    @classmethod
+    def open(
+        cls,
+        location: str,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+    ) -> SegmentSource:
+        """S3 settings not given come from the standard AWS environment variables
+        (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION,
+        AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)."""
+        env = os.environ.get
+        core = _core.SegmentSource(
+            location,
+            endpoint=_first_set(endpoint, env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL")),
+            region=_first_set(region, env("AWS_REGION"), env("AWS_DEFAULT_REGION"))
+            or DEFAULT_REGION,
+            access_key_id=access_key_id,
+            secret_access_key=secret_access_key,
+            session_token=session_token,
+        )
+        return cls(core)
+
+    @property
+    def location(self) -> str:
+        return self._core.location
+
+    def topics(self) -> list[str]:
+        """Topics with at least one segment."""
+        return self._core.topics()
+
+    def partitions(self, topic: str) -> list[int]:
+        return self._core.partitions(topic)
+
+    def segments(self, topic: str, partition: int) -> list[SegmentInfo]:
+        return [
+            SegmentInfo(topic, partition, base, end, size)
+            for base, end, size in self._core.segments(topic, partition)
+        ]
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose record timestamp is at or after ``timestamp_ms`` (what
+        ListOffsets answers); None when every record is older."""
+        return self._core.offset_for_timestamp(topic, partition, timestamp_ms)
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        start_offset: int,
+        end_offset: int,
+        *,
+        include_headers: bool = False,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> Iterator[pa.RecordBatch]:
+        """Records with ``start_offset <= offset < end_offset`` in offset order, as record
+        batches of about ``batch_rows`` rows (cut between Kafka batches). Raises SegmentError
+        for a corrupt or truncated segment, OSError when storage cannot be read."""
+        if start_offset >= end_offset:
+            return
+        stream = self._core.scan(
+            topic,
+            partition,
+            start_offset,
+            end_offset,
+            include_headers=include_headers,
+            batch_rows=batch_rows,
+            batch_bytes=batch_bytes,
+        )
+        for batch in stream:
+            yield pa.record_batch(batch)
+
+
+def committed_bounds(
+    etcd_endpoints: str | Iterable[str], namespace: str, topic: str
+) -> dict[int, PartitionBounds]:
+    """Each partition's log start offset and committed high watermark, read from the etcd of
+    the cluster whose namespace is ``namespace``. A reader bounded by them never returns a
+    record that is not committed."""
+    endpoints = (
+        [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
+        if isinstance(etcd_endpoints, str)
+        else list(etcd_endpoints)
+    )
+    return {
+        partition: PartitionBounds(start, high)
+        for partition, start, high in _core.committed_bounds(endpoints, namespace, topic)
+    }

@@ -1,0 +1,17 @@
+//! The analytics path (design.md §8): a topic's segments read straight from object storage
+//! into Arrow record batches in the schema of Spark's Kafka source, without a broker.
+//!
+//! `reader` lists segments and finds timestamps, `scan` fetches and checks a partition's
+//! bytes, `records` decodes batches into `columns`, `codec` decompresses, `bounds` reads the
+//! committed high watermarks from etcd.
+
+pub mod bounds;
+pub mod codec;
+pub mod columns;
+pub mod error;
+pub mod reader;
+pub mod records;
+pub mod scan;
+
+#[cfg(test)]
+mod tests;

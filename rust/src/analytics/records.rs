@@ -1,0 +1,151 @@
+//! The records inside a v2 batch (after decompression), decoded straight into Arrow columns.
+//!
+//! Record: length varint | attributes i8 | timestamp delta varlong | offset delta varint |
+//! key length varint (-1 = null) | key | value length varint | value | header count varint |
+//! headers (key length varint | key | value length varint | value). Varints are zigzag.
+
+use std::ops::Range;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, TimestampMillisecondType};
+
+use super::columns::{Columns, TimestampType};
+use crate::log::batch::BatchHeader;
+
+const LOG_APPEND_TIME: i16 = 0x08;
+const CONTROL_BATCH: i16 = 0x20;
+
+/// Reads zigzag varints and length-prefixed fields from a record, never past its end.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn varlong(&mut self) -> Result<i64, String> {
+        let mut raw: u64 = 0;
+        for shift in (0..70).step_by(7) {
+            let byte = *self
+                .buf
+                .get(self.pos)
+                .ok_or("varint runs past the record")?;
+            self.pos += 1;
+            raw |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
+            }
+        }
+        Err("varint longer than 10 bytes".into())
+    }
+
+    fn varint(&mut self) -> Result<i32, String> {
+        i32::try_from(self.varlong()?).map_err(|_| "varint out of the int32 range".into())
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), String> {
+        self.take(n).map(drop)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let bytes = self
+            .buf
+            .get(self.pos..self.pos + n)
+            .ok_or("field runs past the record")?;
+        self.pos += n;
+        Ok(bytes)
+    }
+
+    /// A length-prefixed field; a negative length is null.
+    fn nullable_bytes(&mut self) -> Result<Option<&'a [u8]>, String> {
+        let len = self.varint()?;
+        if len < 0 {
+            return Ok(None);
+        }
+        self.take(len as usize).map(Some)
+    }
+}
+
+/// Decodes the records of one batch whose offsets fall in `wanted` into `columns`.
+/// `records` is the batch's records section, decompressed. Control batches hold transaction
+/// markers, not data, so they yield no rows (as a consumer sees it).
+pub fn decode_records(
+    header: &BatchHeader,
+    records: &[u8],
+    wanted: &Range<i64>,
+    columns: &mut Columns,
+) -> Result<(), String> {
+    if header.attributes & CONTROL_BATCH != 0 {
+        return Ok(());
+    }
+    let log_append_time = header.attributes & LOG_APPEND_TIME != 0;
+    let timestamp_type = if log_append_time {
+        TimestampType::LogAppendTime
+    } else {
+        TimestampType::CreateTime
+    };
+    let mut cursor = Cursor {
+        buf: records,
+        pos: 0,
+    };
+    for n in 0..header.record_count {
+        let length = cursor.varint()?;
+        if length < 0 {
+            return Err(format!("record {n} has negative length {length}"));
+        }
+        let body = cursor
+            .take(length as usize)
+            .map_err(|_| format!("record {n} runs past the batch"))?;
+        let mut record = Cursor { buf: body, pos: 0 };
+        record.skip(1)?; // attributes: unused in v2
+        let timestamp_delta = record.varlong()?;
+        let offset = header.base_offset + i64::from(record.varint()?);
+        if !wanted.contains(&offset) {
+            continue;
+        }
+        let timestamp = if log_append_time {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(timestamp_delta)
+        };
+        let key = record.nullable_bytes()?;
+        let value = record.nullable_bytes()?;
+        columns.push_record(offset, timestamp, timestamp_type, key, value);
+        if columns.wants_headers() {
+            let count = record.varint()?;
+            for _ in 0..count.max(0) {
+                let key = record.nullable_bytes()?.unwrap_or_default();
+                let key = std::str::from_utf8(key)
+                    .map_err(|_| format!("header key of offset {offset} is not UTF-8"))?;
+                let value = record.nullable_bytes()?;
+                columns.push_header(key, value);
+            }
+        }
+        columns.end_headers();
+    }
+    if cursor.pos != records.len() {
+        return Err(format!(
+            "{} bytes follow the batch's {} records",
+            records.len() - cursor.pos,
+            header.record_count
+        ));
+    }
+    Ok(())
+}
+
+/// The offset of the first record whose timestamp is at or after `from_timestamp`.
+pub fn first_offset_at_or_after(
+    header: &BatchHeader,
+    records: &[u8],
+    from_timestamp: i64,
+) -> Result<Option<i64>, String> {
+    let mut columns = Columns::new("", 0, false);
+    decode_records(header, records, &(i64::MIN..i64::MAX), &mut columns)?;
+    let batch = columns.finish();
+    let offsets = batch.column(4).as_primitive::<Int64Type>();
+    let timestamps = batch.column(5).as_primitive::<TimestampMillisecondType>();
+    Ok(timestamps
+        .values()
+        .iter()
+        .position(|t| *t >= from_timestamp)
+        .map(|i| offsets.value(i)))
+}

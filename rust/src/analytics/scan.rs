@@ -1,0 +1,336 @@
+//! Reading one partition's offset range: which bytes to fetch from each segment (the `.index`
+//! turns a start offset into a byte position), checking them, and decoding their batches into
+//! Arrow record batches. The next segment is fetched while the current one is decoded.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use bytes::Bytes;
+use tokio::task::JoinHandle;
+
+use super::codec::{decompress, Codec};
+use super::columns::Columns;
+use super::error::ReadError;
+use super::records::decode_records;
+use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN};
+use crate::log::checksum::crc32c;
+use crate::log::index::SparseIndex;
+use crate::log::segment::{ParsedSegment, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use crate::store::{SegmentObject, SegmentStore};
+
+/// Where the batch CRC's coverage starts (attributes), relative to the batch.
+const CRC_START: usize = 21;
+
+/// A segment as listed: its offsets are `base_offset..end_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentRef {
+    pub base_offset: i64,
+    pub end_offset: i64,
+    pub size: u64,
+    pub has_index: bool,
+}
+
+/// The batch bytes fetched from one segment object.
+pub struct Fetched {
+    object: String,
+    area: Bytes,
+    /// Byte position of `area[0]` in the object (for error messages).
+    area_start: u64,
+    /// The offset the first batch must start at.
+    first_offset: i64,
+    /// The segment CRC covered every byte of `area`: batch CRCs need no second pass.
+    crc_checked: bool,
+}
+
+impl Fetched {
+    fn area_len(&self) -> usize {
+        self.area.len()
+    }
+}
+
+/// Fetches the part of `segment` that can hold offsets in `wanted`. A read that starts at
+/// the segment's beginning fetches the whole object and checks header, footer and the
+/// segment CRC; a read from the middle fetches from the indexed batch at or before the start
+/// (every batch still has its own CRC checked).
+pub async fn fetch_segment(
+    store: &SegmentStore,
+    topic: &str,
+    partition: i32,
+    segment: &SegmentRef,
+    wanted: &Range<i64>,
+) -> Result<Fetched, ReadError> {
+    let base = segment.base_offset;
+    let data = store.segment_path(topic, partition, base, SegmentObject::Data);
+    let object = data.as_ref().to_string();
+    if wanted.start > base && segment.has_index {
+        let index_path = store.segment_path(topic, partition, base, SegmentObject::Index);
+        let index = SparseIndex::parse(&store.get(&index_path).await?)
+            .map_err(|e| ReadError::corrupt(index_path.as_ref(), base, &e.to_string()))?;
+        let batches_end = segment
+            .size
+            .checked_sub(SEGMENT_FOOTER_LEN as u64)
+            .filter(|end| *end >= SEGMENT_HEADER_LEN as u64)
+            .ok_or_else(|| ReadError::corrupt(&object, base, "shorter than header and footer"))?;
+        // The batch at the entry's position must start at the entry's offset (checked by the
+        // cursor): a wrong index then fails the read instead of silently skipping records.
+        let (from, first_offset) = match index.entry_for(wanted.start) {
+            Some(entry) => (u64::from(entry.position), entry.offset),
+            None => (SEGMENT_HEADER_LEN as u64, base),
+        };
+        // Batches from the first indexed one at or after the end hold no wanted offset.
+        let to = index
+            .entries
+            .iter()
+            .find(|e| e.offset >= wanted.end)
+            .map_or(batches_end, |e| u64::from(e.position));
+        if from < SEGMENT_HEADER_LEN as u64 || from > to || to > batches_end {
+            return Err(ReadError::corrupt(
+                index_path.as_ref(),
+                base,
+                "index positions lie outside the segment's batches",
+            ));
+        }
+        let area = store.get_range(&data, from..to).await?;
+        return Ok(Fetched {
+            object,
+            area,
+            area_start: from,
+            first_offset,
+            crc_checked: false,
+        });
+    }
+    let parsed = ParsedSegment::parse(store.get(&data).await?)
+        .map_err(|e| ReadError::corrupt(&object, base, &e.to_string()))?;
+    if parsed.base_offset != base {
+        return Err(ReadError::corrupt(
+            &object,
+            base,
+            &format!("its header says base offset {}", parsed.base_offset),
+        ));
+    }
+    Ok(Fetched {
+        object,
+        area: parsed.batches,
+        area_start: SEGMENT_HEADER_LEN as u64,
+        first_offset: base,
+        crc_checked: true,
+    })
+}
+
+/// A batch found by `BatchCursor`: its header and where it starts in the fetched area.
+pub struct Batch {
+    pub header: BatchHeader,
+    start: usize,
+}
+
+/// Walks the batches of fetched bytes, checking each: complete, magic 2, CRC-32C, and
+/// offsets that continue the previous batch.
+pub struct BatchCursor {
+    fetched: Fetched,
+    pos: usize,
+    next_offset: i64,
+}
+
+impl BatchCursor {
+    pub fn new(fetched: Fetched) -> BatchCursor {
+        let next_offset = fetched.first_offset;
+        BatchCursor {
+            fetched,
+            pos: 0,
+            next_offset,
+        }
+    }
+
+    fn corrupt(&self, at: usize, offset: i64, reason: &str) -> ReadError {
+        let byte = self.fetched.area_start + at as u64;
+        ReadError::corrupt(
+            &self.fetched.object,
+            offset,
+            &format!("{reason} (batch at byte {byte})"),
+        )
+    }
+
+    pub fn corrupt_at(&self, batch: &Batch, reason: &str) -> ReadError {
+        self.corrupt(batch.start, batch.header.base_offset, reason)
+    }
+
+    pub fn next_batch(&mut self) -> Result<Option<Batch>, ReadError> {
+        let area = &self.fetched.area;
+        if self.pos == area.len() {
+            return Ok(None);
+        }
+        let start = self.pos;
+        let expected = self.next_offset;
+        let rest = &area[start..];
+        let header = BatchHeader::parse(rest)
+            .ok_or_else(|| self.corrupt(start, expected, "truncated or malformed batch header"))?;
+        if header.size > rest.len() {
+            return Err(self.corrupt(start, header.base_offset, "the batch is truncated"));
+        }
+        if header.magic != 2 {
+            let reason = format!("record batch magic {} (only 2 is stored)", header.magic);
+            return Err(self.corrupt(start, header.base_offset, &reason));
+        }
+        if !self.fetched.crc_checked && crc32c(&rest[CRC_START..header.size]) != header.crc {
+            return Err(self.corrupt(start, header.base_offset, "batch CRC-32C mismatch"));
+        }
+        if header.base_offset != expected || header.last_offset_delta < 0 {
+            let reason = format!("expected a batch starting at offset {expected}");
+            return Err(self.corrupt(start, header.base_offset, &reason));
+        }
+        self.pos += header.size;
+        self.next_offset = header.last_offset() + 1;
+        Ok(Some(Batch { header, start }))
+    }
+
+    /// The batch's records section, decompressed into `scratch` when compressed.
+    pub fn records_of<'a>(
+        &'a self,
+        batch: &Batch,
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], ReadError> {
+        let span = batch.start + BATCH_HEADER_LEN..batch.start + batch.header.size;
+        let raw = &self.fetched.area[span];
+        let codec = Codec::from_attributes(batch.header.attributes)
+            .map_err(|r| self.corrupt_at(batch, &r))?;
+        if codec == Codec::None {
+            return Ok(raw);
+        }
+        decompress(codec, raw, scratch).map_err(|r| self.corrupt_at(batch, &r))?;
+        Ok(scratch)
+    }
+}
+
+/// When a record batch is handed out: once it holds `rows` rows or `bytes` of keys, values
+/// and headers. It is cut between Kafka batches, so it may pass a limit by one Kafka batch.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+type Prefetch = JoinHandle<Result<Fetched, ReadError>>;
+
+/// One partition's offsets `wanted`, as a sequence of Arrow record batches in offset order.
+pub struct PartitionScan {
+    store: Arc<SegmentStore>,
+    topic: String,
+    partition: i32,
+    wanted: Range<i64>,
+    pending: VecDeque<SegmentRef>,
+    /// Object bytes of the segments not fetched yet (pending or prefetching).
+    unread_bytes: usize,
+    prefetch: Option<Prefetch>,
+    cursor: Option<BatchCursor>,
+    columns: Columns,
+    limits: BatchLimits,
+    scratch: Vec<u8>,
+}
+
+impl PartitionScan {
+    pub fn new(
+        store: Arc<SegmentStore>,
+        topic: &str,
+        partition: i32,
+        segments: &[SegmentRef],
+        wanted: Range<i64>,
+        include_headers: bool,
+        limits: BatchLimits,
+    ) -> PartitionScan {
+        let pending: VecDeque<SegmentRef> = segments
+            .iter()
+            .filter(|s| s.end_offset > wanted.start && s.base_offset < wanted.end)
+            .copied()
+            .collect();
+        let unread_bytes = pending.iter().map(|s| s.size as usize).sum();
+        PartitionScan {
+            store,
+            topic: topic.to_string(),
+            partition,
+            wanted,
+            pending,
+            unread_bytes,
+            prefetch: None,
+            cursor: None,
+            columns: Columns::new(topic, partition, include_headers),
+            limits,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn start_fetch(&mut self) -> Option<Prefetch> {
+        let segment = self.pending.pop_front()?;
+        let (store, topic) = (self.store.clone(), self.topic.clone());
+        let (partition, wanted) = (self.partition, self.wanted.clone());
+        Some(tokio::spawn(async move {
+            fetch_segment(&store, &topic, partition, &segment, &wanted).await
+        }))
+    }
+
+    /// Moves to the next segment; false when none is left. Must run inside the runtime.
+    async fn advance(&mut self) -> Result<bool, ReadError> {
+        let Some(fetch) = self.prefetch.take().or_else(|| self.start_fetch()) else {
+            return Ok(false);
+        };
+        let fetched = fetch
+            .await
+            .map_err(|e| ReadError::Storage(crate::store::StoreError::Other(e.to_string())))??;
+        self.unread_bytes = self.unread_bytes.saturating_sub(fetched.area_len());
+        if self.columns.is_empty() {
+            // Size the next record batch's value buffer once: growing it by doubling would
+            // copy the values again and touch fresh pages each time.
+            let expected = fetched.area_len() + self.unread_bytes;
+            self.columns.reserve_values(expected.min(self.limits.bytes));
+        }
+        self.cursor = Some(BatchCursor::new(fetched));
+        self.prefetch = self.start_fetch();
+        Ok(true)
+    }
+
+    fn full(&self) -> bool {
+        self.columns.len() >= self.limits.rows || self.columns.payload_bytes() >= self.limits.bytes
+    }
+
+    pub async fn next_batch(&mut self) -> Result<Option<RecordBatch>, ReadError> {
+        loop {
+            if self.full() {
+                return Ok(Some(self.columns.finish()));
+            }
+            let Some(cursor) = self.cursor.as_mut() else {
+                if self.advance().await? {
+                    continue;
+                }
+                return Ok((!self.columns.is_empty()).then(|| self.columns.finish()));
+            };
+            let Some(batch) = cursor.next_batch()? else {
+                self.cursor = None;
+                continue;
+            };
+            if batch.header.base_offset >= self.wanted.end {
+                // Offsets only grow: nothing after this batch is wanted.
+                self.cursor = None;
+                self.pending.clear();
+                if let Some(fetch) = self.prefetch.take() {
+                    fetch.abort();
+                }
+                continue;
+            }
+            if batch.header.last_offset() < self.wanted.start {
+                continue;
+            }
+            let records = cursor.records_of(&batch, &mut self.scratch)?;
+            decode_records(&batch.header, records, &self.wanted, &mut self.columns)
+                .map_err(|reason| cursor.corrupt_at(&batch, &reason))?;
+        }
+    }
+}
+
+impl Drop for PartitionScan {
+    fn drop(&mut self) {
+        if let Some(fetch) = self.prefetch.take() {
+            fetch.abort();
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! `SegmentSource`: a topic's segments in object storage (S3 or a local data directory), read
+//! into Arrow for Python without a broker. Work runs on a small runtime of its own with the
+//! GIL released; record batches cross into Python through the Arrow PyCapsule interface.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::{Array, RecordBatch, StructArray};
+use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+use tokio::runtime::Runtime;
+
+use crate::analytics::bounds::committed_bounds as read_committed_bounds;
+use crate::analytics::columns::kafka_schema;
+use crate::analytics::error::ReadError;
+use crate::analytics::reader::TopicReader;
+use crate::analytics::scan::{BatchLimits, PartitionScan};
+use crate::store::{S3Credentials, SegmentStore, StorageLocation};
+
+pyo3::create_exception!(
+    _core,
+    SegmentError,
+    PyException,
+    "A segment object is corrupt or truncated: no row of it is returned."
+);
+
+fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("kafscale-segments")
+            .enable_all()
+            .build()
+            .expect("the segment reader runtime starts")
+    })
+}
+
+fn read_error(location: &str, e: ReadError) -> PyErr {
+    match e {
+        ReadError::Corrupt { .. } => SegmentError::new_err(format!("{location}: {e}")),
+        ReadError::Storage(_) => PyOSError::new_err(format!("{location}: {e}")),
+    }
+}
+
+/// `s3://bucket/namespace` or a local `<data dir>/<namespace>` (optionally `file://`).
+fn storage_location(
+    location: &str,
+    endpoint: Option<String>,
+    region: String,
+    credentials: Option<S3Credentials>,
+) -> PyResult<(StorageLocation, String)> {
+    if let Some(rest) = location.strip_prefix("s3://") {
+        let (bucket, namespace) = rest.split_once('/').unwrap_or((rest, ""));
+        let namespace = namespace.trim_matches('/');
+        if bucket.is_empty() || namespace.is_empty() {
+            return Err(PyValueError::new_err(format!(
+                "{location}: an S3 location names bucket and namespace: s3://<bucket>/<namespace>"
+            )));
+        }
+        let s3 = StorageLocation::S3 {
+            bucket: bucket.to_string(),
+            region,
+            endpoint,
+            credentials,
+        };
+        return Ok((s3, namespace.to_string()));
+    }
+    let path = Path::new(location.strip_prefix("file://").unwrap_or(location));
+    let (Some(data_dir), Some(namespace)) = (path.parent(), path.file_name()) else {
+        return Err(PyValueError::new_err(format!(
+            "{location}: a local location is a broker's data directory joined with its \
+             namespace, e.g. ./data/default"
+        )));
+    };
+    if !path.is_dir() {
+        return Err(PyValueError::new_err(format!(
+            "{location}: no such directory; give the broker's data directory joined with its \
+             namespace (e.g. ./data/default), or an s3://<bucket>/<namespace> URL"
+        )));
+    }
+    let namespace = namespace.to_string_lossy().into_owned();
+    Ok((StorageLocation::LocalDir(data_dir.to_path_buf()), namespace))
+}
+
+#[pyclass(frozen, module = "kafscale._core")]
+pub struct SegmentSource {
+    reader: Arc<TopicReader>,
+    #[pyo3(get)]
+    location: String,
+}
+
+impl SegmentSource {
+    fn block_on<T: Send>(
+        &self,
+        py: Python<'_>,
+        work: impl std::future::Future<Output = Result<T, ReadError>> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| runtime().block_on(work))
+            .map_err(|e| read_error(&self.location, e))
+    }
+}
+
+#[pymethods]
+impl SegmentSource {
+    #[new]
+    #[pyo3(signature = (location, *, region, endpoint=None, access_key_id=None,
+        secret_access_key=None, session_token=None))]
+    fn new(
+        location: String,
+        region: String,
+        endpoint: Option<String>,
+        access_key_id: Option<String>,
+        secret_access_key: Option<String>,
+        session_token: Option<String>,
+    ) -> PyResult<SegmentSource> {
+        let credentials = match (access_key_id, secret_access_key) {
+            (Some(access_key_id), Some(secret_access_key)) => Some(S3Credentials {
+                access_key_id,
+                secret_access_key,
+                session_token,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give both access_key_id and secret_access_key, or neither (then the AWS \
+                     environment variables are used)",
+                ))
+            }
+        };
+        let (storage, namespace) = storage_location(&location, endpoint, region, credentials)?;
+        let store = SegmentStore::open(&storage, &namespace)
+            .map_err(|e| PyValueError::new_err(format!("{location}: {e}")))?;
+        Ok(SegmentSource {
+            reader: Arc::new(TopicReader::new(store)),
+            location,
+        })
+    }
+
+    fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.block_on(py, self.reader.topics())
+    }
+
+    fn partitions(&self, py: Python<'_>, topic: &str) -> PyResult<Vec<i32>> {
+        self.block_on(py, self.reader.partitions(topic))
+    }
+
+    /// (base offset, end offset, size in bytes) of each segment, in offset order.
+    fn segments(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+    ) -> PyResult<Vec<(i64, i64, u64)>> {
+        let segments = self.block_on(py, self.reader.segments(topic, partition))?;
+        Ok(segments
+            .iter()
+            .map(|s| (s.base_offset, s.end_offset, s.size))
+            .collect())
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> PyResult<Option<i64>> {
+        self.block_on(
+            py,
+            self.reader
+                .offset_for_timestamp(topic, partition, timestamp),
+        )
+    }
+
+    #[pyo3(signature = (topic, partition, start_offset, end_offset, *, include_headers,
+        batch_rows, batch_bytes))]
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        start_offset: i64,
+        end_offset: i64,
+        include_headers: bool,
+        batch_rows: usize,
+        batch_bytes: usize,
+    ) -> PyResult<RecordBatchStream> {
+        let segments = self.block_on(py, self.reader.segments(topic, partition))?;
+        let limits = BatchLimits {
+            rows: batch_rows.max(1),
+            bytes: batch_bytes.max(1),
+        };
+        let scan = PartitionScan::new(
+            self.reader.store().clone(),
+            topic,
+            partition,
+            &segments,
+            start_offset..end_offset,
+            include_headers,
+            limits,
+        );
+        Ok(RecordBatchStream {
+            scan,
+            location: self.location.clone(),
+        })
+    }
+}
+
+/// The record batches of one partition range, in offset order.
+#[pyclass(module = "kafscale._core")]
+pub struct RecordBatchStream {
+    scan: PartitionScan,
+    location: String,
+}
+
+#[pymethods]
+impl RecordBatchStream {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<ArrowBatch>> {
+        let scan = &mut self.scan;
+        let next = py.detach(|| runtime().block_on(scan.next_batch()));
+        match next {
+            Ok(batch) => Ok(batch.map(|batch| ArrowBatch { batch })),
+            Err(e) => Err(read_error(&self.location, e)),
+        }
+    }
+}
+
+/// One record batch, handed to pyarrow (or polars) through `__arrow_c_array__`.
+#[pyclass(frozen, module = "kafscale._core")]
+pub struct ArrowBatch {
+    batch: RecordBatch,
+}
+
+#[pymethods]
+impl ArrowBatch {
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_array__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
+        // The batch is exported in its own schema; callers cast if they asked for another.
+        let _ = requested_schema;
+        let data = StructArray::from(self.batch.clone()).into_data();
+        let schema = FFI_ArrowSchema::try_from(data.data_type())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let array = FFI_ArrowArray::new(&data);
+        Ok((
+            PyCapsule::new(py, schema, Some(c"arrow_schema".into()))?,
+            PyCapsule::new(py, array, Some(c"arrow_array".into()))?,
+        ))
+    }
+}
+
+/// No rows, in the schema of Spark's Kafka source (Python reads the schema off it).
+#[pyfunction]
+pub fn empty_kafka_batch(include_headers: bool) -> ArrowBatch {
+    ArrowBatch {
+        batch: RecordBatch::new_empty(kafka_schema(include_headers)),
+    }
+}
+
+/// (partition, log start offset, high watermark) of each partition of `topic`, from etcd.
+#[pyfunction]
+pub fn committed_bounds(
+    py: Python<'_>,
+    endpoints: Vec<String>,
+    namespace: &str,
+    topic: &str,
+) -> PyResult<Vec<(i32, i64, i64)>> {
+    let bounds = py
+        .detach(|| runtime().block_on(read_committed_bounds(&endpoints, namespace, topic)))
+        .map_err(PyOSError::new_err)?;
+    Ok(bounds
+        .iter()
+        .map(|b| (b.partition, b.log_start_offset, b.high_watermark))
+        .collect())
+}
