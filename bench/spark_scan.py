@@ -10,6 +10,12 @@ produce workers of broker_bench.py), then reads the whole topic in two ways:
             reading the segment objects directly, counting the rows and summing the value
             lengths (every row is decoded); the SparkSession is started before timing
 
+A third figure, ``ceiling``, is what Spark itself can take in from any Python data source on
+this machine: a source whose executors decode one Arrow batch of each partition (same schema,
+same rows) once and yield it over and over until they have handed over as many rows as the
+partition holds. Its rate bounds what the ``kafscale`` source can reach through the Python
+Data Source API; ``of_ceiling`` is spark MB/s over ceiling MB/s.
+
 Each side reads the topic --passes times (default 2): the consumers in one go (their figure is
 over all passes), Spark as separate jobs of which the fastest counts (the first one also starts
 Spark's Python workers). Both figures count value bytes; ``ratio`` is spark MB/s over consume
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import broker_bench as bb
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 NAMESPACE = "default"  # the broker's default --s3-namespace: segments live in <data_dir>/default
 
@@ -67,19 +74,57 @@ def start_spark(cores: int):
     from kafscale.spark import KafScaleDataSource
 
     spark.dataSource.register(KafScaleDataSource)
+    spark.dataSource.register(CeilingSource)
     return spark
 
 
-def spark_pass(spark, location: str) -> dict[str, Any]:
+class CeilingReader(DataSourceReader):
+    """Yields one decoded batch of each partition again and again (no decoding after the
+    first): what is left of a scan's cost is Spark's own intake of Arrow batches."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.location = options["path"]
+        self.topic = options["topic"]
+        self.rows = {int(p): n for p, n in json.loads(options["rows"]).items()}
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(p) for p in sorted(self.rows)]
+
+    def read(self, partition: InputPartition):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from kafscale.segment import SegmentSource
+        from kafscale.spark import spark_schema
+
+        source = SegmentSource.open(self.location)
+        first = next(source.read(self.topic, partition.value, 0, self.rows[partition.value]))
+        batch = first.cast(to_arrow_schema(spark_schema()))
+        left = self.rows[partition.value]
+        while left > 0:
+            piece = batch.slice(0, min(left, batch.num_rows))
+            left -= piece.num_rows
+            yield piece
+
+
+class CeilingSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "kafscale_bench_ceiling"
+
+    def schema(self):
+        from kafscale.spark import spark_schema
+
+        return spark_schema()
+
+    def reader(self, schema) -> DataSourceReader:
+        return CeilingReader(dict(self.options))
+
+
+def spark_pass(spark, reader) -> dict[str, Any]:
     """One full scan: count and total value length, timed from the action to its result."""
     from pyspark.sql import functions as F
 
-    frame = (
-        spark.read.format("kafscale")
-        .option("subscribe", bb.TOPIC)
-        .load(location)
-        .agg(F.count("*").alias("rows"), F.sum(F.length("value")).alias("bytes"))
-    )
+    frame = reader().agg(F.count("*").alias("rows"), F.sum(F.length("value")).alias("bytes"))
     t0 = time.perf_counter()
     row = frame.collect()[0]
     seconds = time.perf_counter() - t0
@@ -115,17 +160,28 @@ def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
         spark = start_spark(args.spark_cores)
         try:
             location = str(broker.data_dir / NAMESPACE)
-            passes = []
-            for i in range(args.passes):
-                passes.append(spark_pass(spark, location))
-                bb.log(f"spark pass {i + 1}: {passes[-1]['seconds']:.2f} s")
-            out["spark"] = spark_figures(passes, records)
+            readers = {
+                "spark": lambda: spark.read.format("kafscale")
+                .option("subscribe", bb.TOPIC)
+                .load(location),
+                "ceiling": lambda: spark.read.format("kafscale_bench_ceiling")
+                .option("topic", bb.TOPIC)
+                .option("rows", json.dumps({p: hi for p, (_, hi) in ranges.items()}))
+                .load(location),
+            }
+            for name, reader in readers.items():
+                passes = []
+                for i in range(args.passes):
+                    passes.append(spark_pass(spark, reader))
+                    bb.log(f"{name} pass {i + 1}: {passes[-1]['seconds']:.2f} s")
+                out[name] = spark_figures(passes, records)
         finally:
             spark.stop()
         out["ratio"] = round(out["spark"]["mb_s"] / out["consume"]["mb_s"], 2)
+        out["of_ceiling"] = round(out["spark"]["mb_s"] / out["ceiling"]["mb_s"], 2)
         bb.log(
             f"consume {out['consume']['mb_s']} MB/s, spark {out['spark']['mb_s']} MB/s, "
-            f"ratio {out['ratio']}"
+            f"ratio {out['ratio']}; Python data source ceiling {out['ceiling']['mb_s']} MB/s"
         )
     finally:
         out["broker_exit_code"] = broker.stop()
