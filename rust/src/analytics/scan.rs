@@ -101,7 +101,7 @@ pub async fn fetch_segment(
             crc_checked: false,
         });
     }
-    let parsed = ParsedSegment::parse(store.get(&data).await?)
+    let parsed = ParsedSegment::parse(store.get_mapped(&data).await?)
         .map_err(|e| ReadError::corrupt(&object, base, &e.to_string()))?;
     if parsed.base_offset != base {
         return Err(ReadError::corrupt(
