@@ -21,15 +21,15 @@ import argparse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kafscale.spark import kafscale_session
+from kafscale.spark.jobs import add_source_arguments, kafscale_session, source_options
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("location", help="s3://bucket/namespace or <data_dir>/<namespace>")
-    topics = parser.add_mutually_exclusive_group(required=True)
-    topics.add_argument("--subscribe", help="comma-separated topic names")
-    topics.add_argument("--subscribe-pattern", help="regular expression over topic names")
+    add_source_arguments(
+        parser,
+        "endpoint=, region=, accessKeyId=, secretAccessKey=, etcd.endpoints=, minPartitions=",
+    )
     parser.add_argument("--window", default="1 minute", help="tumbling window (default 1 minute)")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     parser.add_argument("--output", help="Parquet directory for the table (default: console)")
@@ -51,30 +51,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--until-caught-up", action="store_true", help="stop once everything there is counted"
     )
-    parser.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="kafscale data source option, repeatable: endpoint=, region=, accessKeyId=, "
-        "secretAccessKey=, etcd.endpoints=, minPartitions=",
-    )
     return parser.parse_args(argv)
 
 
-def source_options(args: argparse.Namespace) -> dict[str, str]:
-    options = {"path": args.location, "startingOffsets": args.starting_offsets}
-    if args.subscribe:
-        options["subscribe"] = args.subscribe
-    else:
-        options["subscribePattern"] = args.subscribe_pattern
+def stream_options(args: argparse.Namespace) -> dict[str, str]:
+    options = source_options(args)
+    options.setdefault("startingOffsets", args.starting_offsets)
     if args.max_offsets_per_trigger:
-        options["maxOffsetsPerTrigger"] = str(args.max_offsets_per_trigger)
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--option takes KEY=VALUE, got {item!r}")
-        options[key] = value
+        options.setdefault("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
     return options
 
 
@@ -94,7 +78,7 @@ def counts_per_key_and_window(records: DataFrame, window: str) -> DataFrame:
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     # Spark's default of 200 state partitions makes every micro-batch of a small stream slow
     spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
-    records = spark.readStream.format("kafscale").options(**source_options(args)).load()
+    records = spark.readStream.format("kafscale").options(**stream_options(args)).load()
     counts = counts_per_key_and_window(records, args.window)
     # complete mode: every micro-batch hands over the whole table, so each write replaces it
     writer = counts.writeStream.outputMode("complete").option("checkpointLocation", args.checkpoint)

@@ -22,30 +22,24 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from kafscale.spark import kafscale_session, latest_offsets
+from kafscale.spark import latest_offsets
+from kafscale.spark.jobs import add_source_arguments, kafscale_session, source_options
 
 STATE_FILE = "_kafscale_offsets.json"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("location", help="s3://bucket/namespace or <data_dir>/<namespace>")
-    topics = parser.add_mutually_exclusive_group(required=True)
-    topics.add_argument("--subscribe", help="comma-separated topic names")
-    topics.add_argument("--subscribe-pattern", help="regular expression over topic names")
+    add_source_arguments(
+        parser,
+        "endpoint=, region=, accessKeyId=, secretAccessKey=, etcd.endpoints=, "
+        "includeHeaders=true, minPartitions=",
+    )
     parser.add_argument("--output", required=True, help="Parquet directory (path or URL)")
     parser.add_argument(
         "--state",
         help=f"local JSON file of the offsets reached (default: <output>/{STATE_FILE}; "
         "required when --output is a URL)",
-    )
-    parser.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="kafscale data source option, repeatable: endpoint=, region=, accessKeyId=, "
-        "secretAccessKey=, etcd.endpoints=, includeHeaders=true, minPartitions=",
     )
     args = parser.parse_args(argv)
     if args.state is None:
@@ -53,20 +47,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error("--output is a URL: give --state, a local file for the offsets reached")
         args.state = os.path.join(args.output, STATE_FILE)
     return args
-
-
-def source_options(args: argparse.Namespace) -> dict[str, str]:
-    options = {"path": args.location}
-    if args.subscribe:
-        options["subscribe"] = args.subscribe
-    else:
-        options["subscribePattern"] = args.subscribe_pattern
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--option takes KEY=VALUE, got {item!r}")
-        options[key] = value
-    return options
 
 
 def load_state(path: str) -> tuple[int, dict[str, dict[str, int]]]:

@@ -27,6 +27,7 @@ for the row schema and :mod:`kafscale.spark.datasource` for the data source itse
 """
 
 from kafscale.spark.datasource import KafScaleDataSource
+from kafscale.spark.jobs import kafscale_session
 from kafscale.spark.options import (
     EARLIEST,
     LATEST,
@@ -36,7 +37,6 @@ from kafscale.spark.options import (
 from kafscale.spark.planning import SegmentRange, latest_offsets
 from kafscale.spark.pruning import Pruning
 from kafscale.spark.schema import spark_schema
-from kafscale.spark.session import kafscale_session
 
 __all__ = [
     "EARLIEST",
