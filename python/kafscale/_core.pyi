@@ -45,6 +45,7 @@ class BrokerSettings(Protocol):
     max_message_bytes: int
     log_level: str
     log_format: str
+    metrics_addr: str | None
 
 class TopicInfo:
     name: str
@@ -312,6 +313,11 @@ class Broker:
         the live brokers of this broker's cluster view (what FindCoordinator answers). None
         while no live broker is known."""
     def group_store(self) -> GroupStore: ...
+    def publish_group_metrics(
+        self, groups: list[tuple[str, str, int, list[tuple[str, int, int]]]]
+    ) -> None:
+        """The coordinator's groups as ``(group_id, state, members, [(topic, partition,
+        committed offset)])``; /metrics derives the group and lag gauges from the latest."""
     def shutdown(self) -> None:
         """Stop accepting, flush every buffer, close stores. Blocks (GIL released)."""
 
@@ -356,6 +362,19 @@ class SegmentSource:
     def segments(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
         """(base offset, end offset exclusive, size in bytes) of each segment."""
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None: ...
+    def verify(
+        self, topic: str, partition: int, base_offset: int
+    ) -> tuple[
+        str,
+        int,
+        int | None,
+        int | None,
+        int,
+        int,
+        list[tuple[str, int | None, int | None, str]],
+    ]:
+        """(object, base offset, first offset, last offset, batches, records,
+        [(object, offset, byte, message)]): every problem of one segment and its index."""
     def scan(
         self,
         topic: str,

@@ -202,6 +202,10 @@ def _check_addr(value: str) -> str | None:
     return None
 
 
+def _check_optional_addr(value: str | None) -> str | None:
+    return None if value is None else _check_addr(value)
+
+
 def _check_advertised_host(value: str) -> str | None:
     if not value or any(c.isspace() for c in value):
         return f"must be a host name or IP address clients can reach (got {value!r})"
@@ -471,6 +475,15 @@ class Settings:
         _parse_lower,
         check=_one_of(LOG_FORMATS),
         metavar="FORMAT",
+    )
+    metrics_addr: str | None = _setting(
+        None,
+        "Address of the operations endpoint: /metrics (Prometheus), /healthz (alive) and "
+        "/readyz (metadata and object stores reachable, serving), e.g. 0.0.0.0:9464.",
+        _parse_optional_str,
+        check=_check_optional_addr,
+        default_doc="unset: not served",
+        metavar="HOST:PORT",
     )
     # Consumer groups (read by the Python control plane only; names follow Kafka's broker
     # configs group.initial.rebalance.delay.ms, group.min/max.session.timeout.ms).

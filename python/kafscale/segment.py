@@ -48,6 +48,29 @@ class SegmentInfo:
 
 
 @dataclass(frozen=True)
+class SegmentProblem:
+    object: str
+    """The segment (.kfs) or index object it was found in."""
+    offset: int | None
+    """The Kafka offset it concerns, when known."""
+    byte: int | None
+    """Byte position in the object, when known."""
+    message: str
+
+
+@dataclass(frozen=True)
+class SegmentCheck:
+    object: str
+    base_offset: int
+    first_offset: int | None
+    """First and last offsets of the batches that could be walked (None: no batch could)."""
+    last_offset: int | None
+    batches: int
+    records: int
+    problems: list[SegmentProblem]
+
+
+@dataclass(frozen=True)
 class PartitionBounds:
     log_start_offset: int
     high_watermark: int
@@ -111,6 +134,17 @@ class SegmentSource:
         """The first offset whose record timestamp is at or after ``timestamp_ms`` (what
         ListOffsets answers); None when every record is older."""
         return self._core.offset_for_timestamp(topic, partition, timestamp_ms)
+
+    def verify(self, topic: str, partition: int, base_offset: int) -> SegmentCheck:
+        """Checks one segment and its index end to end - header, every batch's CRC, offsets
+        inside the segment, footer, segment CRC, index entries - and reports every problem
+        found. Raises OSError only when storage cannot be read."""
+        obj, base, first, last, batches, records, problems = self._core.verify(
+            topic, partition, base_offset
+        )
+        return SegmentCheck(
+            obj, base, first, last, batches, records, [SegmentProblem(*p) for p in problems]
+        )
 
     def read(
         self,

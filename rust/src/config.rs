@@ -37,6 +37,7 @@ pub struct BrokerConfig {
     pub retention_ms: i64,
     pub retention_bytes: i64,
     pub retention_check_interval_ms: u64,
+    pub metrics_addr: Option<String>,
 }
 
 impl BrokerConfig {

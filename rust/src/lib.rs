@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod log;
 pub mod meta;
+pub mod metrics;
 pub mod protocol;
 pub mod python;
 pub mod server;

@@ -258,6 +258,20 @@ class GroupCoordinator:
                     except Exception:
                         log.exception("expiring sessions of group %r failed", group.group_id)
 
+    def metrics_report(self) -> list[tuple[str, str, int, list[tuple[str, int, int]]]]:
+        """Each coordinated group as ``(group_id, state, member count, [(topic, partition,
+        committed offset)])``: what the core's group and lag gauges are computed from."""
+        return [
+            (
+                group.group_id,
+                _visible_state(group),
+                len(group.members),
+                [(topic, p, committed.offset) for (topic, p), committed in group.offsets.items()],
+            )
+            for group in self._groups.values()
+            if not _forgettable(group)
+        ]
+
     def close(self) -> None:
         """This broker is shutting down: members waiting in a rebalance, and every group request
         from now on, are told to find the next coordinator."""

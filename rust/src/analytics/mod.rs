@@ -3,7 +3,8 @@
 //!
 //! `reader` lists segments and finds timestamps, `scan` fetches and checks a partition's
 //! bytes, `records` decodes batches into `columns`, `codec` decompresses, `bounds` reads the
-//! committed high watermarks from etcd.
+//! committed high watermarks from etcd, `verify` checks a segment end to end (the CLI's
+//! `segments verify`).
 
 pub mod bounds;
 pub mod codec;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod reader;
 pub mod records;
 pub mod scan;
+pub mod verify;
 
 #[cfg(test)]
 mod tests;

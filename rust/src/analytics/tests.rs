@@ -13,6 +13,7 @@ use kafka_protocol::records::{
 use super::error::ReadError;
 use super::reader::TopicReader;
 use super::scan::{BatchLimits, PartitionScan};
+use super::verify::{verify_segment, SegmentCheck};
 use crate::log::batch::{rewritten_prefix, BatchHeader, REWRITTEN_PREFIX_LEN};
 use crate::log::segment::{build_segment, StoredBatch};
 use crate::store::{SegmentObject, SegmentStore, StorageLocation};
@@ -281,4 +282,105 @@ async fn an_index_entry_pointing_at_another_batch_fails_the_read() {
         error.contains("expected a batch starting at offset 60"),
         "{error}"
     );
+}
+
+/// Replaces the object at `path` with `damage` applied to its bytes.
+async fn damage_object(store: &SegmentStore, kind: SegmentObject, damage: impl Fn(&mut BytesMut)) {
+    let path = store.segment_path(TOPIC, 0, 120, kind);
+    let mut object = BytesMut::from(&store.get(&path).await.unwrap()[..]);
+    damage(&mut object);
+    store.delete(&path).await.unwrap();
+    store.put_new(&path, object.freeze()).await.unwrap();
+}
+
+async fn verify_second_segment(damage: impl Fn(&mut BytesMut)) -> SegmentCheck {
+    let data = write_segments(2).await;
+    let store = data.reader.store();
+    damage_object(store, SegmentObject::Data, damage).await;
+    verify_segment(store, TOPIC, 0, 120).await.unwrap()
+}
+
+fn messages(check: &SegmentCheck) -> Vec<&str> {
+    check.problems.iter().map(|p| p.message.as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_sound_segment_verifies_clean_with_its_offsets_and_counts() {
+    let check = verify_second_segment(|_| {}).await;
+    assert!(check.problems.is_empty(), "{:?}", check.problems);
+    assert_eq!(
+        (check.first_offset, check.last_offset),
+        (Some(120), Some(239))
+    );
+    assert_eq!((check.batches, check.records), (4, 120));
+    assert!(check.object.ends_with("segment-00000000000000000120.kfs"));
+}
+
+#[tokio::test]
+async fn verify_reports_each_bad_batch_and_walks_on() {
+    let data = write_segments(2).await;
+    let store = data.reader.store();
+    let object = store
+        .get(&store.segment_path(TOPIC, 0, 120, SegmentObject::Data))
+        .await
+        .unwrap();
+    let first = BatchHeader::parse(&object[32..]).unwrap();
+    let third_at = 32 + first.size + BatchHeader::parse(&object[32 + first.size..]).unwrap().size;
+    // damage the payload of the first and the third batch
+    damage_object(store, SegmentObject::Data, |o| {
+        o[100] ^= 1;
+        o[third_at + 80] ^= 1;
+    })
+    .await;
+    let check = verify_segment(store, TOPIC, 0, 120).await.unwrap();
+    let crc: Vec<_> = check
+        .problems
+        .iter()
+        .filter(|p| p.message.starts_with("batch CRC-32C mismatch"))
+        .map(|p| p.offset)
+        .collect();
+    assert_eq!(crc, [Some(120), Some(180)], "{:?}", messages(&check));
+    assert!(messages(&check)
+        .iter()
+        .any(|m| m.starts_with("segment CRC-32C")));
+    assert_eq!(check.batches, 4, "the walk goes on past a bad CRC");
+}
+
+#[tokio::test]
+async fn verify_reports_a_truncated_segment() {
+    let check = verify_second_segment(|o| o.truncate(o.len() - 100)).await;
+    let found = messages(&check);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("footer does not end in END!")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|m| m.contains("runs past the end")),
+        "{found:?}"
+    );
+    assert_eq!(check.batches, 3);
+}
+
+#[tokio::test]
+async fn verify_reports_a_missing_or_misplaced_index() {
+    let data = write_segments(2).await;
+    let store = data.reader.store();
+    damage_object(store, SegmentObject::Index, |i| {
+        let entry = 16 + 12;
+        let position = u32::from_be_bytes(i[entry + 8..entry + 12].try_into().unwrap());
+        i[entry + 8..entry + 12].copy_from_slice(&(position + 1).to_be_bytes());
+    })
+    .await;
+    let check = verify_segment(store, TOPIC, 0, 120).await.unwrap();
+    let found = messages(&check);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("which is not a batch start"), "{found:?}");
+    assert!(check.problems[0].object.ends_with(".index"));
+
+    let index = store.segment_path(TOPIC, 0, 120, SegmentObject::Index);
+    store.delete(&index).await.unwrap();
+    let check = verify_segment(store, TOPIC, 0, 120).await.unwrap();
+    assert!(messages(&check)[0].contains("index object is missing"));
 }

@@ -3,6 +3,7 @@
 //! down together. Ownership changes are made by `crate::cluster::ownership`.
 
 pub mod control;
+pub mod health;
 pub mod slots;
 #[cfg(test)]
 pub mod tests;
@@ -28,7 +29,9 @@ use crate::meta::catalog::{BrokerRecord, Catalog, CatalogError, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
 use crate::meta::etcd::EtcdStore;
 use crate::meta::kv::KvStore;
+use crate::meta::metered::MeteredKv;
 use crate::meta::mirror::Mirror;
+use crate::metrics::Metrics;
 use crate::store::SegmentStore;
 use control::ControlBridge;
 pub use slots::{Slot, Topic};
@@ -39,6 +42,7 @@ pub struct Broker {
     pub log: Arc<LogContext>,
     pub flusher: Arc<Flusher>,
     pub control: ControlBridge,
+    pub metrics: Arc<Metrics>,
     /// Everything under the cluster's metadata prefix, kept current by a watch.
     pub mirror: Arc<Mirror>,
     state: watch::Sender<Arc<ClusterState>>,
@@ -71,11 +75,13 @@ impl Broker {
                 store.describe()
             )
         })?;
+        let metrics = Arc::new(Metrics::default());
         let kv: Arc<dyn KvStore> = match config.etcd_endpoints() {
-            Some(endpoints) => Arc::new(
+            Some(endpoints) => Arc::new(MeteredKv::new(
                 EtcdStore::connect(&endpoints, config.etcd_credentials(), config.lease_ttl())
                     .await?,
-            ),
+                metrics.clone(),
+            )),
             None => Arc::new(EmbeddedStore::open(&config.metadata_path())?),
         };
         let catalog = Arc::new(Catalog::new(kv.clone(), &config.s3_namespace));
@@ -102,10 +108,12 @@ impl Broker {
             store: Arc::new(store),
             catalog,
             cache: SegmentCache::new(config.cache_bytes),
+            metrics: metrics.clone(),
         });
         let broker = Arc::new(Broker {
             flusher: Flusher::new(log.clone()),
             log,
+            metrics,
             cluster_id,
             control: ControlBridge::default(),
             mirror,

@@ -48,6 +48,7 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
         retention_ms: -1,
         retention_bytes: -1,
         retention_check_interval_ms: 60_000,
+        metrics_addr: None,
     };
     let broker = Broker::open(config).await.unwrap();
     TestBroker { broker, _dir: dir }

@@ -147,6 +147,7 @@ impl Broker {
                     slot.current()
                         .abandon(ResponseError::UnknownTopicOrPartition);
                 }
+                self.metrics.forget_topic(name);
             }
             alive
         });

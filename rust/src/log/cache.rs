@@ -44,6 +44,11 @@ impl SegmentCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.inner().bytes
+    }
+
     pub fn get(&self, key: &str) -> Option<CachedBatches> {
         self.inner().entries.get(key).cloned()
     }

@@ -77,5 +77,13 @@ impl Flusher {
 /// One flush of one partition, once one of the bounded upload slots is free.
 async fn flush_in_slot(ctx: &LogContext, uploads: &Semaphore, partition: &Partition) -> bool {
     let _slot = uploads.acquire().await;
-    partition.flush(ctx).await
+    let started = std::time::Instant::now();
+    let flushed = partition.flush(ctx).await;
+    ctx.metrics
+        .flush_duration
+        .observe(started.elapsed().as_secs_f64());
+    if !flushed {
+        ctx.metrics.flush_errors.inc();
+    }
+    flushed
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::meta::catalog::{
     Catalog, CatalogError, PartitionRecord, TopicRecord, VersionedPartition,
 };
+use crate::metrics::Metrics;
 use crate::store::{ListedSegment, SegmentObject, SegmentStore};
 use cache::SegmentCache;
 use limits::TopicLimits;
@@ -44,6 +45,7 @@ pub struct LogContext {
     pub store: Arc<SegmentStore>,
     pub catalog: Arc<Catalog>,
     pub cache: SegmentCache,
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -31,7 +31,15 @@ pub async fn put_new(
     path: &Path,
     object: Bytes,
 ) -> Result<PutOutcome, StoreError> {
-    match ctx.store.put_new(path, object.clone()).await {
+    let started = std::time::Instant::now();
+    let put = ctx.store.put_new(path, object.clone()).await;
+    ctx.metrics
+        .upload_duration
+        .observe(started.elapsed().as_secs_f64());
+    if matches!(put, Err(ref e) if !matches!(e, StoreError::AlreadyExists(_))) {
+        ctx.metrics.upload_errors.inc();
+    }
+    match put {
         Ok(()) => Ok(PutOutcome::Created),
         Err(StoreError::AlreadyExists(_)) if ctx.store.get(path).await? == object => {
             Ok(PutOutcome::Created)

@@ -97,9 +97,11 @@ async fn load_from(
     if let Some(cached) = ctx.cache.get(&key) {
         let covers = BatchHeader::parse(&cached.bytes).is_some_and(|h| h.base_offset <= offset);
         if cached.start == SEGMENT_HEADER_LEN as u64 || covers {
+            ctx.metrics.cache_hits.inc();
             return Ok(cached);
         }
     }
+    ctx.metrics.cache_misses.inc();
     let start = if offset > segment.base_offset {
         index_position(ctx, partition, segment, offset).await?
     } else {

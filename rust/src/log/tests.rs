@@ -53,6 +53,7 @@ async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) 
         },
         store: Arc::new(SegmentStore::over(objects.clone(), "ns")),
         catalog,
+        metrics: Default::default(),
         cache: SegmentCache::new(0), // every read goes to the store
     });
     let limits = Arc::new(TopicLimits::new(&topic.configs, &ctx.settings));

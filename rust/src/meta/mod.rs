@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod embedded;
 pub mod etcd;
 pub mod kv;
+pub mod metered;
 pub mod mirror;
 #[cfg(test)]
 mod test_etcd;

@@ -19,6 +19,7 @@ use super::KafkaApiError;
 use crate::broker::{Broker as Core, Topic};
 use crate::config::BrokerConfig;
 use crate::error::ApiError;
+use crate::metrics::{GroupSnapshot, GroupState};
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 pub struct TopicInfo {
@@ -44,6 +45,9 @@ struct Running {
     listen_addr: SocketAddr,
     stop: watch::Sender<bool>,
 }
+
+/// `(group_id, state, member count, [(topic, partition, committed offset)])`
+type ReportedGroup = (String, String, i64, Vec<(String, i32, i64)>);
 
 #[pyclass(frozen, module = "kafscale._core")]
 pub struct Broker {
@@ -101,9 +105,18 @@ impl Broker {
                 if config.broker_port == 0 {
                     config.broker_port = i32::from(listen_addr.port());
                 }
+                let metrics_listener = match &config.metrics_addr {
+                    Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+                        format!("KAFSCALE_METRICS_ADDR {addr}: cannot listen: {e}")
+                    })?),
+                    None => None,
+                };
                 let core = Core::open(config).await?;
                 let (stop, stopped) = watch::channel(false);
                 tokio::spawn(crate::server::serve(core.clone(), listener, stopped));
+                if let Some(metrics_listener) = metrics_listener {
+                    tokio::spawn(crate::metrics::http::serve(metrics_listener, core.clone()));
+                }
                 Ok::<_, String>(Running {
                     core,
                     listen_addr,
@@ -229,6 +242,24 @@ impl Broker {
             catalog.groups_root(),
             self.runtime.clone(),
         ))
+    }
+
+    /// The coordinator's report on its groups, for the group and lag gauges: a list of
+    /// `(group_id, state, member_count, [(topic, partition, committed_offset)])`.
+    fn publish_group_metrics(&self, groups: Vec<ReportedGroup>) -> PyResult<()> {
+        let snapshot = GroupSnapshot {
+            groups: groups
+                .into_iter()
+                .map(|(group, state, members, offsets)| GroupState {
+                    group,
+                    state,
+                    members,
+                    offsets,
+                })
+                .collect(),
+        };
+        self.running()?.core.metrics.set_groups(snapshot);
+        Ok(())
     }
 
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {

@@ -17,6 +17,7 @@ use crate::analytics::columns::kafka_schema;
 use crate::analytics::error::ReadError;
 use crate::analytics::reader::TopicReader;
 use crate::analytics::scan::{BatchLimits, PartitionScan};
+use crate::analytics::verify::verify_segment;
 use crate::store::{S3Credentials, SegmentStore, StorageLocation};
 
 pyo3::create_exception!(
@@ -24,6 +25,17 @@ pyo3::create_exception!(
     SegmentError,
     PyException,
     "A segment object is corrupt or truncated: no row of it is returned."
+);
+
+/// What `SegmentSource.verify` returns (see there).
+type VerifiedSegment = (
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    u64,
+    u64,
+    Vec<(String, Option<i64>, Option<u64>, String)>,
 );
 
 fn runtime() -> &'static Runtime {
@@ -173,6 +185,36 @@ impl SegmentSource {
             self.reader
                 .offset_for_timestamp(topic, partition, timestamp),
         )
+    }
+
+    /// Checks one segment and its index end to end: `(object, base offset, first offset,
+    /// last offset, batches, records, [(object, offset, byte, message)])`. Corrupt bytes are
+    /// reported as problems; only storage failures raise.
+    fn verify(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        base_offset: i64,
+    ) -> PyResult<VerifiedSegment> {
+        let store = self.reader.store();
+        let check = self.block_on(py, async {
+            Ok(verify_segment(store, topic, partition, base_offset).await?)
+        })?;
+        let problems = check
+            .problems
+            .into_iter()
+            .map(|p| (p.object, p.offset, p.byte, p.message))
+            .collect();
+        Ok((
+            check.object,
+            check.base_offset,
+            check.first_offset,
+            check.last_offset,
+            check.batches,
+            check.records,
+            problems,
+        ))
     }
 
     #[pyo3(signature = (topic, partition, start_offset, end_offset, *, include_headers,

@@ -1,10 +1,14 @@
 //! Routes a request to its API handler. Produce appends before this returns (so a client's
-//! pipelined produce requests keep their order); everything else runs in its own task.
+//! pipelined produce requests keep their order); the rest of every request runs in its own task.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use std::time::Instant;
+
 use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
 use tokio::task::JoinHandle;
 
@@ -32,36 +36,50 @@ impl From<Result<Bytes, String>> for Reply {
 }
 
 /// `peer` is the client's address, which the control plane reports for group members.
+/// Each request runs in its own task, timed for the request-latency histogram.
 pub fn dispatch(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> JoinHandle<Reply> {
+    let started = Instant::now();
+    let api = request.api_key;
+    let handler = handler(broker, request, peer);
+    let metrics = broker.metrics.clone();
+    tokio::spawn(async move {
+        let reply = handler.await;
+        metrics.observe_request(api, started);
+        reply
+    })
+}
+
+fn handler(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> BoxFuture<'static, Reply> {
     let broker = broker.clone();
     if request.api_key == ApiKey::ApiVersions {
         // Answered at every version, even unsupported ones (KIP-511).
-        return tokio::spawn(async move { handlers::api_versions::handle(&request).into() });
+        return async move { handlers::api_versions::handle(&request).into() }.boxed();
     }
     if !is_supported(request.api_key, request.api_version) {
-        return tokio::spawn(async move { handlers::unsupported::handle(&request) });
+        return async move { handlers::unsupported::handle(&request) }.boxed();
     }
     match request.api_key {
+        // Appends happen now, in the connection's request order; only the wait is deferred.
         ApiKey::Produce => handlers::produce::start(&broker, request),
         ApiKey::Fetch => {
-            tokio::spawn(async move { handlers::fetch::handle(&broker, request).await.into() })
+            async move { handlers::fetch::handle(&broker, request).await.into() }.boxed()
         }
-        ApiKey::ListOffsets => tokio::spawn(async move {
+        ApiKey::ListOffsets => async move {
             handlers::list_offsets::handle(&broker, request)
                 .await
                 .into()
-        }),
+        }
+        .boxed(),
         ApiKey::FindCoordinator => {
-            tokio::spawn(
-                async move { handlers::find_coordinator::handle(&broker, &request).into() },
-            )
+            async move { handlers::find_coordinator::handle(&broker, &request).into() }.boxed()
         }
         ApiKey::Metadata => {
-            tokio::spawn(async move { handlers::metadata::handle(&broker, request).await.into() })
+            async move { handlers::metadata::handle(&broker, request).await.into() }.boxed()
         }
-        ApiKey::OffsetForLeaderEpoch => tokio::spawn(async move {
-            handlers::offset_for_leader_epoch::handle(&broker, &request).into()
-        }),
+        ApiKey::OffsetForLeaderEpoch => {
+            async move { handlers::offset_for_leader_epoch::handle(&broker, &request).into() }
+                .boxed()
+        }
         ApiKey::CreateTopics
         | ApiKey::DeleteTopics
         | ApiKey::JoinGroup
@@ -76,11 +94,12 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> Joi
         | ApiKey::DescribeConfigs
         | ApiKey::AlterConfigs
         | ApiKey::IncrementalAlterConfigs
-        | ApiKey::CreatePartitions => tokio::spawn(async move {
+        | ApiKey::CreatePartitions => async move {
             handlers::control::handle(&broker, request, peer)
                 .await
                 .into()
-        }),
-        _ => tokio::spawn(async move { handlers::unsupported::handle(&request) }),
+        }
+        .boxed(),
+        _ => async move { handlers::unsupported::handle(&request) }.boxed(),
     }
 }

@@ -56,6 +56,14 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, Str
             break responses; // nothing was committed meanwhile: what we read is current
         }
     };
+    for (topic, _, data) in &responses {
+        if let Some(records) = data.records.as_ref().filter(|r| !r.is_empty()) {
+            let count = crate::metrics::count_records(records);
+            broker
+                .metrics
+                .count_fetch(topic, count, records.len() as u64);
+        }
+    }
     let response = FetchResponse::default().with_responses(group(responses, by_id));
     encode_response(request.correlation_id, request.api_version, &response)
 }

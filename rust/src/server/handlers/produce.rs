@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::find_partition;
 use crate::broker::Broker;
@@ -26,10 +27,10 @@ enum Pending {
     Unacked,
 }
 
-pub fn start(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
+pub fn start(broker: &Arc<Broker>, request: Request) -> BoxFuture<'static, Reply> {
     let body: ProduceRequest = match request.body() {
         Ok(body) => body,
-        Err(reason) => return tokio::spawn(async move { Reply::Close(reason) }),
+        Err(reason) => return async move { Reply::Close(reason) }.boxed(),
     };
     let acks = body.acks;
     let acks_valid = matches!(acks, -1..=1);
@@ -38,21 +39,32 @@ pub fn start(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
     let mut topics = Vec::with_capacity(body.topic_data.len());
     for topic in body.topic_data {
         let name = topic.name.0.to_string();
+        let mut appended = Appended::default();
         let partitions: Vec<(i32, Pending)> = topic
             .partition_data
             .into_iter()
             .map(|data| {
                 let pending = if acks_valid {
-                    append(broker, &name, data.index, data.records, acks != 0)
+                    append(
+                        broker,
+                        &name,
+                        data.index,
+                        data.records,
+                        acks != 0,
+                        &mut appended,
+                    )
                 } else {
                     Pending::Now(ResponseError::InvalidRequiredAcks)
                 };
                 (data.index, pending)
             })
             .collect();
+        broker
+            .metrics
+            .count_produce(&name, appended.records, appended.bytes);
         topics.push((name, partitions));
     }
-    tokio::spawn(async move {
+    async move {
         let deadline = tokio::time::Instant::now() + ack_timeout;
         let mut responses = Vec::with_capacity(topics.len());
         for (name, partitions) in topics {
@@ -71,7 +83,15 @@ pub fn start(broker: &Arc<Broker>, request: Request) -> JoinHandle<Reply> {
         }
         let response = ProduceResponse::default().with_responses(responses);
         encode_response(request.correlation_id, request.api_version, &response).into()
-    })
+    }
+    .boxed()
+}
+
+/// What one topic of a request added to the log, for the produce metrics.
+#[derive(Default)]
+struct Appended {
+    records: u64,
+    bytes: u64,
 }
 
 fn append(
@@ -80,6 +100,7 @@ fn append(
     index: i32,
     records: Option<bytes::Bytes>,
     want_ack: bool,
+    appended: &mut Appended,
 ) -> Pending {
     let partition = match find_partition(broker, topic, index) {
         Ok(partition) => partition,
@@ -93,8 +114,16 @@ fn append(
             return Pending::Now(error);
         }
     };
+    let (records, bytes) = batches.iter().fold((0u64, 0u64), |(r, b), batch| {
+        (
+            r + batch.header.record_count.max(0) as u64,
+            b + batch.bytes.len() as u64,
+        )
+    });
     match partition.append(batches, want_ack) {
         Ok((receiver, buffered)) => {
+            appended.records += records;
+            appended.bytes += bytes;
             broker.flusher.note_append(&partition, buffered);
             match receiver {
                 Some(receiver) => Pending::Flush(partition, receiver),

@@ -1,0 +1,264 @@
+//! A full check of one segment and its index, for `kafscale segments verify`. Unlike a read,
+//! which stops at the first problem, it walks on and reports every one it can see: header,
+//! each batch's CRC, offsets that skip or repeat inside the segment, the footer and segment CRC,
+//! and whether every index entry points at the batch it names. A length field that lies ends
+//! the walk, since nothing after it can be located.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN};
+use crate::log::checksum::crc32c;
+use crate::log::index::SparseIndex;
+use crate::log::segment::{
+    FOOTER_MAGIC, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SEGMENT_VERSION,
+};
+use crate::store::{SegmentObject, SegmentStore, StoreError};
+
+/// Where a batch's CRC-32C coverage starts (attributes onwards).
+const CRC_START: usize = 21;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The object it was found in (the segment or its index).
+    pub object: String,
+    /// The Kafka offset it concerns, when known.
+    pub offset: Option<i64>,
+    /// Byte position in the object, when known.
+    pub byte: Option<u64>,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SegmentCheck {
+    pub object: String,
+    pub base_offset: i64,
+    /// First and last offsets of the batches that could be walked.
+    pub first_offset: Option<i64>,
+    pub last_offset: Option<i64>,
+    pub batches: u64,
+    pub records: u64,
+    pub problems: Vec<Problem>,
+}
+
+impl SegmentCheck {
+    fn problem(&mut self, offset: Option<i64>, byte: Option<usize>, message: String) {
+        self.problems.push(Problem {
+            object: self.object.clone(),
+            offset,
+            byte: byte.map(|b| b as u64),
+            message,
+        });
+    }
+}
+
+/// Checks the segment of `topic`/`partition` starting at `base_offset`. Storage failures are
+/// errors; everything wrong with the bytes is a problem in the result.
+pub async fn verify_segment(
+    store: &SegmentStore,
+    topic: &str,
+    partition: i32,
+    base_offset: i64,
+) -> Result<SegmentCheck, StoreError> {
+    let data_path = store.segment_path(topic, partition, base_offset, SegmentObject::Data);
+    let index_path = store.segment_path(topic, partition, base_offset, SegmentObject::Index);
+    let object = store.get_mapped(&data_path).await?;
+    let mut check = SegmentCheck {
+        object: data_path.to_string(),
+        base_offset,
+        ..SegmentCheck::default()
+    };
+    let starts = check_segment(&mut check, &object);
+    match store.get(&index_path).await {
+        Ok(index) => check_index(&mut check, index_path.as_ref(), &index, &starts),
+        Err(StoreError::NotFound(_)) => check.problems.push(Problem {
+            object: index_path.to_string(),
+            offset: Some(base_offset),
+            byte: None,
+            message: "the index object is missing (readers must scan the whole segment)".into(),
+        }),
+        Err(e) => return Err(e),
+    }
+    Ok(check)
+}
+
+/// Checks the segment bytes; returns each walked batch's base offset by byte position.
+fn check_segment(check: &mut SegmentCheck, object: &Bytes) -> HashMap<usize, i64> {
+    let base = check.base_offset;
+    let len = object.len();
+    if len < SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN {
+        let message = format!("truncated: {len} bytes, shorter than a segment header and footer");
+        check.problem(Some(base), Some(0), message);
+        return HashMap::new();
+    }
+    if &object[0..4] != SEGMENT_MAGIC {
+        check.problem(Some(base), Some(0), "header magic is not KAFS".into());
+    }
+    let version = u16::from_be_bytes([object[4], object[5]]);
+    if version != SEGMENT_VERSION {
+        check.problem(
+            Some(base),
+            Some(4),
+            format!("unsupported segment version {version}"),
+        );
+    }
+    let header_base = i64::from_be_bytes(object[8..16].try_into().unwrap());
+    if header_base != base {
+        let message = format!("header says base offset {header_base}, the object name {base}");
+        check.problem(Some(base), Some(8), message);
+    }
+    let footer = &object[len - SEGMENT_FOOTER_LEN..];
+    let footer_ok = &footer[12..16] == FOOTER_MAGIC;
+    // Without a footer the object was cut short: walk everything after the header.
+    let area_end = if footer_ok {
+        len - SEGMENT_FOOTER_LEN
+    } else {
+        len
+    };
+    if !footer_ok {
+        let message = "footer does not end in END! (truncated or partial upload)".to_string();
+        check.problem(None, Some(len - 4), message);
+    }
+    let walk = walk_batches(check, &object[..area_end]);
+    if !footer_ok {
+        return walk.starts;
+    }
+    let expected = u32::from_be_bytes(footer[0..4].try_into().unwrap());
+    let actual = crc32c(&object[SEGMENT_HEADER_LEN..area_end]);
+    if expected != actual {
+        let message = format!(
+            "segment CRC-32C mismatch: footer says {expected:#010x}, batches hash to {actual:#010x}"
+        );
+        check.problem(None, Some(len - SEGMENT_FOOTER_LEN), message);
+    }
+    let footer_last = i64::from_be_bytes(footer[4..12].try_into().unwrap());
+    if check.last_offset.is_some_and(|last| last != footer_last) {
+        let message = format!(
+            "footer says the last offset is {footer_last}, the batches end at {}",
+            check.last_offset.unwrap_or_default()
+        );
+        check.problem(Some(footer_last), Some(len - 12), message);
+    }
+    let declared = i32::from_be_bytes(object[16..20].try_into().unwrap());
+    if walk.complete && i64::from(declared) != walk.offsets {
+        let message = format!(
+            "header declares {declared} offsets, the batches hold {}",
+            walk.offsets
+        );
+        check.problem(Some(base), Some(16), message);
+    }
+    walk.starts
+}
+
+struct Walk {
+    /// Each walked batch's base offset by its byte position in the object.
+    starts: HashMap<usize, i64>,
+    /// Offsets the walked batches cover.
+    offsets: i64,
+    /// The walk reached the end of the batch area.
+    complete: bool,
+}
+
+/// Walks the batches from the end of the header to `area.len()`.
+fn walk_batches(check: &mut SegmentCheck, area: &[u8]) -> Walk {
+    let mut walk = Walk {
+        starts: HashMap::new(),
+        offsets: 0,
+        complete: false,
+    };
+    let mut position = SEGMENT_HEADER_LEN;
+    let mut expected_next = check.base_offset;
+    while position < area.len() {
+        let rest = &area[position..];
+        let Some(header) = BatchHeader::parse(rest) else {
+            let message = if rest.len() < BATCH_HEADER_LEN {
+                format!("{} stray bytes after the last batch", rest.len())
+            } else {
+                "malformed batch header (bad length); the rest of the segment is unreadable".into()
+            };
+            check.problem(Some(expected_next), Some(position), message);
+            return walk;
+        };
+        if header.size > rest.len() {
+            let missing = header.size - rest.len();
+            let message =
+                format!("batch runs past the end of the segment ({missing} bytes missing)");
+            check.problem(Some(header.base_offset), Some(position), message);
+            return walk;
+        }
+        let batch = &rest[..header.size];
+        if header.magic != 2 {
+            let message = format!("batch magic is {}, not 2", header.magic);
+            check.problem(Some(header.base_offset), Some(position), message);
+        } else if crc32c(&batch[CRC_START..]) != header.crc {
+            let message = format!(
+                "batch CRC-32C mismatch (batch at byte {position}, offsets {}..={})",
+                header.base_offset,
+                header.last_offset()
+            );
+            check.problem(Some(header.base_offset), Some(position), message);
+        }
+        if header.base_offset > expected_next {
+            let message = format!(
+                "offsets {expected_next}..={} are missing inside the segment",
+                header.base_offset - 1
+            );
+            check.problem(Some(expected_next), Some(position), message);
+        } else if header.base_offset < expected_next {
+            let message = format!(
+                "batch at offset {} repeats offsets below {expected_next}",
+                header.base_offset
+            );
+            check.problem(Some(header.base_offset), Some(position), message);
+        }
+        walk.starts.insert(position, header.base_offset);
+        check.first_offset.get_or_insert(header.base_offset);
+        check.last_offset = Some(header.last_offset());
+        check.batches += 1;
+        check.records += header.record_count.max(0) as u64;
+        walk.offsets += header.offset_count();
+        expected_next = header.last_offset() + 1;
+        position += header.size;
+    }
+    walk.complete = true;
+    walk
+}
+
+fn check_index(check: &mut SegmentCheck, object: &str, index: &[u8], starts: &HashMap<usize, i64>) {
+    let problem = |offset: Option<i64>, message: String| Problem {
+        object: object.to_string(),
+        offset,
+        byte: None,
+        message,
+    };
+    let parsed = match SparseIndex::parse(index) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            check
+                .problems
+                .push(problem(Some(check.base_offset), format!("index: {e}")));
+            return;
+        }
+    };
+    for entry in &parsed.entries {
+        match starts.get(&(entry.position as usize)) {
+            Some(&offset) if offset == entry.offset => {}
+            Some(&offset) => check.problems.push(problem(
+                Some(entry.offset),
+                format!(
+                    "index entry for offset {} points at byte {}, where the batch at offset \
+                     {offset} starts",
+                    entry.offset, entry.position
+                ),
+            )),
+            None => check.problems.push(problem(
+                Some(entry.offset),
+                format!(
+                    "index entry for offset {} points at byte {}, which is not a batch start",
+                    entry.offset, entry.position
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! The broker's Prometheus metrics. Counters and histograms are updated where the work happens
+//! (cheap atomics, no allocation beyond a label lookup); gauges that describe state (owned
+//! partitions, cache size, groups, lag) are computed at scrape time by `gauges`, so they can
+//! never drift from what the broker really holds. `http` serves them with the health checks.
+
+pub mod gauges;
+pub mod http;
+
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use kafka_protocol::messages::ApiKey;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicLabels {
+    pub topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    pub api: ApiName,
+}
+
+/// A Kafka API key, shown by its name ("Produce"); the name is only spelled out at scrape time.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct ApiName(pub i16);
+
+impl EncodeLabelValue for ApiName {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        match ApiKey::try_from(self.0) {
+            Ok(key) => write!(encoder, "{key:?}"),
+            Err(()) => write!(encoder, "{}", self.0),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: &'static str,
+}
+
+/// Request latencies span sub-millisecond metadata calls to multi-second long polls.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// What the Python group coordinator reports about the groups it coordinates; lag is worked
+/// out from it against the high watermarks at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct GroupSnapshot {
+    pub groups: Vec<GroupState>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupState {
+    pub group: String,
+    pub state: String,
+    pub members: i64,
+    /// (topic, partition, committed offset)
+    pub offsets: Vec<(String, i32, i64)>,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub request_duration: Family<ApiLabels, Histogram>,
+    pub produce_requests: Family<TopicLabels, Counter>,
+    pub produce_records: Family<TopicLabels, Counter>,
+    pub produce_bytes: Family<TopicLabels, Counter>,
+    pub fetch_records: Family<TopicLabels, Counter>,
+    pub fetch_bytes: Family<TopicLabels, Counter>,
+    pub flush_duration: Histogram,
+    pub flush_errors: Counter,
+    pub upload_duration: Histogram,
+    pub upload_errors: Counter,
+    pub etcd_duration: Family<OperationLabels, Histogram>,
+    pub etcd_errors: Family<OperationLabels, Counter>,
+    pub cache_hits: Counter,
+    pub cache_misses: Counter,
+    pub groups: Mutex<GroupSnapshot>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            request_duration: Family::new_with_constructor(latency_histogram),
+            produce_requests: Family::default(),
+            produce_records: Family::default(),
+            produce_bytes: Family::default(),
+            fetch_records: Family::default(),
+            fetch_bytes: Family::default(),
+            flush_duration: latency_histogram(),
+            flush_errors: Counter::default(),
+            upload_duration: latency_histogram(),
+            upload_errors: Counter::default(),
+            etcd_duration: Family::new_with_constructor(latency_histogram),
+            etcd_errors: Family::default(),
+            cache_hits: Counter::default(),
+            cache_misses: Counter::default(),
+            groups: Mutex::new(GroupSnapshot::default()),
+        }
+    }
+}
+
+impl Metrics {
+    /// Adds every counter and histogram to `registry` (they stay shared: updates show at the
+    /// next scrape).
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("kafscale");
+        r.register_with_unit(
+            "request_duration",
+            "Time from a decoded request to its response, per Kafka API",
+            Unit::Seconds,
+            self.request_duration.clone(),
+        );
+        r.register(
+            "produce_requests",
+            "Produce requests naming the topic",
+            self.produce_requests.clone(),
+        );
+        r.register(
+            "produce_records",
+            "Records appended by Produce",
+            self.produce_records.clone(),
+        );
+        r.register_with_unit(
+            "produce",
+            "Record batch bytes appended by Produce",
+            Unit::Bytes,
+            self.produce_bytes.clone(),
+        );
+        r.register(
+            "fetch_records",
+            "Records returned by Fetch",
+            self.fetch_records.clone(),
+        );
+        r.register_with_unit(
+            "fetch",
+            "Record batch bytes returned by Fetch",
+            Unit::Bytes,
+            self.fetch_bytes.clone(),
+        );
+        r.register_with_unit(
+            "flush_duration",
+            "Time to flush one partition's buffer: segment uploads and high-watermark commits",
+            Unit::Seconds,
+            self.flush_duration.clone(),
+        );
+        r.register(
+            "flush_errors",
+            "Flushes that failed (their writes stay buffered and are retried)",
+            self.flush_errors.clone(),
+        );
+        r.register_with_unit(
+            "object_store_upload_duration",
+            "Time to upload one segment or index object",
+            Unit::Seconds,
+            self.upload_duration.clone(),
+        );
+        r.register(
+            "object_store_upload_errors",
+            "Segment or index uploads that failed",
+            self.upload_errors.clone(),
+        );
+        r.register_with_unit(
+            "etcd_request_duration",
+            "Time of one etcd request, per operation",
+            Unit::Seconds,
+            self.etcd_duration.clone(),
+        );
+        r.register(
+            "etcd_request_errors",
+            "etcd requests that failed, per operation",
+            self.etcd_errors.clone(),
+        );
+        r.register(
+            "cache_hits",
+            "Fetches of committed segments served from the segment cache",
+            self.cache_hits.clone(),
+        );
+        r.register(
+            "cache_misses",
+            "Fetches of committed segments that had to read the object store",
+            self.cache_misses.clone(),
+        );
+    }
+
+    pub fn observe_request(&self, api: ApiKey, started: Instant) {
+        self.request_duration
+            .get_or_create(&ApiLabels {
+                api: ApiName(api as i16),
+            })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    pub fn count_produce(&self, topic: &str, records: u64, bytes: u64) {
+        let labels = TopicLabels {
+            topic: topic.to_owned(),
+        };
+        self.produce_requests.get_or_create(&labels).inc();
+        self.produce_records.get_or_create(&labels).inc_by(records);
+        self.produce_bytes.get_or_create(&labels).inc_by(bytes);
+    }
+
+    pub fn count_fetch(&self, topic: &str, records: u64, bytes: u64) {
+        let labels = TopicLabels {
+            topic: topic.to_owned(),
+        };
+        self.fetch_records.get_or_create(&labels).inc_by(records);
+        self.fetch_bytes.get_or_create(&labels).inc_by(bytes);
+    }
+
+    /// A deleted topic's series go with it (a re-created one starts from zero).
+    pub fn forget_topic(&self, topic: &str) {
+        let labels = TopicLabels {
+            topic: topic.to_owned(),
+        };
+        for family in [
+            &self.produce_requests,
+            &self.produce_records,
+            &self.produce_bytes,
+            &self.fetch_records,
+            &self.fetch_bytes,
+        ] {
+            family.remove(&labels);
+        }
+    }
+
+    pub fn observe_etcd(&self, operation: &'static str, started: Instant, failed: bool) {
+        let labels = OperationLabels { operation };
+        self.etcd_duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        if failed {
+            self.etcd_errors.get_or_create(&labels).inc();
+        }
+    }
+
+    pub fn set_groups(&self, snapshot: GroupSnapshot) {
+        *self.groups.lock().unwrap_or_else(|p| p.into_inner()) = snapshot;
+    }
+
+    pub fn group_snapshot(&self) -> GroupSnapshot {
+        self.groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Records in a run of v2 record batches (each batch header carries its count), for fetch
+/// accounting without decoding records. A truncated tail batch (Fetch may cut one) is skipped.
+pub fn count_records(mut batches: &[u8]) -> u64 {
+    const LENGTH_AT: usize = 8;
+    const COUNT_AT: usize = 57;
+    let mut records = 0u64;
+    while batches.len() >= COUNT_AT + 4 {
+        let length = i32::from_be_bytes(batches[LENGTH_AT..LENGTH_AT + 4].try_into().unwrap());
+        let total = 12 + length.max(0) as usize;
+        if total > batches.len() {
+            break;
+        }
+        let count = i32::from_be_bytes(batches[COUNT_AT..COUNT_AT + 4].try_into().unwrap());
+        records += count.max(0) as u64;
+        batches = &batches[total..];
+    }
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::encoding::text::encode;
+
+    use super::*;
+
+    fn batch(records: i32, payload: usize) -> Vec<u8> {
+        let mut b = vec![0u8; 61 + payload];
+        let length = (b.len() - 12) as i32;
+        b[8..12].copy_from_slice(&length.to_be_bytes());
+        b[57..61].copy_from_slice(&records.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn counts_records_across_batches_and_ignores_a_cut_tail() {
+        let mut bytes = batch(3, 10);
+        bytes.extend(batch(5, 0));
+        assert_eq!(count_records(&bytes), 8);
+        let whole = bytes.len();
+        bytes.extend(&batch(7, 40)[..30]);
+        assert_eq!(count_records(&bytes[..whole + 30]), 8);
+        assert_eq!(count_records(&[]), 0);
+    }
+
+    #[test]
+    fn exposition_names_carry_units_and_totals() {
+        let metrics = Metrics::default();
+        metrics.count_produce("orders", 4, 100);
+        metrics.count_fetch("orders", 2, 50);
+        metrics.observe_request(ApiKey::Produce, Instant::now());
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "kafscale_produce_records_total{topic=\"orders\"} 4",
+            "kafscale_produce_bytes_total{topic=\"orders\"} 100",
+            "kafscale_fetch_records_total{topic=\"orders\"} 2",
+            "kafscale_fetch_bytes_total{topic=\"orders\"} 50",
+            "kafscale_request_duration_seconds_count{api=\"Produce\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        metrics.forget_topic("orders");
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("topic=\"orders\""));
+    }
+}

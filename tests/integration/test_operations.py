@@ -1,0 +1,189 @@
+"""The operations endpoint (KAFSCALE_METRICS_ADDR: /metrics, /healthz, /readyz) and the log
+format settings, against real brokers, etcd and moto."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from support.procs import free_port, paused
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def get(url: str) -> tuple[int, str, str]:
+    """(status, content type, body) of a GET; HTTP errors are answers too."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+class Endpoint:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str) -> tuple[int, str, str]:
+        return get(self.base + path)
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of /metrics, parsed by the OpenMetrics parser (which rejects a
+        malformed exposition), keyed by (name, sorted labels)."""
+        status, content_type, body = self.get("/metrics")
+        assert status == 200, body
+        assert content_type.startswith("application/openmetrics-text"), content_type
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body)
+            for s in family.samples
+        }
+
+    def wait_sample(self, name: str, labels: dict[str, str], want: float, timeout: float = 15):
+        key = (name, tuple(sorted(labels.items())))
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.samples().get(key)
+            if value == want or time.monotonic() > deadline:
+                return value
+            time.sleep(0.2)
+
+    def wait_ready(self, want: int, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            status, _, body = self.get("/readyz")
+            if status == want or time.monotonic() > deadline:
+                assert status == want, f"/readyz answered {status}, not {want}:\n{body}"
+                return body
+            time.sleep(0.2)
+
+
+def with_endpoint(start, **kw) -> tuple[object, Endpoint]:
+    port = free_port()
+    broker = start(["--metrics-addr", f"127.0.0.1:{port}"], **kw)
+    return broker, Endpoint(port)
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, key=str(i % 2).encode(), value=b"v" * 100, partition=i % 2)
+    assert producer.flush(30) == 0
+
+
+def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
+    broker, endpoint = with_endpoint(broker_factory, env={"KAFSCALE_DEFAULT_PARTITIONS": "2"})
+    assert endpoint.get("/healthz")[0::2] == (200, "ok\n")
+    body = endpoint.wait_ready(200)
+    assert body.splitlines() == ["metadata store: ok", "object store: ok", "serving: ok"]
+    assert endpoint.get("/nope")[0] == 404
+
+    topic, group = f"ops-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    produce(broker.bootstrap, topic, 40)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < 40 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                seen += 1
+        assert seen == 40
+        consumer.commit(asynchronous=False)
+        produce(broker.bootstrap, topic, 10)  # 5 more per partition, not yet consumed
+
+        for partition in ("0", "1"):
+            labels = {"group": group, "topic": topic, "partition": partition}
+            assert endpoint.wait_sample("kafscale_consumer_group_lag", labels, 5) == 5
+        samples = endpoint.samples()
+        assert samples[("kafscale_group_members", (("group", group), ("state", "Stable")))] == 1
+        assert samples[("kafscale_coordinated_groups", ())] == 1
+    finally:
+        consumer.close()
+
+    by_topic = (("topic", topic),)
+    assert samples[("kafscale_produce_records_total", by_topic)] == 50
+    assert samples[("kafscale_produce_bytes_total", by_topic)] > 50 * 100
+    assert samples[("kafscale_produce_requests_total", by_topic)] >= 2
+    assert samples[("kafscale_fetch_records_total", by_topic)] >= 40
+    assert samples[("kafscale_fetch_bytes_total", by_topic)] > 40 * 100
+    assert samples[("kafscale_owned_partitions", ())] >= 2
+    for api in ("Produce", "Fetch", "Metadata", "JoinGroup", "SyncGroup", "OffsetCommit"):
+        assert samples[("kafscale_request_duration_seconds_count", (("api", api),))] >= 1, api
+    assert samples[("kafscale_flush_duration_seconds_count", ())] >= 2
+    assert samples[("kafscale_object_store_upload_duration_seconds_count", ())] >= 4
+    assert samples[("kafscale_flush_errors_total", ())] == 0
+    assert samples[("kafscale_object_store_upload_errors_total", ())] == 0
+    hits, misses = (samples[(f"kafscale_cache_{kind}_total", ())] for kind in ("hits", "misses"))
+    assert hits + misses >= 1
+    assert samples[("kafscale_cache_bytes", ())] >= 0
+
+
+def test_readiness_follows_the_metadata_and_object_stores(cluster, moto, etcd):
+    # A long lease, so pausing etcd for a few seconds does not end the broker's session.
+    c = cluster(1, lease_ttl_ms=20_000)
+    broker, endpoint = with_endpoint(lambda args: c.add(args=args))
+    c.wait_converged()
+    endpoint.wait_ready(200)
+
+    with paused(moto):
+        body = endpoint.wait_ready(503)
+        assert "object store: no answer" in body and "metadata store: ok" in body, body
+        assert endpoint.get("/healthz")[0] == 200, "liveness must not follow a store outage"
+    endpoint.wait_ready(200)
+
+    with paused(etcd):
+        body = endpoint.wait_ready(503)
+        assert "metadata store: no answer" in body, body
+    endpoint.wait_ready(200)
+
+    samples = endpoint.samples()
+    for operation in ("get", "range", "txn"):
+        labels = (("operation", operation),)
+        assert samples[("kafscale_etcd_request_duration_seconds_count", labels)] >= 1, operation
+    assert broker.running
+
+
+def test_json_logs_from_both_sides_share_one_shape(broker_factory):
+    broker = broker_factory(env={"KAFSCALE_LOG_FORMAT": "json", "KAFSCALE_LOG_LEVEL": "debug"})
+    produce(broker.bootstrap, f"logs-{uuid.uuid4().hex[:8]}", 2)
+    assert broker.terminate() == 0
+    lines = [
+        line
+        for line in broker.log_text().splitlines()
+        if line.strip() and not line.startswith("=====")
+    ]
+    entries = [json.loads(line) for line in lines]  # every line is one JSON object
+    for entry in entries:
+        assert {"timestamp", "level", "target", "message"} <= entry.keys(), entry
+    targets = {e["target"] for e in entries}
+    assert any(t.startswith("kafscale::") for t in targets), targets  # the Rust core
+    assert "kafscale.broker" in targets  # the Python control plane
+    assert "DEBUG" in {e["level"] for e in entries}
+
+
+def test_metrics_address_problems_are_reported(broker_factory):
+    bad = broker_factory(["--metrics-addr", "nonsense"], start=False).start(wait=False)
+    assert bad.wait_exit() == 2
+    assert "metrics" in bad.log_text().lower() and "nonsense" in bad.log_text()
+
+    taken, endpoint = with_endpoint(broker_factory)
+    port = endpoint.base.rsplit(":", 1)[1]
+    clash = broker_factory(["--metrics-addr", f"127.0.0.1:{port}"], start=False)
+    assert clash.start(wait=False).wait_exit() == 1
+    assert f"KAFSCALE_METRICS_ADDR 127.0.0.1:{port}: cannot listen" in clash.log_text()
+    assert taken.running
