@@ -362,6 +362,8 @@ class SegmentSource:
     def segments(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
         """(base offset, end offset exclusive, size in bytes) of each segment."""
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None: ...
+    def segment_objects(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(base offset, size in bytes) of each segment object, from the listing alone."""
     def verify(
         self, topic: str, partition: int, base_offset: int
     ) -> tuple[

@@ -48,6 +48,14 @@ class SegmentInfo:
 
 
 @dataclass(frozen=True)
+class SegmentObject:
+    topic: str
+    partition: int
+    base_offset: int
+    size: int
+
+
+@dataclass(frozen=True)
 class SegmentProblem:
     object: str
     """The segment (.kfs) or index object it was found in."""
@@ -134,6 +142,15 @@ class SegmentSource:
         """The first offset whose record timestamp is at or after ``timestamp_ms`` (what
         ListOffsets answers); None when every record is older."""
         return self._core.offset_for_timestamp(topic, partition, timestamp_ms)
+
+    def segment_objects(self, topic: str, partition: int) -> list[SegmentObject]:
+        """The partition's segment objects in offset order, from the listing alone: unlike
+        :meth:`segments` nothing is read, so a damaged newest segment hides nothing (what
+        ``kafscale segments verify`` walks)."""
+        return [
+            SegmentObject(topic, partition, base, size)
+            for base, size in self._core.segment_objects(topic, partition)
+        ]
 
     def verify(self, topic: str, partition: int, base_offset: int) -> SegmentCheck:
         """Checks one segment and its index end to end - header, every batch's CRC, offsets

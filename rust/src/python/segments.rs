@@ -18,7 +18,7 @@ use crate::analytics::error::ReadError;
 use crate::analytics::reader::TopicReader;
 use crate::analytics::scan::{BatchLimits, PartitionScan};
 use crate::analytics::verify::verify_segment;
-use crate::store::{S3Credentials, SegmentStore, StorageLocation};
+use crate::store::{S3Credentials, SegmentObject, SegmentStore, StorageLocation};
 
 pyo3::create_exception!(
     _core,
@@ -170,6 +170,25 @@ impl SegmentSource {
         Ok(segments
             .iter()
             .map(|s| (s.base_offset, s.end_offset, s.size))
+            .collect())
+    }
+
+    /// (base offset, size in bytes) of each segment object, in offset order, from the listing
+    /// alone: unlike `segments`, no object is read, so a damaged segment cannot hide the rest.
+    fn segment_objects(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+    ) -> PyResult<Vec<(i64, u64)>> {
+        let store = self.reader.store();
+        let listed = self.block_on(py, async {
+            Ok(store.list_partition(topic, partition).await?)
+        })?;
+        Ok(listed
+            .iter()
+            .filter(|s| s.kind == SegmentObject::Data)
+            .map(|s| (s.base_offset, s.size))
             .collect())
     }
 

@@ -1,0 +1,69 @@
+"""The ``kafscale`` command: administer a KafScale (or any Kafka) cluster over the Kafka
+protocol, and inspect the segment objects it stores.
+
+    kafscale topics   list | create | describe | alter | delete       (--bootstrap-server)
+    kafscale groups   list | describe | delete | reset-offsets        (--bootstrap-server)
+    kafscale brokers  list                                            (--bootstrap-server)
+    kafscale segments ls | dump | verify      (s3://BUCKET/NAMESPACE or DATA_DIR/NAMESPACE)
+
+Exit codes: 0 success; 1 the command failed (the message on stderr says why and what to do),
+or ``segments verify`` found problems; 2 bad arguments; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import brokers, groups, segments, topics
+from .args import plain
+from .errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, print_error
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kafscale",
+        description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    topics.register(commands)
+    groups.register(commands)
+    brokers.register(commands)
+    segments.register(commands)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kafscale")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help / --version (0) or bad arguments (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return args.func(args)
+    except CliError as err:
+        print_error(err)
+        return 1
+    except KeyboardInterrupt:
+        print("kafscale: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `kafscale ... | head`: the reader is gone. Point stdout at /dev/null so that the
+        # interpreter's final flush does not fail again on the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

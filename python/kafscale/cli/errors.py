@@ -1,0 +1,33 @@
+"""Errors the CLI shows a person: what went wrong and what to do, on one line each.
+
+Every failure the CLI foresees (an unreachable broker, an unknown topic, a refused request, an
+unreadable bucket) is raised as :class:`CliError` and printed as ``kafscale: error: ...`` with
+exit code 1; bad arguments are argparse's business (exit code 2). A traceback means a bug.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command ran and failed, or (segments verify) found problems
+EXIT_USAGE = 2  # argparse's code for bad arguments
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
+
+class CliError(Exception):
+    """A failure to report without a traceback: ``what`` went wrong, ``hint`` what to do."""
+
+    def __init__(self, what: str, hint: str | None = None, *, code: int | None = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.hint = hint
+        self.code = code  # the Kafka error code behind it, when there is one
+
+    def __str__(self) -> str:
+        return f"{self.what}; {self.hint}" if self.hint else self.what
+
+
+def print_error(err: CliError) -> None:
+    """One ``kafscale: error: ...`` line on stderr."""
+    import sys
+
+    print(f"kafscale: error: {err}", file=sys.stderr)

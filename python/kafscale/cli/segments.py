@@ -1,0 +1,245 @@
+"""``kafscale segments ls|dump|verify``: a topic's segment objects read straight from object
+storage (``s3://bucket/namespace``) or a single broker's ``<data dir>/<namespace>``, through
+``kafscale.segment`` (no broker involved).
+
+S3 settings not given as flags come from the standard AWS environment variables
+(AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); credentials are never taken as flags, so that they
+stay out of shell histories and process lists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import json
+from typing import Any
+
+from . import output, verify
+from .args import non_negative_int, plain, positive_int
+from .errors import EXIT_OK, CliError
+from .storage import add_location_flags, object_name, open_source, partitions_of, storage
+
+TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+
+
+def register(commands: Any) -> None:
+    segments = commands.add_parser(
+        "segments",
+        help="list, dump and verify segment objects (S3 or a data directory)",
+        description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = segments.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    p = sub.add_parser(
+        "ls", help="partitions under a location, or the segments of a topic's partitions"
+    )
+    add_location_flags(p)
+    p.add_argument("--topic", help="list this topic's segments (else: one line per partition)")
+    p.add_argument("--partition", type=non_negative_int, metavar="P", help="only this partition")
+    output.add_output_flag(p)
+    p.set_defaults(func=cmd_ls, parser=p)
+
+    p = sub.add_parser("dump", help="print a partition's records")
+    add_location_flags(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=non_negative_int, required=True, metavar="P")
+    p.add_argument(
+        "--from-offset",
+        type=non_negative_int,
+        metavar="N",
+        help="first offset (default: the first stored)",
+    )
+    p.add_argument("--max-records", type=positive_int, metavar="N", help="stop after N records")
+    p.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json"],
+        default="text",
+        help="text (default) or json: one object per line, bytes as base64 when not UTF-8",
+    )
+    p.set_defaults(func=cmd_dump)
+
+    verify.register(sub)
+
+
+# ---------------------------------------------------------------------------------------------
+# ls
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    if args.partition is not None and args.topic is None:
+        args.parser.error("--partition needs --topic")
+    source = open_source(args)
+    with storage(args.location):
+        rows = segment_rows(source, args) if args.topic else partition_rows(source)
+    if args.output == output.JSON:
+        output.print_json(rows)
+    elif args.topic:
+        output.print_table(
+            ["TOPIC", "PARTITION", "BASE-OFFSET", "END-OFFSET", "SIZE", "OBJECT"],
+            [
+                [
+                    r["topic"],
+                    r["partition"],
+                    r["base_offset"],
+                    r["end_offset"],
+                    output.human_bytes(r["size"]),
+                    r["object"],
+                ]
+                for r in rows
+            ],
+        )
+    else:
+        output.print_table(
+            ["TOPIC", "PARTITION", "SEGMENTS", "FIRST-OFFSET", "END-OFFSET", "SIZE"],
+            [
+                [
+                    r["topic"],
+                    r["partition"],
+                    r["segments"],
+                    r["first_offset"],
+                    r["end_offset"],
+                    output.human_bytes(r["size"]),
+                ]
+                for r in rows
+            ],
+        )
+    if not rows:
+        output.note(
+            f"no segments under {args.location}: is it the broker's data directory joined with "
+            "its namespace, or s3://BUCKET/NAMESPACE with the brokers' namespace?"
+        )
+    return EXIT_OK
+
+
+def partition_rows(source: Any) -> list[dict]:
+    rows = []
+    for topic in source.topics():
+        for p in source.partitions(topic):
+            segs = source.segments(topic, p)
+            if segs:
+                rows.append(
+                    {
+                        "topic": topic,
+                        "partition": p,
+                        "segments": len(segs),
+                        "first_offset": segs[0].base_offset,
+                        "end_offset": segs[-1].end_offset,
+                        "size": sum(s.size for s in segs),
+                    }
+                )
+    return rows
+
+
+def segment_rows(source: Any, args: argparse.Namespace) -> list[dict]:
+    return [
+        {
+            "topic": s.topic,
+            "partition": s.partition,
+            "base_offset": s.base_offset,
+            "end_offset": s.end_offset,
+            "size": s.size,
+            "object": object_name(s.topic, s.partition, s.base_offset),
+        }
+        for p in partitions_of(source, args.topic, args.partition)
+        for s in source.segments(args.topic, p)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# dump
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    from kafscale.segment import SegmentError
+
+    source = open_source(args)
+    with storage(args.location):
+        (partition,) = partitions_of(source, args.topic, args.partition)
+        segs = source.segments(args.topic, partition)
+        start = args.from_offset if args.from_offset is not None else segs[0].base_offset
+        end = segs[-1].end_offset
+        if start >= end:
+            output.note(f"{args.topic}/{partition} ends at offset {end}: nothing from {start}")
+            return EXIT_OK
+        left = args.max_records
+        batch_rows = min(left or 10_000, 10_000)
+        try:
+            batches = source.read(
+                args.topic, partition, start, end, include_headers=True, batch_rows=batch_rows
+            )
+            for batch in batches:
+                for row in batch.to_pylist():
+                    print_record(row, args.output)
+                    if left is not None:
+                        left -= 1
+                        if left == 0:
+                            return EXIT_OK
+        except SegmentError as exc:
+            raise CliError(
+                f"a damaged segment stops the dump: {exc}",
+                f"`kafscale segments verify {args.location} --topic {args.topic}` lists every "
+                "problem",
+            ) from None
+    return EXIT_OK
+
+
+def printable(raw: bytes) -> str | None:
+    """The text, when ``raw`` is UTF-8 without control characters (tabs and newlines are
+    fine); else None."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if all(c.isprintable() or c in "\t\n\r" for c in text):
+        return text
+    return None
+
+
+def text_bytes(raw: bytes | None) -> str:
+    """For people: null, a JSON-quoted string, or hex:... for binary data."""
+    if raw is None:
+        return "null"
+    text = printable(raw)
+    return json.dumps(text, ensure_ascii=False) if text is not None else f"hex:{raw.hex()}"
+
+
+def json_bytes(raw: bytes | None, name: str) -> dict[str, Any]:
+    """For scripts: {name: text} for UTF-8, {name: base64, name_encoding: "base64"} else."""
+    if raw is None:
+        return {name: None}
+    text = printable(raw)
+    if text is not None:
+        return {name: text}
+    return {name: base64.b64encode(raw).decode(), f"{name}_encoding": "base64"}
+
+
+def iso_ms(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def print_record(row: dict, mode: str) -> None:
+    headers = row.get("headers") or []
+    if mode == "json":
+        record: dict[str, Any] = {
+            "offset": row["offset"],
+            "timestamp": iso_ms(row["timestamp"]),
+            "timestamp_type": TIMESTAMP_TYPES.get(row["timestampType"], row["timestampType"]),
+        }
+        record |= json_bytes(row["key"], "key") | json_bytes(row["value"], "value")
+        record["headers"] = [{"key": h["key"]} | json_bytes(h["value"], "value") for h in headers]
+        output.print_json_line(record)
+        return
+    parts = [
+        str(row["offset"]),
+        iso_ms(row["timestamp"]),
+        f"key={text_bytes(row['key'])}",
+        f"value={text_bytes(row['value'])}",
+    ]
+    if headers:
+        shown = ", ".join(f"{json.dumps(h['key'])}={text_bytes(h['value'])}" for h in headers)
+        parts.append(f"headers=[{shown}]")
+    print("  ".join(parts))

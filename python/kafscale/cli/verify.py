@@ -1,0 +1,209 @@
+"""``kafscale segments verify``: check every segment of every partition and report every
+problem, not just the first.
+
+Within a segment the reader's ``SegmentSource.verify`` checks the header, each batch's CRC, that
+batches follow each other, the footer and segment CRC, and the ``.index``. Across segments this
+module checks that they join up: a segment must start right after the last offset the previous
+one holds (else offsets are missing, or stored twice), and its first record must be at its base
+offset. The first segment of a partition may start above 0 (retention removed older ones).
+
+Exit code 0 when nothing was found, 1 when anything was; one summary line either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import output
+from .args import non_negative_int, plain
+from .errors import EXIT_FAILED, EXIT_OK, CliError
+from .progress import Progress
+from .storage import add_location_flags, object_name, open_source, partitions_of, storage
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem, where it is."""
+
+    topic: str
+    partition: int
+    object: str
+    offset: int | None
+    byte: int | None
+    message: str
+
+    def line(self) -> str:
+        where = [f"offset {self.offset}"] if self.offset is not None else []
+        where += [f"byte {self.byte}"] if self.byte is not None else []
+        at = f" ({', '.join(where)})" if where else ""
+        return f"PROBLEM {self.topic}/{self.partition} {self.object}{at}: {self.message}"
+
+
+@dataclass
+class Totals:
+    partitions: int = 0
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="check every segment (CRCs, index, gaps between segments); exit 1 on any problem",
+        description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_location_flags(p)
+    p.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="only this topic (repeatable; default: every topic under LOCATION)",
+    )
+    p.add_argument(
+        "--partition", type=non_negative_int, metavar="P", help="only this partition (with --topic)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    p.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json"],
+        default="text",
+        help="text (default: one PROBLEM line each, then a summary) or json (one document)",
+    )
+    p.set_defaults(func=cmd_verify, parser=p)
+
+
+def joins(topic: str, partition: int, infos: list[Any], checks: list[Any]) -> list[Finding]:
+    """Problems between and at the start of segments, from the checks of consecutive segments
+    (``checks[i]`` is None when segment i could not be read at all)."""
+    found: list[Finding] = []
+    for i, (info, check) in enumerate(zip(infos, checks, strict=True)):
+        name = check.object if check else object_name(topic, partition, info.base_offset)
+
+        def add(offset: int, message: str, name: str = name) -> None:
+            found.append(Finding(topic, partition, name, offset, None, message))
+
+        base, first = info.base_offset, check.first_offset if check else None
+        if first is not None and first > base:
+            add(
+                base,
+                f"gap: offsets {base}..{first - 1} missing at the start of the segment "
+                f"(its first record is at {first})",
+            )
+        elif first is not None and first < base:
+            add(
+                first,
+                f"the segment's base offset is {base} but its first record is at offset {first}",
+            )
+        before = checks[i - 1] if i else None
+        if before is None or before.last_offset is None:
+            continue  # the first segment, or nothing readable before: its own problems say so
+        expected = before.last_offset + 1
+        if base > expected:
+            add(
+                expected,
+                f"gap: offsets {expected}..{base - 1} missing between "
+                f"{before.object} and this segment",
+            )
+        elif base < expected:
+            add(
+                base,
+                f"overlap: the segment starts at offset {base} but {before.object} "
+                f"already holds offsets up to {before.last_offset}",
+            )
+    return found
+
+
+def check_segment(source: Any, info: Any) -> tuple[Any, list[Finding]]:
+    """(SegmentCheck or None, its problems as findings). A storage failure on one object is a
+    finding too (the object may have gone since the listing), not the end of the walk."""
+    try:
+        check = source.verify(info.topic, info.partition, info.base_offset)
+    except OSError as exc:
+        name = object_name(info.topic, info.partition, info.base_offset)
+        return None, [
+            Finding(info.topic, info.partition, name, None, None, f"cannot read the object: {exc}")
+        ]
+    return check, [
+        Finding(info.topic, info.partition, p.object, p.offset, p.byte, p.message)
+        for p in check.problems
+    ]
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    if args.partition is not None and not args.topic:
+        args.parser.error("--partition needs --topic")
+    source = open_source(args)
+    findings: list[Finding] = []
+    with storage(args.location):
+        plan = listing(source, args)
+    total = Totals(partitions=sum(1 for infos in plan.values() if infos))
+    progress = Progress(
+        "verify",
+        sum(len(infos) for infos in plan.values()),
+        sum(s.size for infos in plan.values() for s in infos),
+        enabled=not args.no_progress,
+    )
+    try:
+        for (topic, partition), infos in plan.items():
+            checks = []
+            for info in infos:
+                check, problems = check_segment(source, info)
+                checks.append(check)
+                if check is not None:
+                    total.batches += check.batches
+                    total.records += check.records
+                total.segments += 1
+                total.bytes += info.size
+                report(progress, problems, findings, args.output)
+                progress.advance(info.size, f"{topic}/{partition}@{info.base_offset}")
+            report(progress, joins(topic, partition, infos, checks), findings, args.output)
+    finally:
+        progress.close()
+    counts = ", ".join(
+        [
+            output.plural(total.partitions, "partition"),
+            output.plural(total.segments, "segment"),
+            output.plural(total.batches, "batch", "batches"),
+            output.plural(total.records, "record"),
+        ]
+    )
+    summary = f"verified {counts} ({output.human_bytes(total.bytes)}) under {args.location}: " + (
+        f"{output.plural(len(findings), 'problem')} found" if findings else "no problems"
+    )
+    if args.output == output.JSON:
+        problems = [asdict(f) for f in findings]
+        output.print_json({"location": args.location, **asdict(total), "problems": problems})
+        output.note(summary)
+    else:
+        print(summary)
+    return EXIT_FAILED if findings else EXIT_OK
+
+
+def report(progress: Progress, new: list[Finding], findings: list[Finding], mode: str) -> None:
+    findings.extend(new)
+    if mode != output.JSON:
+        for f in new:
+            progress.write(f.line())
+
+
+def listing(source: Any, args: argparse.Namespace) -> dict[tuple[str, int], list[Any]]:
+    """{(topic, partition): its segment objects in offset order} of everything to verify, from
+    the object listing alone: no object is read yet, so a damaged one hides nothing."""
+    topics = list(dict.fromkeys(args.topic)) if args.topic else source.topics()
+    if not topics:
+        raise CliError(
+            f"no segments under {args.location}",
+            "give the broker's data directory joined with its namespace, or "
+            "s3://BUCKET/NAMESPACE with the namespace the brokers use",
+        )
+    return {
+        (topic, p): source.segment_objects(topic, p)
+        for topic in topics
+        for p in partitions_of(source, topic, args.partition)
+    }
