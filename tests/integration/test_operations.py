@@ -119,6 +119,7 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
     assert samples[("kafscale_produce_records_total", by_topic)] == 50
     assert samples[("kafscale_produce_bytes_total", by_topic)] > 50 * 100
     assert samples[("kafscale_produce_requests_total", by_topic)] >= 2
+    assert samples[("kafscale_fetch_requests_total", by_topic)] >= 1
     assert samples[("kafscale_fetch_records_total", by_topic)] >= 40
     assert samples[("kafscale_fetch_bytes_total", by_topic)] > 40 * 100
     assert samples[("kafscale_owned_partitions", ())] >= 2

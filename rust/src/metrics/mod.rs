@@ -72,6 +72,7 @@ pub struct Metrics {
     pub produce_requests: Family<TopicLabels, Counter>,
     pub produce_records: Family<TopicLabels, Counter>,
     pub produce_bytes: Family<TopicLabels, Counter>,
+    pub fetch_requests: Family<TopicLabels, Counter>,
     pub fetch_records: Family<TopicLabels, Counter>,
     pub fetch_bytes: Family<TopicLabels, Counter>,
     pub flush_duration: Histogram,
@@ -92,6 +93,7 @@ impl Default for Metrics {
             produce_requests: Family::default(),
             produce_records: Family::default(),
             produce_bytes: Family::default(),
+            fetch_requests: Family::default(),
             fetch_records: Family::default(),
             fetch_bytes: Family::default(),
             flush_duration: latency_histogram(),
@@ -133,6 +135,11 @@ impl Metrics {
             "Record batch bytes appended by Produce",
             Unit::Bytes,
             self.produce_bytes.clone(),
+        );
+        r.register(
+            "fetch_requests",
+            "Fetch requests naming the topic",
+            self.fetch_requests.clone(),
         );
         r.register(
             "fetch_records",
@@ -207,10 +214,12 @@ impl Metrics {
         self.produce_bytes.get_or_create(&labels).inc_by(bytes);
     }
 
+    /// One Fetch request's yield for one topic it named (zeros when nothing was returned).
     pub fn count_fetch(&self, topic: &str, records: u64, bytes: u64) {
         let labels = TopicLabels {
             topic: topic.to_owned(),
         };
+        self.fetch_requests.get_or_create(&labels).inc();
         self.fetch_records.get_or_create(&labels).inc_by(records);
         self.fetch_bytes.get_or_create(&labels).inc_by(bytes);
     }
@@ -224,6 +233,7 @@ impl Metrics {
             &self.produce_requests,
             &self.produce_records,
             &self.produce_bytes,
+            &self.fetch_requests,
             &self.fetch_records,
             &self.fetch_bytes,
         ] {
@@ -311,6 +321,7 @@ mod tests {
             "kafscale_produce_records_total{topic=\"orders\"} 4",
             "kafscale_produce_bytes_total{topic=\"orders\"} 100",
             "kafscale_fetch_records_total{topic=\"orders\"} 2",
+            "kafscale_fetch_requests_total{topic=\"orders\"} 1",
             "kafscale_fetch_bytes_total{topic=\"orders\"} 50",
             "kafscale_request_duration_seconds_count{api=\"Produce\"} 1",
         ] {

@@ -56,14 +56,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, Str
             break responses; // nothing was committed meanwhile: what we read is current
         }
     };
-    for (topic, _, data) in &responses {
-        if let Some(records) = data.records.as_ref().filter(|r| !r.is_empty()) {
-            let count = crate::metrics::count_records(records);
-            broker
-                .metrics
-                .count_fetch(topic, count, records.len() as u64);
-        }
-    }
+    count_fetch(broker, &responses);
     let response = FetchResponse::default().with_responses(group(responses, by_id));
     encode_response(request.correlation_id, request.api_version, &response)
 }
@@ -154,6 +147,26 @@ async fn read_all(
         responses.push((w.topic.clone(), w.topic_id, data));
     }
     (responses, total, any_error)
+}
+
+/// Per topic named in the request: one request, and the records and bytes it returns.
+fn count_fetch(broker: &Broker, responses: &[(String, Uuid, PartitionData)]) {
+    let mut per_topic: Vec<(&str, u64, u64)> = Vec::new();
+    for (topic, _, data) in responses {
+        let (records, bytes) = data.records.as_ref().map_or((0, 0), |r| {
+            (crate::metrics::count_records(r), r.len() as u64)
+        });
+        match per_topic.iter_mut().find(|(t, ..)| t == topic) {
+            Some(entry) => {
+                entry.1 += records;
+                entry.2 += bytes;
+            }
+            None => per_topic.push((topic, records, bytes)),
+        }
+    }
+    for (topic, records, bytes) in per_topic {
+        broker.metrics.count_fetch(topic, records, bytes);
+    }
 }
 
 /// Groups partition responses by topic, keeping request order.
