@@ -2,9 +2,10 @@
 
 The core owns the listener and the whole data plane. This process runs an asyncio loop that
 takes control-plane requests (topic admin, consumer groups) from the core and answers them,
-until SIGTERM or SIGINT: then the core stops accepting, flushes every buffer and closes its
-stores, and the process exits 0. A second signal during that shutdown exits at once (nothing
-acknowledged is lost: acks are only sent after data is durable).
+until SIGTERM or SIGINT: then the core stops accepting and reading requests, flushes every
+buffer, sends every response it owes and closes its stores, and the process exits 0. A second
+signal during that shutdown exits at once (nothing acknowledged is lost: acks are only sent
+after data is durable).
 
 Exit codes: 0 clean shutdown, 1 the broker could not start or failed, 2 bad settings.
 """

@@ -3,14 +3,16 @@ no gap and no reuse. Run against local storage and against S3 (moto)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+import urllib.request
 
 import pytest
 from support import kafka_wire as kw
 from support import segment_format as sf
 from support.clients import Msg, confluent_consume, confluent_produce, unique
-from support.procs import S3_ENV
+from support.procs import S3_ENV, free_port
 
 PARTITIONS = 2
 
@@ -189,3 +191,43 @@ def test_sigterm_flushes_acks0_and_exits_zero(broker_factory):
     got = confluent_consume(broker.bootstrap, topic, {0: len(values)})
     assert [g.value for g in got] == values
     assert [g.offset for g in got] == list(range(len(values)))
+
+
+def test_sigterm_answers_every_produce_it_took(broker_factory):
+    """acks=all requests waiting for their flush when SIGTERM arrives (flush interval 60 s):
+    the broker flushes, then answers each on its connection before it exits. A client that
+    lost those answers would have to send the stored records again."""
+    metrics_port = free_port()
+    broker = broker_factory(
+        ["--metrics-addr", f"127.0.0.1:{metrics_port}"], flush_interval_ms=60_000
+    )
+    topic = unique("acks-all-term")
+    kw.ensure_topic(broker.bootstrap, topic, 1)
+    values = [b"t-%d" % i for i in range(30)]
+    with kw.RawConnection.to(broker.bootstrap) as conn:
+        correlation_ids = []
+        for i in range(0, len(values), 10):
+            batch = sf.build_record_batch([(None, v, []) for v in values[i : i + 10]])
+            correlation_ids.append(conn.send(kw.PRODUCE, 3, kw.produce_body(topic, 0, batch)))
+        # the broker counts a produce request when it appends it: wait until all three are in
+        taken = f'kafscale_produce_requests_total{{topic="{topic}"}} 3'
+        deadline = time.monotonic() + 15
+        while taken not in scrape(metrics_port):
+            assert time.monotonic() < deadline, scrape(metrics_port)
+            time.sleep(0.05)
+        broker.proc.send_signal(signal.SIGTERM)
+        answers = []
+        for expected_id in correlation_ids:
+            correlation_id, r = conn.recv_response()
+            assert correlation_id == expected_id
+            answers.append(kw.parse_produce_v3(r)[(topic, 0)])
+    assert [(a.error_code, a.base_offset) for a in answers] == [(0, 0), (0, 10), (0, 20)]
+    assert broker.wait_exit() == 0
+    broker.start()
+    got = confluent_consume(broker.bootstrap, topic, {0: len(values)})
+    assert [g.value for g in got] == values
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()

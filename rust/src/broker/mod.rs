@@ -61,6 +61,9 @@ pub struct Broker {
 const RECREATE_WAIT: Duration = Duration::from_secs(10);
 /// How long a create waits for every new partition to have an owner before answering.
 const OWNERS_WAIT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for claims and hand-offs under way (each is a few metadata-store
+/// round trips, or a flush).
+const OWNERSHIP_CHANGES_WAIT: Duration = Duration::from_secs(15);
 
 impl Broker {
     /// Opens storage and metadata, joins the cluster and takes over this broker's share of
@@ -426,8 +429,14 @@ impl Broker {
     /// for a lease to expire.
     pub async fn shutdown(&self) {
         self.stopping.store(true, Ordering::Release);
-        // Wait for a reconciliation (claim or hand-off) under way; none starts after this.
+        // Wait for a reconciliation under way; none starts after this.
         let _no_more_changes = self.reconciling.lock().await;
+        // Claims and hand-offs it started run on their own: let them finish (a claim that
+        // lands now gives the partition back) before collecting what to flush. A claim that
+        // installed a writable log after this point would take writes that no flush below
+        // commits - its producers would be told "not persisted" about records the next owner
+        // then adopts.
+        self.wait_for_ownership_changes().await;
         let partitions: Vec<_> = self
             .topics()
             .iter()
@@ -442,6 +451,29 @@ impl Broker {
         }
         self.control.close();
         tracing::info!("all buffers flushed and partitions released; broker stopped");
+    }
+
+    async fn wait_for_ownership_changes(&self) {
+        let deadline = tokio::time::Instant::now() + OWNERSHIP_CHANGES_WAIT;
+        loop {
+            let changing = self
+                .topics()
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .filter(|slot| slot.is_changing())
+                .count();
+            if changing == 0 {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    changing,
+                    "partition claims or hand-offs still under way at shutdown; not waiting longer"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 

@@ -261,9 +261,12 @@ impl Broker {
             let me = broker.config.broker_id;
             let limits = topic.limits.clone();
             match open_partition(&broker.log, record, id, limits, me).await {
-                Ok(partition) if !broker.serves(&topic) => {
-                    // The topic was deleted (and maybe re-created) meanwhile: give the claim
-                    // back instead of keeping an owner key nobody writes under.
+                Ok(partition)
+                    if !broker.serves(&topic) || broker.stopping.load(Ordering::Acquire) =>
+                {
+                    // The topic was deleted (and maybe re-created) meanwhile, or this broker
+                    // is shutting down: give the claim back instead of keeping an owner key
+                    // nobody writes under.
                     if let Some(owned) = partition.owned() {
                         let catalog = &broker.log.catalog;
                         let _ = catalog.release_partition(&record.name, id, &owned).await;

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::control::ControlRequest;
 use super::runtime::on_runtime;
@@ -44,6 +45,8 @@ struct Running {
     core: Arc<Core>,
     listen_addr: SocketAddr,
     stop: watch::Sender<bool>,
+    /// The accept loop; after the stop it ends once every connection sent what it owes.
+    server: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// `(group_id, state, member count, [(topic, partition, committed offset)])`
@@ -113,7 +116,7 @@ impl Broker {
                 };
                 let core = Core::open(config).await?;
                 let (stop, stopped) = watch::channel(false);
-                tokio::spawn(crate::server::serve(core.clone(), listener, stopped));
+                let server = tokio::spawn(crate::server::serve(core.clone(), listener, stopped));
                 if let Some(metrics_listener) = metrics_listener {
                     tokio::spawn(crate::metrics::http::serve(metrics_listener, core.clone()));
                 }
@@ -121,6 +124,7 @@ impl Broker {
                     core,
                     listen_addr,
                     stop,
+                    server: Mutex::new(Some(server)),
                 })
             })
         });
@@ -276,6 +280,14 @@ impl Broker {
             runtime.block_on(async move {
                 let _ = running.stop.send(true);
                 running.core.shutdown().await;
+                let server = running
+                    .server
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let Some(server) = server {
+                    let _ = server.await;
+                }
             })
         });
         Ok(())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::dispatch::{dispatch, Reply};
@@ -21,7 +21,14 @@ use crate::protocol::header::Request;
 /// client producing to 8 partitions with linger.ms=5 queued behind the cap without bound.
 const MAX_IN_FLIGHT: usize = 4096;
 
-pub async fn run(broker: Arc<Broker>, socket: TcpStream, peer: SocketAddr) {
+/// Serves until the client disconnects or `stop` turns true; then stops reading, sends every
+/// response still owed and closes.
+pub async fn run(
+    broker: Arc<Broker>,
+    socket: TcpStream,
+    peer: SocketAddr,
+    mut stop: watch::Receiver<bool>,
+) {
     let (read_half, mut write_half) = socket.into_split();
     let mut frames = FrameReader::new(read_half, broker.config.max_request_bytes);
     let (queue, mut replies) = mpsc::channel::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
@@ -47,8 +54,14 @@ pub async fn run(broker: Arc<Broker>, socket: TcpStream, peer: SocketAddr) {
         }
     });
 
-    loop {
-        let frame: Bytes = match frames.read_frame().await {
+    while !*stop.borrow() {
+        // A frame cut off by the stop was never dispatched: its client sees the connection
+        // close without an answer, which is true - nothing of it was stored.
+        let read = tokio::select! {
+            read = frames.read_frame() => read,
+            _ = stop.changed() => break,
+        };
+        let frame: Bytes = match read {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(error) => {
