@@ -10,49 +10,21 @@ a 3-broker cluster with etcd and moto.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from support import admin_wire as aw
 from support.admin_env import partition_counts, raw_topic_configs
+from support.cli_runner import Run, kafscale
 from support.clients import Msg, confluent_produce, unique
 from support.cluster import create_topic
 from support.group_env import HANG_GUARD, SingleNode
 from support.groups import ConfluentMember, close_all, wait_records, wait_split
 from support.load import wait_for
 from support.procs import free_port
-
-CLI_HANG_GUARD = 120.0  # seconds; stops a hung CLI process, never a performance limit
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self):
-        return json.loads(self.out)
-
-
-def kafscale(*args: str, env: dict[str, str] | None = None) -> Run:
-    """``python -m kafscale.cli ARGS``; a traceback on stderr is always a failure (every error
-    a person can cause must be a sentence, not a stack)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "kafscale.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_HANG_GUARD,
-        env=env,
-    )
-    run = Run(proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in run.err, f"kafscale {' '.join(args)} crashed:\n{run.err}"
-    return run
 
 
 def ok(*args: str) -> Run:

@@ -26,37 +26,16 @@ from pathlib import Path
 import pytest
 from support import segment_format as sf
 from support.analytics_env import LocalObjects, S3Objects
+from support.cli_runner import CLI_HANG_GUARD, Run, kafscale
 from support.clients import Got, Msg, confluent_consume, confluent_produce, unique
 from support.cluster import create_topic
 from support.procs import S3_ENV
 
-CLI_HANG_GUARD = 120.0  # seconds; stops a hung CLI process, never a performance limit
 NAMESPACE = "default"
 PARTITIONS = 2
 ROUNDS = 3  # produce calls, each acknowledged (so in segments) before the next
 PER_ROUND = 40  # records per partition per round
 SMALL_BATCHES = {"batch.num.messages": 7, "linger.ms": 20}  # several batches per segment
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-def kafscale(*args: str, env: dict[str, str] | None = None) -> Run:
-    """``python -m kafscale.cli ARGS`` as a real process; never a traceback."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "kafscale.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_HANG_GUARD,
-        env=env,
-    )
-    run = Run(proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in run.err, f"kafscale {' '.join(args)} crashed:\n{run.err}"
-    return run
 
 
 @dataclass
