@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kafscale.errors import ErrorCode
+
 from . import output, reset
 from .args import plain
 from .errors import EXIT_FAILED, EXIT_OK, CliError, print_error
 from .group_queries import STATES, committed_offsets, describe_group, end_offsets, state_name
-from .kafka import GROUP_ID_NOT_FOUND, Kafka, add_connection_flags
+from .kafka import Kafka, add_connection_flags
 
 
 def register(commands: Any) -> None:
@@ -113,7 +115,7 @@ def group_view(kafka: Kafka, group: str) -> dict:
         raise CliError(
             f"no group named {group} (no members, no committed offsets)",
             "`kafscale groups list` shows the groups that exist",
-            code=GROUP_ID_NOT_FOUND,
+            code=ErrorCode.GROUP_ID_NOT_FOUND,
         )
     tps = sorted(set(committed) | set(owner))
     ends = end_offsets(kafka, tps)

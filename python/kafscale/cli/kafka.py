@@ -17,43 +17,41 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from kafscale.errors import ErrorCode
+
 from .errors import CliError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 30.0
 K = TypeVar("K")
 
-# librdkafka's local error codes (negative) and the broker codes the CLI explains
+# librdkafka's local error codes (negative); broker codes are kafscale.errors.ErrorCode
 _TRANSPORT = -195
 _RESOLVE = -193
 _ALL_BROKERS_DOWN = -187
 _LOCAL_TIMED_OUT = -185
 _UNSUPPORTED_FEATURE = -165
-REQUEST_TIMED_OUT = 7
-UNSUPPORTED_VERSION = 35
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC = 17
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_CONFIG = 40
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
 
 _UNREACHABLE = {_TRANSPORT, _RESOLVE, _ALL_BROKERS_DOWN}
-_TIMEOUTS = {_LOCAL_TIMED_OUT, REQUEST_TIMED_OUT}
-_UNSUPPORTED = {_UNSUPPORTED_FEATURE, UNSUPPORTED_VERSION}
+_TIMEOUTS = {_LOCAL_TIMED_OUT, ErrorCode.REQUEST_TIMED_OUT}
+_UNSUPPORTED = {_UNSUPPORTED_FEATURE, ErrorCode.UNSUPPORTED_VERSION}
 
 # what to do about a broker's answer, by error code
 _HINTS = {
-    UNKNOWN_TOPIC_OR_PARTITION: "`kafscale topics list` shows the topics that exist",
-    INVALID_TOPIC: "topic names are 1-249 characters from a-z A-Z 0-9 . _ -",
-    TOPIC_ALREADY_EXISTS: "pick another name, or add --if-not-exists",
-    INVALID_PARTITIONS: "partitions can only be added: ask for more than the topic has now",
-    INVALID_REPLICATION_FACTOR: "KafScale keeps no replicas: leave --replication-factor out",
-    INVALID_CONFIG: "check the --config keys and values",
-    NON_EMPTY_GROUP: "stop the group's consumers (or wait for their session timeout) and retry",
-    GROUP_ID_NOT_FOUND: "`kafscale groups list` shows the groups that exist",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "`kafscale topics list` shows the topics that exist",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "topic names are 1-249 characters from a-z A-Z 0-9 . _ -",
+    ErrorCode.TOPIC_ALREADY_EXISTS: "pick another name, or add --if-not-exists",
+    ErrorCode.INVALID_PARTITIONS: (
+        "partitions can only be added: ask for more than the topic has now"
+    ),
+    ErrorCode.INVALID_REPLICATION_FACTOR: (
+        "KafScale keeps no replicas: leave --replication-factor out"
+    ),
+    ErrorCode.INVALID_CONFIG: "check the --config keys and values",
+    ErrorCode.NON_EMPTY_GROUP: (
+        "stop the group's consumers (or wait for their session timeout) and retry"
+    ),
+    ErrorCode.GROUP_ID_NOT_FOUND: "`kafscale groups list` shows the groups that exist",
 }
 
 

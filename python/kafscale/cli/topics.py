@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kafscale.errors import ErrorCode
+
 from . import output
 from .args import key_value, positive_int
 from .errors import EXIT_FAILED, EXIT_OK, CliError, print_error
-from .kafka import TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION, Kafka, add_connection_flags
+from .kafka import Kafka, add_connection_flags
 
 # DescribeConfigs' config sources, as a person reads them
 SOURCES = {
@@ -103,7 +105,7 @@ def require_topics(metadata: Any, names: list[str]) -> None:
         raise CliError(
             f"no topic named {', '.join(missing)}",
             "`kafscale topics list` shows the topics that exist",
-            code=UNKNOWN_TOPIC_OR_PARTITION,
+            code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         )
 
 
@@ -132,7 +134,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     try:
         kafka.result(future, "creating topic", args.topic)
     except CliError as err:
-        if args.if_not_exists and err.code == TOPIC_ALREADY_EXISTS:
+        if args.if_not_exists and err.code == ErrorCode.TOPIC_ALREADY_EXISTS:
             output.note(f"topic {args.topic} exists already; nothing changed")
             return EXIT_OK
         raise
@@ -304,7 +306,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     for name, (_, err) in kafka.results(futures, "deleting topic").items():
         if err is None:
             print(f"deleted topic {name}")
-        elif args.if_exists and err.code == UNKNOWN_TOPIC_OR_PARTITION:
+        elif args.if_exists and err.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             output.note(f"topic {name} does not exist; nothing to delete")
         else:
             print_error(err)

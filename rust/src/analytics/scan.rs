@@ -14,14 +14,11 @@ use super::codec::{decompress, Codec};
 use super::columns::Columns;
 use super::error::ReadError;
 use super::records::decode_records;
-use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN};
+use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use crate::log::checksum::crc32c;
 use crate::log::index::SparseIndex;
 use crate::log::segment::{ParsedSegment, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use crate::store::{SegmentObject, SegmentStore};
-
-/// Where the batch CRC's coverage starts (attributes), relative to the batch.
-const CRC_START: usize = 21;
 
 /// A segment as listed: its offsets are `base_offset..end_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,16 +8,13 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN};
+use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use crate::log::checksum::crc32c;
 use crate::log::index::SparseIndex;
 use crate::log::segment::{
     FOOTER_MAGIC, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
 use crate::store::{SegmentObject, SegmentStore, StoreError};
-
-/// Where a batch's CRC-32C coverage starts (attributes onwards).
-const CRC_START: usize = 21;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

@@ -18,7 +18,8 @@ pub const BATCH_HEADER_LEN: usize = 61;
 /// Part of the header the broker rewrites: base offset, length, partition leader epoch.
 /// None of it is covered by the batch CRC.
 pub const REWRITTEN_PREFIX_LEN: usize = 16;
-const CRC_START: usize = 21;
+/// Where a batch's CRC-32C coverage starts (attributes onwards).
+pub const CRC_START: usize = 21;
 const MAGIC_AT: usize = 16;
 
 /// The fields of a batch header the broker uses.

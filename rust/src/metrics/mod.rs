@@ -17,6 +17,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::log::segment::BatchWalker;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TopicLabels {
     pub topic: String,
@@ -265,21 +267,11 @@ impl Metrics {
 
 /// Records in a run of v2 record batches (each batch header carries its count), for fetch
 /// accounting without decoding records. A truncated tail batch (Fetch may cut one) is skipped.
-pub fn count_records(mut batches: &[u8]) -> u64 {
-    const LENGTH_AT: usize = 8;
-    const COUNT_AT: usize = 57;
-    let mut records = 0u64;
-    while batches.len() >= COUNT_AT + 4 {
-        let length = i32::from_be_bytes(batches[LENGTH_AT..LENGTH_AT + 4].try_into().unwrap());
-        let total = 12 + length.max(0) as usize;
-        if total > batches.len() {
-            break;
-        }
-        let count = i32::from_be_bytes(batches[COUNT_AT..COUNT_AT + 4].try_into().unwrap());
-        records += count.max(0) as u64;
-        batches = &batches[total..];
-    }
-    records
+pub fn count_records(batches: &[u8]) -> u64 {
+    BatchWalker::new(batches)
+        .map_while(Result::ok)
+        .map(|(_, header)| header.record_count.max(0) as u64)
+        .sum()
 }
 
 #[cfg(test)]
