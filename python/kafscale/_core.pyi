@@ -46,6 +46,16 @@ class BrokerSettings(Protocol):
     log_level: str
     log_format: str
     metrics_addr: str | None
+    max_connections: int
+    max_connections_per_ip: int
+    connections_max_idle_ms: int
+    request_read_timeout_ms: int
+    connection_max_inflight_bytes: int
+    queued_max_request_bytes: int
+    fetch_max_bytes: int
+    message_timestamp_before_max_ms: int
+    message_timestamp_after_max_ms: int
+    max_uncompressed_batch_bytes: int
 
 class TopicInfo:
     name: str

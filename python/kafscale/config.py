@@ -40,6 +40,9 @@ CONTROL_PLANE_SETTINGS = (
     "group_initial_rebalance_delay_ms",
     "group_min_session_timeout_ms",
     "group_max_session_timeout_ms",
+    "group_max_member_metadata_bytes",
+    "group_max_metadata_bytes",
+    "group_max_size",
 )
 LOG_FORMATS = ("text", "json")
 
@@ -485,6 +488,97 @@ class Settings:
         default_doc="unset: not served",
         metavar="HOST:PORT",
     )
+    # Limits that keep one client from exhausting the broker (names follow Kafka's broker
+    # configs where Kafka has one).
+    max_connections: int = _setting(
+        10_000,
+        "Most client connections the broker holds at once (Kafka's max.connections); a "
+        "connection past it is closed at once. Lowered at start-up to what the process's "
+        "file-descriptor limit allows.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "a count such as 10000"),
+        metavar="N",
+    )
+    max_connections_per_ip: int = _setting(
+        1_000,
+        "Most client connections from one IP address (Kafka's max.connections.per.ip).",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "a count such as 1000"),
+        metavar="N",
+    )
+    connections_max_idle_ms: int = _setting(
+        600_000,
+        "A connection that sends no request and is owed no response for this long is closed "
+        "(Kafka's connections.max.idle.ms).",
+        _parse_int,
+        check=_in_range(1000, _INT32_MAX, "milliseconds, e.g. 600000"),
+        metavar="MS",
+    )
+    request_read_timeout_ms: int = _setting(
+        30_000,
+        "Once the first byte of a request frame has arrived, the whole frame must arrive "
+        "within this time or the connection is closed (a slow or stalled sender cannot pin "
+        "buffers).",
+        _parse_int,
+        check=_in_range(100, _INT32_MAX, "milliseconds, e.g. 30000"),
+        metavar="MS",
+    )
+    connection_max_inflight_bytes: int = _setting(
+        128 * _MIB,
+        "Bytes one connection may have in flight: requests read but not answered plus "
+        "responses not yet sent. Past it the broker stops reading from that connection until "
+        "responses go out (one request is always let through, whatever its size).",
+        _parse_size,
+        check=_in_range(1, _INT64_MAX, "a size such as 128MiB"),
+        default_doc=_size_doc(128 * _MIB),
+        metavar="SIZE",
+    )
+    queued_max_request_bytes: int = _setting(
+        512 * _MIB,
+        "Bytes all connections together may have in flight (Kafka's "
+        "queued.max.request.bytes); past it the broker stops reading requests instead of "
+        "growing.",
+        _parse_size,
+        check=_in_range(1, _INT64_MAX, "a size such as 512MiB"),
+        default_doc=_size_doc(512 * _MIB),
+        metavar="SIZE",
+    )
+    fetch_max_bytes: int = _setting(
+        55 * _MIB,
+        "Largest Fetch response (Kafka's fetch.max.bytes); a request asking for more gets "
+        "this much. The first batch is still returned whole (KIP-74).",
+        _parse_size,
+        check=_in_range(1024, _INT32_MAX, "a size such as 55MiB"),
+        default_doc=_size_doc(55 * _MIB),
+        metavar="SIZE",
+    )
+    message_timestamp_before_max_ms: int = _setting(
+        _INT64_MAX,
+        "Default message.timestamp.before.max.ms of topics (KIP-937): a CreateTime record "
+        "older than this is refused with INVALID_TIMESTAMP.",
+        _parse_int,
+        check=_in_range(0, _INT64_MAX, "milliseconds, e.g. 604800000"),
+        default_doc=f"{_INT64_MAX} (no limit)",
+        metavar="MS",
+    )
+    message_timestamp_after_max_ms: int = _setting(
+        3_600_000,
+        "Default message.timestamp.after.max.ms of topics (KIP-937): a CreateTime record "
+        "more than this far in the future is refused with INVALID_TIMESTAMP.",
+        _parse_int,
+        check=_in_range(0, _INT64_MAX, "milliseconds, e.g. 3600000"),
+        metavar="MS",
+    )
+    max_uncompressed_batch_bytes: int = _setting(
+        128 * _MIB,
+        "Largest size a compressed record batch may expand to; a bigger one (a "
+        "decompression bomb) is refused with CORRUPT_MESSAGE. Validation streams, so this "
+        "bounds CPU, not memory.",
+        _parse_size,
+        check=_in_range(1024, _INT64_MAX, "a size such as 128MiB"),
+        default_doc=_size_doc(128 * _MIB),
+        metavar="SIZE",
+    )
     # Consumer groups (read by the Python control plane only; names follow Kafka's broker
     # configs group.initial.rebalance.delay.ms, group.min/max.session.timeout.ms).
     group_initial_rebalance_delay_ms: int = _setting(
@@ -508,6 +602,32 @@ class Settings:
         _parse_int,
         check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 1800000"),
         metavar="MS",
+    )
+    group_max_member_metadata_bytes: int = _setting(
+        256 * _KIB,
+        "Largest protocol metadata (JoinGroup) or assignment (SyncGroup) one member may "
+        "carry; a bigger one is refused with an error naming this setting.",
+        _parse_size,
+        check=_in_range(1024, _INT32_MAX, "a size such as 256KiB"),
+        default_doc=_size_doc(256 * _KIB),
+        metavar="SIZE",
+    )
+    group_max_metadata_bytes: int = _setting(
+        1 * _MIB,
+        "Largest total of protocol metadata and assignments of all members of one group (the "
+        "group's stored record must fit the metadata store's request limit).",
+        _parse_size,
+        check=_in_range(1024, _INT32_MAX, "a size such as 1MiB"),
+        default_doc=_size_doc(1 * _MIB),
+        metavar="SIZE",
+    )
+    group_max_size: int = _setting(
+        1_000,
+        "Most members one consumer group may have (Kafka's group.max.size); a join past it "
+        "gets GROUP_MAX_SIZE_REACHED.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "a count such as 1000"),
+        metavar="N",
     )
 
     def __post_init__(self) -> None:

@@ -38,6 +38,16 @@ pub struct BrokerConfig {
     pub retention_bytes: i64,
     pub retention_check_interval_ms: u64,
     pub metrics_addr: Option<String>,
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    pub connections_max_idle_ms: u64,
+    pub request_read_timeout_ms: u64,
+    pub connection_max_inflight_bytes: usize,
+    pub queued_max_request_bytes: usize,
+    pub fetch_max_bytes: usize,
+    pub message_timestamp_before_max_ms: i64,
+    pub message_timestamp_after_max_ms: i64,
+    pub max_uncompressed_batch_bytes: usize,
 }
 
 impl BrokerConfig {

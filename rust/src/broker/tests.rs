@@ -49,6 +49,16 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
         retention_bytes: -1,
         retention_check_interval_ms: 60_000,
         metrics_addr: None,
+        max_connections: 1000,
+        max_connections_per_ip: 1000,
+        connections_max_idle_ms: 600_000,
+        request_read_timeout_ms: 30_000,
+        connection_max_inflight_bytes: 64 << 20,
+        queued_max_request_bytes: 256 << 20,
+        fetch_max_bytes: 55 << 20,
+        message_timestamp_before_max_ms: i64::MAX,
+        message_timestamp_after_max_ms: 3_600_000,
+        max_uncompressed_batch_bytes: 128 << 20,
     };
     let broker = Broker::open(config).await.unwrap();
     TestBroker { broker, _dir: dir }
