@@ -605,8 +605,9 @@ class Settings:
     )
     group_max_member_metadata_bytes: int = _setting(
         256 * _KIB,
-        "Largest protocol metadata (JoinGroup) or assignment (SyncGroup) one member may "
-        "carry; a bigger one is refused with an error naming this setting.",
+        "Largest protocol metadata (JoinGroup: all its protocols together) or assignment "
+        "(SyncGroup) one member may carry; a bigger one gets MESSAGE_TOO_LARGE and the "
+        "broker logs which setting to raise.",
         _parse_size,
         check=_in_range(1024, _INT32_MAX, "a size such as 256KiB"),
         default_doc=_size_doc(256 * _KIB),
@@ -614,8 +615,10 @@ class Settings:
     )
     group_max_metadata_bytes: int = _setting(
         1 * _MIB,
-        "Largest total of protocol metadata and assignments of all members of one group (the "
-        "group's stored record must fit the metadata store's request limit).",
+        "Largest stored record of one group (its members' protocol metadata, assignments and "
+        "ids); a join past it gets GROUP_MAX_SIZE_REACHED, an assignment MESSAGE_TOO_LARGE. "
+        "The default keeps every write within etcd's default 1.5 MiB request limit; raise "
+        "etcd's --max-request-bytes before raising this.",
         _parse_size,
         check=_in_range(1024, _INT32_MAX, "a size such as 1MiB"),
         default_doc=_size_doc(1 * _MIB),

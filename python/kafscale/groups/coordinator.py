@@ -16,6 +16,7 @@ import logging
 from typing import Any, Protocol
 
 from kafscale.errors import ErrorCode
+from kafscale.groups.limits import GroupLimits, Refusal, join_refusal, log_refusal, oversized_name
 from kafscale.groups.membership import Client, Membership
 from kafscale.groups.model import Group, GroupState
 from kafscale.groups.offsets import Offsets, TopicLike, commit_error_answer
@@ -66,6 +67,9 @@ class GroupSettings(Protocol):
     group_initial_rebalance_delay_ms: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
+    group_max_member_metadata_bytes: int
+    group_max_metadata_bytes: int
+    group_max_size: int
 
 
 def error_answer(api_key: int, body: Any, code: int) -> Any:
@@ -93,23 +97,25 @@ class GroupCoordinator:
         self._loading: dict[str, asyncio.Task[Group]] = {}
         self._closed = False
         self._storage = GroupStorage(core.group_store(), settings.broker_id, store_error)
+        self._limits = GroupLimits.of(settings)
         self._membership = Membership(
-            self._storage, settings.group_initial_rebalance_delay_ms, self._lose
+            self._storage, settings.group_initial_rebalance_delay_ms, self._limits, self._lose
         )
         self._offsets = Offsets(self._storage, core.topic, self._membership.touch, self._lose)
 
     async def handle(self, api_key: int, version: int, body: Any, client: Client) -> Any:
         """The answer to one group request (never raises for a Kafka-level error)."""
-        code = self._validate(api_key, body)
-        if code != ErrorCode.NONE:
-            return error_answer(api_key, body, code)
+        refusal = self._validate(api_key, body)
+        if refusal is not None:
+            log_refusal(body.group_id, client.client_id, refusal.reason)
+            return error_answer(api_key, body, refusal.code)
         group = await self._acquire(body.group_id)
         if isinstance(group, int):
             return error_answer(api_key, body, group)
         if api_key == JOIN_GROUP:
             return await self._membership.join(group, body, client, version)
         if api_key == SYNC_GROUP:
-            return await self._membership.sync(group, body)
+            return await self._membership.sync(group, body, client)
         if api_key == HEARTBEAT:
             return self._membership.heartbeat(group, body)
         if api_key == LEAVE_GROUP:
@@ -185,17 +191,28 @@ class GroupCoordinator:
         log.info("deleted group %r and its committed offsets", group_id)
         return ErrorCode.NONE
 
-    def _validate(self, api_key: int, body: Any) -> int:
-        if api_key == JOIN_GROUP:
-            timeout = body.session_timeout_ms
-            s = self._settings
-            if not s.group_min_session_timeout_ms <= timeout <= s.group_max_session_timeout_ms:
-                return ErrorCode.INVALID_SESSION_TIMEOUT
-        return ErrorCode.NONE
+    def _validate(self, api_key: int, body: Any) -> Refusal | None:
+        if api_key != JOIN_GROUP:
+            return None
+        timeout = body.session_timeout_ms
+        s = self._settings
+        if not s.group_min_session_timeout_ms <= timeout <= s.group_max_session_timeout_ms:
+            return Refusal(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"session timeout {timeout} ms is outside group_min_session_timeout_ms = "
+                f"{s.group_min_session_timeout_ms} to group_max_session_timeout_ms = "
+                f"{s.group_max_session_timeout_ms}",
+            )
+        return join_refusal(body, self._limits)
 
     async def _acquire(self, group_id: str) -> Group | int:
         """The loaded group, or the error code that says why this broker cannot serve it."""
         if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        problem = oversized_name([("group id", group_id)])
+        if problem:
+            # Stored, it would be listed to every client, and old versions could not encode it.
+            log.warning("refused a group: %s", problem)
             return ErrorCode.INVALID_GROUP_ID
         owner = self._core.coordinator_for(group_id)
         if self._closed or owner != self._settings.broker_id:

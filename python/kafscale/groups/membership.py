@@ -14,12 +14,13 @@ Stable, never on a heartbeat. A write that fails hands the group back to the coo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from kafscale.errors import ErrorCode
+from kafscale.groups.limits import GroupLimits, log_refusal, new_member_id, setting_name
 from kafscale.groups.model import Group, GroupState, Member
 from kafscale.groups.protocol import (
     HeartbeatResponse,
@@ -29,7 +30,7 @@ from kafscale.groups.protocol import (
     LeaveGroupResponse,
     SyncGroupResponse,
 )
-from kafscale.groups.store import Fenced, StoreUnavailable
+from kafscale.groups.store import Fenced, StoreUnavailable, member_record_bytes, record_bytes
 
 __all__ = ["Client", "Membership"]
 
@@ -57,11 +58,13 @@ class Membership:
         self,
         storage: Saver,
         initial_rebalance_delay_ms: int,
+        limits: GroupLimits,
         lose: Callable[[Group, int], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._storage = storage
         self._initial_delay_s = initial_rebalance_delay_ms / 1000
+        self._limits = limits
         self._lose = lose
         self._clock = clock
         # Timer-started phase ends in flight (the loop keeps only weak references to tasks).
@@ -89,14 +92,21 @@ class Membership:
             return error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if req.member_id == "":
             instance = req.group_instance_id
-            if instance is not None:
-                existing = group.member_by_instance(instance)
-                if existing is not None:
-                    return await self._replace_static_member(group, existing, req, protocols)
-                return await self._add_member(
-                    group, f"{instance}-{uuid.uuid4()}", req, protocols, client
+            existing = None if instance is None else group.member_by_instance(instance)
+            if existing is not None:
+                return await self._replace_static_member(group, existing, req, protocols, client)
+            if len(group.members) + len(group.pending_members) >= self._limits.members:
+                refused(
+                    group,
+                    client,
+                    f"it has reached {setting_name('group_max_size')} = {self._limits.members}",
                 )
-            member_id = f"{client.client_id or 'consumer'}-{uuid.uuid4()}"
+                return error(ErrorCode.GROUP_MAX_SIZE_REACHED)
+            if instance is not None:
+                return await self._add_member(
+                    group, new_member_id(instance), req, protocols, client
+                )
+            member_id = new_member_id(client.client_id or "consumer")
             if version >= _MEMBER_ID_REQUIRED_SINCE:
                 group.pending_members[member_id] = self._clock() + req.session_timeout_ms / 1000
                 return JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
@@ -116,7 +126,8 @@ class Membership:
             return self._current_generation(group, member)
         # A leader rejoining a stable group asks for a new assignment (a topic it watches
         # changed), as does any member whose subscription changed.
-        self._update(member, req, protocols)
+        if not self._update(group, member, req, protocols, client):
+            return error(ErrorCode.GROUP_MAX_SIZE_REACHED)
         return await self._await_join(group, member)
 
     async def _add_member(
@@ -126,7 +137,7 @@ class Membership:
         req: Any,
         protocols: list[tuple[str, bytes]],
         client: Client,
-    ) -> asyncio.Future[JoinGroupResponse]:
+    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         member = Member(
             member_id=member_id,
             group_instance_id=req.group_instance_id,
@@ -138,6 +149,11 @@ class Membership:
             protocols=protocols,
             last_heartbeat=self._clock(),
         )
+        member.record_bytes = member_record_bytes(member)
+        if not self._record_fits(group, client, record_bytes(group) + member.record_bytes):
+            # Its member id is gone: a rebalance waiting for it need not wait any longer.
+            await self._maybe_complete_join(group)
+            return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id=member_id)
         if not group.members:
             group.protocol_type = req.protocol_type
         group.members[member_id] = member
@@ -145,10 +161,41 @@ class Membership:
             group.joined_during_delay = True
         return await self._await_join(group, member)
 
-    def _update(self, member: Member, req: Any, protocols: list[tuple[str, bytes]]) -> None:
+    def _update(
+        self,
+        group: Group,
+        member: Member,
+        req: Any,
+        protocols: list[tuple[str, bytes]],
+        client: Client,
+    ) -> bool:
+        """The member's new protocols and timeouts, unless the group's record would outgrow
+        its limit (False: the member keeps what it had)."""
+        updated = dataclasses.replace(
+            member,
+            protocols=protocols,
+            session_timeout_ms=req.session_timeout_ms,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+        )
+        size = member_record_bytes(updated)
+        if not self._record_fits(group, client, record_bytes(group) - member.record_bytes + size):
+            return False
         member.protocols = protocols
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.record_bytes = size
+        return True
+
+    def _record_fits(self, group: Group, client: Client, size: int) -> bool:
+        if size <= self._limits.group_record_bytes:
+            return True
+        refused(
+            group,
+            client,
+            f"its stored record would grow to {size} bytes, more than "
+            f"{setting_name('group_max_metadata_bytes')} = {self._limits.group_record_bytes}",
+        )
+        return False
 
     async def _await_join(self, group: Group, member: Member) -> asyncio.Future[JoinGroupResponse]:
         if member.awaiting_join:
@@ -162,12 +209,17 @@ class Membership:
         return waiter
 
     async def _replace_static_member(
-        self, group: Group, old: Member, req: Any, protocols: list[tuple[str, bytes]]
+        self,
+        group: Group,
+        old: Member,
+        req: Any,
+        protocols: list[tuple[str, bytes]],
+        client: Client,
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         """A static member restarted (same group.instance.id, no member id): it takes over its
         old member's place under a new id; the old id is fenced. If nothing else changed in a
         stable group, no rebalance: it gets the current generation and its old assignment."""
-        new_id = f"{old.group_instance_id}-{uuid.uuid4()}"
+        new_id = new_member_id(old.group_instance_id or "")
         fenced = JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=old.member_id)
         if old.awaiting_join:
             old.join_waiter.set_result(fenced)  # type: ignore[union-attr]
@@ -176,6 +228,7 @@ class Membership:
         del group.members[old.member_id]
         old.member_id, old.join_waiter, old.sync_waiter = new_id, None, None
         old.last_heartbeat = self._clock()
+        old.record_bytes = member_record_bytes(old)
         group.members[new_id] = old
         if group.leader_id == fenced.member_id:
             group.leader_id = new_id
@@ -186,7 +239,8 @@ class Membership:
                 self._lose(group, ErrorCode.NOT_COORDINATOR)
                 return JoinGroupResponse(ErrorCode.NOT_COORDINATOR, member_id="")
             return self._current_generation(group, old, skip_assignment=True)
-        self._update(old, req, protocols)
+        if not self._update(group, old, req, protocols, client):
+            return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id=new_id)
         return await self._await_join(group, old)
 
     def _current_generation(
@@ -285,7 +339,8 @@ class Membership:
         for member in [m for m in group.members.values() if not m.awaiting_join]:
             # Did not rejoin within the rebalance timeout.
             del group.members[member.member_id]
-        group.pending_members.clear()
+        # Member ids handed out with MEMBER_ID_REQUIRED stay valid (until their session timeout):
+        # such a member's join starts the next rebalance, as in Kafka.
         group.generation += 1
         if group.members:
             group.protocol_name = group.select_protocol()
@@ -315,15 +370,15 @@ class Membership:
 
     # --- SyncGroup ----------------------------------------------------------------------------
 
-    async def sync(self, group: Group, req: Any) -> SyncGroupResponse:
+    async def sync(self, group: Group, req: Any, client: Client) -> SyncGroupResponse:
         async with group.lock:
-            outcome = await self._sync(group, req)
+            outcome = await self._sync(group, req, client)
         if isinstance(outcome, SyncGroupResponse):
             return outcome
         return await outcome
 
     async def _sync(
-        self, group: Group, req: Any
+        self, group: Group, req: Any, client: Client
     ) -> SyncGroupResponse | asyncio.Future[SyncGroupResponse]:
         code = self._check_member(group, req.member_id, req.group_instance_id, req.generation_id)
         if code == ErrorCode.NONE and (
@@ -339,14 +394,22 @@ class Membership:
             return SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.is_(STABLE):
             return self._assignment(group, member)
+        if member.member_id == group.leader_id:
+            assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
+            problem = self._assignments_problem(group, assignments)
+            if problem:
+                refused(group, client, problem)
+                # As Kafka does when it cannot store an assignment: everyone rejoins.
+                self._prepare_rebalance(group)
+                return SyncGroupResponse(ErrorCode.MESSAGE_TOO_LARGE)
         if member.awaiting_sync:
             member.sync_waiter.set_result(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
         member.sync_waiter = asyncio.get_running_loop().create_future()
         waiter = member.sync_waiter
         if member.member_id == group.leader_id:
-            assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
+                m.record_bytes = member_record_bytes(m)
             group.state = STABLE
             try:
                 await self._storage.save(group)
@@ -357,6 +420,29 @@ class Membership:
                 if m.awaiting_sync:
                     m.sync_waiter.set_result(self._assignment(group, m))  # type: ignore[union-attr]
         return waiter
+
+    def _assignments_problem(self, group: Group, assignments: dict[str, bytes]) -> str | None:
+        """Why the leader's assignments cannot be taken, if they cannot."""
+        limit = self._limits.member_metadata_bytes
+        largest = max((len(a) for a in assignments.values()), default=0)
+        if largest > limit:
+            return (
+                f"the leader's assignment of {largest} bytes for one member is more than "
+                f"{setting_name('group_max_member_metadata_bytes')} = {limit}"
+            )
+        size = record_bytes(group) + sum(
+            member_record_bytes(dataclasses.replace(m, assignment=assignments[m.member_id]))
+            - m.record_bytes
+            for m in group.members.values()
+            if m.member_id in assignments
+        )
+        if size > self._limits.group_record_bytes:
+            return (
+                f"with the leader's assignments its stored record would be {size} bytes, more "
+                f"than {setting_name('group_max_metadata_bytes')} = "
+                f"{self._limits.group_record_bytes}"
+            )
+        return None
 
     @staticmethod
     def _assignment(group: Group, member: Member) -> SyncGroupResponse:
@@ -439,15 +525,17 @@ class Membership:
         """Removes members whose session timed out and member ids never used in time."""
         now = self._clock()
         async with group.lock:
-            changed = False
-            for member in [m for m in group.members.values() if m.session_expired(now)]:
+            expired = [m for m in group.members.values() if m.session_expired(now)]
+            for member in expired:
                 self._remove(group, member)
-                changed = True
-            for member_id in [m for m, deadline in group.pending_members.items() if now > deadline]:
+            unused = [m for m, deadline in group.pending_members.items() if now > deadline]
+            for member_id in unused:
                 del group.pending_members[member_id]
-                changed = True
-            if changed:
+            if expired:
                 await self._membership_changed(group)
+            elif unused:
+                # Never a member: nothing to rebalance, but a join phase may wait for it (Kafka).
+                await self._maybe_complete_join(group)
 
     def abandon(self, group: Group, code: int) -> None:
         """The group is no longer this broker's: answer everyone waiting and stop its timer."""
@@ -460,3 +548,7 @@ class Membership:
                 member.join_waiter.set_result(JoinGroupResponse(code, member_id=member.member_id))  # type: ignore[union-attr]
             if member.awaiting_sync:
                 member.sync_waiter.set_result(SyncGroupResponse(code))  # type: ignore[union-attr]
+
+
+def refused(group: Group, client: Client, reason: str) -> None:
+    log_refusal(group.group_id, client.client_id, reason)

@@ -36,6 +36,9 @@ class Member:
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
     last_heartbeat: float = 0.0
+    # What this member adds to the group's stored record (``store.member_record_bytes``), kept
+    # current by the state machine whenever what is stored of the member changes.
+    record_bytes: int = 0
     # Set while the member's JoinGroup (or SyncGroup) request waits for the group.
     join_waiter: asyncio.Future[JoinGroupResponse] | None = None
     sync_waiter: asyncio.Future[SyncGroupResponse] | None = None

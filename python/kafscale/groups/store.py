@@ -25,8 +25,12 @@ from kafscale.groups.model import CommittedOffset, Group, GroupState, Member
 
 __all__ = ["Fenced", "GroupStorage", "StoreUnavailable"]
 
-# etcd refuses transactions of more than 128 operations (its --max-txn-ops default).
+# etcd refuses transactions of more than 128 operations (its --max-txn-ops default) and requests
+# of more than 1.5 MiB (--max-request-bytes). Offsets are written in transactions of at most
+# this many puts and (past the first put) bytes of keys and values; with one more offset and the
+# fencing comparison a transaction stays well below 1.5 MiB.
 _MAX_OPS_PER_TXN = 100
+_MAX_TXN_BYTES = 1024 * 1024
 
 
 class StoredEntryLike(Protocol):
@@ -77,33 +81,55 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"))
 
 
-def encode_group(group: Group, coordinator: int) -> bytes:
-    members = [
-        {
-            "member_id": m.member_id,
-            "group_instance_id": m.group_instance_id,
-            "client_id": m.client_id,
-            "client_host": m.client_host,
-            "session_timeout_ms": m.session_timeout_ms,
-            "rebalance_timeout_ms": m.rebalance_timeout_ms,
-            "protocol_type": m.protocol_type,
-            "protocols": [{"name": n, "metadata": _b64(meta)} for n, meta in m.protocols],
-            "assignment": _b64(m.assignment),
-        }
-        for m in group.members.values()
-    ]
-    record = {
-        "group_id": group.group_id,
-        "state": group.state.value,
-        "generation": group.generation,
-        "protocol_type": group.protocol_type,
-        "protocol": group.protocol_name,
-        "leader": group.leader_id,
-        "coordinator": coordinator,
-        "coordinator_epoch": group.coordinator_epoch,
-        "members": members,
+def _json(record: Any) -> bytes:
+    # UTF-8 rather than \uXXXX escapes: a non-ASCII name takes its own size, not up to 3 times it.
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _member_record(m: Member) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "session_timeout_ms": m.session_timeout_ms,
+        "rebalance_timeout_ms": m.rebalance_timeout_ms,
+        "protocol_type": m.protocol_type,
+        "protocols": [{"name": n, "metadata": _b64(meta)} for n, meta in m.protocols],
+        "assignment": _b64(m.assignment),
     }
-    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _group_record(group: Group, coordinator: int, members: list[dict[str, Any]]) -> bytes:
+    return _json(
+        {
+            "group_id": group.group_id,
+            "state": group.state.value,
+            "generation": group.generation,
+            "protocol_type": group.protocol_type,
+            "protocol": group.protocol_name,
+            "leader": group.leader_id,
+            "coordinator": coordinator,
+            "coordinator_epoch": group.coordinator_epoch,
+            "members": members,
+        }
+    )
+
+
+def encode_group(group: Group, coordinator: int) -> bytes:
+    return _group_record(group, coordinator, [_member_record(m) for m in group.members.values()])
+
+
+def member_record_bytes(member: Member) -> int:
+    """What ``member`` adds to its group's stored record (with the comma before it)."""
+    return len(_json(_member_record(member))) + 1
+
+
+def record_bytes(group: Group) -> int:
+    """The size of the group's stored record, from its members' ``record_bytes`` (kept current
+    by the state machine) rather than by encoding every member again."""
+    header = _group_record(group, 0, [])
+    return len(header) + sum(m.record_bytes for m in group.members.values())
 
 
 def decode_group(group_id: str, value: bytes, revision: int, now: float) -> Group:
@@ -132,20 +158,20 @@ def decode_group(group_id: str, value: bytes, revision: int, now: float) -> Grou
             # A loaded member gets a full session from now to reach its new coordinator.
             last_heartbeat=now,
         )
+        member.record_bytes = member_record_bytes(member)
         group.members[member.member_id] = member
     return group
 
 
 def encode_offset(offset: CommittedOffset) -> bytes:
-    return json.dumps(
+    return _json(
         {
             "offset": offset.offset,
             "leader_epoch": offset.leader_epoch,
             "metadata": offset.metadata,
             "commit_timestamp_ms": offset.commit_timestamp_ms,
-        },
-        separators=(",", ":"),
-    ).encode()
+        }
+    )
 
 
 def decode_offset(value: bytes) -> CommittedOffset:
@@ -153,6 +179,20 @@ def decode_offset(value: bytes) -> CommittedOffset:
     return CommittedOffset(
         record["offset"], record["leader_epoch"], record["metadata"], record["commit_timestamp_ms"]
     )
+
+
+def _transactions(puts: list[tuple[str, bytes]]) -> Iterable[list[tuple[str, bytes]]]:
+    batch: list[tuple[str, bytes]] = []
+    size = 0
+    for key, value in puts:
+        n = len(key.encode()) + len(value)
+        if batch and (len(batch) == _MAX_OPS_PER_TXN or size + n > _MAX_TXN_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append((key, value))
+        size += n
+    if batch:
+        yield batch
 
 
 class GroupStorage:
@@ -205,12 +245,12 @@ class GroupStorage:
     ) -> None:
         """Stores offsets, fenced on the group record. A group never stored is created with
         them (a simple consumer's group exists once it commits). Large commits go in several
-        transactions; each is fenced, so a lost group stops the rest."""
+        transactions etcd accepts; each is fenced, so a lost group stops the rest."""
         puts = [(_offset_key(group.group_id, t, p), encode_offset(o)) for t, p, o in offsets]
         if group.revision == 0:
             puts.insert(0, (_group_key(group.group_id), encode_group(group, self._broker_id)))
-        for start in range(0, len(puts), _MAX_OPS_PER_TXN):
-            await self._commit(group, puts[start : start + _MAX_OPS_PER_TXN])
+        for batch in _transactions(puts):
+            await self._commit(group, batch)
 
     async def delete(self, group: Group) -> None:
         """Removes the record and every committed offset (a group is gone only as a whole)."""
