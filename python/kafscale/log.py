@@ -3,6 +3,10 @@ stream reads as one log.
 
 text: ``2026-11-21T13:10:00.123Z  INFO kafscale.broker: message`` (level right-aligned to 5)
 json: one object per line: ``{"timestamp", "level", "target", "message"}`` (+ ``exception``)
+
+Either way one event is one line (a traceback follows on its own lines in the text format): the
+text format escapes control characters in the message, as the core does, so a name a client
+chose (a topic with a newline in it) cannot forge a log line; JSON escapes them itself.
 """
 
 from __future__ import annotations
@@ -29,6 +33,21 @@ _LEVELS = {
 _NAMES = {TRACE: "TRACE", logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARN"}
 
 
+# C0 control characters and DEL, escaped as the core escapes them; also C1 controls and the
+# Unicode line separators, at which some log viewers break lines.
+_ESCAPES = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)},
+    **{c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x2028, 0x2029)},
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
+def _escape_controls(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
 def _level_name(levelno: int) -> str:
     return _NAMES.get(levelno, "ERROR" if levelno >= logging.ERROR else "INFO")
 
@@ -43,7 +62,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = (
             f"{_timestamp(record.created)} {_level_name(record.levelno):>5} "
-            f"{record.name}: {record.getMessage()}"
+            f"{record.name}: {_escape_controls(record.getMessage())}"
         )
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
