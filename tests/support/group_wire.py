@@ -1,8 +1,9 @@
 """Raw wire requests of the classic consumer group protocol, in the style of kafka_wire.
 
 FindCoordinator v0-2, JoinGroup v1-5, SyncGroup v1-3, Heartbeat v1-3, LeaveGroup v1-3,
-OffsetCommit v2-7 and OffsetFetch v1-5: every non-flexible version from the first one with a
-throttle time (or the rebalance timeout) on. The layouts follow Kafka's message definitions
+OffsetCommit v2-7, OffsetFetch v1-5 and DescribeGroups v0-4: every non-flexible version from the
+first one with a throttle time (or the rebalance timeout) on; also a new member's JoinGroup v6
+(flexible), which can carry names of any length. The layouts follow Kafka's message definitions
 (clients/src/main/resources/common/message/*.json); nothing here comes from kafscale. Also the
 "consumer" protocol's subscription and assignment (ConsumerProtocolSubscription/Assignment v0),
 the bytes a JoinGroup carries as protocol metadata and a SyncGroup as an assignment.
@@ -22,6 +23,7 @@ JOIN_GROUP = 11
 HEARTBEAT = 12
 LEAVE_GROUP = 13
 SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
 GROUP_APIS = (
     OFFSET_COMMIT,
     OFFSET_FETCH,
@@ -35,6 +37,7 @@ GROUP_APIS = (
 # error codes
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
@@ -44,7 +47,9 @@ INVALID_GROUP_ID = 24
 UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
+INVALID_REQUEST = 42
 MEMBER_ID_REQUIRED = 79
+GROUP_MAX_SIZE_REACHED = 81
 FENCED_INSTANCE_ID = 82
 
 # FindCoordinator key types
@@ -149,6 +154,7 @@ def join_group(
     group_instance_id: str | None = None,
     protocol_type: str = "consumer",
     version: int = 4,
+    client_id: str | None = "kafscale-tests",
 ) -> JoinGroupResult:
     assert 1 <= version <= 5, "v0 has no rebalance timeout, v6+ is flexible"
     w = Writer().string(group).i32(session_timeout_ms).i32(rebalance_timeout_ms).string(member_id)
@@ -159,7 +165,7 @@ def join_group(
     w.string(protocol_type).array_len(len(protocols))
     for name, metadata in protocols:
         w.string(name).bytes_(metadata)
-    r = conn.request(JOIN_GROUP, version, w.done())
+    r = conn.request(JOIN_GROUP, version, w.done(), client_id=client_id)
     if version >= 2:
         r.i32()  # throttle
     error, generation, protocol, leader, me = r.i16(), r.i32(), r.string(), r.string(), r.string()
@@ -170,6 +176,29 @@ def join_group(
         members.append((mid, instance, r.bytes_() or b""))
     assert r.remaining() == 0, f"{r.remaining()} bytes after JoinGroup v{version}"
     return JoinGroupResult(error, generation, protocol, leader, me, members)
+
+
+def join_group_v6(
+    conn: RawConnection,
+    group: str,
+    *,
+    protocols: list[tuple[str, bytes]],
+    group_instance_id: str | None = None,
+    protocol_type: str = "consumer",
+    session_timeout_ms: int = 10_000,
+) -> tuple[int, str]:
+    """A new member's JoinGroup v6 (flexible: compact strings, so names of any length);
+    returns (error code, member id)."""
+    w = Writer().compact_string(group).i32(session_timeout_ms).i32(session_timeout_ms)
+    w.compact_string("").compact_string(group_instance_id).compact_string(protocol_type)
+    w.uvarint(len(protocols) + 1)
+    for name, metadata in protocols:
+        w.compact_string(name).uvarint(len(metadata) + 1).raw(metadata).tagged_fields()
+    r = conn.request(JOIN_GROUP, 6, w.tagged_fields().done(), flexible=True)
+    r.i32()  # throttle
+    error, _generation = r.i16(), r.i32()
+    _protocol, _leader, member_id = r.compact_string(), r.compact_string(), r.compact_string()
+    return error, member_id or ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,3 +401,60 @@ def offset_fetch(
     top = r.i16() if version >= 2 else NONE
     assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetFetch v{version}"
     return OffsetFetchResult(top, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeGroups v0-4
+
+
+@dataclass
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+
+
+@dataclass
+class DescribedGroup:
+    error_code: int
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[DescribedMember]
+
+
+def describe_groups(
+    conn: RawConnection, groups: list[str], *, version: int = 4
+) -> list[DescribedGroup]:
+    assert 0 <= version <= 4, "v5+ is flexible"
+    w = Writer().array_len(len(groups))
+    for g in groups:
+        w.string(g)
+    if version >= 3:
+        w.boolean(False)  # authorized operations
+    r = conn.request(DESCRIBE_GROUPS, version, w.done())
+    if version >= 1:
+        r.i32()  # throttle
+    out = []
+    for _ in range(r.array_len()):
+        error, group, state, ptype, protocol = (
+            r.i16(),
+            r.string(),
+            r.string(),
+            r.string(),
+            r.string(),
+        )
+        members = []
+        for _ in range(r.array_len()):
+            member_id = r.string()
+            instance = r.string() if version >= 4 else None
+            client_id, host = r.string(), r.string()
+            r.bytes_(), r.bytes_()  # metadata, assignment
+            members.append(DescribedMember(member_id, instance, client_id, host))
+        if version >= 3:
+            r.i32()  # authorized operations
+        out.append(DescribedGroup(error, group, state, ptype, protocol, members))
+    assert r.remaining() == 0, f"{r.remaining()} bytes after DescribeGroups v{version}"
+    return out

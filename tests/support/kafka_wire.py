@@ -267,8 +267,9 @@ class RawConnection:
         *,
         flexible: bool = False,
         response_flexible_header: bool | None = None,
+        client_id: str | None = "kafscale-tests",
     ) -> Reader:
-        cid = self.send(api_key, version, body, flexible_header=flexible)
+        cid = self.send(api_key, version, body, flexible_header=flexible, client_id=client_id)
         if response_flexible_header is None:
             response_flexible_header = flexible
         got, reader = self.recv_response(response_flexible_header)
