@@ -182,4 +182,4 @@ def test_a_newline_in_a_topic_name_cannot_forge_a_log_line(env, api):
     lines = env.node.log_text().splitlines()
     assert not [line for line in lines if line.startswith("2026-01-01T00:00:00.000Z")]
     if api == "DeleteTopics":  # v0-2 carry no error message: the refusal is logged
-        assert [line for line in lines if f"\\n2026-01-01T00:00:00.000Z ERROR" in line]
+        assert [line for line in lines if "\\n2026-01-01T00:00:00.000Z ERROR" in line]

@@ -91,10 +91,7 @@ def settings(broker_id: int = 1, delay_ms: int = 0, **limits: int) -> Any:
         group_initial_rebalance_delay_ms=delay_ms,
         group_min_session_timeout_ms=100,
         group_max_session_timeout_ms=60_000,
-        **{
-            name: limits.get(name, Settings.__dataclass_fields__[name].default)
-            for name in LIMITS
-        },
+        **{name: limits.get(name, Settings.__dataclass_fields__[name].default) for name in LIMITS},
     )
 
 

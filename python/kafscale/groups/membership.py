@@ -30,7 +30,12 @@ from kafscale.groups.protocol import (
     LeaveGroupResponse,
     SyncGroupResponse,
 )
-from kafscale.groups.store import Fenced, StoreUnavailable, member_record_bytes, record_bytes
+from kafscale.groups.store import (
+    Fenced,
+    StoreUnavailable,
+    group_record_bytes,
+    member_record_bytes,
+)
 
 __all__ = ["Client", "Membership"]
 
@@ -150,7 +155,7 @@ class Membership:
             last_heartbeat=self._clock(),
         )
         member.record_bytes = member_record_bytes(member)
-        if not self._record_fits(group, client, record_bytes(group) + member.record_bytes):
+        if not self._record_fits(group, client, group_record_bytes(group) + member.record_bytes):
             # Its member id is gone: a rebalance waiting for it need not wait any longer.
             await self._maybe_complete_join(group)
             return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id=member_id)
@@ -178,7 +183,8 @@ class Membership:
             rebalance_timeout_ms=req.rebalance_timeout_ms,
         )
         size = member_record_bytes(updated)
-        if not self._record_fits(group, client, record_bytes(group) - member.record_bytes + size):
+        others = group_record_bytes(group) - member.record_bytes
+        if not self._record_fits(group, client, others + size):
             return False
         member.protocols = protocols
         member.session_timeout_ms = req.session_timeout_ms
@@ -430,7 +436,7 @@ class Membership:
                 f"the leader's assignment of {largest} bytes for one member is more than "
                 f"{setting_name('group_max_member_metadata_bytes')} = {limit}"
             )
-        size = record_bytes(group) + sum(
+        size = group_record_bytes(group) + sum(
             member_record_bytes(dataclasses.replace(m, assignment=assignments[m.member_id]))
             - m.record_bytes
             for m in group.members.values()

@@ -125,7 +125,7 @@ def member_record_bytes(member: Member) -> int:
     return len(_json(_member_record(member))) + 1
 
 
-def record_bytes(group: Group) -> int:
+def group_record_bytes(group: Group) -> int:
     """The size of the group's stored record, from its members' ``record_bytes`` (kept current
     by the state machine) rather than by encoding every member again."""
     header = _group_record(group, 0, [])
