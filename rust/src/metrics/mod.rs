@@ -25,7 +25,7 @@ use crate::log::segment::BatchWalker;
 /// text formats require. prometheus-client writes label values verbatim and leaves escaping to
 /// the value's encoder, so an unescaped quote or newline would forge series or break the page.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct LabelText<'a>(pub &'a str);
+pub(crate) struct LabelText<'a>(pub &'a str);
 
 impl EncodeLabelValue for LabelText<'_> {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {

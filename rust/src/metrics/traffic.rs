@@ -157,7 +157,7 @@ impl TopicTraffic {
 
 impl Broker {
     /// One Produce request's appends to `topic`, if this broker serves a topic of that name.
-    pub fn count_produce(&self, topic: &str, records: u64, bytes: u64) {
+    pub(crate) fn count_produce(&self, topic: &str, records: u64, bytes: u64) {
         if let Some(served) = self.topic(topic) {
             let traffic = &self.metrics.topic_traffic;
             traffic.count_produce(topic, served.record.id, records, bytes);
@@ -166,7 +166,7 @@ impl Broker {
 
     /// One Fetch request's yield for one topic it named (zeros when nothing was returned), if
     /// this broker serves a topic of that name.
-    pub fn count_fetch(&self, topic: &str, records: u64, bytes: u64) {
+    pub(crate) fn count_fetch(&self, topic: &str, records: u64, bytes: u64) {
         if let Some(served) = self.topic(topic) {
             let traffic = &self.metrics.topic_traffic;
             traffic.count_fetch(topic, served.record.id, records, bytes);
@@ -175,7 +175,7 @@ impl Broker {
 }
 
 /// Encodes the per-topic families at scrape time, for the topics the broker still serves.
-pub struct TopicTrafficCollector {
+pub(crate) struct TopicTrafficCollector {
     broker: Arc<Broker>,
 }
 
