@@ -12,6 +12,13 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from prometheus_client.parser import text_string_to_metric_families as prometheus_text_families
+from support import admin_wire as aw
+from support import group_wire as gw
+from support import kafka_wire as kw
+from support import segment_format as sf
+from support.admin_clients import ConfluentAdmin
+from support.kafka_wire import RawConnection
 from support.procs import free_port, paused
 
 pytestmark = pytest.mark.timeout(180)
@@ -64,9 +71,9 @@ class Endpoint:
             time.sleep(0.2)
 
 
-def with_endpoint(start, **kw) -> tuple[object, Endpoint]:
+def with_endpoint(start, args: list[str] | None = None, **kw) -> tuple[object, Endpoint]:
     port = free_port()
-    broker = start(["--metrics-addr", f"127.0.0.1:{port}"], **kw)
+    broker = start(["--metrics-addr", f"127.0.0.1:{port}", *(args or [])], **kw)
     return broker, Endpoint(port)
 
 
@@ -188,3 +195,74 @@ def test_metrics_address_problems_are_reported(broker_factory):
     assert clash.start(wait=False).wait_exit() == 1
     assert f"KAFSCALE_METRICS_ADDR 127.0.0.1:{port}: cannot listen" in clash.log_text()
     assert taken.running
+
+
+# Group ids have no character rules: each of these once forged a series or broke the page.
+HOSTILE_GROUPS = [
+    'quote"',
+    "new\nline",
+    "back\\slash",
+    'x"} 1\nkafscale_forged_total{topic="y',
+    '\\n\\"',
+]
+
+
+def test_metrics_escape_names_and_keep_series_only_for_what_exists(broker_factory):
+    broker, endpoint = with_endpoint(broker_factory, ["--no-auto-create-topics"])
+    topic = f"ops-{uuid.uuid4().hex[:8]}"
+    with RawConnection.to(broker.bootstrap) as conn:
+        # Kafka's topic name rules keep quotes and newlines out of topic labels altogether.
+        refused = aw.create_topics(conn, [aw.NewTopicSpec('bad"\nname\\', 1)])
+        assert [t.error_code for t in refused] == [aw.INVALID_TOPIC_EXCEPTION]
+        assert aw.create_topics(conn, [aw.NewTopicSpec(topic, 2)])[0].error_code == aw.NONE
+        produce(broker.bootstrap, topic, 4)  # 2 records per partition
+        for group in HOSTILE_GROUPS:
+            commit = gw.offset_commit(conn, group, {(topic, 0): gw.CommitOffset(1)})
+            assert commit == {(topic, 0): gw.NONE}, group
+
+        # Requests naming topics that do not exist (long names, no auto-create) add no series.
+        ghosts = [f"{i}-" + "g" * 30_000 for i in range(20)]
+        for ghost in ghosts:
+            assert kw.produce(conn, ghost, 0, one_record()).error_code in (
+                kw.UNKNOWN_TOPIC_OR_PARTITION,
+                kw.INVALID_TOPIC_EXCEPTION,
+            )
+            assert kw.fetch(conn, ghost, 0, 0, max_wait_ms=0).error_code == (
+                kw.UNKNOWN_TOPIC_OR_PARTITION
+            )
+
+        for group in HOSTILE_GROUPS:
+            labels = {"group": group, "topic": topic, "partition": "0"}
+            assert endpoint.wait_sample("kafscale_consumer_group_lag", labels, 1) == 1, group
+        body = endpoint.get("/metrics")[2]
+        # Both parsers read the page back: the OpenMetrics one (via samples) and the classic one.
+        samples = endpoint.samples()
+        classic = {s.name for f in prometheus_text_families(body) for s in f.samples}
+        assert "kafscale_forged_total" not in classic
+        assert not any(name.startswith("kafscale_forged") for name, _ in samples)
+        groups = {
+            dict(labels)["group"] for name, labels in samples if name.startswith("kafscale_group")
+        }
+        assert groups == set(HOSTILE_GROUPS)
+        topics = {dict(labels).get("topic") for _, labels in samples} - {None}
+        assert topics == {topic}, "series only for the served topic"
+        assert len(body) < 100_000, f"a {len(body)}-byte page"
+
+        # A deleted topic's series, and a deleted group's, go with them.
+        assert aw.delete_topics(conn, [topic])[0].error_code == aw.NONE
+        deleted = ConfluentAdmin(broker.bootstrap).delete_groups(HOSTILE_GROUPS[:2])
+        assert deleted == dict.fromkeys(HOSTILE_GROUPS[:2], 0)
+    deadline = time.monotonic() + 15
+    while True:
+        samples = endpoint.samples()
+        left = [labels for _, labels in samples if ("topic", topic) in labels]
+        groups = {dict(labels).get("group") for _, labels in samples} - {None}
+        if (not left and groups == set(HOSTILE_GROUPS[2:])) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert left == [], left
+    assert groups == set(HOSTILE_GROUPS[2:])
+
+
+def one_record() -> bytes:
+    return sf.build_record_batch([(None, b"v", [])])

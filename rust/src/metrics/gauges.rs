@@ -9,6 +9,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
+use super::LabelText;
 use crate::broker::Broker;
 
 pub struct BrokerGauges {
@@ -78,7 +79,10 @@ impl Collector for BrokerGauges {
             members.metric_type(),
         )?;
         for group in &snapshot.groups {
-            let labels = [("group", group.group.as_str()), ("state", &group.state)];
+            let labels = [
+                ("group", LabelText(&group.group)),
+                ("state", LabelText(&group.state)),
+            ];
             ConstGauge::new(group.members).encode(family.encode_family(&labels)?)?;
         }
         let mut family = encoder.encode_descriptor(
@@ -94,9 +98,9 @@ impl Collector for BrokerGauges {
                 };
                 let partition = partition.to_string();
                 let labels = [
-                    ("group", group.group.as_str()),
-                    ("topic", topic),
-                    ("partition", &partition),
+                    ("group", LabelText(&group.group)),
+                    ("topic", LabelText(topic)),
+                    ("partition", LabelText(&partition)),
                 ];
                 let lag = (high_watermark - committed).max(0);
                 ConstGauge::new(lag).encode(family.encode_family(&labels)?)?;

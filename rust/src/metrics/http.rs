@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 use super::gauges::BrokerGauges;
+use super::traffic::TopicTrafficCollector;
 use crate::broker::Broker;
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -33,6 +34,7 @@ struct Endpoint {
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) {
     let mut registry = Registry::default();
     broker.metrics.register(&mut registry);
+    registry.register_collector(Box::new(TopicTrafficCollector::new(broker.clone())));
     registry.register_collector(Box::new(BrokerGauges::new(broker.clone())));
     let endpoint = Arc::new(Endpoint { broker, registry });
     loop {

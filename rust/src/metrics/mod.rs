@@ -5,6 +5,7 @@
 
 pub mod gauges;
 pub mod http;
+pub mod traffic;
 
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -17,11 +18,29 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use self::traffic::TopicTraffic;
 use crate::log::segment::BatchWalker;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TopicLabels {
-    pub topic: String,
+/// A label value from outside (a topic or group name), escaped as the Prometheus and OpenMetrics
+/// text formats require. prometheus-client writes label values verbatim and leaves escaping to
+/// the value's encoder, so an unescaped quote or newline would forge series or break the page.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct LabelText<'a>(pub &'a str);
+
+impl EncodeLabelValue for LabelText<'_> {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        let mut rest = self.0;
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,12 +90,8 @@ pub struct GroupState {
 #[derive(Debug)]
 pub struct Metrics {
     pub request_duration: Family<ApiLabels, Histogram>,
-    pub produce_requests: Family<TopicLabels, Counter>,
-    pub produce_records: Family<TopicLabels, Counter>,
-    pub produce_bytes: Family<TopicLabels, Counter>,
-    pub fetch_requests: Family<TopicLabels, Counter>,
-    pub fetch_records: Family<TopicLabels, Counter>,
-    pub fetch_bytes: Family<TopicLabels, Counter>,
+    /// Produce and fetch counters per served topic (encoded by `traffic`'s collector).
+    pub topic_traffic: TopicTraffic,
     pub flush_duration: Histogram,
     pub flush_errors: Counter,
     pub upload_duration: Histogram,
@@ -92,12 +107,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             request_duration: Family::new_with_constructor(latency_histogram),
-            produce_requests: Family::default(),
-            produce_records: Family::default(),
-            produce_bytes: Family::default(),
-            fetch_requests: Family::default(),
-            fetch_records: Family::default(),
-            fetch_bytes: Family::default(),
+            topic_traffic: TopicTraffic::default(),
             flush_duration: latency_histogram(),
             flush_errors: Counter::default(),
             upload_duration: latency_histogram(),
@@ -121,38 +131,6 @@ impl Metrics {
             "Time from a decoded request to its response, per Kafka API",
             Unit::Seconds,
             self.request_duration.clone(),
-        );
-        r.register(
-            "produce_requests",
-            "Produce requests naming the topic",
-            self.produce_requests.clone(),
-        );
-        r.register(
-            "produce_records",
-            "Records appended by Produce",
-            self.produce_records.clone(),
-        );
-        r.register_with_unit(
-            "produce",
-            "Record batch bytes appended by Produce",
-            Unit::Bytes,
-            self.produce_bytes.clone(),
-        );
-        r.register(
-            "fetch_requests",
-            "Fetch requests naming the topic",
-            self.fetch_requests.clone(),
-        );
-        r.register(
-            "fetch_records",
-            "Records returned by Fetch",
-            self.fetch_records.clone(),
-        );
-        r.register_with_unit(
-            "fetch",
-            "Record batch bytes returned by Fetch",
-            Unit::Bytes,
-            self.fetch_bytes.clone(),
         );
         r.register_with_unit(
             "flush_duration",
@@ -207,40 +185,9 @@ impl Metrics {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    pub fn count_produce(&self, topic: &str, records: u64, bytes: u64) {
-        let labels = TopicLabels {
-            topic: topic.to_owned(),
-        };
-        self.produce_requests.get_or_create(&labels).inc();
-        self.produce_records.get_or_create(&labels).inc_by(records);
-        self.produce_bytes.get_or_create(&labels).inc_by(bytes);
-    }
-
-    /// One Fetch request's yield for one topic it named (zeros when nothing was returned).
-    pub fn count_fetch(&self, topic: &str, records: u64, bytes: u64) {
-        let labels = TopicLabels {
-            topic: topic.to_owned(),
-        };
-        self.fetch_requests.get_or_create(&labels).inc();
-        self.fetch_records.get_or_create(&labels).inc_by(records);
-        self.fetch_bytes.get_or_create(&labels).inc_by(bytes);
-    }
-
     /// A deleted topic's series go with it (a re-created one starts from zero).
     pub fn forget_topic(&self, topic: &str) {
-        let labels = TopicLabels {
-            topic: topic.to_owned(),
-        };
-        for family in [
-            &self.produce_requests,
-            &self.produce_records,
-            &self.produce_bytes,
-            &self.fetch_requests,
-            &self.fetch_records,
-            &self.fetch_bytes,
-        ] {
-            family.remove(&labels);
-        }
+        self.topic_traffic.forget(topic);
     }
 
     pub fn observe_etcd(&self, operation: &'static str, started: Instant, failed: bool) {
@@ -302,26 +249,35 @@ mod tests {
     #[test]
     fn exposition_names_carry_units_and_totals() {
         let metrics = Metrics::default();
-        metrics.count_produce("orders", 4, 100);
-        metrics.count_fetch("orders", 2, 50);
         metrics.observe_request(ApiKey::Produce, Instant::now());
+        metrics.observe_etcd("get", Instant::now(), true);
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for line in [
-            "kafscale_produce_records_total{topic=\"orders\"} 4",
-            "kafscale_produce_bytes_total{topic=\"orders\"} 100",
-            "kafscale_fetch_records_total{topic=\"orders\"} 2",
-            "kafscale_fetch_requests_total{topic=\"orders\"} 1",
-            "kafscale_fetch_bytes_total{topic=\"orders\"} 50",
             "kafscale_request_duration_seconds_count{api=\"Produce\"} 1",
+            "kafscale_etcd_request_errors_total{operation=\"get\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
-        metrics.forget_topic("orders");
+    }
+
+    #[test]
+    fn label_values_are_escaped_as_the_text_format_requires() {
+        let value = "a\"b\\c\nd}\r,e=\"f";
+        let family = Family::<[(&str, LabelText); 1], Counter>::default();
+        family.get_or_create(&[("group", LabelText(value))]).inc();
+        let mut registry = Registry::default();
+        registry.register("g", "groups", family);
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
-        assert!(!text.contains("topic=\"orders\""));
+        let line = "g_total{group=\"a\\\"b\\\\c\\nd}\r,e=\\\"f\"} 1";
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+        assert_eq!(
+            text.lines().count(),
+            4,
+            "no line break inside a value:\n{text}"
+        );
     }
 }

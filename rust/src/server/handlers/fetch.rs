@@ -165,7 +165,7 @@ fn count_fetch(broker: &Broker, responses: &[(String, Uuid, PartitionData)]) {
         }
     }
     for (topic, records, bytes) in per_topic {
-        broker.metrics.count_fetch(topic, records, bytes);
+        broker.count_fetch(topic, records, bytes);
     }
 }
 

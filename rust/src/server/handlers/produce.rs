@@ -59,9 +59,7 @@ pub fn start(broker: &Arc<Broker>, request: Request) -> BoxFuture<'static, Reply
                 (data.index, pending)
             })
             .collect();
-        broker
-            .metrics
-            .count_produce(&name, appended.records, appended.bytes);
+        broker.count_produce(&name, appended.records, appended.bytes);
         topics.push((name, partitions));
     }
     async move {
