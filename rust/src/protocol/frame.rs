@@ -39,6 +39,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    pub fn get_ref(&self) -> &R {
+        &self.reader
+    }
+
     /// Bytes received and not yet handed out as a frame: the start of the next request.
     pub fn buffered(&self) -> usize {
         self.buffer.len()

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -43,6 +43,9 @@ const REQUEST_OVERHEAD: usize = 1024;
 
 /// Most bytes read from the socket at once; the read buffer grows by what arrives.
 const READ_CHUNK: usize = 64 * 1024;
+
+/// How often a connection stalled by its budgets checks whether its client has gone.
+const CLOSED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A request handed to its task, in the order the writer answers it.
 struct Pending {
@@ -169,7 +172,14 @@ async fn read_requests(
         }
         let own = buffered.bytes();
         let more = async {
-            let allowed = connection.budgets.wait_readable(own, READ_CHUNK).await;
+            let allowed = tokio::select! {
+                // Room first: bytes a client sent before closing are still read when they may.
+                biased;
+                allowed = connection.budgets.wait_readable(own, READ_CHUNK) => allowed,
+                // A client gone while its connection waits for room must not keep holding
+                // the budgets (a partial request's bytes count) until its frame deadline.
+                () = peer_closed(frames.get_ref()) => return Ok(0),
+            };
             frames.fill(allowed).await
         };
         let read = tokio::select! {
@@ -197,6 +207,18 @@ async fn read_requests(
                 );
                 return ReadEnd::Closed;
             }
+        }
+    }
+}
+
+/// Completes once the client has closed its side (or the socket failed), even with bytes of
+/// it still unread. Readiness says "readable" while unread bytes wait, so while they do this
+/// looks again once a second rather than spinning; the closed flag, once seen, stays set.
+async fn peer_closed(socket: &OwnedReadHalf) {
+    loop {
+        match socket.ready(Interest::READABLE).await {
+            Ok(ready) if !ready.is_read_closed() => tokio::time::sleep(CLOSED_CHECK_INTERVAL).await,
+            _ => return,
         }
     }
 }
