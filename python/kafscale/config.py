@@ -509,7 +509,8 @@ class Settings:
     connections_max_idle_ms: int = _setting(
         600_000,
         "A connection that sends no request and is owed no response for this long is closed "
-        "(Kafka's connections.max.idle.ms).",
+        "(Kafka's connections.max.idle.ms), and so is one whose client reads none of a "
+        "response for this long.",
         _parse_int,
         check=_in_range(1000, _INT32_MAX, "milliseconds, e.g. 600000"),
         metavar="MS",

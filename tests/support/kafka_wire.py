@@ -201,15 +201,21 @@ class ConnectionClosed(Exception):
 class RawConnection:
     """One TCP connection speaking the Kafka framing by hand."""
 
-    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(
+        self, host: str, port: int, timeout: float = 30.0, source_ip: str | None = None
+    ) -> None:
+        source = (source_ip, 0) if source_ip else None
+        self.sock = socket.create_connection((host, port), timeout=timeout, source_address=source)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.next_correlation_id = 1
 
     @classmethod
-    def to(cls, bootstrap: str, timeout: float = 30.0) -> RawConnection:
+    def to(
+        cls, bootstrap: str, timeout: float = 30.0, source_ip: str | None = None
+    ) -> RawConnection:
+        """``source_ip``: connect from this local address (e.g. 127.0.0.2 on Linux)."""
         host, port = bootstrap.rsplit(":", 1)
-        return cls(host, int(port), timeout)
+        return cls(host, int(port), timeout, source_ip)
 
     def close(self) -> None:
         self.sock.close()
@@ -528,26 +534,39 @@ def fetch_body(
     max_bytes: int = 50 * 1024 * 1024,
     partition_max_bytes: int = 10 * 1024 * 1024,
 ) -> bytes:
-    return (
+    return fetch_v4_body(
+        [(topic, [(partition, offset, partition_max_bytes)])], max_wait_ms, min_bytes, max_bytes
+    )
+
+
+def fetch_v4_body(
+    topics: list[tuple[str, list[tuple[int, int, int]]]],
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+) -> bytes:
+    """Fetch v4 naming ``topics``: [(topic, [(partition, offset, partition_max_bytes)])],
+    duplicates and all."""
+    w = (
         Writer()
         .i32(-1)  # replica id
         .i32(max_wait_ms)
         .i32(min_bytes)
         .i32(max_bytes)
         .i8(0)  # isolation level: read uncommitted
-        .array_len(1)
-        .string(topic)
-        .array_len(1)
-        .i32(partition)
-        .i64(offset)
-        .i32(partition_max_bytes)
-        .done()
+        .array_len(len(topics))
     )
+    for topic, partitions in topics:
+        w.string(topic).array_len(len(partitions))
+        for partition, offset, partition_max_bytes in partitions:
+            w.i32(partition).i64(offset).i32(partition_max_bytes)
+    return w.done()
 
 
-def parse_fetch_v4(r: Reader) -> dict[tuple[str, int], FetchPartitionResult]:
+def parse_fetch_v4_entries(r: Reader) -> list[tuple[str, int, FetchPartitionResult]]:
+    """Every partition entry of a Fetch v4 answer, in order (a dict would hide repeats)."""
     r.i32()  # throttle
-    out = {}
+    out = []
     for _ in range(r.array_len()):
         topic = r.string()
         for _ in range(r.array_len()):
@@ -556,8 +575,12 @@ def parse_fetch_v4(r: Reader) -> dict[tuple[str, int], FetchPartitionResult]:
             for _ in range(max(0, n_aborted)):
                 r.i64()
                 r.i64()
-            out[(topic, part)] = FetchPartitionResult(err, hw, lso, r.bytes_())
+            out.append((topic, part, FetchPartitionResult(err, hw, lso, r.bytes_())))
     return out
+
+
+def parse_fetch_v4(r: Reader) -> dict[tuple[str, int], FetchPartitionResult]:
+    return {(topic, part): result for topic, part, result in parse_fetch_v4_entries(r)}
 
 
 def fetch(

@@ -1,10 +1,16 @@
 //! Length-prefixed Kafka frames: a 4-byte big-endian size, then that many bytes.
+//!
+//! The buffer grows with the bytes that actually arrive, never with the size a header
+//! declares: a client announcing 100 MiB and sending 2 MiB costs 2 MiB, and the caller
+//! counts those against its budgets (server/budget.rs) before asking for more.
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Smallest possible request: api key, api version, correlation id, client id length.
 const MIN_REQUEST_LEN: usize = 10;
+/// The size prefix of every frame.
+pub(crate) const FRAME_HEADER_LEN: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -28,32 +34,42 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(reader: R, max_frame: usize) -> FrameReader<R> {
         FrameReader {
             reader,
-            buffer: BytesMut::with_capacity(64 * 1024),
+            buffer: BytesMut::new(),
             max_frame,
         }
     }
 
-    /// The next frame's payload, or `None` when the peer closed the connection cleanly.
-    pub async fn read_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
-        loop {
-            if let Some(frame) = self.parse_frame()? {
-                return Ok(Some(frame));
-            }
-            if self.reader.read_buf(&mut self.buffer).await? == 0 {
-                return if self.buffer.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(FrameError::Truncated)
-                };
-            }
-        }
+    pub fn get_ref(&self) -> &R {
+        &self.reader
     }
 
-    fn parse_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
-        if self.buffer.len() < 4 {
+    /// Bytes received and not yet handed out as a frame: the start of the next request.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Reads what has arrived, at most `limit` bytes (at least one). `Ok(0)`: the peer closed
+    /// between two requests. Cancel-safe: bytes read are kept for the next call.
+    pub async fn fill(&mut self, limit: usize) -> Result<usize, FrameError> {
+        let limit = limit.max(1);
+        self.buffer.reserve(limit);
+        let read = (&mut self.reader)
+            .take(limit as u64)
+            .read_buf(&mut self.buffer)
+            .await?;
+        if read == 0 && !self.buffer.is_empty() {
+            return Err(FrameError::Truncated);
+        }
+        Ok(read)
+    }
+
+    /// The next whole frame's payload among the bytes received, if there is one. A header
+    /// declaring an impossible size is an error as soon as it arrives.
+    pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
+        if self.buffer.len() < FRAME_HEADER_LEN {
             return Ok(None);
         }
-        let size = i32::from_be_bytes(self.buffer[..4].try_into().unwrap());
+        let size = i32::from_be_bytes(self.buffer[..FRAME_HEADER_LEN].try_into().unwrap());
         let size = usize::try_from(size).map_err(|_| FrameError::TooSmall(0))?;
         if size > self.max_frame {
             return Err(FrameError::TooLarge {
@@ -64,11 +80,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if size < MIN_REQUEST_LEN {
             return Err(FrameError::TooSmall(size));
         }
-        if self.buffer.len() < 4 + size {
-            self.buffer.reserve(4 + size - self.buffer.len());
+        if self.buffer.len() < FRAME_HEADER_LEN + size {
             return Ok(None);
         }
-        self.buffer.advance(4);
+        self.buffer.advance(FRAME_HEADER_LEN);
         Ok(Some(self.buffer.split_to(size).freeze()))
     }
 }
@@ -83,33 +98,83 @@ mod tests {
         out
     }
 
+    /// Reads with `chunk`-byte fills until a frame, EOF (`None`) or an error.
+    async fn read_frame<R: AsyncRead + Unpin>(
+        reader: &mut FrameReader<R>,
+        chunk: usize,
+    ) -> Result<Option<Bytes>, FrameError> {
+        loop {
+            if let Some(frame) = reader.next_frame()? {
+                return Ok(Some(frame));
+            }
+            if reader.fill(chunk).await? == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
     #[tokio::test]
     async fn reads_back_to_back_frames_then_eof() {
         let mut input = framed(&[1; 12]);
         input.extend(framed(&[2; 20]));
-        let mut reader = FrameReader::new(&input[..], 100);
-        assert_eq!(reader.read_frame().await.unwrap().unwrap().len(), 12);
-        assert_eq!(reader.read_frame().await.unwrap().unwrap()[0], 2);
-        assert!(reader.read_frame().await.unwrap().is_none());
+        for chunk in [1, 7, 4096] {
+            let mut reader = FrameReader::new(&input[..], 100);
+            assert_eq!(
+                read_frame(&mut reader, chunk).await.unwrap().unwrap().len(),
+                12
+            );
+            assert_eq!(read_frame(&mut reader, chunk).await.unwrap().unwrap()[0], 2);
+            assert!(read_frame(&mut reader, chunk).await.unwrap().is_none());
+        }
     }
 
     #[tokio::test]
     async fn rejects_oversize_negative_tiny_and_truncated() {
         let big = framed(&[0; 101]);
-        let err = FrameReader::new(&big[..], 100)
-            .read_frame()
+        let err = read_frame(&mut FrameReader::new(&big[..], 100), 64)
             .await
             .unwrap_err();
         assert!(matches!(err, FrameError::TooLarge { size: 101, .. }));
         let negative = (-5i32).to_be_bytes();
-        assert!(FrameReader::new(&negative[..], 100)
-            .read_frame()
+        assert!(read_frame(&mut FrameReader::new(&negative[..], 100), 64)
             .await
             .is_err());
         let tiny = framed(&[0; 3]);
-        assert!(FrameReader::new(&tiny[..], 100).read_frame().await.is_err());
+        assert!(read_frame(&mut FrameReader::new(&tiny[..], 100), 64)
+            .await
+            .is_err());
         let cut = &framed(&[0; 40])[..30];
-        let err = FrameReader::new(cut, 100).read_frame().await.unwrap_err();
+        let err = read_frame(&mut FrameReader::new(cut, 100), 64)
+            .await
+            .unwrap_err();
         assert!(matches!(err, FrameError::Truncated));
+    }
+
+    #[tokio::test]
+    async fn memory_follows_the_bytes_received_not_the_declared_size() {
+        // A header declaring 100 MiB followed by 1 KiB: the buffer holds about what arrived.
+        let mut input = (100i32 << 20).to_be_bytes().to_vec();
+        input.extend_from_slice(&[7; 1024]);
+        let mut reader = FrameReader::new(&input[..], 200 << 20);
+        let mut total = 0;
+        loop {
+            let read = reader.fill(256).await;
+            match read {
+                Ok(n) => {
+                    assert!(n <= 256);
+                    total += n;
+                }
+                Err(FrameError::Truncated) => break,
+                Err(other) => panic!("{other}"),
+            }
+            assert!(reader.next_frame().unwrap().is_none());
+        }
+        assert_eq!(total, input.len());
+        assert_eq!(reader.buffered(), input.len());
+        assert!(
+            reader.buffer.capacity() < 64 * 1024,
+            "{}",
+            reader.buffer.capacity()
+        );
     }
 }

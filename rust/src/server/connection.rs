@@ -1,86 +1,315 @@
 //! One client connection: frames are read and dispatched in arrival order (so appends to a
 //! partition keep the client's order), handled concurrently, and answered in request order.
+//!
+//! What one connection may hold is bounded: the bytes of requests read and not answered plus
+//! responses not written count against the connection's and the broker's budgets
+//! (budget.rs), and past either the reader stops reading until responses go out; a frame
+//! must arrive whole within `request_read_timeout_ms` of its first byte; a connection with
+//! nothing in flight for `connections_max_idle_ms`, or whose client takes none of its
+//! response for that long, is closed. When the client closes its side (or sends something
+//! undecodable), Fetches still waiting for data are cancelled - nothing is owed to a peer
+//! that is gone - while the other responses owed (produce acks) are still sent.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncWriteExt, Interest};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-use super::dispatch::{dispatch, Reply};
+use super::admission::Admitted;
+use super::budget::{Budgets, ByteBudget, Charge};
+use super::dispatch::{dispatch, Answer, ConnectionContext, Reply};
 use crate::broker::Broker;
-use crate::protocol::frame::FrameReader;
+use crate::protocol::frame::{FrameReader, FRAME_HEADER_LEN};
 use crate::protocol::header::Request;
 
-/// Requests one connection may have in flight before reading pauses (backpressure). Produce
-/// responses wait for the next group commit, and librdkafka pipelines one request per
-/// partition per linger, so this must cover a whole flush interval of requests: at 128, a
-/// client producing to 8 partitions with linger.ms=5 queued behind the cap without bound.
+/// Requests one connection may have in flight before reading pauses. Memory is bounded by
+/// the byte budgets (each request is charged its bytes plus `REQUEST_OVERHEAD`); this caps
+/// the tasks one connection can have the scheduler juggle. It stays high because produce
+/// responses wait for the next group commit and librdkafka pipelines one request per
+/// partition per linger (up to 1,000,000 in flight by default): at 128, a client producing
+/// to 8 partitions with linger.ms=5 queued behind the cap without bound, and 4096 covers a
+/// flush interval of requests for a few hundred partitions. At most 4 MiB of bookkeeping.
 const MAX_IN_FLIGHT: usize = 4096;
 
-/// Serves until the client disconnects or `stop` turns true; then stops reading, sends every
-/// response still owed and closes.
-pub async fn run(
+/// Bookkeeping one request costs beyond its bytes (its task, decoded header and queue slot),
+/// charged to the budgets so that a flood of tiny requests counts too.
+const REQUEST_OVERHEAD: usize = 1024;
+
+/// Most bytes read from the socket at once; the read buffer grows by what arrives.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// How often a connection stalled by its budgets checks whether its client has gone.
+const CLOSED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A request handed to its task, in the order the writer answers it.
+struct Pending {
+    answer: JoinHandle<Answer>,
+    /// A Fetch: only waits for data, so it is cancelled when the client goes away.
+    ends_on_hangup: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum ReadEnd {
+    /// The broker is stopping: every response owed is still sent.
+    Stopped,
+    /// The client closed, broke the protocol, stalled or idled: waiting Fetches are
+    /// cancelled, the other responses owed are sent.
+    Closed,
+}
+
+/// Serves until the client disconnects, idles or `stop` turns true; then stops reading,
+/// sends the responses owed (see [`ReadEnd`]) and closes. `admitted` holds the connection's
+/// place under the connection caps until it ends.
+pub(crate) async fn run(
     broker: Arc<Broker>,
     socket: TcpStream,
-    peer: SocketAddr,
-    mut stop: watch::Receiver<bool>,
+    connection: ConnectionContext,
+    stop: watch::Receiver<bool>,
+    admitted: Admitted,
 ) {
-    let (read_half, mut write_half) = socket.into_split();
-    let mut frames = FrameReader::new(read_half, broker.config.max_request_bytes);
-    let (queue, mut replies) = mpsc::channel::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
-
-    let writer = tokio::spawn(async move {
-        while let Some(handle) = replies.recv().await {
-            match handle.await {
-                Ok(Reply::Response(bytes)) => {
-                    if write_half.write_all(&bytes).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(Reply::None) => {}
-                Ok(Reply::Close(reason)) => {
-                    tracing::debug!(%peer, reason, "closing connection");
-                    return;
-                }
-                Err(panic) => {
-                    tracing::error!(%peer, %panic, "request handler failed; closing connection");
-                    return;
-                }
-            }
-        }
-    });
-
-    while !*stop.borrow() {
-        // A frame cut off by the stop was never dispatched: its client sees the connection
-        // close without an answer, which is true - nothing of it was stored.
-        let read = tokio::select! {
-            read = frames.read_frame() => read,
-            _ = stop.changed() => break,
-        };
-        let frame: Bytes = match read {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(error) => {
-                tracing::info!(%peer, %error, "closing connection");
-                break;
-            }
-        };
-        let request = match Request::decode(frame) {
-            Ok(request) => request,
-            Err(error) => {
-                tracing::info!(%peer, %error, "closing connection");
-                break;
-            }
-        };
-        let handle = dispatch(&broker, request, peer);
-        if queue.send(handle).await.is_err() {
-            break; // the writer stopped: the connection is being closed
-        }
+    let (read_half, write_half) = socket.into_split();
+    let (queue, replies) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
+    let (hangup, hung_up) = watch::channel(false);
+    let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
+    let writer = tokio::spawn(write_answers(
+        write_half,
+        replies,
+        hung_up,
+        connection.peer,
+        idle,
+    ));
+    let end = read_requests(&broker, read_half, &connection, &queue, stop).await;
+    if end == ReadEnd::Closed {
+        let _ = hangup.send(true);
     }
     drop(queue);
     let _ = writer.await;
+    drop(admitted);
+}
+
+/// The context of a new connection: its budgets (sharing `broker_budget` with every other
+/// connection) and its Fetch turn.
+pub(crate) fn context(
+    broker: &Broker,
+    peer: std::net::SocketAddr,
+    broker_budget: &Arc<ByteBudget>,
+) -> ConnectionContext {
+    ConnectionContext {
+        peer,
+        budgets: Budgets::new(
+            broker.config.connection_max_inflight_bytes,
+            broker_budget.clone(),
+        ),
+        fetch_turns: Arc::new(Semaphore::new(1)),
+    }
+}
+
+async fn read_requests(
+    broker: &Arc<Broker>,
+    read_half: OwnedReadHalf,
+    connection: &ConnectionContext,
+    queue: &mpsc::Sender<Pending>,
+    mut stop: watch::Receiver<bool>,
+) -> ReadEnd {
+    let config = &broker.config;
+    let peer = connection.peer;
+    let idle = Duration::from_millis(config.connections_max_idle_ms);
+    let frame_timeout = Duration::from_millis(config.request_read_timeout_ms);
+    let mut frames = FrameReader::new(read_half, config.max_request_bytes);
+    // The bytes received and not yet handed to a request: a partial request.
+    let mut buffered = Charge::new(&connection.budgets);
+    let mut frame_deadline: Option<Instant> = None;
+    loop {
+        let mut handed_out = false;
+        loop {
+            let frame = match frames.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::info!(%peer, %error, "closing connection");
+                    return ReadEnd::Closed;
+                }
+            };
+            handed_out = true;
+            let mut charge = buffered.split_off(FRAME_HEADER_LEN + frame.len());
+            charge.add(REQUEST_OVERHEAD);
+            let request = match Request::decode(frame) {
+                Ok(request) => request,
+                Err(error) => {
+                    tracing::info!(%peer, %error, "closing connection");
+                    return ReadEnd::Closed;
+                }
+            };
+            let ends_on_hangup = request.api_key == ApiKey::Fetch;
+            let answer = dispatch(broker, request, connection, charge);
+            // Not raced against `stop`: a dispatched Produce has appended, its ack is owed.
+            let pending = Pending {
+                answer,
+                ends_on_hangup,
+            };
+            if queue.send(pending).await.is_err() {
+                return ReadEnd::Closed; // the writer stopped: the connection is being closed
+            }
+        }
+        // The clock of a frame starts with its first byte; bytes left after a whole frame
+        // are the next one's start.
+        if handed_out || frames.buffered() == 0 {
+            frame_deadline = None;
+        }
+        if frames.buffered() > 0 && frame_deadline.is_none() {
+            frame_deadline = Some(Instant::now() + frame_timeout);
+        }
+        if *stop.borrow() {
+            // A frame cut off by the stop was never dispatched: its client sees the
+            // connection close without an answer, which is true - nothing of it was stored.
+            return ReadEnd::Stopped;
+        }
+        let own = buffered.bytes();
+        let more = async {
+            let allowed = tokio::select! {
+                // Room first: bytes a client sent before closing are still read when they may.
+                biased;
+                allowed = connection.budgets.wait_readable(own, READ_CHUNK) => allowed,
+                // A client gone while its connection waits for room must not keep holding
+                // the budgets (a partial request's bytes count) until its frame deadline.
+                () = peer_closed(frames.get_ref()) => return Ok(0),
+            };
+            frames.fill(allowed).await
+        };
+        let read = tokio::select! {
+            read = within(frame_deadline, more) => read,
+            _ = connection.budgets.idle_for(idle), if frame_deadline.is_none() => {
+                tracing::debug!(%peer, "closing connection idle for connections_max_idle_ms");
+                return ReadEnd::Closed;
+            }
+            _ = stop.changed() => return ReadEnd::Stopped,
+            _ = queue.closed() => return ReadEnd::Closed,
+        };
+        match read {
+            Some(Ok(0)) => return ReadEnd::Closed, // the client closed between requests
+            Some(Ok(read)) => buffered.add(read),
+            Some(Err(error)) => {
+                tracing::info!(%peer, %error, "closing connection");
+                return ReadEnd::Closed;
+            }
+            None => {
+                tracing::info!(
+                    %peer,
+                    "closing connection: a request did not arrive whole within {} ms of its \
+                     first byte (request_read_timeout_ms)",
+                    frame_timeout.as_millis()
+                );
+                return ReadEnd::Closed;
+            }
+        }
+    }
+}
+
+/// Completes once the client has closed its side (or the socket failed), even with bytes of
+/// it still unread. Readiness says "readable" while unread bytes wait, so while they do this
+/// looks again once a second rather than spinning; the closed flag, once seen, stays set.
+async fn peer_closed(socket: &OwnedReadHalf) {
+    loop {
+        match socket.ready(Interest::READABLE).await {
+            Ok(ready) if !ready.is_read_closed() => tokio::time::sleep(CLOSED_CHECK_INTERVAL).await,
+            _ => return,
+        }
+    }
+}
+
+/// `future`'s output, or `None` if `deadline` passes first.
+async fn within<T>(
+    deadline: Option<Instant>,
+    future: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
+/// Writes the answers in request order; after a hangup, skips (and cancels) waiting Fetches.
+async fn write_answers(
+    mut socket: OwnedWriteHalf,
+    mut pending: mpsc::Receiver<Pending>,
+    mut hung_up: watch::Receiver<bool>,
+    peer: std::net::SocketAddr,
+    idle: Duration,
+) {
+    while let Some(Pending {
+        mut answer,
+        ends_on_hangup,
+    }) = pending.recv().await
+    {
+        let answered = if ends_on_hangup {
+            tokio::select! {
+                answered = &mut answer => answered,
+                _ = hung_up.wait_for(|gone| *gone) => {
+                    answer.abort();
+                    continue;
+                }
+            }
+        } else {
+            answer.await
+        };
+        let closing = match answered {
+            Ok(Answer {
+                reply,
+                charge,
+                fetch_turn,
+            }) => {
+                let closing = match reply {
+                    Reply::Response(bytes) => write_response(&mut socket, &bytes, idle).await.err(),
+                    Reply::None => None,
+                    Reply::Close(reason) => Some(reason),
+                };
+                // Written: its bytes leave the budgets, a Fetch passes on its turn.
+                drop((charge, fetch_turn));
+                closing
+            }
+            Err(failed) => {
+                tracing::error!(%peer, %failed, "request handler failed; closing connection");
+                Some("request handler failed".to_string())
+            }
+        };
+        if let Some(reason) = closing {
+            tracing::debug!(%peer, reason, "closing connection");
+            // Nobody will read these answers: stop their work and free their bytes.
+            pending.close();
+            while let Ok(rest) = pending.try_recv() {
+                rest.answer.abort();
+            }
+            return;
+        }
+    }
+}
+
+/// Writes one response; fails if the client takes none of it for `idle` (a client that
+/// stops reading must not pin its responses, and the budgets with them, for ever).
+async fn write_response(
+    socket: &mut OwnedWriteHalf,
+    mut bytes: &[u8],
+    idle: Duration,
+) -> Result<(), String> {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(idle, socket.write(bytes)).await {
+            Ok(Ok(0)) => return Err("the client closed the connection".into()),
+            Ok(Ok(written)) => bytes = &bytes[written..],
+            Ok(Err(error)) => return Err(error.to_string()),
+            Err(_) => {
+                return Err(format!(
+                    "the client read nothing of its response for {} ms \
+                     (connections_max_idle_ms)",
+                    idle.as_millis()
+                ))
+            }
+        }
+    }
+    Ok(())
 }

@@ -10,8 +10,10 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
+use super::budget::{Budgets, Charge};
 use super::handlers;
 use crate::broker::Broker;
 use crate::protocol::header::Request;
@@ -35,22 +37,65 @@ impl From<Result<Bytes, String>> for Reply {
     }
 }
 
-/// `peer` is the client's address, which the control plane reports for group members.
-/// Each request runs in its own task, timed for the request-latency histogram.
-pub fn dispatch(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> JoinHandle<Reply> {
+/// What a request's task hands the connection's writer.
+pub(crate) struct Answer {
+    pub(crate) reply: Reply,
+    /// The request's bytes and its response's, released once the response is written.
+    pub(crate) charge: Charge,
+    /// A Fetch's turn, passed to the connection's next Fetch once this response is written.
+    pub(crate) fetch_turn: Option<OwnedSemaphorePermit>,
+}
+
+/// What every request of one connection shares.
+pub(crate) struct ConnectionContext {
+    /// The client's address, which the control plane reports for group members.
+    pub(crate) peer: SocketAddr,
+    pub(crate) budgets: Arc<Budgets>,
+    /// One permit: a connection's Fetches run one at a time, as every Kafka client sends
+    /// them (one in flight per broker). A client pipelining Fetches it does not read then
+    /// holds one response, not one per request.
+    pub(crate) fetch_turns: Arc<Semaphore>,
+}
+
+/// Each request runs in its own task, timed for the request-latency histogram. `charge`
+/// holds the request's bytes; the response's are added to it as soon as it exists.
+pub(crate) fn dispatch(
+    broker: &Arc<Broker>,
+    request: Request,
+    connection: &ConnectionContext,
+    mut charge: Charge,
+) -> JoinHandle<Answer> {
     let started = Instant::now();
     let api = request.api_key;
-    let handler = handler(broker, request, peer);
+    let fetch_turns = (api == ApiKey::Fetch).then(|| connection.fetch_turns.clone());
+    let handler = handler(broker, request, connection);
     let metrics = broker.metrics.clone();
     tokio::spawn(async move {
+        let fetch_turn = match fetch_turns {
+            // The semaphore is never closed.
+            Some(turns) => turns.acquire_owned().await.ok(),
+            None => None,
+        };
         let reply = handler.await;
+        if let Reply::Response(bytes) = &reply {
+            charge.add(bytes.len());
+        }
         metrics.observe_request(api, started);
-        reply
+        Answer {
+            reply,
+            charge,
+            fetch_turn,
+        }
     })
 }
 
-fn handler(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> BoxFuture<'static, Reply> {
+fn handler(
+    broker: &Arc<Broker>,
+    request: Request,
+    connection: &ConnectionContext,
+) -> BoxFuture<'static, Reply> {
     let broker = broker.clone();
+    let peer = connection.peer;
     if request.api_key == ApiKey::ApiVersions {
         // Answered at every version, even unsupported ones (KIP-511).
         return async move { handlers::api_versions::handle(&request).into() }.boxed();
@@ -62,7 +107,8 @@ fn handler(broker: &Arc<Broker>, request: Request, peer: SocketAddr) -> BoxFutur
         // Appends happen now, in the connection's request order; only the wait is deferred.
         ApiKey::Produce => handlers::produce::start(&broker, request),
         ApiKey::Fetch => {
-            async move { handlers::fetch::handle(&broker, request).await.into() }.boxed()
+            let room = Charge::new(&connection.budgets);
+            async move { handlers::fetch::handle(&broker, request, room).await.into() }.boxed()
         }
         ApiKey::ListOffsets => async move {
             handlers::list_offsets::handle(&broker, request)

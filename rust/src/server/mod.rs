@@ -1,7 +1,10 @@
 //! The network side: accept loop, connections, dispatch to API handlers.
 
+mod admission;
+pub(crate) mod budget;
 pub mod connection;
 pub mod dispatch;
+mod fd_limit;
 pub mod handlers;
 
 use std::sync::Arc;
@@ -12,23 +15,48 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::broker::Broker;
+use admission::{Admission, RefusalLog};
+use budget::ByteBudget;
 
 /// How long a stopping server waits for its connections to send the responses they owe.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At most one warning per this interval about connections refused past a cap.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Accepts connections until `stop` turns true; each connection runs in its own task. Then
 /// every connection stops reading and sends the responses it owes (produce acks arrive when
 /// the broker's shutdown has flushed) before this returns: a client must not lose the answer
 /// to a request whose records were stored, or it would send them again.
+///
+/// Connections past `max_connections` (lowered to what the open-file limit allows) or
+/// `max_connections_per_ip` are closed as soon as they are accepted.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    let config = &broker.config;
+    let soft_fd_limit = fd_limit::raise_open_file_limit().map(|(soft, _)| soft);
+    let admission = Admission::new(
+        fd_limit::connection_cap(config.max_connections, soft_fd_limit),
+        config.max_connections_per_ip,
+    );
+    let mut refusals = RefusalLog::new(REFUSAL_LOG_INTERVAL);
+    let broker_budget = Arc::new(ByteBudget::new(config.queued_max_request_bytes));
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
+                    let admitted = match admission.admit(peer.ip()) {
+                        Ok(admitted) => admitted,
+                        Err(refusal) => {
+                            drop(socket);
+                            refusals.refused(refusal, peer.ip());
+                            continue;
+                        }
+                    };
                     let _ = socket.set_nodelay(true);
+                    let context = connection::context(&broker, peer, &broker_budget);
                     let (broker, stop) = (broker.clone(), stop.clone());
-                    connections.spawn(connection::run(broker, socket, peer, stop));
+                    connections.spawn(connection::run(broker, socket, context, stop, admitted));
                 }
                 Err(error) => {
                     // Usually running out of file descriptors: back off instead of spinning.

@@ -1,8 +1,15 @@
 //! Fetch v4–13: committed data only. When less than MinBytes is available the request waits
 //! for a high-watermark change on any of its partitions (a notification, not a polling loop)
-//! or MaxWaitMs, whichever comes first. Request MaxBytes bounds the response, partition
-//! MaxBytes each partition; the first batch is returned whole even if larger (KIP-74).
+//! or MaxWaitMs, whichever comes first. The response is bounded by the request's MaxBytes,
+//! the broker's `fetch_max_bytes` and the room left in the connection's and broker's budgets
+//! of bytes in flight, each partition by its MaxBytes; the first batch is returned whole even
+//! if larger (KIP-74), so a consumer always progresses.
+//!
+//! A partition named twice is read once: like Kafka (which builds the request's partitions
+//! into a map keyed by topic-partition), the last entry's offset and MaxBytes win and the
+//! answer has one entry per partition, where the partition was first named.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +26,7 @@ use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::log::reader;
 use crate::protocol::header::{encode_response, Request};
+use crate::server::budget::Charge;
 
 struct Wanted {
     topic: String,
@@ -30,13 +38,21 @@ struct Wanted {
     client_epoch: i32,
 }
 
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, String> {
+/// `room` charges the records read while the request holds them (the encoded response is
+/// charged by the caller once it exists).
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    request: Request,
+    mut room: Charge,
+) -> Result<Bytes, String> {
     let body: FetchRequest = request.body()?;
     let by_id = request.api_version >= 13;
     let wanted = resolve(broker, &body, by_id);
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
-    let max_bytes = usize::try_from(body.max_bytes).unwrap_or(0);
+    let max_bytes = usize::try_from(body.max_bytes)
+        .unwrap_or(0)
+        .min(broker.config.fetch_max_bytes);
     // Subscribe before reading, so a commit landing between read and wait is not missed.
     let mut watches: Vec<watch::Receiver<i64>> = wanted
         .iter()
@@ -46,7 +62,10 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, Str
         for w in watches.iter_mut() {
             w.mark_unchanged();
         }
-        let (responses, total, any_error) = read_all(broker, &wanted, max_bytes).await;
+        room.resize(0); // the previous round's records are gone
+        let granted = room.take_up_to(max_bytes);
+        let (responses, total, any_error) = read_all(broker, &wanted, granted).await;
+        room.resize(total);
         let satisfied = total >= body.min_bytes.max(0) as usize || any_error || watches.is_empty();
         if satisfied || tokio::time::Instant::now() >= deadline {
             break responses;
@@ -62,7 +81,8 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Bytes, Str
 }
 
 fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
-    let mut wanted = Vec::new();
+    let mut wanted: Vec<Wanted> = Vec::new();
+    let mut seen: HashMap<(Uuid, String, i32), usize> = HashMap::new();
     for topic in &body.topics {
         let found = if by_id {
             broker.topic_by_id(topic.topic_id)
@@ -81,7 +101,7 @@ fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
                     .and_then(|i| t.partitions.get(i).map(|s| s.current()))
                     .ok_or(ResponseError::UnknownTopicOrPartition)
             });
-            wanted.push(Wanted {
+            let entry = Wanted {
                 topic: found
                     .as_ref()
                     .map_or_else(|| topic.topic.0.to_string(), |t| t.record.name.clone()),
@@ -91,7 +111,20 @@ fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
                 offset: p.fetch_offset,
                 max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
                 client_epoch: p.current_leader_epoch,
-            });
+            };
+            // By id from v13 on, by name before: the key the request names topics by.
+            let key = if by_id {
+                (topic.topic_id, String::new(), p.partition)
+            } else {
+                (Uuid::nil(), topic.topic.0.to_string(), p.partition)
+            };
+            match seen.get(&key) {
+                Some(&index) => wanted[index] = entry,
+                None => {
+                    seen.insert(key, wanted.len());
+                    wanted.push(entry);
+                }
+            }
         }
     }
     wanted
