@@ -102,7 +102,7 @@ async fn write_segments(segments: i64) -> Data {
         }
     }
     Data {
-        reader: TopicReader::new(store),
+        reader: TopicReader::new(store, 1 << 20),
         end: offset,
     }
 }
@@ -116,6 +116,7 @@ async fn scan(
     let limits = BatchLimits {
         rows,
         bytes: 1 << 20,
+        max_uncompressed: data.reader.max_uncompressed(),
     };
     let mut scan = PartitionScan::new(
         data.reader.store().clone(),
@@ -240,6 +241,52 @@ async fn a_flipped_byte_fails_the_read_naming_object_and_offset() {
 async fn a_truncated_object_fails_the_read() {
     let message = corrupt_and_scan(|o| o.truncate(o.len() - 100)).await;
     assert!(message.contains("offset 120"), "{message}");
+}
+
+/// A batch whose records expand past the reader's bound (1 MiB here): the read fails with a
+/// message naming the bound, without decompressing (snappy) or allocating (zstd) the rest.
+#[tokio::test]
+async fn a_batch_expanding_past_the_bound_fails_the_read() {
+    for compression in [Compression::Snappy, Compression::Zstd] {
+        let store = SegmentStore::open(&StorageLocation::Memory, "ns").unwrap();
+        let zeros = Bytes::from(vec![0u8; 64 * 1024]);
+        let records: Vec<Record> = (0..40)
+            .map(|offset| Record {
+                value: Some(zeros.clone()),
+                ..record(offset)
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
+        let bytes = buf.freeze();
+        let header = BatchHeader::parse(&bytes).unwrap();
+        let batch = StoredBatch {
+            prefix: rewritten_prefix(0, header.size, 0),
+            body: bytes.slice(REWRITTEN_PREFIX_LEN..),
+            base_offset: 0,
+            offset_count: 40,
+            max_timestamp: header.max_timestamp,
+        };
+        let built = build_segment(&[batch], 0, 50);
+        let path = store.segment_path(TOPIC, 0, 0, SegmentObject::Data);
+        store.put_new(&path, built.object.clone()).await.unwrap();
+        let data = Data {
+            reader: TopicReader::new(store, 1 << 20),
+            end: 40,
+        };
+        let error = scan(&data, 0..data.end, 1000).await.unwrap_err();
+        assert!(matches!(error, ReadError::Corrupt { .. }), "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("expand past the limit of 1048576 bytes")
+                && message.contains("max_uncompressed_batch_bytes"),
+            "{message}"
+        );
+    }
 }
 
 #[tokio::test]
