@@ -20,7 +20,9 @@ def batches() -> dict[str, bytes]:
     ]
     out = {}
     for codec, name in sf.CODEC_NAMES.items():
-        out[name] = sf.build_record_batch(records, base_timestamp=1_700_000_000_000 - 10, compression=codec)
+        out[name] = sf.build_record_batch(
+            records, base_timestamp=1_700_000_000_000 - 10, compression=codec
+        )
     return out
 
 
@@ -40,9 +42,7 @@ def main(corpus: Path) -> None:
             frame(kw.PRODUCE, 3, kw.produce_body("t", 0, batch))
         )
     (decoder / "api-versions.bin").write_bytes(frame(kw.API_VERSIONS, 0, b""))
-    (decoder / "metadata.bin").write_bytes(
-        frame(kw.METADATA, 4, kw.metadata_body(4, ["t"]))
-    )
+    (decoder / "metadata.bin").write_bytes(frame(kw.METADATA, 4, kw.metadata_body(4, ["t"])))
     (decoder / "fetch.bin").write_bytes(frame(kw.FETCH, 4, kw.fetch_body("t", 0, 0)))
 
 
