@@ -4,6 +4,9 @@
 //!
 //! Besides never panicking, what it accepts must be readable: every accepted batch is decoded
 //! by the segment reader's record decoder, which must succeed and yield the declared records.
+//!
+//! Found and fixed so far: an offset addition in the segment reader that overflowed on a batch
+//! whose base offset was near the largest offset (now an error).
 
 #![no_main]
 
@@ -13,16 +16,9 @@ use kafscale::analytics::records::decode_records;
 use kafscale::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use kafscale::log::checksum::crc32c;
 use kafscale::log::decompress::{Codec, Decompressed};
-use kafscale::log::validate::{validate_produce, ProduceRules};
+use kafscale::log::validate::validate_produce;
+use kafscale_fuzz::RULES;
 use libfuzzer_sys::fuzz_target;
-
-const RULES: ProduceRules = ProduceRules {
-    max_batch_bytes: 1024 * 1024,
-    max_uncompressed_bytes: 16 * 1024 * 1024,
-    timestamp_before_max_ms: i64::MAX,
-    timestamp_after_max_ms: 3_600_000,
-    now_ms: 1_700_000_000_000,
-};
 
 /// Rewrites the CRC of every batch whose length fields can be followed.
 fn fix_crcs(records: &mut [u8]) {
@@ -51,7 +47,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut scratch = Vec::new();
     for batch in batches {
-        let header = batch.header;
+        // Stored, the batch gets the log's next offset (the client's base offset is ignored).
+        let header = BatchHeader {
+            base_offset: 0,
+            ..batch.header
+        };
         let codec = Codec::from_attributes(header.attributes).expect("accepted codec");
         let section = &batch.bytes[BATCH_HEADER_LEN..];
         Decompressed::new(codec, section, RULES.max_uncompressed_bytes)

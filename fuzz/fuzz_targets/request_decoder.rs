@@ -7,21 +7,14 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::*;
-use kafscale::log::validate::{validate_produce, ProduceRules};
+use kafscale::log::validate::validate_produce;
 use kafscale::protocol::frame::FrameReader;
 use kafscale::protocol::header::Request;
+use kafscale_fuzz::RULES;
 use libfuzzer_sys::fuzz_target;
 
 /// The broker's default request size limit (max.request.bytes).
 const MAX_REQUEST_BYTES: usize = 100 * 1024 * 1024;
-
-const RULES: ProduceRules = ProduceRules {
-    max_batch_bytes: 1024 * 1024,
-    max_uncompressed_bytes: 128 * 1024 * 1024,
-    timestamp_before_max_ms: i64::MAX,
-    timestamp_after_max_ms: 3_600_000,
-    now_ms: 1_700_000_000_000,
-};
 
 fn produce(request: &Request) {
     let Ok(body) = request.body::<ProduceRequest>() else {

@@ -6,14 +6,13 @@ use arrow_array::{Array, RecordBatch};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, Record, TimestampType};
 
 use super::error::ReadError;
 use super::reader::TopicReader;
 use super::scan::{BatchLimits, PartitionScan};
 use super::verify::{verify_segment, SegmentCheck};
+use crate::log::batch::tests::encode_records;
 use crate::log::batch::{rewritten_prefix, BatchHeader, REWRITTEN_PREFIX_LEN};
 use crate::log::segment::{build_segment, StoredBatch};
 use crate::store::{SegmentObject, SegmentStore, StorageLocation};
@@ -56,19 +55,19 @@ fn record(offset: i64) -> Record {
 
 fn stored_batch(first: i64, count: i64, compression: Compression) -> StoredBatch {
     let records: Vec<Record> = (first..first + count).map(record).collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
-    let bytes = buf.freeze();
+    stored(&records, compression)
+}
+
+/// `records` (offsets from their first one on) as a batch the broker stored.
+fn stored(records: &[Record], compression: Compression) -> StoredBatch {
+    let bytes = encode_records(records, compression);
     let header = BatchHeader::parse(&bytes).unwrap();
+    let first = records[0].offset;
     StoredBatch {
         prefix: rewritten_prefix(first, header.size, 0),
         body: bytes.slice(REWRITTEN_PREFIX_LEN..),
         base_offset: first,
-        offset_count: count,
+        offset_count: records.len() as i64,
         max_timestamp: header.max_timestamp,
     }
 }
@@ -256,22 +255,7 @@ async fn a_batch_expanding_past_the_bound_fails_the_read() {
                 ..record(offset)
             })
             .collect();
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression,
-        };
-        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
-        let bytes = buf.freeze();
-        let header = BatchHeader::parse(&bytes).unwrap();
-        let batch = StoredBatch {
-            prefix: rewritten_prefix(0, header.size, 0),
-            body: bytes.slice(REWRITTEN_PREFIX_LEN..),
-            base_offset: 0,
-            offset_count: 40,
-            max_timestamp: header.max_timestamp,
-        };
-        let built = build_segment(&[batch], 0, 50);
+        let built = build_segment(&[stored(&records, compression)], 0, 50);
         let path = store.segment_path(TOPIC, 0, 0, SegmentObject::Data);
         store.put_new(&path, built.object.clone()).await.unwrap();
         let data = Data {
