@@ -10,6 +10,7 @@ pub mod limits;
 pub mod occupant;
 pub mod partition;
 pub mod reader;
+mod record_reader;
 pub mod retention;
 pub mod segment;
 #[cfg(test)]
