@@ -207,14 +207,16 @@ def start_broker(opts: BrokerOptions, data_dir: Path, timeout: float = 90.0) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def producer_config(bootstrap: str, acks: str, linger_ms: int) -> dict[str, Any]:
+def producer_config(
+    bootstrap: str, acks: str, linger_ms: int, compression: str = "none"
+) -> dict[str, Any]:
     return {
         "bootstrap.servers": bootstrap,
         "acks": acks,
         "linger.ms": linger_ms,
         "batch.size": 1_000_000,  # <= message.max.bytes (default 1 000 000)
         "batch.num.messages": 100_000,
-        "compression.type": "none",
+        "compression.type": compression,
         "queue.buffering.max.kbytes": 262_144,
         "queue.buffering.max.messages": 1_000_000,
         "message.timeout.ms": 120_000,
@@ -283,6 +285,7 @@ class ProduceJob:
     value_bytes: int
     acks: str
     linger_ms: int
+    compression: str
     deadline_s: float
 
 
@@ -317,7 +320,7 @@ def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
         if err is not None:
             failed.append(str(err))
 
-    conf = producer_config(job.bootstrap, job.acks, job.linger_ms)
+    conf = producer_config(job.bootstrap, job.acks, job.linger_ms, job.compression)
     conf |= {
         "delivery.report.only.error": True,
         "on_delivery": on_delivery,
@@ -561,6 +564,7 @@ def run_produce(broker: Broker, args: argparse.Namespace, acks: str, label: str)
             value_bytes=args.value_bytes,
             acks=acks,
             linger_ms=args.linger_ms,
+            compression=args.compression,
             deadline_s=deadline,
         )
         for i in range(procs)
@@ -879,6 +883,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--producers", type=int, default=1, help="producer processes per phase")
     ap.add_argument("--consumers", type=int, default=2, help="consumer processes per phase")
     ap.add_argument("--linger-ms", type=int, default=10, help="linger.ms of throughput phases")
+    ap.add_argument(
+        "--compression",
+        default="none",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="compression.type of the throughput producers",
+    )
     ap.add_argument("--latency-rate-mb", type=float, default=10.0, help="offered MB/s")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--latency-warmup", type=float, default=1.0, help="seconds not measured")
@@ -949,6 +959,7 @@ def main(argv: list[str] | None = None) -> int:
         "producers": args.producers,
         "consumers": args.consumers,
         "linger_ms": args.linger_ms,
+        "compression": args.compression,
         "driver": driver_version(),
         "cpus": os.cpu_count(),
     }

@@ -360,6 +360,7 @@ class SegmentSource:
         location: str,
         *,
         region: str,
+        max_uncompressed_batch_bytes: int,
         endpoint: str | None = None,
         access_key_id: str | None = None,
         secret_access_key: str | None = None,

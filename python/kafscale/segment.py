@@ -27,6 +27,8 @@ DEFAULT_REGION = "us-east-1"
 DEFAULT_BATCH_ROWS = 65_536
 # Below glibc's largest mmap threshold (32 MiB), so freed batches' memory is reused.
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+# The broker's default --max-uncompressed-batch-bytes: no batch it accepted expands further.
+DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES = 128 * 1024 * 1024
 
 
 @cache
@@ -105,13 +107,25 @@ class SegmentSource:
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         session_token: str | None = None,
+        max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
     ) -> SegmentSource:
         """S3 settings not given come from the standard AWS environment variables
         (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION,
-        AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)."""
+        AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN).
+
+        ``max_uncompressed_batch_bytes`` (default 128 MiB, the broker's default
+        ``--max-uncompressed-batch-bytes``) bounds what one compressed Kafka batch may expand
+        to: a batch that expands further (a decompression bomb) raises SegmentError instead of
+        allocating. Raise it only for segments written by a broker with a larger setting."""
+        if max_uncompressed_batch_bytes < 1:
+            raise ValueError(
+                f"max_uncompressed_batch_bytes must be a positive number of bytes, "
+                f"not {max_uncompressed_batch_bytes}"
+            )
         env = os.environ.get
         core = _core.SegmentSource(
             location,
+            max_uncompressed_batch_bytes=max_uncompressed_batch_bytes,
             endpoint=_first_set(endpoint, env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL")),
             region=_first_set(region, env("AWS_REGION"), env("AWS_DEFAULT_REGION"))
             or DEFAULT_REGION,

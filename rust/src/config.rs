@@ -100,6 +100,9 @@ impl BrokerConfig {
         LogSettings {
             segment_bytes: self.segment_bytes,
             max_message_bytes: self.max_message_bytes,
+            message_timestamp_before_max_ms: self.message_timestamp_before_max_ms,
+            message_timestamp_after_max_ms: self.message_timestamp_after_max_ms,
+            max_uncompressed_batch_bytes: self.max_uncompressed_batch_bytes,
             flush_interval: Duration::from_millis(self.flush_interval_ms.max(1)),
             readahead_segments: self.readahead_segments,
             index_interval: DEFAULT_INDEX_INTERVAL,

@@ -325,3 +325,50 @@ def test_a_copy_reads_like_the_original(analytics, tmp_path):
     end = analytics.end_offsets()[0]
     got = read_rows(source, analytics.topic, 0, 0, end, include_headers=True)
     assert got == partition_rows(analytics, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# decompression bombs (issue 12, item 9)
+
+
+def write_single_batch_segment(root: Path, topic: str, batch: bytes) -> str:
+    part = root / "ns" / topic / "0"
+    part.mkdir(parents=True)
+    (part / f"segment-{0:020d}.kfs").write_bytes(sf.build_segment([batch]))
+    return str(root / "ns")
+
+
+def with_payload(batch: bytes, payload: bytes, codec: int) -> bytes:
+    """``batch`` with another records section and codec, its CRC made valid again."""
+    header = bytearray(batch[: sf.BATCH_HEADER.size])
+    header[21:23] = codec.to_bytes(2, "big")
+    length = sf.BATCH_HEADER.size - sf.BATCH_LENGTH_OVERHEAD + len(payload)
+    header[8:12] = length.to_bytes(4, "big")
+    out = bytearray(header + payload)
+    out[17:21] = sf.crc32c(bytes(out[sf.BATCH_CRC_START :])).to_bytes(4, "big")
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec", [sf.COMPRESSION_ZSTD, sf.COMPRESSION_SNAPPY])
+def test_a_batch_expanding_past_the_bound_raises(tmp_path, codec):
+    """8 MiB of records in a few KiB: past max_uncompressed_batch_bytes it is SegmentError,
+    within it the record reads back."""
+    batch = sf.build_record_batch([(None, bytes(8 << 20), [])], compression=codec)
+    location = write_single_batch_segment(tmp_path, "bombs", batch)
+    small = SegmentSource.open(location, max_uncompressed_batch_bytes=1 << 20)
+    with pytest.raises(SegmentError, match="expand past the limit of 1048576 bytes"):
+        list(small.read("bombs", 0, 0, 1))
+    rows = SegmentSource.open(location).read("bombs", 0, 0, 1)
+    assert [len(v) for b in rows for v in b.column("value").to_pylist()] == [8 << 20]
+
+
+def test_a_tiny_snappy_bomb_is_refused_before_allocating(tmp_path):
+    """68 bytes of raw snappy declaring 1 GiB of output (the attack of the issue)."""
+    declared = sf.encode_uvarint(1 << 30)
+    bomb = declared + b"\xfe\xff\xff" * ((68 - len(declared)) // 3)
+    batch = with_payload(sf.build_record_batch([(None, b"x", [])]), bomb, sf.COMPRESSION_SNAPPY)
+    location = write_single_batch_segment(tmp_path, "bombs", batch)
+    with pytest.raises(SegmentError, match="expand past the limit of 134217728 bytes"):
+        list(SegmentSource.open(location).read("bombs", 0, 0, 1))
+    with pytest.raises(ValueError, match="max_uncompressed_batch_bytes"):
+        SegmentSource.open(location, max_uncompressed_batch_bytes=0)

@@ -54,7 +54,11 @@ SETTLE_S = 30.0  # liveness guard for what lags (retention passes, background de
 
 ADMIN_KINDS = list(ADMINS)
 TOPIC_KEYS = {"retention.ms", "retention.bytes", "segment.bytes"}
-TOPIC_WHITELIST = TOPIC_KEYS | {"max.message.bytes"}
+TOPIC_WHITELIST = TOPIC_KEYS | {
+    "max.message.bytes",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+}
 BROKER_KEYS = {
     "broker.id",
     "advertised.listeners",

@@ -24,11 +24,13 @@ NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
+INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
 KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
+INVALID_RECORD = 87
 
 # api keys
 PRODUCE = 0
@@ -510,6 +512,31 @@ def produce(
     results = parse_produce_v3(r)
     assert set(results) == {(topic, partition)}, results
     return results[(topic, partition)]
+
+
+@dataclass
+class ProduceV8Result:
+    error_code: int
+    base_offset: int
+    record_errors: list[tuple[int, str | None]]  # (index of the record in its batch, message)
+    error_message: str | None
+
+
+def produce_v8(conn: RawConnection, topic: str, partition: int, batch: bytes) -> ProduceV8Result:
+    """Produce v8 (the v3 request; the answer adds record_errors and error_message)."""
+    r = conn.request(PRODUCE, 8, produce_body(topic, partition, batch))
+    out = {}
+    for _ in range(r.array_len()):
+        name = r.string()
+        for _ in range(r.array_len()):
+            part, err, base = r.i32(), r.i16(), r.i64()
+            r.i64()  # log append time
+            r.i64()  # log start offset
+            errors = [(r.i32(), r.string()) for _ in range(r.array_len())]
+            out[(name, part)] = ProduceV8Result(err, base, errors, r.string())
+    r.i32()  # throttle
+    assert set(out) == {(topic, partition)}, out
+    return out[(topic, partition)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -188,6 +188,8 @@ def test_configs_whitelisted_and_normalised() -> None:
         "retention.bytes": " 1000 ",
         "segment.bytes": "+1048576",
         "max.message.bytes": "0",
+        "message.timestamp.before.max.ms": "604800000",
+        "message.timestamp.after.max.ms": "0",
     }
     res = create(core, CreatableTopic("a", configs=configs))
     assert res["a"].error_code == ErrorCode.NONE
@@ -196,6 +198,8 @@ def test_configs_whitelisted_and_normalised() -> None:
         "retention.bytes": "1000",
         "segment.bytes": "1048576",
         "max.message.bytes": "0",
+        "message.timestamp.before.max.ms": "604800000",
+        "message.timestamp.after.max.ms": "0",
     }
 
 
@@ -209,6 +213,8 @@ def test_configs_whitelisted_and_normalised() -> None:
         ("segment.bytes", "0"),
         ("segment.bytes", "2147483648"),
         ("max.message.bytes", "-1"),
+        ("message.timestamp.before.max.ms", "-1"),
+        ("message.timestamp.after.max.ms", "9223372036854775808"),
         ("retention.ms", None),
     ],
 )

@@ -78,6 +78,8 @@ def test_describe_topic_shows_overrides_and_defaults_and_ignores_unknown_keys() 
         "retention.bytes": ("-1", ConfigSource.DEFAULT_CONFIG, False),
         "segment.bytes": (str(4 * 1024 * 1024), ConfigSource.DEFAULT_CONFIG, False),
         "max.message.bytes": (str(1024 * 1024), ConfigSource.DEFAULT_CONFIG, False),
+        "message.timestamp.before.max.ms": (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG, False),
+        "message.timestamp.after.max.ms": ("3600000", ConfigSource.DEFAULT_CONFIG, False),
     }
     (some,) = describe(resource(ResourceType.TOPIC, "t", ["retention.ms", "no.such"])).results
     assert [c.name for c in some.configs] == ["retention.ms"]

@@ -1,8 +1,9 @@
 """The topic configs KafScale honours, their validation, and the broker defaults they fall
 back to.
 
-The ops spec's whitelist (retention.ms, retention.bytes, segment.bytes) plus max.message.bytes,
-which the core enforces too. Every other key is INVALID_CONFIG: a config that would be stored
+The ops spec's whitelist (retention.ms, retention.bytes, segment.bytes) plus max.message.bytes
+and the KIP-937 timestamp bounds message.timestamp.before.max.ms / after.max.ms, which the
+core enforces too. Every other key is INVALID_CONFIG: a config that would be stored
 but not applied is worse than a clear refusal.
 """
 
@@ -36,6 +37,8 @@ class BrokerDefaults(Protocol):
     retention_bytes: int
     segment_bytes: int
     max_message_bytes: int
+    message_timestamp_before_max_ms: int
+    message_timestamp_after_max_ms: int
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,24 @@ CONFIG_RULES: Mapping[str, TopicConfigRule] = {
         ConfigType.INT,
         "max_message_bytes",
         "Largest record batch the topic accepts.",
+    ),
+    "message.timestamp.before.max.ms": TopicConfigRule(
+        0,
+        _INT64_MAX,
+        "milliseconds >= 0",
+        ConfigType.LONG,
+        "message_timestamp_before_max_ms",
+        "A produce whose CreateTime record timestamp is older than this (against the broker's "
+        "clock) is refused with INVALID_TIMESTAMP (KIP-937).",
+    ),
+    "message.timestamp.after.max.ms": TopicConfigRule(
+        0,
+        _INT64_MAX,
+        "milliseconds >= 0",
+        ConfigType.LONG,
+        "message_timestamp_after_max_ms",
+        "A produce whose CreateTime record timestamp is further than this in the future "
+        "(against the broker's clock) is refused with INVALID_TIMESTAMP (KIP-937).",
     ),
 }
 

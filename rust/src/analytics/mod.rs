@@ -2,12 +2,11 @@
 //! into Arrow record batches in the schema of Spark's Kafka source, without a broker.
 //!
 //! `reader` lists segments and finds timestamps, `scan` fetches and checks a partition's
-//! bytes, `records` decodes batches into `columns`, `codec` decompresses, `bounds` reads the
+//! bytes, `records` decodes batches into `columns` (after `log::decompress`), `bounds` reads the
 //! committed high watermarks from etcd, `verify` checks a segment end to end (the CLI's
 //! `segments verify`).
 
 pub mod bounds;
-pub mod codec;
 pub mod columns;
 pub mod error;
 pub mod reader;

@@ -11,13 +11,21 @@ use crate::store::{SegmentObject, SegmentStore};
 
 pub struct TopicReader {
     store: Arc<SegmentStore>,
+    /// Largest size one Kafka batch's records may decompress to: a segment holding a bigger
+    /// batch (a decompression bomb) fails the read instead of allocating.
+    max_uncompressed: usize,
 }
 
 impl TopicReader {
-    pub fn new(store: SegmentStore) -> TopicReader {
+    pub fn new(store: SegmentStore, max_uncompressed: usize) -> TopicReader {
         TopicReader {
             store: Arc::new(store),
+            max_uncompressed,
         }
+    }
+
+    pub fn max_uncompressed(&self) -> usize {
+        self.max_uncompressed
     }
 
     pub fn store(&self) -> &Arc<SegmentStore> {
@@ -108,7 +116,7 @@ impl TopicReader {
         for segment in self.segments(topic, partition).await? {
             let wanted = segment.base_offset..segment.end_offset;
             let fetched = fetch_segment(&self.store, topic, partition, &segment, &wanted).await?;
-            let mut cursor = BatchCursor::new(fetched);
+            let mut cursor = BatchCursor::new(fetched, self.max_uncompressed);
             while let Some(batch) = cursor.next_batch()? {
                 if batch.header.max_timestamp < timestamp {
                     continue;

@@ -98,7 +98,10 @@ pub fn decode_records(
         let mut record = Cursor { buf: body, pos: 0 };
         record.skip(1)?; // attributes: unused in v2
         let timestamp_delta = record.varlong()?;
-        let offset = header.base_offset + i64::from(record.varint()?);
+        let offset = header
+            .base_offset
+            .checked_add(i64::from(record.varint()?))
+            .ok_or_else(|| format!("the offset of record {n} is past the largest offset"))?;
         if !wanted.contains(&offset) {
             continue;
         }
@@ -148,4 +151,27 @@ pub fn first_offset_at_or_after(
         .iter()
         .position(|t| *t >= from_timestamp)
         .map(|i| offsets.value(i)))
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::log::batch::tests::encoded_batch;
+    use crate::log::batch::BATCH_HEADER_LEN;
+
+    /// Found by the batch_validator fuzz target: a base offset near the largest offset.
+    #[test]
+    fn an_offset_past_the_largest_is_an_error_not_an_overflow() {
+        let batch = encoded_batch(2, 4, Compression::None);
+        let header = BatchHeader {
+            base_offset: i64::MAX,
+            ..BatchHeader::parse(&batch).unwrap()
+        };
+        let mut columns = Columns::new("t", 0, false);
+        let records = &batch[BATCH_HEADER_LEN..];
+        let error = decode_records(&header, records, &(0..i64::MAX), &mut columns).unwrap_err();
+        assert!(error.contains("past the largest offset"), "{error}");
+    }
 }

@@ -10,12 +10,12 @@ use arrow_array::RecordBatch;
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
-use super::codec::{decompress, Codec};
 use super::columns::Columns;
 use super::error::ReadError;
 use super::records::decode_records;
 use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use crate::log::checksum::crc32c;
+use crate::log::decompress::{describe, Codec, Decompressed};
 use crate::log::index::SparseIndex;
 use crate::log::segment::{ParsedSegment, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use crate::store::{SegmentObject, SegmentStore};
@@ -128,15 +128,18 @@ pub struct BatchCursor {
     fetched: Fetched,
     pos: usize,
     next_offset: i64,
+    /// Largest size a batch's records may decompress to (a bomb fails the read instead).
+    max_uncompressed: usize,
 }
 
 impl BatchCursor {
-    pub fn new(fetched: Fetched) -> BatchCursor {
+    pub fn new(fetched: Fetched, max_uncompressed: usize) -> BatchCursor {
         let next_offset = fetched.first_offset;
         BatchCursor {
             fetched,
             pos: 0,
             next_offset,
+            max_uncompressed,
         }
     }
 
@@ -195,7 +198,18 @@ impl BatchCursor {
         if codec == Codec::None {
             return Ok(raw);
         }
-        decompress(codec, raw, scratch).map_err(|r| self.corrupt_at(batch, &r))?;
+        Decompressed::new(codec, raw, self.max_uncompressed)
+            .map_err(|e| describe(codec, &e))
+            .and_then(|stream| stream.read_all(scratch))
+            .map_err(|reason| {
+                self.corrupt_at(
+                    batch,
+                    &format!(
+                        "{reason} (a larger max_uncompressed_batch_bytes of the reader \
+                         allows bigger batches)"
+                    ),
+                )
+            })?;
         Ok(scratch)
     }
 }
@@ -206,6 +220,8 @@ impl BatchCursor {
 pub struct BatchLimits {
     pub rows: usize,
     pub bytes: usize,
+    /// Largest size one Kafka batch's records may decompress to.
+    pub max_uncompressed: usize,
 }
 
 type Prefetch = JoinHandle<Result<Fetched, ReadError>>;
@@ -281,7 +297,7 @@ impl PartitionScan {
             let expected = fetched.area_len() + self.unread_bytes;
             self.columns.reserve_values(expected.min(self.limits.bytes));
         }
-        self.cursor = Some(BatchCursor::new(fetched));
+        self.cursor = Some(BatchCursor::new(fetched, self.limits.max_uncompressed));
         self.prefetch = self.start_fetch();
         Ok(true)
     }

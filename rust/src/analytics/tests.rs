@@ -6,14 +6,13 @@ use arrow_array::{Array, RecordBatch};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, Record, TimestampType};
 
 use super::error::ReadError;
 use super::reader::TopicReader;
 use super::scan::{BatchLimits, PartitionScan};
 use super::verify::{verify_segment, SegmentCheck};
+use crate::log::batch::tests::encode_records;
 use crate::log::batch::{rewritten_prefix, BatchHeader, REWRITTEN_PREFIX_LEN};
 use crate::log::segment::{build_segment, StoredBatch};
 use crate::store::{SegmentObject, SegmentStore, StorageLocation};
@@ -56,19 +55,19 @@ fn record(offset: i64) -> Record {
 
 fn stored_batch(first: i64, count: i64, compression: Compression) -> StoredBatch {
     let records: Vec<Record> = (first..first + count).map(record).collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
-    let bytes = buf.freeze();
+    stored(&records, compression)
+}
+
+/// `records` (offsets from their first one on) as a batch the broker stored.
+fn stored(records: &[Record], compression: Compression) -> StoredBatch {
+    let bytes = encode_records(records, compression);
     let header = BatchHeader::parse(&bytes).unwrap();
+    let first = records[0].offset;
     StoredBatch {
         prefix: rewritten_prefix(first, header.size, 0),
         body: bytes.slice(REWRITTEN_PREFIX_LEN..),
         base_offset: first,
-        offset_count: count,
+        offset_count: records.len() as i64,
         max_timestamp: header.max_timestamp,
     }
 }
@@ -102,7 +101,7 @@ async fn write_segments(segments: i64) -> Data {
         }
     }
     Data {
-        reader: TopicReader::new(store),
+        reader: TopicReader::new(store, 1 << 20),
         end: offset,
     }
 }
@@ -116,6 +115,7 @@ async fn scan(
     let limits = BatchLimits {
         rows,
         bytes: 1 << 20,
+        max_uncompressed: data.reader.max_uncompressed(),
     };
     let mut scan = PartitionScan::new(
         data.reader.store().clone(),
@@ -240,6 +240,37 @@ async fn a_flipped_byte_fails_the_read_naming_object_and_offset() {
 async fn a_truncated_object_fails_the_read() {
     let message = corrupt_and_scan(|o| o.truncate(o.len() - 100)).await;
     assert!(message.contains("offset 120"), "{message}");
+}
+
+/// A batch whose records expand past the reader's bound (1 MiB here): the read fails with a
+/// message naming the bound, without decompressing (snappy) or allocating (zstd) the rest.
+#[tokio::test]
+async fn a_batch_expanding_past_the_bound_fails_the_read() {
+    for compression in [Compression::Snappy, Compression::Zstd] {
+        let store = SegmentStore::open(&StorageLocation::Memory, "ns").unwrap();
+        let zeros = Bytes::from(vec![0u8; 64 * 1024]);
+        let records: Vec<Record> = (0..40)
+            .map(|offset| Record {
+                value: Some(zeros.clone()),
+                ..record(offset)
+            })
+            .collect();
+        let built = build_segment(&[stored(&records, compression)], 0, 50);
+        let path = store.segment_path(TOPIC, 0, 0, SegmentObject::Data);
+        store.put_new(&path, built.object.clone()).await.unwrap();
+        let data = Data {
+            reader: TopicReader::new(store, 1 << 20),
+            end: 40,
+        };
+        let error = scan(&data, 0..data.end, 1000).await.unwrap_err();
+        assert!(matches!(error, ReadError::Corrupt { .. }), "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("expand past the limit of 1048576 bytes")
+                && message.contains("max_uncompressed_batch_bytes"),
+            "{message}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -171,6 +171,11 @@ pub(crate) mod tests {
                 headers: Default::default(),
             })
             .collect();
+        encode_records(&records, compression)
+    }
+
+    /// `records` as one v2 batch, encoded by the codec crate.
+    pub fn encode_records(records: &[Record], compression: Compression) -> Bytes {
         let mut buf = BytesMut::new();
         let options = RecordEncodeOptions {
             version: 2,

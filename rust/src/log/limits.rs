@@ -1,18 +1,25 @@
-//! A topic's size limits as its partitions read them at each use: `segment.bytes` bounds each
+//! A topic's limits as its partitions read them at each use: `segment.bytes` bounds each
 //! segment a flush writes (and the buffered size that flushes at once), `max.message.bytes`
-//! the largest batch a produce may carry. All partitions of a topic on a broker share one
+//! the largest batch a produce may carry, `message.timestamp.before.max.ms` and
+//! `message.timestamp.after.max.ms` (KIP-937) how far record timestamps may lie from the
+//! broker's clock. All partitions of a topic on a broker share one
 //! `TopicLimits`, which follows the topic record: a config change applies to every partition
 //! as soon as the broker's cluster view has it, without reopening any of them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
+use super::validate::ProduceRules;
 use super::LogSettings;
 
 #[derive(Debug)]
 pub struct TopicLimits {
     segment_bytes: AtomicUsize,
     max_message_bytes: AtomicUsize,
+    timestamp_before_max_ms: AtomicI64,
+    timestamp_after_max_ms: AtomicI64,
+    /// A broker setting, not a topic config: fixed for the broker's life.
+    max_uncompressed_batch_bytes: usize,
 }
 
 /// A positive size set in the topic's configs, or the broker default.
@@ -21,6 +28,15 @@ fn size(configs: &BTreeMap<String, String>, key: &str, default: usize) -> usize 
         .get(key)
         .and_then(|v| v.parse().ok())
         .filter(|&v: &usize| v > 0)
+        .unwrap_or(default)
+}
+
+/// A duration in ms (0 or more) set in the topic's configs, or the broker default.
+fn millis(configs: &BTreeMap<String, String>, key: &str, default: i64) -> i64 {
+    configs
+        .get(key)
+        .and_then(|v| v.parse().ok())
+        .filter(|&v: &i64| v >= 0)
         .unwrap_or(default)
 }
 
@@ -33,6 +49,17 @@ impl TopicLimits {
                 "max.message.bytes",
                 settings.max_message_bytes,
             )),
+            timestamp_before_max_ms: AtomicI64::new(millis(
+                configs,
+                "message.timestamp.before.max.ms",
+                settings.message_timestamp_before_max_ms,
+            )),
+            timestamp_after_max_ms: AtomicI64::new(millis(
+                configs,
+                "message.timestamp.after.max.ms",
+                settings.message_timestamp_after_max_ms,
+            )),
+            max_uncompressed_batch_bytes: settings.max_uncompressed_batch_bytes,
         }
     }
 
@@ -43,6 +70,14 @@ impl TopicLimits {
             .store(current.segment_bytes(), Ordering::Relaxed);
         self.max_message_bytes
             .store(current.max_message_bytes(), Ordering::Relaxed);
+        self.timestamp_before_max_ms.store(
+            current.timestamp_before_max_ms.into_inner(),
+            Ordering::Relaxed,
+        );
+        self.timestamp_after_max_ms.store(
+            current.timestamp_after_max_ms.into_inner(),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn segment_bytes(&self) -> usize {
@@ -51,6 +86,17 @@ impl TopicLimits {
 
     pub fn max_message_bytes(&self) -> usize {
         self.max_message_bytes.load(Ordering::Relaxed)
+    }
+
+    /// What a produce arriving now is checked against.
+    pub fn produce_rules(&self, now_ms: i64) -> ProduceRules {
+        ProduceRules {
+            max_batch_bytes: self.max_message_bytes(),
+            max_uncompressed_bytes: self.max_uncompressed_batch_bytes,
+            timestamp_before_max_ms: self.timestamp_before_max_ms.load(Ordering::Relaxed),
+            timestamp_after_max_ms: self.timestamp_after_max_ms.load(Ordering::Relaxed),
+            now_ms,
+        }
     }
 }
 
@@ -64,6 +110,9 @@ mod tests {
         LogSettings {
             segment_bytes: 1000,
             max_message_bytes: 100,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: 3_600_000,
+            max_uncompressed_batch_bytes: 128 << 20,
             flush_interval: Duration::from_millis(10),
             readahead_segments: 1,
             index_interval: 100,
@@ -91,7 +140,7 @@ mod tests {
             (limits.segment_bytes(), limits.max_message_bytes()),
             (64, 32)
         );
-        // removed again, or unusable: the defaults
+        // removed again, or unusable: the defaults (checked below for the timestamp bounds)
         for unusable in ["0", "-5", "lots"] {
             let bad = configs(&[("segment.bytes", unusable), ("max.message.bytes", unusable)]);
             limits.update(&bad, &settings());
@@ -100,5 +149,35 @@ mod tests {
                 (1000, 100)
             );
         }
+    }
+
+    #[test]
+    fn timestamp_bounds_follow_the_topic_configs() {
+        let limits = TopicLimits::new(&configs(&[]), &settings());
+        let rules = limits.produce_rules(1000);
+        assert_eq!(
+            (rules.timestamp_before_max_ms, rules.timestamp_after_max_ms),
+            (i64::MAX, 3_600_000)
+        );
+        assert_eq!((rules.now_ms, rules.max_batch_bytes), (1000, 100));
+        let set = configs(&[
+            ("message.timestamp.before.max.ms", "60000"),
+            ("message.timestamp.after.max.ms", "0"),
+        ]);
+        limits.update(&set, &settings());
+        let rules = limits.produce_rules(1000);
+        assert_eq!(
+            (rules.timestamp_before_max_ms, rules.timestamp_after_max_ms),
+            (60_000, 0)
+        );
+        limits.update(
+            &configs(&[("message.timestamp.after.max.ms", "-1")]),
+            &settings(),
+        );
+        let rules = limits.produce_rules(1000);
+        assert_eq!(
+            (rules.timestamp_before_max_ms, rules.timestamp_after_max_ms),
+            (i64::MAX, 3_600_000)
+        );
     }
 }

@@ -3,16 +3,19 @@
 pub mod batch;
 pub mod cache;
 pub mod checksum;
+pub mod decompress;
 pub mod flusher;
 pub mod index;
 pub mod limits;
 pub mod occupant;
 pub mod partition;
 pub mod reader;
+mod record_reader;
 pub mod retention;
 pub mod segment;
 #[cfg(test)]
 mod tests;
+pub mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +36,11 @@ pub struct LogSettings {
     pub segment_bytes: usize,
     /// The broker default; a topic's `max.message.bytes` overrides it.
     pub max_message_bytes: usize,
+    /// The broker defaults of `message.timestamp.before.max.ms` and `.after.max.ms`.
+    pub message_timestamp_before_max_ms: i64,
+    pub message_timestamp_after_max_ms: i64,
+    /// Largest size a compressed batch may expand to (a broker setting only).
+    pub max_uncompressed_batch_bytes: usize,
     pub flush_interval: Duration,
     pub readahead_segments: usize,
     pub index_interval: i32,

@@ -46,6 +46,9 @@ async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) 
         settings: LogSettings {
             segment_bytes,
             max_message_bytes: 1 << 20,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: 3_600_000,
+            max_uncompressed_batch_bytes: 128 << 20,
             flush_interval,
             readahead_segments: 1,
             index_interval: 100,

@@ -118,11 +118,12 @@ impl SegmentSource {
 #[pymethods]
 impl SegmentSource {
     #[new]
-    #[pyo3(signature = (location, *, region, endpoint=None, access_key_id=None,
-        secret_access_key=None, session_token=None))]
+    #[pyo3(signature = (location, *, region, max_uncompressed_batch_bytes, endpoint=None,
+        access_key_id=None, secret_access_key=None, session_token=None))]
     fn new(
         location: String,
         region: String,
+        max_uncompressed_batch_bytes: usize,
         endpoint: Option<String>,
         access_key_id: Option<String>,
         secret_access_key: Option<String>,
@@ -146,7 +147,7 @@ impl SegmentSource {
         let store = SegmentStore::open(&storage, &namespace)
             .map_err(|e| PyValueError::new_err(format!("{location}: {e}")))?;
         Ok(SegmentSource {
-            reader: Arc::new(TopicReader::new(store)),
+            reader: Arc::new(TopicReader::new(store, max_uncompressed_batch_bytes)),
             location,
         })
     }
@@ -254,6 +255,7 @@ impl SegmentSource {
         let limits = BatchLimits {
             rows: batch_rows.max(1),
             bytes: batch_bytes.max(1),
+            max_uncompressed: self.reader.max_uncompressed(),
         };
         let scan = PartitionScan::new(
             self.reader.store().clone(),

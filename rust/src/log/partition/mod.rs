@@ -116,6 +116,11 @@ impl Partition {
         self.limits.max_message_bytes()
     }
 
+    /// What a produce arriving now is checked against (the topic's current limits).
+    pub fn produce_rules(&self) -> crate::log::validate::ProduceRules {
+        self.limits.produce_rules(now_ms())
+    }
+
     /// The size segments are cut at now (the topic's `segment.bytes`): each flush writes
     /// segments of about this size, and a buffer that reaches it is flushed at once.
     pub fn segment_bytes(&self) -> usize {

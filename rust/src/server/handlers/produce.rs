@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -15,14 +17,14 @@ use tokio::sync::oneshot;
 
 use super::find_partition;
 use crate::broker::Broker;
-use crate::log::batch::validate_batches;
 use crate::log::partition::{AppendResult, Partition};
+use crate::log::validate::{validate_produce, Rejection};
 use crate::protocol::header::{encode_response, Request};
 use crate::server::dispatch::Reply;
 
 /// A partition's outcome: decided now (an error), or once its flush completes.
 enum Pending {
-    Now(ResponseError),
+    Now(Rejection),
     Flush(Arc<Partition>, oneshot::Receiver<AppendResult>),
     Unacked,
 }
@@ -54,7 +56,7 @@ pub fn start(broker: &Arc<Broker>, request: Request) -> BoxFuture<'static, Reply
                         &mut appended,
                     )
                 } else {
-                    Pending::Now(ResponseError::InvalidRequiredAcks)
+                    Pending::Now(ResponseError::InvalidRequiredAcks.into())
                 };
                 (data.index, pending)
             })
@@ -102,14 +104,17 @@ fn append(
 ) -> Pending {
     let partition = match find_partition(broker, topic, index) {
         Ok(partition) => partition,
-        Err(error) => return Pending::Now(error),
+        Err(error) => return Pending::Now(error.into()),
     };
     let records = records.unwrap_or_default();
-    let batches = match validate_batches(&records, partition.max_message_bytes()) {
+    // Every record is checked before anything is appended: a bad batch stores nothing of
+    // this partition's records.
+    let batches = match validate_produce(&records, &partition.produce_rules()) {
         Ok(batches) => batches,
-        Err(error) => {
-            tracing::debug!(topic, partition = index, %error, "produce rejected");
-            return Pending::Now(error);
+        Err(rejection) => {
+            tracing::debug!(topic, partition = index, error = %rejection.error,
+                reason = rejection.message, "produce rejected");
+            return Pending::Now(rejection);
         }
     };
     let (records, bytes) = batches.iter().fold((0u64, 0u64), |(r, b), batch| {
@@ -128,7 +133,7 @@ fn append(
                 None => Pending::Unacked,
             }
         }
-        Err(error) => Pending::Now(error),
+        Err(error) => Pending::Now(error.into()),
     }
 }
 
@@ -141,7 +146,7 @@ async fn outcome(
         .with_index(index)
         .with_log_append_time_ms(-1);
     let (result, log_start) = match pending {
-        Pending::Now(error) => (Err(error), -1),
+        Pending::Now(rejection) => (Err(rejection), -1),
         Pending::Unacked => (Ok(-1), -1),
         Pending::Flush(partition, receiver) => {
             // A dropped sender means the broker is going away: the write was not acknowledged.
@@ -151,17 +156,31 @@ async fn outcome(
                 Ok(answer) => answer.unwrap_or(Err(ResponseError::NotLeaderOrFollower)),
                 Err(_) => Err(ResponseError::RequestTimedOut),
             };
-            (result, partition.log_start_offset())
+            (
+                result.map_err(Rejection::from),
+                partition.log_start_offset(),
+            )
         }
     };
     match result {
         Ok(base_offset) => response
             .with_base_offset(base_offset)
             .with_log_start_offset(log_start),
-        Err(error) => response
-            .with_error_code(error.code())
-            .with_base_offset(-1)
-            .with_log_start_offset(-1)
-            .with_error_message(Some(StrBytes::from_string(error.to_string()))),
+        Err(rejection) => {
+            // ProduceResponse v8+ names the record that broke a rule (Kafka's record_errors).
+            let record_errors = rejection.record.map(|record| {
+                BatchIndexAndErrorMessage::default()
+                    .with_batch_index(record)
+                    .with_batch_index_error_message(Some(StrBytes::from_string(
+                        rejection.message.clone(),
+                    )))
+            });
+            response
+                .with_error_code(rejection.error.code())
+                .with_base_offset(-1)
+                .with_log_start_offset(-1)
+                .with_record_errors(record_errors.into_iter().collect())
+                .with_error_message(Some(StrBytes::from_string(rejection.message)))
+        }
     }
 }

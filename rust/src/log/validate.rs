@@ -1,0 +1,672 @@
+//! What a produce may append, checked record by record as Kafka's LogValidator does: every
+//! record of every batch is walked once, in place for uncompressed batches and through a
+//! bounded streaming decompressor for compressed ones (nothing is copied or materialised).
+//!
+//! Errors follow Kafka: CORRUPT_MESSAGE for bytes that do not decode (framing, CRC, codec,
+//! decompression, varints, lengths, a record count that differs from the records present),
+//! INVALID_RECORD for records that decode but break a rule (a control batch from a client,
+//! offsets out of order), INVALID_TIMESTAMP for timestamps outside the topic's KIP-937 bounds
+//! or a batch max timestamp that is not its records' largest. Rule violations of one record
+//! name it (ProduceResponse v8+ `record_errors`).
+//!
+//! Record: length varint | attributes i8 | timestamp delta varlong | offset delta varint |
+//! key length varint (-1 = null) | key | value length varint | value | header count varint |
+//! headers (key length varint | key | value length varint (-1 = null) | value).
+
+use std::fmt::Display;
+use std::io::{BufRead, BufReader};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use super::batch::{validate_batches, BatchHeader, IncomingBatch, BATCH_HEADER_LEN};
+use super::decompress::{describe, Codec, Decompressed};
+use super::record_reader::Records;
+
+const LOG_APPEND_TIME: i16 = 0x08;
+const CONTROL_BATCH: i16 = 0x20;
+/// A record without a timestamp (Kafka's RecordBatch.NO_TIMESTAMP): not range-checked.
+const NO_TIMESTAMP: i64 = -1;
+const PRODUCER_ID_AT: usize = 43;
+const BASE_SEQUENCE_AT: usize = 53;
+/// Large enough that one read of a decompressor usually holds several records.
+const STREAM_BUFFER: usize = 32 * 1024;
+
+/// The limits a produce to one partition is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceRules {
+    /// The topic's `max.message.bytes`: largest batch as sent.
+    pub max_batch_bytes: usize,
+    /// Largest size a compressed batch's records may expand to.
+    pub max_uncompressed_bytes: usize,
+    /// The topic's `message.timestamp.before.max.ms` and `.after.max.ms` (KIP-937).
+    pub timestamp_before_max_ms: i64,
+    pub timestamp_after_max_ms: i64,
+    /// The broker's clock at validation, in ms since the epoch.
+    pub now_ms: i64,
+}
+
+/// Why a partition's records were refused: the Kafka error, a message for the producer and,
+/// when one record broke a rule, its index in its batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub error: ResponseError,
+    pub message: String,
+    pub record: Option<i32>,
+}
+
+impl From<ResponseError> for Rejection {
+    fn from(error: ResponseError) -> Rejection {
+        Rejection {
+            error,
+            message: error.to_string(),
+            record: None,
+        }
+    }
+}
+
+pub(super) fn corrupt(message: impl Display) -> Rejection {
+    Rejection {
+        error: ResponseError::CorruptMessage,
+        message: message.to_string(),
+        record: None,
+    }
+}
+
+pub(super) fn invalid_record(record: Option<i32>, message: impl Display) -> Rejection {
+    Rejection {
+        error: ResponseError::InvalidRecord,
+        message: message.to_string(),
+        record,
+    }
+}
+
+/// Splits a partition's records into batches and checks each batch and every record in it.
+/// Either every batch passes or the whole partition's records are refused.
+pub fn validate_produce(
+    records: &Bytes,
+    rules: &ProduceRules,
+) -> Result<Vec<IncomingBatch>, Rejection> {
+    let batches = validate_batches(records, rules.max_batch_bytes)?;
+    for batch in &batches {
+        validate_records(&batch.header, &batch.bytes, rules)?;
+    }
+    Ok(batches)
+}
+
+/// Checks the records of one batch whose header and CRC are already checked.
+pub fn validate_records(
+    header: &BatchHeader,
+    batch: &[u8],
+    rules: &ProduceRules,
+) -> Result<(), Rejection> {
+    if header.attributes & CONTROL_BATCH != 0 {
+        return Err(invalid_record(
+            None,
+            "clients may not write control batches (transaction markers); clear attribute \
+             bit 5",
+        ));
+    }
+    let producer_id = i64::from_be_bytes(batch[PRODUCER_ID_AT..][..8].try_into().unwrap());
+    let base_sequence = i32::from_be_bytes(batch[BASE_SEQUENCE_AT..][..4].try_into().unwrap());
+    if producer_id >= 0 && base_sequence < 0 {
+        return Err(invalid_record(
+            None,
+            format!("producer id {producer_id} with invalid base sequence {base_sequence}"),
+        ));
+    }
+    let codec = Codec::from_attributes(header.attributes).map_err(corrupt)?;
+    let section = &batch[BATCH_HEADER_LEN..header.size];
+    match codec {
+        Codec::None => walk(Records::new(section, codec), header, rules),
+        _ => {
+            let stream = Decompressed::new(codec, section, rules.max_uncompressed_bytes)
+                .map_err(|e| corrupt(describe(codec, &e)))?;
+            let buffered = BufReader::with_capacity(STREAM_BUFFER, stream);
+            walk(Records::new(buffered, codec), header, rules)
+        }
+    }
+}
+
+/// Walks the records of a batch: exactly `record_count` records, each exactly its length,
+/// numbered 0, 1, 2, ... in order, with timestamps in bounds, and nothing after them.
+fn walk<R: BufRead>(
+    mut records: Records<R>,
+    header: &BatchHeader,
+    rules: &ProduceRules,
+) -> Result<(), Rejection> {
+    let log_append_time = header.attributes & LOG_APPEND_TIME != 0;
+    let declared = header.record_count;
+    // As Kafka computes it: records without a timestamp leave it at NO_TIMESTAMP.
+    let mut max_timestamp = NO_TIMESTAMP;
+    for index in 0..declared {
+        records.index = index;
+        let Some(length) = records.record_length()? else {
+            return Err(corrupt(format!(
+                "the batch declares {declared} records but holds {index}"
+            )));
+        };
+        records.left = length;
+        records.byte()?; // attributes: unused in v2
+        let timestamp_delta = records.varlong()?;
+        let offset_delta = records.varint()?;
+        records.nullable_field("key")?;
+        records.nullable_field("value")?;
+        let headers = records.varint()?;
+        if headers < 0 {
+            return Err(records.malformed(format!("header count {headers}")));
+        }
+        for _ in 0..headers {
+            records.header_key()?;
+            records.nullable_field("header value")?;
+        }
+        if records.left != 0 {
+            return Err(records.malformed(format!(
+                "{} bytes of its length are left after its fields",
+                records.left
+            )));
+        }
+        if offset_delta != index {
+            return Err(invalid_record(
+                Some(index),
+                format!(
+                    "record {index} has offset delta {offset_delta}; a batch's records are \
+                     numbered 0, 1, 2, ... in order"
+                ),
+            ));
+        }
+        // A LogAppendTime batch's records all read as its max timestamp.
+        let timestamp = if log_append_time {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(timestamp_delta)
+        };
+        check_timestamp(index, timestamp, rules)?;
+        max_timestamp = max_timestamp.max(timestamp);
+    }
+    // Reading to the end also checks the compressed stream's own trailer and checksums.
+    if records.next_byte()?.is_some() {
+        return Err(corrupt(format!(
+            "the batch holds more than the {declared} records it declares"
+        )));
+    }
+    if !log_append_time && header.max_timestamp != max_timestamp {
+        return Err(Rejection {
+            error: ResponseError::InvalidTimestamp,
+            message: format!(
+                "the batch's max timestamp {} is not its records' largest timestamp {max_timestamp}",
+                header.max_timestamp
+            ),
+            record: None,
+        });
+    }
+    Ok(())
+}
+
+/// KIP-937: a CreateTime timestamp must lie within [now - before.max, now + after.max].
+fn check_timestamp(index: i32, timestamp: i64, rules: &ProduceRules) -> Result<(), Rejection> {
+    if timestamp == NO_TIMESTAMP {
+        return Ok(());
+    }
+    let ahead = i128::from(timestamp) - i128::from(rules.now_ms);
+    if ahead <= i128::from(rules.timestamp_after_max_ms)
+        && -ahead <= i128::from(rules.timestamp_before_max_ms)
+    {
+        return Ok(());
+    }
+    Err(Rejection {
+        error: ResponseError::InvalidTimestamp,
+        message: format!(
+            "timestamp {timestamp} of record {index} is out of range: it must lie within \
+             [{}, {}] (the topic's message.timestamp.before.max.ms and \
+             message.timestamp.after.max.ms around the broker's clock)",
+            rules.now_ms.saturating_sub(rules.timestamp_before_max_ms),
+            rules.now_ms.saturating_add(rules.timestamp_after_max_ms),
+        ),
+        record: Some(index),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, BytesMut};
+    use kafka_protocol::records::Compression;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::log::batch::tests::encoded_batch;
+    use crate::log::batch::CRC_START;
+    use crate::log::checksum::crc32c;
+    use crate::log::decompress::tests::{compress, CODECS};
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn rules() -> ProduceRules {
+        ProduceRules {
+            max_batch_bytes: 1 << 20,
+            max_uncompressed_bytes: 1 << 20,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: 3_600_000,
+            now_ms: NOW,
+        }
+    }
+
+    fn zigzag_varint(out: &mut Vec<u8>, value: i64) {
+        let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+        while raw >= 0x80 {
+            out.push(raw as u8 | 0x80);
+            raw >>= 7;
+        }
+        out.push(raw as u8);
+    }
+
+    /// A record as clients write it: key `k<n>`, the given value, one header.
+    fn record(offset_delta: i64, timestamp_delta: i64, value: &[u8]) -> Vec<u8> {
+        let mut body = vec![0u8];
+        zigzag_varint(&mut body, timestamp_delta);
+        zigzag_varint(&mut body, offset_delta);
+        let key = format!("k{offset_delta}");
+        zigzag_varint(&mut body, key.len() as i64);
+        body.extend_from_slice(key.as_bytes());
+        zigzag_varint(&mut body, value.len() as i64);
+        body.extend_from_slice(value);
+        zigzag_varint(&mut body, 1);
+        zigzag_varint(&mut body, 1);
+        body.push(b'h');
+        zigzag_varint(&mut body, -1);
+        framed(&body)
+    }
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        zigzag_varint(&mut out, body.len() as i64);
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// `n` well-formed records one ms apart, starting at NOW.
+    fn records(n: i64) -> Vec<u8> {
+        (0..n).flat_map(|i| record(i, i, b"value")).collect()
+    }
+
+    struct Spec {
+        attributes: i16,
+        count: i32,
+        max_timestamp: i64,
+        producer_id: i64,
+    }
+
+    fn spec(count: i32) -> Spec {
+        Spec {
+            attributes: 0,
+            count,
+            max_timestamp: NOW + i64::from(count) - 1,
+            producer_id: -1,
+        }
+    }
+
+    /// A v2 batch around `section` (already compressed if the attributes say so), with a
+    /// valid CRC: only the records can be wrong.
+    fn batch(spec: &Spec, section: &[u8]) -> Bytes {
+        let mut buf = BytesMut::new();
+        buf.put_i64(0);
+        buf.put_i32((BATCH_HEADER_LEN - 12 + section.len()) as i32);
+        buf.put_i32(0);
+        buf.put_i8(2);
+        buf.put_u32(0);
+        buf.put_i16(spec.attributes);
+        buf.put_i32(spec.count - 1);
+        buf.put_i64(NOW);
+        buf.put_i64(spec.max_timestamp);
+        buf.put_i64(spec.producer_id);
+        buf.put_i16(-1);
+        buf.put_i32(-1);
+        buf.put_i32(spec.count);
+        buf.extend_from_slice(section);
+        let crc = crc32c(&buf[CRC_START..]);
+        buf[17..21].copy_from_slice(&crc.to_be_bytes());
+        buf.freeze()
+    }
+
+    fn check(batch: &Bytes) -> Result<(), Rejection> {
+        validate_produce(batch, &rules()).map(drop)
+    }
+
+    fn error_of(batch: &Bytes) -> (ResponseError, Option<i32>) {
+        let rejection = check(batch).unwrap_err();
+        (rejection.error, rejection.record)
+    }
+
+    fn codec_id(codec: Codec) -> i16 {
+        CODECS.iter().position(|c| *c == codec).unwrap() as i16
+    }
+
+    #[test]
+    fn accepts_what_clients_send_with_every_codec() {
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            check(&encoded_batch(50, 100, compression)).unwrap();
+        }
+        for codec in CODECS {
+            let section = compress(codec, &records(20));
+            let attributes = codec_id(codec);
+            check(&batch(
+                &Spec {
+                    attributes,
+                    ..spec(20)
+                },
+                &section,
+            ))
+            .unwrap();
+        }
+    }
+
+    /// kafka-python and the Java client frame snappy the xerial way, in 32 KiB blocks.
+    #[test]
+    fn accepts_xerial_framed_snappy() {
+        let plain = (0..400)
+            .flat_map(|i| record(i, 0, &[b'x'; 200]))
+            .collect::<Vec<_>>();
+        let mut section = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
+        for block in plain.chunks(32 * 1024) {
+            let compressed = compress(Codec::Snappy, block);
+            section.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
+            section.extend_from_slice(&compressed);
+        }
+        let spec = Spec {
+            attributes: 2,
+            max_timestamp: NOW,
+            ..spec(400)
+        };
+        check(&batch(&spec, &section)).unwrap();
+    }
+
+    #[test]
+    fn a_count_that_differs_from_the_records_present_is_corrupt() {
+        let inflated = batch(&spec(i32::MAX), &records(1));
+        let rejection = check(&inflated).unwrap_err();
+        assert_eq!(rejection.error, ResponseError::CorruptMessage);
+        assert!(
+            rejection.message.contains("holds 1"),
+            "{}",
+            rejection.message
+        );
+        let spec = Spec {
+            max_timestamp: NOW,
+            ..spec(1)
+        };
+        assert_eq!(
+            error_of(&batch(&spec, &records(3))),
+            (ResponseError::CorruptMessage, None)
+        );
+        // the same for records that come out of a decompressor
+        let spec = Spec {
+            attributes: 4,
+            ..spec
+        };
+        let section = compress(Codec::Zstd, &records(3));
+        assert_eq!(
+            error_of(&batch(&spec, &section)),
+            (ResponseError::CorruptMessage, None)
+        );
+    }
+
+    #[test]
+    fn undecodable_compressed_records_and_unknown_codecs_are_corrupt() {
+        for attributes in 1..=7 {
+            let spec = Spec {
+                attributes,
+                ..spec(1)
+            };
+            let garbage = batch(&spec, b"\x01\x02\x03 certainly not compressed records");
+            assert_eq!(error_of(&garbage).0, ResponseError::CorruptMessage);
+        }
+        // codecs 5 to 7 do not exist, whatever follows
+        for attributes in 5..=7 {
+            let spec = Spec {
+                attributes,
+                ..spec(3)
+            };
+            let rejection = check(&batch(&spec, &records(3))).unwrap_err();
+            assert_eq!(rejection.error, ResponseError::CorruptMessage);
+            assert!(rejection.message.contains("codec"), "{}", rejection.message);
+        }
+    }
+
+    #[test]
+    fn a_batch_expanding_past_the_limit_is_corrupt() {
+        let big = (0..2000)
+            .flat_map(|i| record(i, 0, &[0u8; 1000]))
+            .collect::<Vec<_>>();
+        for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+            let spec = Spec {
+                attributes: codec_id(codec),
+                max_timestamp: NOW,
+                ..spec(2000)
+            };
+            let rejection = check(&batch(&spec, &compress(codec, &big))).unwrap_err();
+            assert_eq!(rejection.error, ResponseError::CorruptMessage, "{codec:?}");
+            assert!(rejection.message.contains("limit"), "{}", rejection.message);
+        }
+    }
+
+    #[test]
+    fn malformed_varints_and_lengths_are_corrupt() {
+        let mut too_long_varlong = vec![0u8];
+        too_long_varlong.extend_from_slice(&[0xff; 10]);
+        too_long_varlong.push(0x01);
+        let mut out_of_range_varint = vec![0u8, 0];
+        out_of_range_varint.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x7f]);
+        let mut key_past_record = vec![0u8, 0, 0];
+        zigzag_varint(&mut key_past_record, 1000);
+        let mut negative_headers = vec![0u8, 0, 0, 1, 1];
+        zigzag_varint(&mut negative_headers, -1);
+        let mut leftover = record(0, 0, b"v")[1..].to_vec();
+        leftover.push(0);
+        for body in [
+            too_long_varlong,
+            out_of_range_varint,
+            key_past_record,
+            negative_headers,
+            leftover,
+        ] {
+            let spec = Spec {
+                max_timestamp: NOW,
+                ..spec(1)
+            };
+            let rejection = check(&batch(&spec, &framed(&body))).unwrap_err();
+            assert_eq!(rejection.error, ResponseError::CorruptMessage);
+            assert!(
+                rejection.message.contains("record 0"),
+                "{}",
+                rejection.message
+            );
+        }
+        // a record length that is not a varint at all, and one that is negative
+        for section in [vec![0xffu8; 6], vec![0x01]] {
+            assert_eq!(
+                error_of(&batch(&spec(1), &section)).0,
+                ResponseError::CorruptMessage
+            );
+        }
+    }
+
+    #[test]
+    fn control_batches_from_clients_and_bad_sequences_are_invalid() {
+        let control = Spec {
+            attributes: 0x20,
+            ..spec(1)
+        };
+        assert_eq!(
+            error_of(&batch(&control, &records(1))),
+            (ResponseError::InvalidRecord, None)
+        );
+        let idempotent = Spec {
+            producer_id: 7,
+            ..spec(1)
+        };
+        assert_eq!(
+            error_of(&batch(&idempotent, &records(1))),
+            (ResponseError::InvalidRecord, None)
+        );
+    }
+
+    #[test]
+    fn offsets_out_of_order_name_the_record() {
+        let mut section = records(2);
+        section.extend(record(5, 2, b"value"));
+        let rejection = check(&batch(&spec(3), &section)).unwrap_err();
+        assert_eq!(
+            (rejection.error, rejection.record),
+            (ResponseError::InvalidRecord, Some(2))
+        );
+    }
+
+    #[test]
+    fn a_header_key_that_is_not_utf8_is_invalid() {
+        let mut body = vec![0u8, 0, 0, 1, 1, 2];
+        body.extend_from_slice(&[2, 0xc3]);
+        zigzag_varint(&mut body, -1);
+        let spec = Spec {
+            max_timestamp: NOW,
+            ..spec(1)
+        };
+        assert_eq!(
+            error_of(&batch(&spec, &framed(&body))),
+            (ResponseError::InvalidRecord, Some(0))
+        );
+    }
+
+    #[test]
+    fn timestamps_outside_the_bounds_name_the_record() {
+        const YEAR_9999: i64 = 253_402_300_799_000;
+        for far in [YEAR_9999, i64::MAX] {
+            let mut section = records(1);
+            section.extend(record(1, far - NOW, b"value"));
+            let spec = Spec {
+                max_timestamp: far,
+                ..spec(2)
+            };
+            let rejection = check(&batch(&spec, &section)).unwrap_err();
+            assert_eq!(
+                (rejection.error, rejection.record),
+                (ResponseError::InvalidTimestamp, Some(1))
+            );
+            assert!(rejection.message.contains("out of range"));
+        }
+        // an hour ahead is the default limit; older is unlimited unless the topic says so
+        let edge = batch(&spec(1), &record(0, 3_600_000, b"v"));
+        let edge = Spec {
+            max_timestamp: NOW + 3_600_000,
+            ..spec(1)
+        }
+        .rebuild(&edge);
+        check(&edge).unwrap();
+        let old = Spec {
+            max_timestamp: NOW - 86_400_000,
+            ..spec(1)
+        };
+        let old = batch(&old, &record(0, -86_400_000, b"v"));
+        check(&old).unwrap();
+        let strict = ProduceRules {
+            timestamp_before_max_ms: 60_000,
+            ..rules()
+        };
+        assert_eq!(
+            validate_produce(&old, &strict).unwrap_err().error,
+            ResponseError::InvalidTimestamp
+        );
+        // records without a timestamp are not range-checked
+        let none = Spec {
+            max_timestamp: -1,
+            ..spec(1)
+        };
+        check(&batch(&none, &record(0, -1 - NOW, b"v"))).unwrap();
+    }
+
+    impl Spec {
+        /// The batch with this spec around the records of `other`.
+        fn rebuild(&self, other: &Bytes) -> Bytes {
+            batch(self, &other[BATCH_HEADER_LEN..])
+        }
+    }
+
+    #[test]
+    fn the_max_timestamp_must_be_the_records_largest() {
+        let lying = Spec {
+            max_timestamp: NOW + 1000,
+            ..spec(2)
+        };
+        assert_eq!(
+            error_of(&batch(&lying, &records(2))),
+            (ResponseError::InvalidTimestamp, None)
+        );
+        // a LogAppendTime batch's records read as its max timestamp, which must be in bounds
+        let log_append = Spec {
+            attributes: 0x08,
+            max_timestamp: NOW,
+            ..spec(2)
+        };
+        check(&batch(&log_append, &records(2))).unwrap();
+        let far = Spec {
+            max_timestamp: i64::MAX,
+            ..log_append
+        };
+        assert_eq!(
+            error_of(&batch(&far, &records(2))),
+            (ResponseError::InvalidTimestamp, Some(0))
+        );
+    }
+
+    #[test]
+    fn one_bad_batch_refuses_the_whole_partition() {
+        let mut two = BytesMut::new();
+        two.extend_from_slice(&batch(&spec(2), &records(2)));
+        two.extend_from_slice(&batch(&spec(i32::MAX), &records(1)));
+        assert_eq!(error_of(&two.freeze()).0, ResponseError::CorruptMessage);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever keys, values and codec: what a client encodes is accepted.
+        #[test]
+        fn encoded_batches_are_accepted(
+            values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 1..40),
+            codec in 0usize..5,
+        ) {
+            let section: Vec<u8> = values
+                .iter()
+                .enumerate()
+                .flat_map(|(i, v)| record(i as i64, i as i64, v))
+                .collect();
+            let count = values.len() as i32;
+            let spec = Spec { attributes: codec as i16, ..spec(count) };
+            prop_assert!(check(&batch(&spec, &compress(CODECS[codec], &section))).is_ok());
+        }
+
+        /// Any change to the records (CRC fixed up) is refused or accepted, never a panic;
+        /// dropping or adding bytes is always refused.
+        #[test]
+        fn mutated_records_never_panic(
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            cut in 1usize..8,
+        ) {
+            let section = records(5);
+            let mut mutated = section.clone();
+            mutated[at.index(section.len())] = byte;
+            let _ = check(&batch(&spec(5), &mutated));
+            let shorter = &section[..section.len() - cut];
+            prop_assert!(check(&batch(&spec(5), shorter)).is_err());
+            let mut longer = section.clone();
+            longer.extend(std::iter::repeat_n(0u8, cut));
+            prop_assert!(check(&batch(&spec(5), &longer)).is_err());
+        }
+    }
+}
