@@ -34,7 +34,10 @@ impl<R: BufRead> Records<R> {
     }
 
     pub(super) fn malformed(&self, what: impl Display) -> Rejection {
-        corrupt(format!("record {} is malformed: {what}", self.index))
+        invalid_record(
+            Some(self.index),
+            format!("record {} is malformed: {what}", self.index),
+        )
     }
 
     pub(super) fn next_byte(&mut self) -> Result<Option<u8>, Rejection> {

@@ -2,10 +2,13 @@
 //! record of every batch is walked once, in place for uncompressed batches and through a
 //! bounded streaming decompressor for compressed ones (nothing is copied or materialised).
 //!
-//! Errors follow Kafka: CORRUPT_MESSAGE for bytes that do not decode (framing, CRC, codec,
-//! decompression, varints, lengths, a record count that differs from the records present),
-//! INVALID_RECORD for records that decode but break a rule (a control batch from a client,
-//! offsets out of order), INVALID_TIMESTAMP for timestamps outside the topic's KIP-937 bounds
+//! Errors follow Kafka (CorruptRecordException vs InvalidRecordException): CORRUPT_MESSAGE for
+//! a batch whose bytes cannot be trusted (framing, CRC, codec, decompression); INVALID_RECORD
+//! for records that are malformed or break a rule (varints, lengths, a record count that
+//! differs from the records present, a control batch from a client, offsets out of order).
+//! The difference matters to producers: CORRUPT_MESSAGE is retriable (a corrupted transfer
+//! may succeed when sent again), INVALID_RECORD is not (the same bytes would fail again).
+//! INVALID_TIMESTAMP for timestamps outside the topic's KIP-937 bounds
 //! or a batch max timestamp that is not its records' largest. Rule violations of one record
 //! name it (ProduceResponse v8+ `record_errors`).
 //!
@@ -142,9 +145,10 @@ fn walk<R: BufRead>(
     for index in 0..declared {
         records.index = index;
         let Some(length) = records.record_length()? else {
-            return Err(corrupt(format!(
-                "the batch declares {declared} records but holds {index}"
-            )));
+            return Err(invalid_record(
+                None,
+                format!("the batch declares {declared} records but holds {index}"),
+            ));
         };
         records.left = length;
         records.byte()?; // attributes: unused in v2
@@ -186,9 +190,10 @@ fn walk<R: BufRead>(
     }
     // Reading to the end also checks the compressed stream's own trailer and checksums.
     if records.next_byte()?.is_some() {
-        return Err(corrupt(format!(
-            "the batch holds more than the {declared} records it declares"
-        )));
+        return Err(invalid_record(
+            None,
+            format!("the batch holds more than the {declared} records it declares"),
+        ));
     }
     if !log_append_time && header.max_timestamp != max_timestamp {
         return Err(Rejection {
@@ -387,10 +392,10 @@ mod tests {
     }
 
     #[test]
-    fn a_count_that_differs_from_the_records_present_is_corrupt() {
+    fn a_count_that_differs_from_the_records_present_is_invalid() {
         let inflated = batch(&spec(i32::MAX), &records(1));
         let rejection = check(&inflated).unwrap_err();
-        assert_eq!(rejection.error, ResponseError::CorruptMessage);
+        assert_eq!(rejection.error, ResponseError::InvalidRecord);
         assert!(
             rejection.message.contains("holds 1"),
             "{}",
@@ -402,7 +407,7 @@ mod tests {
         };
         assert_eq!(
             error_of(&batch(&spec, &records(3))),
-            (ResponseError::CorruptMessage, None)
+            (ResponseError::InvalidRecord, None)
         );
         // the same for records that come out of a decompressor
         let spec = Spec {
@@ -412,7 +417,7 @@ mod tests {
         let section = compress(Codec::Zstd, &records(3));
         assert_eq!(
             error_of(&batch(&spec, &section)),
-            (ResponseError::CorruptMessage, None)
+            (ResponseError::InvalidRecord, None)
         );
     }
 
@@ -456,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn malformed_varints_and_lengths_are_corrupt() {
+    fn malformed_varints_and_lengths_are_invalid() {
         let mut too_long_varlong = vec![0u8];
         too_long_varlong.extend_from_slice(&[0xff; 10]);
         too_long_varlong.push(0x01);
@@ -480,7 +485,7 @@ mod tests {
                 ..spec(1)
             };
             let rejection = check(&batch(&spec, &framed(&body))).unwrap_err();
-            assert_eq!(rejection.error, ResponseError::CorruptMessage);
+            assert_eq!(rejection.error, ResponseError::InvalidRecord);
             assert!(
                 rejection.message.contains("record 0"),
                 "{}",
@@ -491,7 +496,7 @@ mod tests {
         for section in [vec![0xffu8; 6], vec![0x01]] {
             assert_eq!(
                 error_of(&batch(&spec(1), &section)).0,
-                ResponseError::CorruptMessage
+                ResponseError::InvalidRecord
             );
         }
     }
@@ -628,7 +633,7 @@ mod tests {
         let mut two = BytesMut::new();
         two.extend_from_slice(&batch(&spec(2), &records(2)));
         two.extend_from_slice(&batch(&spec(i32::MAX), &records(1)));
-        assert_eq!(error_of(&two.freeze()).0, ResponseError::CorruptMessage);
+        assert_eq!(error_of(&two.freeze()).0, ResponseError::InvalidRecord);
     }
 
     proptest! {
