@@ -3,10 +3,13 @@
 //! Sub-prefixes the core never reads (consumer groups) can be left out: their keys are not
 //! copied and a change to them alone wakes nobody.
 //!
+//! Besides the copy, the mirror keeps the set of keys changed since its consumer last took
+//! them (`take_changes`), so the cluster view is updated key by key instead of being rebuilt.
+//!
 //! When the watch fails (store unreachable, history compacted, watcher too slow) the copy is
 //! marked not live and rebuilt from a fresh listing, retried with backoff until it works.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
@@ -41,6 +44,15 @@ pub struct Mirror {
 struct State {
     entries: BTreeMap<String, KeyValue>,
     revision: i64,
+    /// Keys put or deleted since the consumer last took them (a set: bounded by the keys).
+    changed: BTreeSet<String>,
+}
+
+/// The keys changed since the last take, with their values now (None: deleted), and the
+/// revision the copy reflects: every change up to it is in there or in an earlier take.
+pub struct Changes {
+    pub keys: Vec<(String, Option<KeyValue>)>,
+    pub revision: i64,
 }
 
 impl Mirror {
@@ -60,6 +72,7 @@ impl Mirror {
             state: RwLock::new(State {
                 entries: BTreeMap::new(),
                 revision: 0,
+                changed: BTreeSet::new(),
             }),
             live: AtomicBool::new(true),
             changes: watch::channel(0).0,
@@ -84,6 +97,38 @@ impl Mirror {
             .take_while(|(key, _)| key.starts_with(prefix))
             .map(|(_, kv)| kv.clone())
             .collect()
+    }
+
+    /// Every mirrored key starting with `prefix` and the revision they reflect; forgets the
+    /// changed keys (the caller starts from this listing instead).
+    pub fn take_all(&self, prefix: &str) -> (Vec<KeyValue>, i64) {
+        let mut state = self.write();
+        state.changed.clear();
+        let entries = state
+            .entries
+            .range(prefix.to_string()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map(|(_, kv)| kv.clone())
+            .collect();
+        (entries, state.revision)
+    }
+
+    /// The keys changed since the last `take_changes` or `take_all`. Meant for one consumer
+    /// (the ownership reconciler): what it takes, nobody else sees.
+    pub fn take_changes(&self) -> Changes {
+        let mut state = self.write();
+        let changed = std::mem::take(&mut state.changed);
+        let keys = changed
+            .into_iter()
+            .map(|key| {
+                let value = state.entries.get(&key).cloned();
+                (key, value)
+            })
+            .collect();
+        Changes {
+            keys,
+            revision: state.revision,
+        }
     }
 
     /// The store revision the copy reflects (for the keys it copies).
@@ -128,18 +173,28 @@ impl Mirror {
     }
 
     /// Replaces the copy with a listing, unless the copy is newer already (then the watch
-    /// started at the listing skips what the copy has and continues from there).
+    /// started at the listing skips what the copy has and continues from there). The keys
+    /// that differ count as changed, so a resync after missed events reports just those.
     fn install(&self, listing: Listing) {
         let mut state = self.write();
         if listing.revision < state.revision {
             return;
         }
-        state.entries = listing
+        let entries: BTreeMap<String, KeyValue> = listing
             .kvs
             .into_iter()
             .filter(|kv| self.copies(&kv.key))
             .map(|kv| (kv.key.clone(), kv))
             .collect();
+        let old = std::mem::take(&mut state.entries);
+        let gone = old.keys().filter(|key| !entries.contains_key(*key));
+        let differ = entries
+            .iter()
+            .filter(|(key, kv)| old.get(*key) != Some(kv))
+            .map(|(key, _)| key);
+        let changed: Vec<String> = gone.chain(differ).cloned().collect();
+        state.changed.extend(changed);
+        state.entries = entries;
         state.revision = listing.revision;
         self.changes.send_replace(listing.revision);
         self.reached.send_replace(listing.revision);
@@ -163,6 +218,7 @@ impl Mirror {
                 continue;
             }
             copied = true;
+            state.changed.insert(change.key().to_string());
             match change {
                 Change::Put(kv) => {
                     state.entries.insert(kv.key.clone(), kv);
