@@ -35,6 +35,9 @@ pub(crate) struct Ownership {
     revisits: Mutex<Revisits>,
     wake: Notify,
     pub(crate) claims: ClaimQueue,
+    /// Passes run so far (tests check that an idle broker runs none).
+    #[cfg(test)]
+    passes: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -89,6 +92,8 @@ pub fn spawn(broker: &Arc<Broker>) {
     tokio::spawn(async move {
         let mut changes = broker.mirror.changes();
         let mut session = broker.log.catalog.kv().session();
+        // Changes that came before the subscription woke nobody: take them now.
+        broker.reconcile().await;
         loop {
             tokio::select! {
                 changed = changes.changed() => if changed.is_err() { return },
@@ -126,6 +131,8 @@ impl Broker {
         if self.stopping.load(Ordering::Acquire) {
             return;
         }
+        #[cfg(test)]
+        self.ownership.passes.fetch_add(1, Ordering::Relaxed);
         let revisits = self.ownership.take_revisits();
         let mut visits = Visits {
             partitions: revisits.partitions,
@@ -394,5 +401,95 @@ impl Broker {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use kafka_protocol::records::Compression;
+    use kafka_protocol::ResponseError;
+
+    use super::*;
+    use crate::broker::tests::{broker, produce};
+    use crate::log::batch::tests::encoded_batch;
+    use crate::log::batch::validate_batches;
+    use crate::meta::catalog::Catalog;
+    use crate::meta::kv::Op;
+
+    /// Waits up to 20 s for `check` to hold; returns whether it did.
+    async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if check() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn a_partition_is_claimed_when_the_old_owner_key_goes_and_idle_runs_no_pass() {
+        let t = broker(1 << 20).await;
+        let b = &t.broker;
+        b.create_topic("t", 3, Default::default()).await.unwrap();
+        let slot = b.topic("t").unwrap().partitions[1].clone();
+        let epoch = slot.current().leader_epoch();
+        // another broker's claim: this one gives the partition up and waits for that key to go
+        let owner = b.log.catalog.owner_key("t", 1);
+        let kv = b.log.catalog.kv();
+        let taken = Op::PutEphemeral(owner.clone(), Bytes::from_static(b"2"));
+        kv.txn(vec![], vec![taken]).await.unwrap();
+        assert!(eventually(|| !slot.current().is_leader()).await);
+        // nothing changes now, so nothing runs: no periodic scan (it used to tick every second)
+        let passes = b.ownership.passes.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(b.ownership.passes.load(Ordering::Relaxed), passes);
+        // the key goes (as when that broker's lease expires): the deletion alone brings the claim
+        kv.txn(vec![], vec![Op::Delete(owner)]).await.unwrap();
+        assert!(eventually(|| slot.current().is_leader()).await);
+        assert!(slot.current().leader_epoch() > epoch);
+        assert_eq!(produce(b, "t", 1, 2).await, 0);
+        // the other partitions were left alone
+        assert_eq!(
+            b.topic("t").unwrap().partitions[0].current().leader_epoch(),
+            epoch
+        );
+    }
+
+    #[tokio::test]
+    async fn a_writer_fenced_under_its_own_owner_key_gives_the_partition_up_and_claims_again() {
+        let t = broker(1 << 20).await;
+        let b = &t.broker;
+        b.create_topic("t", 1, Default::default()).await.unwrap();
+        let slot = b.topic("t").unwrap().partitions[0].clone();
+        let epoch = slot.current().leader_epoch();
+        // the record changes while the owner key stays ours (a commit that went through but
+        // was reported failed): the reconciler sees nothing wrong, the next flush is fenced
+        let record = b.log.catalog.partition("t", 0).await.unwrap().unwrap();
+        let key = Catalog::partition_records_prefix("test", "t") + "0";
+        let rewrite = Op::Put(
+            key,
+            Bytes::from(serde_json::to_vec(&record.record).unwrap()),
+        );
+        let revision = b.log.catalog.kv().txn(vec![], vec![rewrite]).await.unwrap();
+        b.mirror.caught_up(revision.unwrap()).await;
+        let log = slot.current();
+        let batch = encoded_batch(1, 10, Compression::None);
+        let batches = validate_batches(&batch, 1 << 20).unwrap();
+        let (ack, buffered) = log.append(batches, true).unwrap();
+        b.flusher.note_append(&log, buffered);
+        let acked = tokio::time::timeout(Duration::from_secs(10), ack.unwrap()).await;
+        assert_eq!(
+            acked.unwrap().unwrap(),
+            Err(ResponseError::NotLeaderOrFollower)
+        );
+        // reported by the flusher: released and claimed afresh, without any other change
+        assert!(eventually(|| slot.current().leader_epoch() > epoch).await);
+        assert!(eventually(|| slot.current().is_leader()).await);
+        assert_eq!(produce(b, "t", 0, 2).await, 0);
     }
 }

@@ -120,8 +120,17 @@ impl ClusterState {
         }
         let mut view = table[index].as_deref().cloned().unwrap_or_default();
         change(&mut view);
-        table[index] = (view != PartitionView::default()).then(|| Arc::new(view));
-        if table.iter().all(Option::is_none) {
+        if view != PartitionView::default() {
+            table[index] = Some(Arc::new(view));
+            return;
+        }
+        // Trailing empty entries go, and a topic without keys with them (as when it is
+        // deleted), each entry once: deleting a big topic key by key stays linear.
+        table[index] = None;
+        while matches!(table.last(), Some(None)) {
+            table.pop();
+        }
+        if table.is_empty() {
             tables.remove(topic);
         }
     }
@@ -224,5 +233,53 @@ mod tests {
         assert_eq!(state.leader_epoch("t", 1), 3);
         assert_eq!(state.coordinator("any group").map(|b| b.port), Some(9));
         assert!(ClusterState::default().coordinator("any group").is_none());
+    }
+
+    #[test]
+    fn changes_apply_key_by_key_and_published_copies_keep_theirs() {
+        let record =
+            r#"{"leader_epoch":1,"epoch_history":[],"log_start_offset":0,"high_watermark":0}"#;
+        let topic = r#"{"name":"t","id":"00000000-0000-0000-0000-000000000001","partitions":2,"configs":{},"created_ms":0}"#;
+        let entries = [
+            kv("/k/ns/brokers/1", r#"{"id":1,"host":"h","port":9}"#, 1),
+            kv("/k/ns/topics/t", topic, 2),
+            kv("/k/ns/partitions/t/0", record, 2),
+            kv("/k/ns/partitions/t/1", record, 2),
+        ];
+        let mut state = ClusterState::from_entries("/k/ns", 2, &entries);
+        let published = state.clone();
+        let owner = kv("/k/ns/partitions/t/1/owner", "1", 3);
+        let touched = state.apply("/k/ns", &owner.key, Some(&owner));
+        assert_eq!(touched, Touched::Partition("t".into(), 1));
+        assert_eq!(state.partition("t", 1).unwrap().owner, Some((1, 3)));
+        assert_eq!(published.partition("t", 1).unwrap().owner, None);
+        assert_eq!(
+            state.apply("/k/ns", "/k/ns/brokers/2", None),
+            Touched::Broker
+        );
+        assert_eq!(
+            state.apply("/k/ns", "/k/ns/cluster-id", None),
+            Touched::Other
+        );
+        assert_eq!(
+            state.apply("/k/ns", "/other/topics/t", None),
+            Touched::Other
+        );
+        // deleting a topic's keys leaves nothing behind
+        assert_eq!(
+            state.apply("/k/ns", "/k/ns/topics/t", None),
+            Touched::Topic("t".into())
+        );
+        for key in [
+            "/k/ns/partitions/t/0",
+            "/k/ns/partitions/t/1",
+            "/k/ns/partitions/t/1/owner",
+        ] {
+            state.apply("/k/ns", key, None);
+        }
+        assert!(state.topics.is_empty());
+        assert_eq!(state.partitions().count(), 0);
+        assert_eq!(published.partitions().count(), 2);
+        assert_eq!(published.topics.len(), 1);
     }
 }

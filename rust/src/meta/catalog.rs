@@ -713,4 +713,93 @@ mod tests {
             Err(CatalogError::Fenced(_, 0))
         ));
     }
+
+    /// The claims of `ids`, on their records as stored now.
+    async fn targets(catalog: &Catalog, ids: &[i32]) -> Vec<ClaimTarget> {
+        let mut targets = Vec::new();
+        for &partition in ids {
+            let current = catalog.partition("t", partition).await.unwrap().unwrap();
+            targets.push(ClaimTarget {
+                topic: "t".into(),
+                partition,
+                current,
+            });
+        }
+        targets
+    }
+
+    #[tokio::test]
+    async fn partitions_are_claimed_in_batches_all_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 5, BTreeMap::new()).await.unwrap();
+        let all = targets(&catalog, &[0, 1, 2, 3, 4]).await;
+        // one of them is owned already: the transaction fails and writes nothing
+        catalog.claim_partition("t", 3, 2).await.unwrap();
+        assert!(catalog.claim_partitions(&all, 1).await.unwrap().is_none());
+        for p in [0, 1, 2, 4] {
+            let owner = catalog.kv().get(&catalog.owner_key("t", p)).await.unwrap();
+            assert!(owner.is_none(), "partition {p}");
+            let record = catalog.partition("t", p).await.unwrap().unwrap().record;
+            assert_eq!(record.leader_epoch, 0, "partition {p}");
+        }
+        // the others in one transaction: one revision, each a new epoch from its end
+        let rest = targets(&catalog, &[0, 1, 2, 4]).await;
+        let claimed = catalog.claim_partitions(&rest, 1).await.unwrap().unwrap();
+        assert_eq!(claimed.len(), 4);
+        for (target, owned) in rest.iter().zip(&claimed) {
+            assert_eq!(owned.revision, claimed[0].revision);
+            assert_eq!(owned.owner_revision, owned.revision);
+            assert_eq!(owned.record.leader_epoch, 1);
+            let stored = catalog
+                .partition("t", target.partition)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(stored.record, owned.record);
+            let owner = catalog.kv().get(&catalog.owner_key("t", target.partition));
+            assert_eq!(
+                owner.await.unwrap().unwrap().value,
+                Bytes::from_static(b"1")
+            );
+        }
+        // a claim on a stale record fails even once the owner key is gone
+        catalog
+            .release_partition("t", 0, &claimed[0])
+            .await
+            .unwrap();
+        assert!(catalog
+            .claim_partitions(&rest[..1], 2)
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn claim_batches_stay_within_the_stores_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 1, BTreeMap::new()).await.unwrap();
+        let one = targets(&catalog, &[0]).await.remove(0);
+        let per_txn = catalog.kv().max_txn_ops() / 2;
+        let many = vec![one.clone(); per_txn * 2 + 3];
+        let sizes: Vec<usize> = catalog
+            .claim_batches(many, |t| t)
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, [per_txn, per_txn, 3]);
+        // records with long epoch histories: fewer per transaction, by bytes
+        let mut long = one;
+        long.current.record.epoch_history = vec![
+            EpochStart {
+                epoch: 1,
+                start_offset: 0
+            };
+            10_000
+        ];
+        let batches = catalog.claim_batches(vec![long; 10], |t| t);
+        assert!(batches.len() >= 4, "{} batches", batches.len());
+        assert!(batches.iter().all(|b| !b.is_empty()));
+    }
 }

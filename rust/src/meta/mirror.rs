@@ -384,6 +384,58 @@ mod tests {
         assert!(mirror.revision() >= outside);
     }
 
+    fn changed_keys(mirror: &Mirror) -> Vec<(String, bool)> {
+        let changes = mirror.take_changes();
+        let keys = changes.keys.into_iter();
+        keys.map(|(key, value)| (key, value.is_some())).collect()
+    }
+
+    #[tokio::test]
+    async fn reports_the_keys_changed_since_the_last_take_also_across_a_resync() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv: Arc<dyn KvStore> =
+            Arc::new(EmbeddedStore::open(&dir.path().join("m.redb")).unwrap());
+        write(&kv, vec![put("m/a", b"1"), put("m/b", b"2")]).await;
+        let mirror = Mirror::start(kv.clone(), "m/", &[]).await.unwrap();
+        let (all, _) = mirror.take_all("m/");
+        assert_eq!(keys(&all), ["m/a", "m/b"]);
+        assert!(changed_keys(&mirror).is_empty(), "taken with the listing");
+
+        write(&kv, vec![put("m/c", b"3")]).await;
+        let revision = write(&kv, vec![put("m/c", b"4"), Op::Delete("m/a".into())]).await;
+        mirror.caught_up(revision).await;
+        let changes = mirror.take_changes();
+        assert_eq!(changes.revision, revision);
+        let reported: Vec<_> = changes
+            .keys
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        assert_eq!(reported[0], ("m/a", None));
+        assert_eq!(reported[1].0, "m/c");
+        assert_eq!(
+            reported[1].1.as_ref().unwrap().value,
+            Bytes::from_static(b"4")
+        );
+        assert!(changed_keys(&mirror).is_empty());
+
+        // a resync (events missed) reports just the keys that differ from the copy
+        let listing = Listing {
+            kvs: vec![
+                mirror.get("m/b").unwrap(),
+                KeyValue {
+                    key: "m/d".into(),
+                    value: Bytes::from_static(b"5"),
+                    mod_revision: revision + 1,
+                },
+            ],
+            revision: revision + 1,
+        };
+        mirror.install(listing);
+        let expected = [("m/c".to_string(), false), ("m/d".to_string(), true)];
+        assert_eq!(changed_keys(&mirror), expected);
+    }
+
     #[tokio::test]
     async fn leaves_out_excluded_keys_and_wakes_nobody_for_them() {
         let dir = tempfile::tempdir().unwrap();
