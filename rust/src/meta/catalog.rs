@@ -757,11 +757,9 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert_eq!(stored.record, owned.record);
-            let owner = catalog.kv().get(&catalog.owner_key("t", target.partition));
-            assert_eq!(
-                owner.await.unwrap().unwrap().value,
-                Bytes::from_static(b"1")
-            );
+            let owner_key = catalog.owner_key("t", target.partition);
+            let owner = catalog.kv().get(&owner_key).await.unwrap().unwrap();
+            assert_eq!(owner.value, Bytes::from_static(b"1"));
         }
         // a claim on a stale record fails even once the owner key is gone
         catalog
