@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import sys
@@ -63,6 +64,7 @@ class Subject:
         self.metrics_addr = f"127.0.0.1:{bb.free_port()}"
         extra = ["--metrics-addr", self.metrics_addr, "--lease-ttl-ms", str(args.lease_ttl_ms)]
         if store == "etcd":
+            os.environ.update(cb.S3_CREDENTIALS)  # the brokers' environment comes from ours
             etcd, moto = cb.start_etcd(root), cb.start_moto(root)
             self.services = [etcd, moto]
             extra += ["--s3-bucket", cb.BUCKET, "--s3-region", cb.S3_CREDENTIALS["AWS_REGION"]]
@@ -77,7 +79,12 @@ class Subject:
             log_level="info",
             extra_args=extra,
         )
-        self.broker = self.start()
+        try:
+            self.broker = self.start()
+        except BaseException:
+            for service in self.services:
+                service.stop()
+            raise
 
     def start(self) -> bb.Broker:
         return bb.start_broker(self.opts, self.root / "broker", timeout=self.args.start_timeout)

@@ -406,38 +406,37 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use bytes::Bytes;
     use kafka_protocol::records::Compression;
     use kafka_protocol::ResponseError;
 
     use super::*;
-    use crate::broker::tests::{broker, produce};
+    use crate::broker::tests::{broker, produce, TestBroker};
     use crate::log::batch::tests::encoded_batch;
     use crate::log::batch::validate_batches;
     use crate::meta::catalog::Catalog;
     use crate::meta::kv::Op;
+    use crate::meta::mirror::tests::eventually;
 
-    /// Waits up to 20 s for `check` to hold; returns whether it did.
-    async fn eventually(mut check: impl FnMut() -> bool) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if check() {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
+    /// A broker with topic "t" of `partitions` partitions, the slot of partition `id` and the
+    /// epoch it was claimed under.
+    async fn owned_partition(partitions: i32, id: usize) -> (TestBroker, Arc<Slot>, i32) {
+        let t = broker(1 << 20).await;
+        let b = &t.broker;
+        b.create_topic("t", partitions, Default::default())
+            .await
+            .unwrap();
+        let slot = b.topic("t").unwrap().partitions[id].clone();
+        let epoch = slot.current().leader_epoch();
+        (t, slot, epoch)
     }
 
     #[tokio::test]
     async fn a_partition_is_claimed_when_the_old_owner_key_goes_and_idle_runs_no_pass() {
-        let t = broker(1 << 20).await;
+        let (t, slot, epoch) = owned_partition(3, 1).await;
         let b = &t.broker;
-        b.create_topic("t", 3, Default::default()).await.unwrap();
-        let slot = b.topic("t").unwrap().partitions[1].clone();
-        let epoch = slot.current().leader_epoch();
         // another broker's claim: this one gives the partition up and waits for that key to go
         let owner = b.log.catalog.owner_key("t", 1);
         let kv = b.log.catalog.kv();
@@ -462,11 +461,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_writer_fenced_under_its_own_owner_key_gives_the_partition_up_and_claims_again() {
-        let t = broker(1 << 20).await;
+        let (t, slot, epoch) = owned_partition(1, 0).await;
         let b = &t.broker;
-        b.create_topic("t", 1, Default::default()).await.unwrap();
-        let slot = b.topic("t").unwrap().partitions[0].clone();
-        let epoch = slot.current().leader_epoch();
         // the record changes while the owner key stays ours (a commit that went through but
         // was reported failed): the reconciler sees nothing wrong, the next flush is fenced
         let record = b.log.catalog.partition("t", 0).await.unwrap().unwrap();

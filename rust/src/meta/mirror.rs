@@ -300,7 +300,7 @@ async fn follow(mirror: Weak<Mirror>, mut stream: ChangeStream) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Instant;
 
     use bytes::Bytes;
@@ -320,7 +320,7 @@ mod tests {
     }
 
     /// Waits up to 20 s for `check` to hold; returns whether it did.
-    async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+    pub(crate) async fn eventually(mut check: impl FnMut() -> bool) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if check() {
@@ -384,6 +384,10 @@ mod tests {
         assert!(mirror.revision() >= outside);
     }
 
+    fn embedded(dir: &tempfile::TempDir) -> Arc<dyn KvStore> {
+        Arc::new(EmbeddedStore::open(&dir.path().join("m.redb")).unwrap())
+    }
+
     fn changed_keys(mirror: &Mirror) -> Vec<(String, bool)> {
         let changes = mirror.take_changes();
         let keys = changes.keys.into_iter();
@@ -393,8 +397,7 @@ mod tests {
     #[tokio::test]
     async fn reports_the_keys_changed_since_the_last_take_also_across_a_resync() {
         let dir = tempfile::tempdir().unwrap();
-        let kv: Arc<dyn KvStore> =
-            Arc::new(EmbeddedStore::open(&dir.path().join("m.redb")).unwrap());
+        let kv = embedded(&dir);
         write(&kv, vec![put("m/a", b"1"), put("m/b", b"2")]).await;
         let mirror = Mirror::start(kv.clone(), "m/", &[]).await.unwrap();
         let (all, _) = mirror.take_all("m/");
@@ -439,8 +442,7 @@ mod tests {
     #[tokio::test]
     async fn leaves_out_excluded_keys_and_wakes_nobody_for_them() {
         let dir = tempfile::tempdir().unwrap();
-        let kv: Arc<dyn KvStore> =
-            Arc::new(EmbeddedStore::open(&dir.path().join("m.redb")).unwrap());
+        let kv = embedded(&dir);
         write(&kv, vec![put("m/a", b"1"), put("m/groups/g", b"2")]).await;
         let excluded = ["m/groups/".to_string()];
         let mirror = Mirror::start(kv.clone(), "m/", &excluded).await.unwrap();
