@@ -91,12 +91,7 @@ impl Mirror {
 
     /// Every mirrored key starting with `prefix`, in key order.
     pub fn range(&self, prefix: &str) -> Vec<KeyValue> {
-        self.read()
-            .entries
-            .range(prefix.to_string()..)
-            .take_while(|(key, _)| key.starts_with(prefix))
-            .map(|(_, kv)| kv.clone())
-            .collect()
+        entries_under(&self.read().entries, prefix)
     }
 
     /// Every mirrored key starting with `prefix` and the revision they reflect; forgets the
@@ -104,13 +99,7 @@ impl Mirror {
     pub fn take_all(&self, prefix: &str) -> (Vec<KeyValue>, i64) {
         let mut state = self.write();
         state.changed.clear();
-        let entries = state
-            .entries
-            .range(prefix.to_string()..)
-            .take_while(|(key, _)| key.starts_with(prefix))
-            .map(|(_, kv)| kv.clone())
-            .collect();
-        (entries, state.revision)
+        (entries_under(&state.entries, prefix), state.revision)
     }
 
     /// The keys changed since the last `take_changes` or `take_all`. Meant for one consumer
@@ -246,6 +235,15 @@ impl Mirror {
         self.install(listing);
         Ok(stream)
     }
+}
+
+/// Copies of the entries whose keys start with `prefix`, in key order.
+fn entries_under(entries: &BTreeMap<String, KeyValue>, prefix: &str) -> Vec<KeyValue> {
+    entries
+        .range(prefix.to_string()..)
+        .take_while(|(key, _)| key.starts_with(prefix))
+        .map(|(_, kv)| kv.clone())
+        .collect()
 }
 
 impl Drop for Mirror {
