@@ -18,6 +18,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::cluster::ownership::Ownership;
 use crate::cluster::state::ClusterState;
 use crate::config::BrokerConfig;
 use crate::error::ApiError;
@@ -49,9 +50,8 @@ pub struct Broker {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serialises topic creation and deletion (rare; keeps the registry and store in step).
     admin: tokio::sync::Mutex<()>,
-    /// One reconciliation of the cluster view at a time.
-    pub(crate) reconciling: tokio::sync::Mutex<()>,
-    pub(crate) reconcile_soon: tokio::sync::Notify,
+    /// The ownership reconciler's state and work queues.
+    pub(crate) ownership: Ownership,
     deletions_done: tokio::sync::Notify,
     pub(crate) stopping: AtomicBool,
     description: String,
@@ -61,6 +61,11 @@ pub struct Broker {
 const RECREATE_WAIT: Duration = Duration::from_secs(10);
 /// How long a create waits for every new partition to have an owner before answering.
 const OWNERS_WAIT: Duration = Duration::from_secs(10);
+/// A partition by topic name and index.
+type PartitionId = (String, i32);
+
+/// The least time between two looks at whether start-up has taken over its partitions.
+const SETTLE_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 /// How long shutdown waits for claims and hand-offs under way (each is a few metadata-store
 /// round trips, or a flush).
 const OWNERSHIP_CHANGES_WAIT: Duration = Duration::from_secs(15);
@@ -123,8 +128,7 @@ impl Broker {
             state: watch::Sender::new(Arc::new(ClusterState::default())),
             topics: RwLock::new(HashMap::new()),
             admin: tokio::sync::Mutex::new(()),
-            reconciling: tokio::sync::Mutex::new(()),
-            reconcile_soon: tokio::sync::Notify::new(),
+            ownership: Ownership::default(),
             deletions_done: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
             description,
@@ -134,33 +138,61 @@ impl Broker {
         broker.reconcile().await;
         broker.resume_deletions().await;
         crate::cluster::ownership::spawn(&broker);
-        crate::cluster::ownership::spawn_retention(&broker);
+        crate::cluster::retention::spawn(&broker);
         broker.wait_for_assigned_partitions().await;
         Ok(broker)
     }
 
     /// Start-up waits (bounded) until this broker owns the partitions assigned to it, so the
     /// first requests after a restart find them writable. A crashed predecessor's ownership
-    /// only ends with its lease, so this may take up to the lease TTL.
+    /// only ends with its lease, so this may take up to the lease TTL. Each look checks only
+    /// the partitions the previous one found unsettled (all of them again if the live brokers
+    /// changed), at most every `SETTLE_CHECK_INTERVAL`.
     async fn wait_for_assigned_partitions(&self) {
         let me = self.config.broker_id;
-        // Until the view shows this broker registered, it assigns nothing to it: not settled.
-        let settled = |state: &Arc<ClusterState>| {
-            state.brokers.contains_key(&me)
-                && state.partitions.iter().all(|((topic, id), view)| {
-                    state.assigned_owner(topic, *id) != Some(me)
-                        || (view.owner.is_some_and(|(owner, _)| owner == me)
-                            && self.writable_where_owned(state, topic, *id))
-                })
-        };
-        let wait = self.config.lease_ttl() * 2;
+        let deadline = tokio::time::Instant::now() + self.config.lease_ttl() * 2;
         let mut cluster = self.subscribe_cluster();
-        if tokio::time::timeout(wait, cluster.wait_for(settled))
-            .await
-            .is_err()
-        {
-            tracing::warn!("some partitions assigned to this broker are still owned elsewhere");
+        // The partitions still unsettled at the last look, and the live brokers then.
+        let mut unsettled: Option<(Vec<i32>, Vec<PartitionId>)> = None;
+        loop {
+            let state = cluster.borrow_and_update().clone();
+            // Until the view shows this broker registered, it assigns nothing to it.
+            if state.brokers.contains_key(&me) {
+                let brokers = state.live_brokers();
+                let candidates = match unsettled.take() {
+                    Some((seen, left)) if seen == brokers => left,
+                    _ => state
+                        .partitions()
+                        .filter(|(topic, id, _)| state.assigned_owner(topic, *id) == Some(me))
+                        .map(|(topic, id, _)| (topic.to_string(), id))
+                        .collect(),
+                };
+                let left: Vec<_> = candidates
+                    .into_iter()
+                    .filter(|(topic, id)| !self.writable_here(&state, topic, *id))
+                    .collect();
+                if left.is_empty() {
+                    return;
+                }
+                unsettled = Some((brokers, left));
+            }
+            match tokio::time::timeout_at(deadline, cluster.changed()).await {
+                Ok(Ok(())) => tokio::time::sleep(SETTLE_CHECK_INTERVAL).await,
+                _ => {
+                    tracing::warn!(
+                        "some partitions assigned to this broker are still owned elsewhere"
+                    );
+                    return;
+                }
+            }
         }
+    }
+
+    /// This broker owns the partition and its log here takes writes.
+    fn writable_here(&self, state: &ClusterState, topic: &str, partition: i32) -> bool {
+        let owner = state.partition(topic, partition).and_then(|v| v.owner);
+        owner.is_some_and(|(owner, _)| owner == self.config.broker_id)
+            && self.writable_where_owned(state, topic, partition)
     }
 
     /// Which storage and metadata this broker uses, for the start-up line.
@@ -430,7 +462,7 @@ impl Broker {
     pub async fn shutdown(&self) {
         self.stopping.store(true, Ordering::Release);
         // Wait for a reconciliation under way; none starts after this.
-        let _no_more_changes = self.reconciling.lock().await;
+        let _no_more_changes = self.ownership.pass.lock().await;
         // Claims and hand-offs it started run on their own: let them finish (a claim that
         // lands now gives the partition back) before collecting what to flush. A claim that
         // installed a writable log after this point would take writes that no flush below

@@ -1,5 +1,7 @@
 //! The cluster: who is alive, who owns which partition, and keeping this broker's share.
 
 pub mod assignment;
+mod claims;
 pub mod ownership;
+pub mod retention;
 pub mod state;

@@ -1,63 +1,70 @@
 //! Keeps this broker's partitions in line with the cluster view: it claims the partitions
 //! assigned to it once nobody owns them, hands off the ones assigned elsewhere (flush, then
 //! release), and drops at once the ones it lost (its owner key is gone: lease expired or a
-//! new session). Runs on every metadata change, on session changes and once a second.
+//! new session).
+//!
+//! Event-driven: a pass runs when the mirror reports changed keys, when a claim or hand-off
+//! ends, when a failed claim's backoff is over and when a flush finds its partition fenced.
+//! It applies just the changed keys to the cluster view and looks at just the partitions they
+//! concern; only a change of the live brokers (which moves assignments) looks at every
+//! partition. An idle cluster costs nothing: there is no periodic scan. (The owner key of a
+//! crashed broker vanishes when its lease expires, and that deletion is an event too.)
 
+use std::collections::{BTreeSet, HashSet};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
+use tokio::sync::Notify;
 
-use std::collections::BTreeMap;
-use std::ops::Range;
-
-use super::state::ClusterState;
+use super::claims::ClaimQueue;
+use super::state::{ClusterState, Touched};
 use crate::broker::{Broker, Slot, Topic};
-use crate::config::BrokerConfig;
+use crate::log::follower_partition;
 use crate::log::limits::TopicLimits;
-use crate::log::partition::now_ms;
-use crate::log::retention::{self, RetentionLimits};
-use crate::log::{follower_partition, open_partition, OpenError};
-use crate::meta::catalog::{CatalogError, TopicRecord};
+use crate::meta::catalog::TopicRecord;
 
-/// Applies retention to the partitions this broker owns, every retention check interval.
-pub fn spawn_retention(broker: &Arc<Broker>) {
-    let broker = broker.clone();
-    tokio::spawn(async move {
-        // Like Kafka, the first check comes one interval after start-up, not at once.
-        let every = broker.config.retention_check_interval();
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            if broker.stopping.load(Ordering::Acquire) {
-                return;
-            }
-            for topic in broker.topics() {
-                let limits = retention_limits(&topic.record.configs, &broker.config);
-                for slot in &topic.partitions {
-                    let partition = slot.current();
-                    if partition.is_leader() {
-                        retention::enforce(&broker.log, &partition, limits, now_ms()).await;
-                    }
-                }
-            }
-        }
-    });
+/// The reconciler's work: its view of the cluster, what to look at besides changed keys, and
+/// the claims it queued.
+#[derive(Default)]
+pub(crate) struct Ownership {
+    /// One pass at a time; holds the view as of the last pass (None: read everything).
+    pub(crate) pass: tokio::sync::Mutex<Option<ClusterState>>,
+    revisits: Mutex<Revisits>,
+    wake: Notify,
+    pub(crate) claims: ClaimQueue,
+    /// Passes run so far (tests check that an idle broker runs none).
+    #[cfg(test)]
+    passes: std::sync::atomic::AtomicUsize,
 }
 
-/// A topic's retention.ms / retention.bytes, falling back to the broker defaults.
-fn retention_limits(configs: &BTreeMap<String, String>, config: &BrokerConfig) -> RetentionLimits {
-    let value = |key: &str, default: i64| {
-        configs
-            .get(key)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    RetentionLimits {
-        retention_ms: value("retention.ms", config.retention_ms),
-        retention_bytes: value("retention.bytes", config.retention_bytes),
+#[derive(Default)]
+struct Revisits {
+    everything: bool,
+    partitions: HashSet<(String, i32)>,
+}
+
+impl Ownership {
+    /// Asks for a pass that looks at this partition.
+    pub(crate) fn revisit(&self, topic: &str, id: i32) {
+        let mut revisits = self.revisits.lock().unwrap_or_else(|p| p.into_inner());
+        revisits.partitions.insert((topic.to_string(), id));
+        self.wake.notify_one();
+    }
+
+    /// Asks for a pass that rebuilds the view and looks at every partition.
+    fn revisit_everything(&self) {
+        self.revisits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .everything = true;
+        self.wake.notify_one();
+    }
+
+    fn take_revisits(&self) -> Revisits {
+        std::mem::take(&mut *self.revisits.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -78,13 +85,15 @@ fn follower_slots(
     .collect()
 }
 
-/// Starts the reconciliation loop.
+/// Starts the reconciliation loop and the claimer.
 pub fn spawn(broker: &Arc<Broker>) {
+    super::claims::spawn(broker);
     let broker = broker.clone();
     tokio::spawn(async move {
         let mut changes = broker.mirror.changes();
         let mut session = broker.log.catalog.kv().session();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // Changes that came before the subscription woke nobody: take them now.
+        broker.reconcile().await;
         loop {
             tokio::select! {
                 changed = changes.changed() => if changed.is_err() { return },
@@ -94,8 +103,8 @@ pub fn spawn(broker: &Arc<Broker>) {
                     }
                     broker.start_over().await;
                 }
-                _ = tick.tick() => {}
-                _ = broker.reconcile_soon.notified() => {}
+                _ = broker.ownership.wake.notified() => {}
+                _ = broker.flusher.fenced().reported() => {}
             }
             if broker.stopping.load(Ordering::Acquire) {
                 return;
@@ -105,43 +114,113 @@ pub fn spawn(broker: &Arc<Broker>) {
     });
 }
 
+/// What one pass looks at.
+#[derive(Default)]
+struct Visits {
+    /// Every partition (the view was rebuilt or the live brokers changed).
+    everything: bool,
+    topics: BTreeSet<String>,
+    partitions: HashSet<(String, i32)>,
+}
+
 impl Broker {
-    /// Brings topics and partition roles in line with the metadata store as mirrored now.
+    /// Brings topics and partition roles in line with the metadata store as mirrored now:
+    /// applies the keys changed since the last pass and looks at what they concern.
     pub async fn reconcile(self: &Arc<Self>) {
-        let _one_at_a_time = self.reconciling.lock().await;
+        let mut pass = self.ownership.pass.lock().await;
         if self.stopping.load(Ordering::Acquire) {
             return;
         }
+        #[cfg(test)]
+        self.ownership.passes.fetch_add(1, Ordering::Relaxed);
+        let revisits = self.ownership.take_revisits();
+        let mut visits = Visits {
+            partitions: revisits.partitions,
+            ..Default::default()
+        };
+        for (topic, id) in self.flusher.fenced().take() {
+            visits.partitions.insert((topic.to_string(), id));
+        }
         let root = self.log.catalog.root();
-        let revision = self.mirror.revision();
-        let entries = self.mirror.range(&format!("{root}/"));
-        let state = Arc::new(ClusterState::from_entries(root, revision, &entries));
-        self.sync_topics(&state);
-        self.publish_cluster(state.clone());
-        for topic in self.topics() {
-            for (id, slot) in topic.partitions.iter().enumerate() {
-                self.reconcile_partition(&topic, id as i32, slot, &state);
+        let state = match pass.take() {
+            Some(mut state) if !revisits.everything => {
+                let changes = self.mirror.take_changes();
+                let brokers = state.live_brokers();
+                for (key, value) in &changes.keys {
+                    match state.apply(root, key, value.as_ref()) {
+                        Touched::Topic(name) => {
+                            visits.topics.insert(name);
+                        }
+                        Touched::Partition(topic, id) => {
+                            visits.topics.insert(topic.clone());
+                            visits.partitions.insert((topic, id));
+                        }
+                        Touched::Broker | Touched::Other => {}
+                    }
+                }
+                state.revision = changes.revision;
+                visits.everything = state.live_brokers() != brokers;
+                state
             }
+            _ => {
+                let (entries, revision) = self.mirror.take_all(&format!("{root}/"));
+                visits.everything = true;
+                ClusterState::from_entries(root, revision, &entries)
+            }
+        };
+        let only = (!visits.everything).then_some(&visits.topics);
+        let grown = self.sync_topics(&state, only);
+        self.publish_cluster(Arc::new(state.clone()));
+        if visits.everything {
+            for topic in self.topics() {
+                self.reconcile_topic(&topic, &state);
+            }
+        } else {
+            for topic in &grown {
+                self.reconcile_topic(topic, &state);
+            }
+            for (name, id) in &visits.partitions {
+                let Some(topic) = self.topic(name) else {
+                    continue;
+                };
+                if let Some(slot) = topic.partitions.get(*id as usize) {
+                    self.reconcile_partition(&topic, *id, slot, &state);
+                }
+            }
+        }
+        *pass = Some(state);
+    }
+
+    fn reconcile_topic(self: &Arc<Self>, topic: &Arc<Topic>, state: &ClusterState) {
+        for (id, slot) in topic.partitions.iter().enumerate() {
+            self.reconcile_partition(topic, id as i32, slot, state);
         }
     }
 
     /// True if `topic` is still the topic of that name this broker serves (not deleted, maybe
     /// re-created, meanwhile; a newer record of the same topic shares its slots).
-    fn serves(&self, topic: &Topic) -> bool {
+    pub(crate) fn serves(&self, topic: &Topic) -> bool {
         self.topic(&topic.record.name)
             .is_some_and(|current| current.record.id == topic.record.id)
     }
 
     /// Adds topics that appeared in the store (every partition starts as a follower), follows
     /// the ones whose record changed (configs, added partitions) and removes the ones deleted
-    /// there, failing their buffered writes.
-    fn sync_topics(&self, state: &ClusterState) {
+    /// there, failing their buffered writes. Looks at the topics named in `only`, or at all.
+    /// Returns the topics that are new or have new partitions.
+    fn sync_topics(
+        &self,
+        state: &ClusterState,
+        only: Option<&BTreeSet<String>>,
+    ) -> Vec<Arc<Topic>> {
         let mut topics = self.topics_map();
+        let looked_at = |name: &String| only.is_none_or(|names| names.contains(name));
         topics.retain(|name, topic| {
-            let alive = state
-                .topics
-                .get(name)
-                .is_some_and(|record| record.id == topic.record.id);
+            let alive = !looked_at(name)
+                || state
+                    .topics
+                    .get(name)
+                    .is_some_and(|record| record.id == topic.record.id);
             if !alive {
                 for slot in &topic.partitions {
                     slot.current()
@@ -152,7 +231,16 @@ impl Broker {
             alive
         });
         let settings = &self.log.settings;
-        for (name, record) in &state.topics {
+        let mut grown = Vec::new();
+        let records: Box<dyn Iterator<Item = (&String, &TopicRecord)>> = match only {
+            Some(names) => Box::new(
+                names
+                    .iter()
+                    .filter_map(|name| state.topics.get(name).map(|record| (name, record))),
+            ),
+            None => Box::new(state.topics.iter()),
+        };
+        for (name, record) in records {
             let followed = match topics.get(name) {
                 Some(topic) if topic.record == *record => continue,
                 Some(topic) => {
@@ -184,8 +272,16 @@ impl Broker {
                     }
                 }
             };
-            topics.insert(name.clone(), Arc::new(followed));
+            let followed = Arc::new(followed);
+            if topics
+                .get(name)
+                .is_none_or(|old| old.partitions.len() < followed.partitions.len())
+            {
+                grown.push(followed.clone());
+            }
+            topics.insert(name.clone(), followed);
         }
+        grown
     }
 
     fn reconcile_partition(
@@ -220,7 +316,7 @@ impl Broker {
                     current.follow(record, view.revision);
                 }
                 if assigned_here && view.owner.is_none() && slot.begin_change() {
-                    self.spawn_claim(topic.clone(), id);
+                    self.ownership.claims.push(topic.clone(), id);
                 }
             }
         }
@@ -254,46 +350,6 @@ impl Broker {
         }
     }
 
-    fn spawn_claim(self: &Arc<Self>, topic: Arc<Topic>, id: i32) {
-        let broker = self.clone();
-        tokio::spawn(async move {
-            let record = &topic.record;
-            let me = broker.config.broker_id;
-            let limits = topic.limits.clone();
-            match open_partition(&broker.log, record, id, limits, me).await {
-                Ok(partition)
-                    if !broker.serves(&topic) || broker.stopping.load(Ordering::Acquire) =>
-                {
-                    // The topic was deleted (and maybe re-created) meanwhile, or this broker
-                    // is shutting down: give the claim back instead of keeping an owner key
-                    // nobody writes under.
-                    if let Some(owned) = partition.owned() {
-                        let catalog = &broker.log.catalog;
-                        let _ = catalog.release_partition(&record.name, id, &owned).await;
-                    }
-                }
-                Ok(partition) => {
-                    tracing::info!(
-                        topic = record.name,
-                        partition = id,
-                        epoch = partition.leader_epoch(),
-                        "took over the partition"
-                    );
-                    topic.partitions[id as usize].replace(partition);
-                }
-                Err(OpenError::Catalog(CatalogError::Fenced(..))) => {
-                    tracing::debug!(topic = record.name, partition = id, "claimed elsewhere");
-                }
-                Err(error) => {
-                    tracing::warn!(topic = record.name, partition = id, %error,
-                        "taking over the partition failed; retrying");
-                }
-            }
-            topic.partitions[id as usize].end_change();
-            broker.reconcile_soon.notify_one();
-        });
-    }
-
     /// Graceful hand-off to the broker the partition is assigned to now: stop taking writes,
     /// flush and acknowledge what is buffered, then release the owner key.
     fn spawn_hand_off(self: &Arc<Self>, topic: Arc<Topic>, id: i32) {
@@ -321,7 +377,7 @@ impl Broker {
                 "handed the partition off"
             );
             slot.end_change();
-            broker.reconcile_soon.notify_one();
+            broker.ownership.revisit(&topic.record.name, id);
         });
     }
 
@@ -329,6 +385,7 @@ impl Broker {
     /// owner key it held is gone. Drop all ownership and register again under the new one.
     async fn start_over(self: &Arc<Self>) {
         tracing::warn!("metadata session lost; giving up every partition and rejoining");
+        self.ownership.revisit_everything();
         for topic in self.topics() {
             for slot in &topic.partitions {
                 let current = slot.current();
@@ -344,5 +401,90 @@ impl Broker {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use kafka_protocol::records::Compression;
+    use kafka_protocol::ResponseError;
+
+    use super::*;
+    use crate::broker::tests::{broker, produce, TestBroker};
+    use crate::log::batch::tests::encoded_batch;
+    use crate::log::batch::validate_batches;
+    use crate::meta::catalog::Catalog;
+    use crate::meta::kv::Op;
+    use crate::meta::mirror::tests::eventually;
+
+    /// A broker with topic "t" of `partitions` partitions, the slot of partition `id` and the
+    /// epoch it was claimed under.
+    async fn owned_partition(partitions: i32, id: usize) -> (TestBroker, Arc<Slot>, i32) {
+        let t = broker(1 << 20).await;
+        let b = &t.broker;
+        b.create_topic("t", partitions, Default::default())
+            .await
+            .unwrap();
+        let slot = b.topic("t").unwrap().partitions[id].clone();
+        let epoch = slot.current().leader_epoch();
+        (t, slot, epoch)
+    }
+
+    #[tokio::test]
+    async fn a_partition_is_claimed_when_the_old_owner_key_goes_and_idle_runs_no_pass() {
+        let (t, slot, epoch) = owned_partition(3, 1).await;
+        let b = &t.broker;
+        // another broker's claim: this one gives the partition up and waits for that key to go
+        let owner = b.log.catalog.owner_key("t", 1);
+        let kv = b.log.catalog.kv();
+        let taken = Op::PutEphemeral(owner.clone(), Bytes::from_static(b"2"));
+        kv.txn(vec![], vec![taken]).await.unwrap();
+        assert!(eventually(|| !slot.current().is_leader()).await);
+        // nothing changes now, so nothing runs: no periodic scan (it used to tick every second)
+        let passes = b.ownership.passes.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(b.ownership.passes.load(Ordering::Relaxed), passes);
+        // the key goes (as when that broker's lease expires): the deletion alone brings the claim
+        kv.txn(vec![], vec![Op::Delete(owner)]).await.unwrap();
+        assert!(eventually(|| slot.current().is_leader()).await);
+        assert!(slot.current().leader_epoch() > epoch);
+        assert_eq!(produce(b, "t", 1, 2).await, 0);
+        // the other partitions were left alone
+        assert_eq!(
+            b.topic("t").unwrap().partitions[0].current().leader_epoch(),
+            epoch
+        );
+    }
+
+    #[tokio::test]
+    async fn a_writer_fenced_under_its_own_owner_key_gives_the_partition_up_and_claims_again() {
+        let (t, slot, epoch) = owned_partition(1, 0).await;
+        let b = &t.broker;
+        // the record changes while the owner key stays ours (a commit that went through but
+        // was reported failed): the reconciler sees nothing wrong, the next flush is fenced
+        let record = b.log.catalog.partition("t", 0).await.unwrap().unwrap();
+        let key = Catalog::partition_records_prefix("test", "t") + "0";
+        let rewrite = Op::Put(
+            key,
+            Bytes::from(serde_json::to_vec(&record.record).unwrap()),
+        );
+        let revision = b.log.catalog.kv().txn(vec![], vec![rewrite]).await.unwrap();
+        b.mirror.caught_up(revision.unwrap()).await;
+        let log = slot.current();
+        let batch = encoded_batch(1, 10, Compression::None);
+        let batches = validate_batches(&batch, 1 << 20).unwrap();
+        let (ack, buffered) = log.append(batches, true).unwrap();
+        b.flusher.note_append(&log, buffered);
+        let acked = tokio::time::timeout(Duration::from_secs(10), ack.unwrap()).await;
+        // (its segment was uploaded before the commit failed: "possibly persisted")
+        assert_eq!(acked.unwrap().unwrap(), Err(ResponseError::RequestTimedOut));
+        // reported by the flusher: released and claimed afresh, without any other change
+        assert!(eventually(|| slot.current().leader_epoch() > epoch).await);
+        assert!(eventually(|| slot.current().is_leader()).await);
+        // the fenced flush's uploaded segment is adopted by the next owner's first flush
+        assert_eq!(produce(b, "t", 0, 2).await, 1);
     }
 }

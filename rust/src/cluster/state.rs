@@ -1,8 +1,11 @@
-//! The cluster as the metadata store describes it, rebuilt from the in-memory mirror whenever
-//! it changes: live brokers, topics, partition records and their owners. Metadata requests and
-//! the ownership reconciler read it without touching the store.
+//! The cluster as the metadata store describes it, kept in step with the in-memory mirror key
+//! by key: live brokers, topics, partition records and their owners. Metadata requests and
+//! the ownership reconciler read it without touching the store. Published copies share
+//! everything that did not change (per-topic partition tables behind `Arc`s), so applying a
+//! change costs the size of one topic, not of the cluster.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::meta::catalog::{BrokerRecord, PartitionRecord, TopicRecord};
 use crate::meta::kv::KeyValue;
@@ -19,13 +22,26 @@ pub struct PartitionView {
     pub owner: Option<(i32, i64)>,
 }
 
+/// A topic's partitions by id; None where the store has no key of that partition.
+type PartitionTable = Vec<Option<Arc<PartitionView>>>;
+
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     /// The store revision this state reflects.
     pub revision: i64,
     pub brokers: BTreeMap<i32, BrokerRecord>,
-    pub topics: BTreeMap<String, TopicRecord>,
-    pub partitions: HashMap<(String, i32), PartitionView>,
+    pub topics: Arc<BTreeMap<String, TopicRecord>>,
+    partitions: Arc<HashMap<String, Arc<PartitionTable>>>,
+}
+
+/// What one key change was about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touched {
+    Broker,
+    Topic(String),
+    Partition(String, i32),
+    /// Another kind of key (cluster id, pending deletions), or one that does not parse.
+    Other,
 }
 
 impl ClusterState {
@@ -40,51 +56,98 @@ impl ClusterState {
             revision,
             ..Default::default()
         };
-        let prefix = format!("{root}/");
         for kv in entries {
-            let Some(path) = kv.key.strip_prefix(&prefix) else {
-                continue;
-            };
-            let parts: Vec<&str> = path.split('/').collect();
-            let parsed = match parts.as_slice() {
-                ["brokers", _] => parse::<BrokerRecord>(kv).map(|b| {
-                    state.brokers.insert(b.id, b);
-                }),
-                ["topics", name] => parse::<TopicRecord>(kv).map(|t| {
-                    state.topics.insert((*name).to_string(), t);
-                }),
-                ["partitions", topic, p] => partition_id(p).and_then(|p| {
-                    let record = parse::<PartitionRecord>(kv)?;
-                    let view = state.view_mut(topic, p);
-                    view.record = Some(record);
-                    view.revision = kv.mod_revision;
-                    Some(())
-                }),
-                ["partitions", topic, p, "owner"] => partition_id(p).and_then(|p| {
-                    let owner = std::str::from_utf8(&kv.value).ok()?.parse().ok()?;
-                    state.view_mut(topic, p).owner = Some((owner, kv.mod_revision));
-                    Some(())
-                }),
-                _ => Some(()),
-            };
-            if parsed.is_none() {
-                tracing::warn!(
-                    key = kv.key,
-                    "skipping a metadata record that does not parse"
-                );
-            }
+            state.apply(root, &kv.key, Some(kv));
         }
         state
     }
 
-    fn view_mut(&mut self, topic: &str, partition: i32) -> &mut PartitionView {
-        self.partitions
-            .entry((topic.to_string(), partition))
-            .or_default()
+    /// Takes in the current value of one key under `root` (None: deleted).
+    pub fn apply(&mut self, root: &str, key: &str, value: Option<&KeyValue>) -> Touched {
+        let Some(path) = key.strip_prefix(root).and_then(|p| p.strip_prefix('/')) else {
+            return Touched::Other;
+        };
+        let parts: Vec<&str> = path.split('/').collect();
+        let touched = match parts.as_slice() {
+            ["brokers", id] => id.parse().ok().map(|id: i32| {
+                match value.and_then(|kv| parse::<BrokerRecord>(key, kv)) {
+                    Some(record) => self.brokers.insert(id, record),
+                    None => self.brokers.remove(&id),
+                };
+                Touched::Broker
+            }),
+            ["topics", name] => {
+                let topics = Arc::make_mut(&mut self.topics);
+                match value.and_then(|kv| parse::<TopicRecord>(key, kv)) {
+                    Some(record) => topics.insert((*name).to_string(), record),
+                    None => topics.remove(*name),
+                };
+                Some(Touched::Topic((*name).to_string()))
+            }
+            ["partitions", topic, p] => partition_id(p).map(|id| {
+                let record = value.and_then(|kv| parse::<PartitionRecord>(key, kv));
+                let revision = value
+                    .filter(|_| record.is_some())
+                    .map_or(0, |kv| kv.mod_revision);
+                self.update_view(topic, id, |view| {
+                    view.record = record;
+                    view.revision = revision;
+                });
+                Touched::Partition((*topic).to_string(), id)
+            }),
+            ["partitions", topic, p, "owner"] => partition_id(p).map(|id| {
+                let owner = value.and_then(|kv| {
+                    let owner = std::str::from_utf8(&kv.value).ok()?.parse().ok();
+                    if owner.is_none() {
+                        warn_unparsed(key);
+                    }
+                    Some((owner?, kv.mod_revision))
+                });
+                self.update_view(topic, id, |view| view.owner = owner);
+                Touched::Partition((*topic).to_string(), id)
+            }),
+            _ => None,
+        };
+        touched.unwrap_or(Touched::Other)
+    }
+
+    fn update_view(&mut self, topic: &str, id: i32, change: impl FnOnce(&mut PartitionView)) {
+        let tables = Arc::make_mut(&mut self.partitions);
+        let table = Arc::make_mut(tables.entry(topic.to_string()).or_default());
+        let index = id as usize;
+        if table.len() <= index {
+            table.resize(index + 1, None);
+        }
+        let mut view = table[index].as_deref().cloned().unwrap_or_default();
+        change(&mut view);
+        if view != PartitionView::default() {
+            table[index] = Some(Arc::new(view));
+            return;
+        }
+        // Trailing empty entries go, and a topic without keys with them (as when it is
+        // deleted), each entry once: deleting a big topic key by key stays linear.
+        table[index] = None;
+        while matches!(table.last(), Some(None)) {
+            table.pop();
+        }
+        if table.is_empty() {
+            tables.remove(topic);
+        }
     }
 
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionView> {
-        self.partitions.get(&(topic.to_string(), partition))
+        let index = usize::try_from(partition).ok()?;
+        self.partitions.get(topic)?.get(index)?.as_deref()
+    }
+
+    /// Every partition the store has keys of.
+    pub fn partitions(&self) -> impl Iterator<Item = (&str, i32, &PartitionView)> {
+        self.partitions.iter().flat_map(|(topic, table)| {
+            table.iter().enumerate().filter_map(move |(id, view)| {
+                view.as_deref()
+                    .map(|view| (topic.as_str(), id as i32, view))
+            })
+        })
     }
 
     pub fn live_brokers(&self) -> Vec<i32> {
@@ -121,8 +184,17 @@ fn partition_id(text: &str) -> Option<i32> {
     text.parse().ok()
 }
 
-fn parse<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Option<T> {
-    serde_json::from_slice(&kv.value).ok()
+/// The record in `kv`, or None with a warning (a record that does not parse counts as absent).
+fn parse<T: serde::de::DeserializeOwned>(key: &str, kv: &KeyValue) -> Option<T> {
+    let parsed = serde_json::from_slice(&kv.value).ok();
+    if parsed.is_none() {
+        warn_unparsed(key);
+    }
+    parsed
+}
+
+fn warn_unparsed(key: &str) {
+    tracing::warn!(key, "skipping a metadata record that does not parse");
 }
 
 #[cfg(test)]
@@ -161,5 +233,53 @@ mod tests {
         assert_eq!(state.leader_epoch("t", 1), 3);
         assert_eq!(state.coordinator("any group").map(|b| b.port), Some(9));
         assert!(ClusterState::default().coordinator("any group").is_none());
+    }
+
+    #[test]
+    fn changes_apply_key_by_key_and_published_copies_keep_theirs() {
+        let record =
+            r#"{"leader_epoch":1,"epoch_history":[],"log_start_offset":0,"high_watermark":0}"#;
+        let topic = r#"{"name":"t","id":"00000000-0000-0000-0000-000000000001","partitions":2,"configs":{},"created_ms":0}"#;
+        let entries = [
+            kv("/k/ns/brokers/1", r#"{"id":1,"host":"h","port":9}"#, 1),
+            kv("/k/ns/topics/t", topic, 2),
+            kv("/k/ns/partitions/t/0", record, 2),
+            kv("/k/ns/partitions/t/1", record, 2),
+        ];
+        let mut state = ClusterState::from_entries("/k/ns", 2, &entries);
+        let published = state.clone();
+        let owner = kv("/k/ns/partitions/t/1/owner", "1", 3);
+        let touched = state.apply("/k/ns", &owner.key, Some(&owner));
+        assert_eq!(touched, Touched::Partition("t".into(), 1));
+        assert_eq!(state.partition("t", 1).unwrap().owner, Some((1, 3)));
+        assert_eq!(published.partition("t", 1).unwrap().owner, None);
+        assert_eq!(
+            state.apply("/k/ns", "/k/ns/brokers/2", None),
+            Touched::Broker
+        );
+        assert_eq!(
+            state.apply("/k/ns", "/k/ns/cluster-id", None),
+            Touched::Other
+        );
+        assert_eq!(
+            state.apply("/k/ns", "/other/topics/t", None),
+            Touched::Other
+        );
+        // deleting a topic's keys leaves nothing behind
+        assert_eq!(
+            state.apply("/k/ns", "/k/ns/topics/t", None),
+            Touched::Topic("t".into())
+        );
+        for key in [
+            "/k/ns/partitions/t/0",
+            "/k/ns/partitions/t/1",
+            "/k/ns/partitions/t/1/owner",
+        ] {
+            state.apply("/k/ns", key, None);
+        }
+        assert!(state.topics.is_empty());
+        assert_eq!(state.partitions().count(), 0);
+        assert_eq!(published.partitions().count(), 2);
+        assert_eq!(published.topics.len(), 1);
     }
 }

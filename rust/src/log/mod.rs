@@ -20,9 +20,7 @@ pub mod validate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::meta::catalog::{
-    Catalog, CatalogError, PartitionRecord, TopicRecord, VersionedPartition,
-};
+use crate::meta::catalog::{Catalog, PartitionRecord, TopicRecord, VersionedPartition};
 use crate::metrics::Metrics;
 use crate::store::{ListedSegment, SegmentObject, SegmentStore};
 use cache::SegmentCache;
@@ -56,102 +54,27 @@ pub struct LogContext {
     pub metrics: Arc<Metrics>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    #[error("listing segments of {topic}-{partition}: {source}")]
-    Store {
-        topic: String,
-        partition: i32,
-        source: crate::store::StoreError,
-    },
-}
-
-/// Opens a partition for writing on this broker: claims it (owner key + new leader epoch) and
-/// finds the committed segments. Uncommitted objects above them stay: the first flush at their
-/// base offset adopts them (see `occupant`).
-pub async fn open_partition(
-    ctx: &LogContext,
+/// The writable log of a partition this broker just claimed (`Catalog::claim_partitions`).
+/// Nothing is read from the object store here: the segments of a log with data are listed
+/// when a read or retention first needs them (an empty log has none), and an uncommitted
+/// segment an earlier owner left at the committed end is adopted by the first flush, which
+/// finds it in its way (see `occupant`).
+pub fn claimed_partition(
     topic: &TopicRecord,
     id: i32,
     limits: Arc<TopicLimits>,
-    broker_id: i32,
-) -> Result<Partition, OpenError> {
-    let mut claimed = ctx
-        .catalog
-        .claim_partition(&topic.name, id, broker_id)
-        .await?;
-    let store_error = |source| OpenError::Store {
-        topic: topic.name.clone(),
-        partition: id,
-        source,
-    };
-    let listed = ctx
-        .store
-        .list_partition(&topic.name, id)
-        .await
-        .map_err(store_error)?;
-    let mut segments = committed_segments(&listed, &claimed.record);
-    // Segments a crashed or fenced owner wrote but did not commit become part of the log now
-    // (see `occupant`), so the log is settled before the first write.
-    loop {
-        let end = claimed.record.high_watermark;
-        let found = listed
-            .iter()
-            .any(|o| o.base_offset == end && o.kind == SegmentObject::Data);
-        if !found {
-            break;
-        }
-        let data = ctx
-            .store
-            .segment_path(&topic.name, id, end, SegmentObject::Data);
-        let index = ctx
-            .store
-            .segment_path(&topic.name, id, end, SegmentObject::Index);
-        let occupant = occupant::adopt(ctx, &data, &index, end)
-            .await
-            .map_err(|e| store_error(crate::store::StoreError::Other(e)))?;
-        claimed = ctx
-            .catalog
-            .commit_adopted(
-                &topic.name,
-                id,
-                &claimed,
-                occupant.meta.last_offset + 1,
-                occupant.epoch,
-            )
-            .await?;
-        tracing::warn!(
-            topic = topic.name,
-            partition = id,
-            base = end,
-            last = occupant.meta.last_offset,
-            "adopted a segment the previous owner wrote but did not commit"
-        );
-        segments.push(occupant.meta);
-    }
-    // Objects below the first kept segment are what retention dropped (a crash came between
-    // moving the log start and deleting them): nobody writes below the high watermark, so
-    // deleting them is safe. Objects at or above it are never deleted (see `occupant`).
-    let first_kept = segments
-        .first()
-        .map_or(claimed.record.high_watermark, |s| s.base_offset);
-    for object in listed.iter().filter(|o| o.base_offset < first_kept) {
-        let path = ctx
-            .store
-            .segment_path(&topic.name, id, object.base_offset, object.kind);
-        tracing::info!(object = %path, "removing a segment below the log start");
-        ctx.store.delete(&path).await.map_err(store_error)?;
-    }
-    Ok(Partition::new(
+    claimed: VersionedPartition,
+) -> Partition {
+    let record = &claimed.record;
+    let empty = record.high_watermark <= record.log_start_offset;
+    Partition::new(
         topic.name.as_str().into(),
         topic.id,
         id,
         limits,
         claimed,
-        segments,
-    ))
+        empty.then(Vec::new),
+    )
 }
 
 /// A read-only view of a partition another broker owns; its segments are listed when a fetch
@@ -174,7 +97,7 @@ pub fn follower_partition(
         id,
         limits,
         committed,
-        Vec::new(),
+        None,
     )
 }
 

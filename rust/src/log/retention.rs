@@ -23,6 +23,14 @@ pub async fn enforce(
     limits: RetentionLimits,
     now_ms: i64,
 ) -> usize {
+    let unlimited = limits.retention_ms < 0 && limits.retention_bytes < 0;
+    // An empty log has nothing to remove: no need to list its objects (a claim did not).
+    if unlimited || partition.high_watermark() <= partition.log_start_offset() {
+        return 0;
+    }
+    if partition.sync_segments(ctx).await.is_err() {
+        return 0; // the objects cannot be listed now; retention tries again next round
+    }
     let segments = partition.segments();
     let by_size = beyond_size(&segments, limits.retention_bytes);
     let mut expired = by_size;

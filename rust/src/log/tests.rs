@@ -13,7 +13,8 @@ use super::cache::SegmentCache;
 use super::flusher::Flusher;
 use super::limits::TopicLimits;
 use super::partition::Partition;
-use super::{open_partition, reader, LogContext, LogSettings};
+use super::segment::SegmentMeta;
+use super::{claimed_partition, reader, LogContext, LogSettings};
 use crate::meta::catalog::{Catalog, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
 use crate::meta::kv::Op;
@@ -73,12 +74,15 @@ async fn open(f: &Fixture) -> Arc<Partition> {
     open_id(f, 0).await
 }
 
+/// Claims the partition for broker 1, as the ownership reconciler does.
 async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
-    Arc::new(
-        open_partition(&f.ctx, &f.topic, id, f.limits.clone(), 1)
-            .await
-            .unwrap(),
-    )
+    let claimed = f
+        .ctx
+        .catalog
+        .claim_partition("orders", id, 1)
+        .await
+        .unwrap();
+    Arc::new(claimed_partition(&f.topic, id, f.limits.clone(), claimed))
 }
 
 /// Gives the partition up the way a hand-off does, so it can be opened again.
@@ -162,7 +166,23 @@ async fn a_backlog_is_split_into_segments_of_segment_bytes() {
     release(&f, &p).await;
     drop(p);
     let reopened = open(&f).await;
-    assert_eq!(reopened.segments().len(), segments.len());
+    let lists = f.objects.list_calls();
+    assert!(reopened.segments().is_empty(), "a claim lists nothing");
+    reopened.sync_segments(&f.ctx).await.unwrap();
+    assert_eq!(
+        f.objects.list_calls(),
+        lists + 1,
+        "the first read lists once"
+    );
+    let offsets = |segments: &[SegmentMeta]| {
+        let ranges = segments
+            .iter()
+            .map(|s| (s.base_offset, s.last_offset, s.size));
+        ranges.collect::<Vec<_>>()
+    };
+    assert_eq!(offsets(&reopened.segments()), offsets(&segments));
+    reopened.sync_segments(&f.ctx).await.unwrap();
+    assert_eq!(f.objects.list_calls(), lists + 1);
     assert_eq!(reopened.high_watermark(), 200);
     assert_eq!(reopened.leader_epoch(), 2);
 }
@@ -273,17 +293,25 @@ async fn a_fenced_writer_acknowledges_nothing_and_stops_taking_writes() {
         .release_partition("orders", 0, &other)
         .await
         .unwrap();
+    // (its claim reads nothing from the object store: the first flush finds the segment in
+    // its way, adopts it and writes its own batches after it)
     let next = open(&f).await;
-    assert_eq!(next.segments().len(), 1);
+    assert_eq!(next.high_watermark(), 0);
+    let own = append(&next, 2);
+    assert!(
+        !next.flush(&f.ctx).await,
+        "the flush adopted instead of writing"
+    );
     assert_eq!(next.high_watermark(), 3);
     // the adopted records belong to the epoch that wrote them; the new one starts after them
     let history = next.owned().unwrap().record.epoch_history;
     let starts: Vec<_> = history.iter().map(|e| (e.epoch, e.start_offset)).collect();
     assert_eq!(starts, vec![(0, 0), (1, 0), (2, 3), (3, 3)]);
-    let own = append(&next, 2);
     assert!(next.flush(&f.ctx).await);
     assert_eq!(own.await.unwrap(), Ok(3));
     assert_eq!(next.high_watermark(), 5);
+    next.sync_segments(&f.ctx).await.unwrap();
+    assert_eq!(next.segments().len(), 2);
     let read = reader::read(&f.ctx, &next, 0, 1 << 20, true).await.unwrap();
     let walked: Vec<_> = super::segment::BatchWalker::new(&read.records)
         .map(|b| b.unwrap().1.base_offset)

@@ -95,6 +95,26 @@ pub enum CatalogError {
     BrokerIdTaken(i32, String),
 }
 
+/// A partition to claim, and its record as the claimant last saw it.
+#[derive(Debug, Clone)]
+pub struct ClaimTarget {
+    pub topic: String,
+    pub partition: i32,
+    pub current: VersionedPartition,
+}
+
+impl ClaimTarget {
+    /// About how many bytes its claim adds to a transaction request.
+    fn approximate_size(&self) -> usize {
+        const PER_EPOCH: usize = 40;
+        const KEYS_AND_FIELDS: usize = 200;
+        KEYS_AND_FIELDS + 2 * self.topic.len() + PER_EPOCH * self.current.record.epoch_history.len()
+    }
+}
+
+/// Request bytes a batched transaction stays under (etcd takes 1.5 MiB by default).
+const MAX_TXN_BYTES: usize = 1 << 20;
+
 pub struct Catalog {
     kv: Arc<dyn KvStore>,
     root: String,
@@ -392,30 +412,80 @@ impl Catalog {
             .partition(topic, partition)
             .await?
             .ok_or_else(|| CatalogError::UnknownTopic(topic.to_string()))?;
-        let mut record = current.record;
-        record.leader_epoch += 1;
-        record.epoch_history.push(EpochStart {
-            epoch: record.leader_epoch,
-            start_offset: record.high_watermark,
-        });
-        let key = self.partition_key(topic, partition);
-        let owner = self.owner_key(topic, partition);
-        let compares = vec![
-            Compare::ModRevision(key.clone(), current.revision),
-            Compare::ModRevision(owner.clone(), 0),
-        ];
-        let ops = vec![
-            Op::Put(key, encode(&record)),
-            Op::PutEphemeral(owner, Bytes::from(broker_id.to_string())),
-        ];
-        match self.kv.txn(compares, ops).await? {
-            Some(revision) => Ok(VersionedPartition {
-                record,
-                revision,
-                owner_revision: revision,
-            }),
+        let target = ClaimTarget {
+            topic: topic.to_string(),
+            partition,
+            current,
+        };
+        match self.claim_partitions(&[target], broker_id).await? {
+            Some(mut claimed) => Ok(claimed.remove(0)),
             None => Err(CatalogError::Fenced(topic.to_string(), partition)),
         }
+    }
+
+    /// Claims every target in one transaction, all or none (see `claim_partition`): each
+    /// target's owner key must be absent and its record unchanged since `current`. Returns the
+    /// claimed states in the order of `targets`, or None if any target failed its check
+    /// (nothing was written). Callers split their work with `claim_batches`.
+    pub async fn claim_partitions(
+        &self,
+        targets: &[ClaimTarget],
+        broker_id: i32,
+    ) -> Result<Option<Vec<VersionedPartition>>, CatalogError> {
+        let owner_value = Bytes::from(broker_id.to_string());
+        let mut compares = Vec::with_capacity(targets.len() * 2);
+        let mut ops = Vec::with_capacity(targets.len() * 2);
+        let mut records = Vec::with_capacity(targets.len());
+        for target in targets {
+            let mut record = target.current.record.clone();
+            record.leader_epoch += 1;
+            record.epoch_history.push(EpochStart {
+                epoch: record.leader_epoch,
+                start_offset: record.high_watermark,
+            });
+            let key = self.partition_key(&target.topic, target.partition);
+            let owner = self.owner_key(&target.topic, target.partition);
+            compares.push(Compare::ModRevision(key.clone(), target.current.revision));
+            compares.push(Compare::ModRevision(owner.clone(), 0));
+            ops.push(Op::Put(key, encode(&record)));
+            ops.push(Op::PutEphemeral(owner, owner_value.clone()));
+            records.push(record);
+        }
+        let Some(revision) = self.kv.txn(compares, ops).await? else {
+            return Ok(None);
+        };
+        let claimed = records.into_iter().map(|record| VersionedPartition {
+            record,
+            revision,
+            owner_revision: revision,
+        });
+        Ok(Some(claimed.collect()))
+    }
+
+    /// Splits claims into transactions the store takes: at most its operation limit (two
+    /// compares and two ops per claim) and about `MAX_TXN_BYTES` of records each.
+    pub fn claim_batches<T>(
+        &self,
+        claims: Vec<T>,
+        target: impl Fn(&T) -> &ClaimTarget,
+    ) -> Vec<Vec<T>> {
+        let per_txn = (self.kv.max_txn_ops() / 2).max(1);
+        let mut batches: Vec<Vec<T>> = Vec::new();
+        let mut bytes = 0;
+        for claim in claims {
+            let size = target(&claim).approximate_size();
+            match batches.last_mut() {
+                Some(batch) if batch.len() < per_txn && bytes + size <= MAX_TXN_BYTES => {
+                    bytes += size;
+                    batch.push(claim);
+                }
+                _ => {
+                    bytes = size;
+                    batches.push(vec![claim]);
+                }
+            }
+        }
+        batches
     }
 
     /// Gives a partition up (graceful hand-off): removes the owner key if it is still ours.
@@ -642,5 +712,92 @@ mod tests {
             catalog.commit_high_watermark("t", 0, &committed, 20).await,
             Err(CatalogError::Fenced(_, 0))
         ));
+    }
+
+    /// The claims of `ids`, on their records as stored now.
+    async fn targets(catalog: &Catalog, ids: &[i32]) -> Vec<ClaimTarget> {
+        let mut targets = Vec::new();
+        for &partition in ids {
+            let current = catalog.partition("t", partition).await.unwrap().unwrap();
+            targets.push(ClaimTarget {
+                topic: "t".into(),
+                partition,
+                current,
+            });
+        }
+        targets
+    }
+
+    #[tokio::test]
+    async fn partitions_are_claimed_in_batches_all_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 5, BTreeMap::new()).await.unwrap();
+        let all = targets(&catalog, &[0, 1, 2, 3, 4]).await;
+        // one of them is owned already: the transaction fails and writes nothing
+        catalog.claim_partition("t", 3, 2).await.unwrap();
+        assert!(catalog.claim_partitions(&all, 1).await.unwrap().is_none());
+        for p in [0, 1, 2, 4] {
+            let owner = catalog.kv().get(&catalog.owner_key("t", p)).await.unwrap();
+            assert!(owner.is_none(), "partition {p}");
+            let record = catalog.partition("t", p).await.unwrap().unwrap().record;
+            assert_eq!(record.leader_epoch, 0, "partition {p}");
+        }
+        // the others in one transaction: one revision, each a new epoch from its end
+        let rest = targets(&catalog, &[0, 1, 2, 4]).await;
+        let claimed = catalog.claim_partitions(&rest, 1).await.unwrap().unwrap();
+        assert_eq!(claimed.len(), 4);
+        for (target, owned) in rest.iter().zip(&claimed) {
+            assert_eq!(owned.revision, claimed[0].revision);
+            assert_eq!(owned.owner_revision, owned.revision);
+            assert_eq!(owned.record.leader_epoch, 1);
+            let stored = catalog
+                .partition("t", target.partition)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(stored.record, owned.record);
+            let owner_key = catalog.owner_key("t", target.partition);
+            let owner = catalog.kv().get(&owner_key).await.unwrap().unwrap();
+            assert_eq!(owner.value, Bytes::from_static(b"1"));
+        }
+        // a claim on a stale record fails even once the owner key is gone
+        catalog
+            .release_partition("t", 0, &claimed[0])
+            .await
+            .unwrap();
+        assert!(catalog
+            .claim_partitions(&rest[..1], 2)
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn claim_batches_stay_within_the_stores_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 1, BTreeMap::new()).await.unwrap();
+        let one = targets(&catalog, &[0]).await.remove(0);
+        let per_txn = catalog.kv().max_txn_ops() / 2;
+        let many = vec![one.clone(); per_txn * 2 + 3];
+        let sizes: Vec<usize> = catalog
+            .claim_batches(many, |t| t)
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, [per_txn, per_txn, 3]);
+        // records with long epoch histories: fewer per transaction, by bytes
+        let mut long = one;
+        long.current.record.epoch_history = vec![
+            EpochStart {
+                epoch: 1,
+                start_offset: 0
+            };
+            10_000
+        ];
+        let batches = catalog.claim_batches(vec![long; 10], |t| t);
+        assert!(batches.len() >= 4, "{} batches", batches.len());
+        assert!(batches.iter().all(|b| !b.is_empty()));
     }
 }

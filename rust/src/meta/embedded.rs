@@ -28,6 +28,8 @@ const REVISION_KEY: &str = "store";
 
 /// Revisions a watch can start behind the newest one; older starts must list again.
 const HISTORY_REVISIONS: usize = 4096;
+/// Operations per transaction that batched writes use (see `KvStore::max_txn_ops`).
+const EMBEDDED_MAX_TXN_OPS: usize = 4096;
 /// Revisions a live watcher may fall behind before it gets an error (and lists again).
 const LIVE_BUFFER: usize = 1024;
 
@@ -383,6 +385,12 @@ impl KvStore for EmbeddedStore {
 
     fn describe(&self) -> String {
         format!("embedded store {}", self.path.display())
+    }
+
+    fn max_txn_ops(&self) -> usize {
+        // One fsync per transaction is the cost here, not its size: big batches, bounded so
+        // one transaction never holds the writer for long.
+        EMBEDDED_MAX_TXN_OPS
     }
 }
 

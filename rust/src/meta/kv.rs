@@ -89,4 +89,13 @@ pub trait KvStore: Send + Sync {
     async fn end_session(&self) -> Result<(), MetaError>;
 
     fn describe(&self) -> String;
+
+    /// How many compares, and how many ops, one transaction may carry (etcd's default
+    /// `--max-txn-ops`); batched writes split their work into transactions of this size.
+    fn max_txn_ops(&self) -> usize {
+        ETCD_MAX_TXN_OPS
+    }
 }
+
+/// etcd's default limit of operations per transaction.
+pub const ETCD_MAX_TXN_OPS: usize = 128;

@@ -72,4 +72,8 @@ impl<S: KvStore> KvStore for MeteredKv<S> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
+    fn max_txn_ops(&self) -> usize {
+        self.inner.max_txn_ops()
+    }
 }

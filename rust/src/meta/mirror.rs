@@ -3,10 +3,13 @@
 //! Sub-prefixes the core never reads (consumer groups) can be left out: their keys are not
 //! copied and a change to them alone wakes nobody.
 //!
+//! Besides the copy, the mirror keeps the set of keys changed since its consumer last took
+//! them (`take_changes`), so the cluster view is updated key by key instead of being rebuilt.
+//!
 //! When the watch fails (store unreachable, history compacted, watcher too slow) the copy is
 //! marked not live and rebuilt from a fresh listing, retried with backoff until it works.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
@@ -41,6 +44,15 @@ pub struct Mirror {
 struct State {
     entries: BTreeMap<String, KeyValue>,
     revision: i64,
+    /// Keys put or deleted since the consumer last took them (a set: bounded by the keys).
+    changed: BTreeSet<String>,
+}
+
+/// The keys changed since the last take, with their values now (None: deleted), and the
+/// revision the copy reflects: every change up to it is in there or in an earlier take.
+pub struct Changes {
+    pub keys: Vec<(String, Option<KeyValue>)>,
+    pub revision: i64,
 }
 
 impl Mirror {
@@ -60,6 +72,7 @@ impl Mirror {
             state: RwLock::new(State {
                 entries: BTreeMap::new(),
                 revision: 0,
+                changed: BTreeSet::new(),
             }),
             live: AtomicBool::new(true),
             changes: watch::channel(0).0,
@@ -78,12 +91,33 @@ impl Mirror {
 
     /// Every mirrored key starting with `prefix`, in key order.
     pub fn range(&self, prefix: &str) -> Vec<KeyValue> {
-        self.read()
-            .entries
-            .range(prefix.to_string()..)
-            .take_while(|(key, _)| key.starts_with(prefix))
-            .map(|(_, kv)| kv.clone())
-            .collect()
+        entries_under(&self.read().entries, prefix)
+    }
+
+    /// Every mirrored key starting with `prefix` and the revision they reflect; forgets the
+    /// changed keys (the caller starts from this listing instead).
+    pub fn take_all(&self, prefix: &str) -> (Vec<KeyValue>, i64) {
+        let mut state = self.write();
+        state.changed.clear();
+        (entries_under(&state.entries, prefix), state.revision)
+    }
+
+    /// The keys changed since the last `take_changes` or `take_all`. Meant for one consumer
+    /// (the ownership reconciler): what it takes, nobody else sees.
+    pub fn take_changes(&self) -> Changes {
+        let mut state = self.write();
+        let changed = std::mem::take(&mut state.changed);
+        let keys = changed
+            .into_iter()
+            .map(|key| {
+                let value = state.entries.get(&key).cloned();
+                (key, value)
+            })
+            .collect();
+        Changes {
+            keys,
+            revision: state.revision,
+        }
     }
 
     /// The store revision the copy reflects (for the keys it copies).
@@ -128,18 +162,28 @@ impl Mirror {
     }
 
     /// Replaces the copy with a listing, unless the copy is newer already (then the watch
-    /// started at the listing skips what the copy has and continues from there).
+    /// started at the listing skips what the copy has and continues from there). The keys
+    /// that differ count as changed, so a resync after missed events reports just those.
     fn install(&self, listing: Listing) {
         let mut state = self.write();
         if listing.revision < state.revision {
             return;
         }
-        state.entries = listing
+        let entries: BTreeMap<String, KeyValue> = listing
             .kvs
             .into_iter()
             .filter(|kv| self.copies(&kv.key))
             .map(|kv| (kv.key.clone(), kv))
             .collect();
+        let old = std::mem::take(&mut state.entries);
+        let gone = old.keys().filter(|key| !entries.contains_key(*key));
+        let differ = entries
+            .iter()
+            .filter(|(key, kv)| old.get(*key) != Some(kv))
+            .map(|(key, _)| key);
+        let changed: Vec<String> = gone.chain(differ).cloned().collect();
+        state.changed.extend(changed);
+        state.entries = entries;
         state.revision = listing.revision;
         self.changes.send_replace(listing.revision);
         self.reached.send_replace(listing.revision);
@@ -163,6 +207,7 @@ impl Mirror {
                 continue;
             }
             copied = true;
+            state.changed.insert(change.key().to_string());
             match change {
                 Change::Put(kv) => {
                     state.entries.insert(kv.key.clone(), kv);
@@ -190,6 +235,15 @@ impl Mirror {
         self.install(listing);
         Ok(stream)
     }
+}
+
+/// Copies of the entries whose keys start with `prefix`, in key order.
+fn entries_under(entries: &BTreeMap<String, KeyValue>, prefix: &str) -> Vec<KeyValue> {
+    entries
+        .range(prefix.to_string()..)
+        .take_while(|(key, _)| key.starts_with(prefix))
+        .map(|(_, kv)| kv.clone())
+        .collect()
 }
 
 impl Drop for Mirror {
@@ -244,7 +298,7 @@ async fn follow(mirror: Weak<Mirror>, mut stream: ChangeStream) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Instant;
 
     use bytes::Bytes;
@@ -264,7 +318,7 @@ mod tests {
     }
 
     /// Waits up to 20 s for `check` to hold; returns whether it did.
-    async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+    pub(crate) async fn eventually(mut check: impl FnMut() -> bool) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if check() {
@@ -328,11 +382,65 @@ mod tests {
         assert!(mirror.revision() >= outside);
     }
 
+    fn embedded(dir: &tempfile::TempDir) -> Arc<dyn KvStore> {
+        Arc::new(EmbeddedStore::open(&dir.path().join("m.redb")).unwrap())
+    }
+
+    fn changed_keys(mirror: &Mirror) -> Vec<(String, bool)> {
+        let changes = mirror.take_changes();
+        let keys = changes.keys.into_iter();
+        keys.map(|(key, value)| (key, value.is_some())).collect()
+    }
+
+    #[tokio::test]
+    async fn reports_the_keys_changed_since_the_last_take_also_across_a_resync() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = embedded(&dir);
+        write(&kv, vec![put("m/a", b"1"), put("m/b", b"2")]).await;
+        let mirror = Mirror::start(kv.clone(), "m/", &[]).await.unwrap();
+        let (all, _) = mirror.take_all("m/");
+        assert_eq!(keys(&all), ["m/a", "m/b"]);
+        assert!(changed_keys(&mirror).is_empty(), "taken with the listing");
+
+        write(&kv, vec![put("m/c", b"3")]).await;
+        let revision = write(&kv, vec![put("m/c", b"4"), Op::Delete("m/a".into())]).await;
+        mirror.caught_up(revision).await;
+        let changes = mirror.take_changes();
+        assert_eq!(changes.revision, revision);
+        let reported: Vec<_> = changes
+            .keys
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        assert_eq!(reported[0], ("m/a", None));
+        assert_eq!(reported[1].0, "m/c");
+        assert_eq!(
+            reported[1].1.as_ref().unwrap().value,
+            Bytes::from_static(b"4")
+        );
+        assert!(changed_keys(&mirror).is_empty());
+
+        // a resync (events missed) reports just the keys that differ from the copy
+        let listing = Listing {
+            kvs: vec![
+                mirror.get("m/b").unwrap(),
+                KeyValue {
+                    key: "m/d".into(),
+                    value: Bytes::from_static(b"5"),
+                    mod_revision: revision + 1,
+                },
+            ],
+            revision: revision + 1,
+        };
+        mirror.install(listing);
+        let expected = [("m/c".to_string(), false), ("m/d".to_string(), true)];
+        assert_eq!(changed_keys(&mirror), expected);
+    }
+
     #[tokio::test]
     async fn leaves_out_excluded_keys_and_wakes_nobody_for_them() {
         let dir = tempfile::tempdir().unwrap();
-        let kv: Arc<dyn KvStore> =
-            Arc::new(EmbeddedStore::open(&dir.path().join("m.redb")).unwrap());
+        let kv = embedded(&dir);
         write(&kv, vec![put("m/a", b"1"), put("m/groups/g", b"2")]).await;
         let excluded = ["m/groups/".to_string()];
         let mirror = Mirror::start(kv.clone(), "m/", &excluded).await.unwrap();

@@ -1,6 +1,6 @@
 //! A memory object store with controllable faults, for unit tests of what the log does when
 //! storage is slow or failing: uploads under a prefix can be held until released, and the
-//! next uploads can be made to fail the way a transient S3 error does.
+//! next uploads can be made to fail the way a transient S3 error does. Listings are counted.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +23,7 @@ pub struct FaultyStore {
     gate: Mutex<Option<(String, Arc<Semaphore>)>>,
     failing_puts: AtomicUsize,
     held_puts: AtomicUsize,
+    lists: AtomicUsize,
 }
 
 impl FaultyStore {
@@ -41,6 +42,11 @@ impl FaultyStore {
     /// How many uploads are waiting at the gate right now.
     pub fn held_puts(&self) -> usize {
         self.held_puts.load(Ordering::SeqCst)
+    }
+
+    /// How many listings were asked for so far.
+    pub fn list_calls(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
     }
 
     fn gate_for(&self, location: &Path) -> Option<Arc<Semaphore>> {
@@ -101,10 +107,12 @@ impl ObjectStore for FaultyStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner.list(prefix)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner.list_with_delimiter(prefix).await
     }
 

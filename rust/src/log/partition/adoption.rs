@@ -43,7 +43,9 @@ impl Partition {
                 {
                     let mut state = self.state();
                     state.committed = next;
-                    state.segments.push(meta);
+                    if let Some(segments) = state.segments.as_mut() {
+                        segments.push(meta);
+                    }
                     state.pending_bytes += requeued.iter().map(|c| c.bytes).sum::<usize>();
                     state.pending.splice(0..0, requeued);
                 }

@@ -40,7 +40,9 @@ struct State {
     committed: VersionedPartition,
     pending: Vec<Chunk>,
     pending_bytes: usize,
-    segments: Vec<SegmentMeta>,
+    /// The committed segments, or None until the partition's objects were listed: a claim
+    /// does not list them, the first read or retention pass does (`roles::sync_segments`).
+    segments: Option<Vec<SegmentMeta>>,
     /// Set when the partition stops taking writes (topic deleted, broker shutting down).
     closed: Option<ResponseError>,
 }
@@ -76,7 +78,7 @@ impl Partition {
         id: i32,
         limits: Arc<TopicLimits>,
         committed: VersionedPartition,
-        segments: Vec<SegmentMeta>,
+        segments: Option<Vec<SegmentMeta>>,
     ) -> Partition {
         let high_watermark = committed.record.high_watermark;
         // Without an owner key this broker only serves reads of what others committed.
@@ -215,10 +217,11 @@ impl Partition {
             .await?;
         let mut state = self.state();
         state.committed = next;
-        let keep = state
-            .segments
-            .partition_point(|s| s.last_offset < log_start);
-        Ok(state.segments.drain(..keep).collect())
+        let Some(segments) = state.segments.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let keep = segments.partition_point(|s| s.last_offset < log_start);
+        Ok(segments.drain(..keep).collect())
     }
 
     /// Stops taking writes; buffered data is still flushed by a later `flush`.
@@ -325,7 +328,10 @@ impl Partition {
                 {
                     let mut state = self.state();
                     state.committed = next;
-                    state.segments.push(built.meta.clone());
+                    // Unlisted: the listing will find it among the committed objects.
+                    if let Some(segments) = state.segments.as_mut() {
+                        segments.push(built.meta.clone());
+                    }
                 }
                 self.high_watermark.send_replace(high_watermark);
                 for (waiter, base_offset) in replies {
@@ -430,19 +436,20 @@ impl Partition {
         if offset < record.log_start_offset || offset > record.high_watermark {
             return Err(ResponseError::OffsetOutOfRange);
         }
-        let first = state.segments.partition_point(|s| s.last_offset < offset);
-        let end = (first + limit).min(state.segments.len());
+        let segments = state.segments.as_deref().unwrap_or_default();
+        let first = segments.partition_point(|s| s.last_offset < offset);
+        let end = (first + limit).min(segments.len());
         Ok(ReadView {
             high_watermark: record.high_watermark,
             log_start_offset: record.log_start_offset,
             leader_epoch: record.leader_epoch,
-            segments: state.segments[first..end].to_vec(),
+            segments: segments[first..end].to_vec(),
         })
     }
 
     /// Every committed segment (for timestamp searches).
     pub fn segments(&self) -> Vec<SegmentMeta> {
-        self.state().segments.clone()
+        self.state().segments.clone().unwrap_or_default()
     }
 
     /// Remembers a segment's max timestamp once a search has read it.
@@ -451,6 +458,7 @@ impl Partition {
         if let Some(segment) = state
             .segments
             .iter_mut()
+            .flatten()
             .find(|s| s.base_offset == base_offset)
         {
             segment.max_timestamp = Some(max_timestamp);

@@ -53,25 +53,34 @@ impl Partition {
             state.committed.revision = revision;
             state.next_offset = record.high_watermark;
             let log_start = record.log_start_offset;
-            state.segments.retain(|s| s.last_offset >= log_start);
+            if let Some(segments) = state.segments.as_mut() {
+                segments.retain(|s| s.last_offset >= log_start);
+            }
             record.high_watermark
         };
         self.high_watermark.send_replace(high_watermark);
     }
 
-    /// A follower's segment list trails the owner's commits: list the partition's objects
-    /// again when the committed end lies beyond the last segment it knows.
+    /// Lists the partition's objects when the segment list is behind. A follower's trails the
+    /// owner's commits: it lists again when the committed end lies beyond the last segment it
+    /// knows. An owner's is unknown until first needed (claims do not list; see `list_owned`).
     pub async fn sync_segments(&self, ctx: &LogContext) -> Result<(), ResponseError> {
-        let (known_end, record) = {
+        let behind = {
             let state = self.state();
-            if state.committed.owner_revision != 0 {
-                return Ok(());
-            }
-            let end = state.segments.last().map_or(-1, |s| s.last_offset);
-            (end, state.committed.record.clone())
+            let owned = state.committed.owner_revision != 0;
+            let known_end = match &state.segments {
+                Some(_) if owned => return Ok(()),
+                Some(segments) => segments.last().map_or(-1, |s| s.last_offset),
+                None => -1,
+            };
+            let record = &state.committed.record;
+            (owned || known_end + 1 < record.high_watermark).then(|| (owned, record.clone()))
         };
-        if known_end + 1 >= record.high_watermark {
+        let Some((owned, record)) = behind else {
             return Ok(());
+        };
+        if owned {
+            return self.list_owned(ctx).await;
         }
         let listed = ctx
             .store
@@ -81,8 +90,46 @@ impl Partition {
         let segments = committed_segments(&listed, &record);
         let mut state = self.state();
         if state.committed.record.high_watermark == record.high_watermark {
-            state.segments = segments;
+            state.segments = Some(segments);
         }
+        Ok(())
+    }
+
+    /// An owner's first listing, under the flush lock so no commit moves the record
+    /// meanwhile. Objects below the first kept segment are what retention dropped when a crash
+    /// came before it deleted them: nobody writes below the high watermark, so they go now.
+    /// (Objects at or above it are never deleted; a flush adopts them, see `occupant`.)
+    async fn list_owned(&self, ctx: &LogContext) -> Result<(), ResponseError> {
+        let _one_at_a_time = self.flush_lock.lock().await;
+        let record = {
+            let state = self.state();
+            if state.segments.is_some() {
+                return Ok(());
+            }
+            state.committed.record.clone()
+        };
+        let listed = ctx
+            .store
+            .list_partition(&self.topic, self.id)
+            .await
+            .map_err(|error| {
+                tracing::warn!(topic = %self.topic, partition = self.id, %error,
+                    "listing the partition's segments failed");
+                ResponseError::KafkaStorageError
+            })?;
+        let segments = committed_segments(&listed, &record);
+        let first_kept = segments
+            .first()
+            .map_or(record.high_watermark, |s| s.base_offset);
+        for object in listed.iter().filter(|o| o.base_offset < first_kept) {
+            let path = self.segment_path(ctx, object.base_offset, object.kind);
+            tracing::info!(object = %path, "removing a segment below the log start");
+            if let Err(error) = ctx.store.delete(&path).await {
+                tracing::warn!(object = %path, %error,
+                    "removing a segment below the log start failed; the next owner retries");
+            }
+        }
+        self.state().segments = Some(segments);
         Ok(())
     }
 }

@@ -1,0 +1,52 @@
+//! Retention of the partitions this broker owns, every retention check interval. A pass
+//! costs little for partitions without data: `retention::enforce` returns at once for an
+//! empty log, without listing its objects.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::log::partition::now_ms;
+use crate::log::retention::{self, RetentionLimits};
+
+/// Applies retention to the partitions this broker owns, every retention check interval.
+pub fn spawn(broker: &Arc<Broker>) {
+    let broker = broker.clone();
+    tokio::spawn(async move {
+        // Like Kafka, the first check comes one interval after start-up, not at once.
+        let every = broker.config.retention_check_interval();
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if broker.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            for topic in broker.topics() {
+                let limits = retention_limits(&topic.record.configs, &broker.config);
+                for slot in &topic.partitions {
+                    let partition = slot.current();
+                    if partition.is_leader() {
+                        retention::enforce(&broker.log, &partition, limits, now_ms()).await;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// A topic's retention.ms / retention.bytes, falling back to the broker defaults.
+fn retention_limits(configs: &BTreeMap<String, String>, config: &BrokerConfig) -> RetentionLimits {
+    let value = |key: &str, default: i64| {
+        configs
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    RetentionLimits {
+        retention_ms: value("retention.ms", config.retention_ms),
+        retention_bytes: value("retention.bytes", config.retention_bytes),
+    }
+}
