@@ -29,7 +29,12 @@ from typing import Any
 import polars as pl
 from polars.io.plugins import register_io_source
 
-from kafscale.segment import SegmentSource, committed_bounds, kafka_schema
+from kafscale.segment import (
+    DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
+    SegmentSource,
+    committed_bounds,
+    kafka_schema,
+)
 
 __all__ = ["scan_topic"]
 
@@ -56,6 +61,7 @@ def scan_topic(
     access_key_id: str | None = None,
     secret_access_key: str | None = None,
     session_token: str | None = None,
+    max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
 ) -> pl.LazyFrame:
     """A LazyFrame over ``topic`` in ``path`` (``s3://bucket/namespace`` or a local
     ``<data_dir>/<namespace>`` directory).
@@ -64,7 +70,9 @@ def scan_topic(
     ``ending_offsets`` (exclusive) map a partition to where to start and stop, the rest reads
     from its first to its last segment. ``etcd_endpoints`` bounds every partition by its
     committed state in that namespace (``namespace`` defaults to the last part of ``path``).
-    The S3 settings default to the usual AWS environment variables."""
+    The S3 settings default to the usual AWS environment variables.
+    ``max_uncompressed_batch_bytes`` bounds what one compressed batch may expand to (see
+    :meth:`kafscale.segment.SegmentSource.open`): past it the scan raises SegmentError."""
     scan = TopicScan(
         path=path,
         topic=topic,
@@ -74,6 +82,7 @@ def scan_topic(
         include_headers=include_headers,
         etcd_endpoints=etcd_endpoints,
         namespace=namespace or path.rstrip("/").rsplit("/", 1)[-1],
+        max_uncompressed_batch_bytes=max_uncompressed_batch_bytes,
         storage={
             "endpoint": endpoint,
             "region": region,
@@ -318,6 +327,7 @@ class TopicScan:
     include_headers: bool
     etcd_endpoints: str | list[str] | None
     namespace: str
+    max_uncompressed_batch_bytes: int
     storage: dict[str, str | None]
 
     def schema(self) -> pl.Schema:
@@ -333,7 +343,11 @@ class TopicScan:
         """The io source polars calls at collect time: frames of at most ``batch_size`` rows,
         filtered by ``predicate``, with only ``with_columns``, ``n_rows`` in all at most."""
         # opened here, on the thread that collects, rather than when the frame is built
-        source = SegmentSource.open(self.path, **self.storage)
+        source = SegmentSource.open(
+            self.path,
+            max_uncompressed_batch_bytes=self.max_uncompressed_batch_bytes,
+            **self.storage,
+        )
         remaining = n_rows
         for rng in self.ranges(source, predicate_bounds(predicate)):
             for batch in source.read(

@@ -13,6 +13,7 @@ import itertools
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 from support import analytics_env
 from support import segment_format as sf
@@ -26,6 +27,7 @@ from support.analytics_env import (
 )
 from support.cluster import segment_base
 
+from kafscale.polars import scan_topic
 from kafscale.segment import (
     PartitionBounds,
     SegmentError,
@@ -33,6 +35,8 @@ from kafscale.segment import (
     committed_bounds,
     kafka_schema,
 )
+from kafscale.spark.options import ReadOptions
+from kafscale.spark.planning import open_source
 
 analytics = analytics_env.analytics
 cluster_analytics = analytics_env.cluster_analytics
@@ -360,6 +364,25 @@ def test_a_batch_expanding_past_the_bound_raises(tmp_path, codec):
         list(small.read("bombs", 0, 0, 1))
     rows = SegmentSource.open(location).read("bombs", 0, 0, 1)
     assert [len(v) for b in rows for v in b.column("value").to_pylist()] == [8 << 20]
+
+
+def test_polars_and_spark_readers_take_the_bound(tmp_path):
+    """scan_topic's keyword and the Spark option maxUncompressedBatchBytes reach the reader:
+    the same 8 MiB batch fails under a 1 MiB bound and reads at the default."""
+    batch = sf.build_record_batch([(None, bytes(8 << 20), [])], compression=sf.COMPRESSION_ZSTD)
+    location = write_single_batch_segment(tmp_path, "bombs", batch)
+    # polars reports an IO plugin's exception as a ComputeError that names it
+    with pytest.raises(pl.exceptions.ComputeError, match=r"SegmentError: .*limit of 1048576 "):
+        scan_topic(location, "bombs", max_uncompressed_batch_bytes=1 << 20).collect()
+    assert scan_topic(location, "bombs").select("offset").collect().height == 1
+
+    def spark_source(**given: str) -> SegmentSource:
+        opts = ReadOptions.parse({"path": location, "subscribe": "bombs", **given}, streaming=False)
+        return open_source(opts)
+
+    with pytest.raises(SegmentError, match="expand past the limit of 1048576 bytes"):
+        list(spark_source(maxUncompressedBatchBytes="1048576").read("bombs", 0, 0, 1))
+    assert sum(b.num_rows for b in spark_source().read("bombs", 0, 0, 1)) == 1
 
 
 def test_a_tiny_snappy_bomb_is_refused_before_allocating(tmp_path):

@@ -198,6 +198,10 @@ def test_offsets_for_topics_outside_the_subscription_are_refused(data_dir):
         ({"includeHeaders": "yes"}, "includeHeaders must be true or false"),
         ({"minPartitions": "0"}, "minPartitions must be a whole number of at least 1"),
         ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger must be a whole number"),
+        (
+            {"maxUncompressedBatchBytes": "0"},
+            "maxUncompressedBatchBytes must be a whole number of at least 1",
+        ),
         ({"startingTimestamp": "2024-01-01"}, "Unix timestamp in milliseconds"),
     ],
 )

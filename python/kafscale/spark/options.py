@@ -250,6 +250,8 @@ class ReadOptions:
     include_headers: bool = False
     min_partitions: int | None = None
     max_offsets_per_trigger: int | None = None
+    # None: SegmentSource's default bound on what one compressed batch may expand to
+    max_uncompressed_batch_bytes: int | None = None
     storage: Mapping[str, str] = field(default_factory=dict)
     etcd_endpoints: str | None = None
     namespace: str = ""
@@ -283,6 +285,7 @@ class ReadOptions:
             include_headers=opts.flag("includeHeaders", False),
             min_partitions=opts.positive_int("minPartitions"),
             max_offsets_per_trigger=opts.positive_int("maxOffsetsPerTrigger"),
+            max_uncompressed_batch_bytes=opts.positive_int("maxUncompressedBatchBytes"),
             storage={kw: opts.get(name) for name, kw in _STORAGE_OPTIONS.items() if opts.get(name)},
             etcd_endpoints=etcd_endpoints,
             namespace=namespace,

@@ -43,7 +43,13 @@ class PartitionLog:
 def open_source(options: ReadOptions) -> SegmentSource:
     from kafscale.segment import SegmentSource
 
-    return SegmentSource.open(options.location, **options.storage)
+    if options.max_uncompressed_batch_bytes is None:
+        return SegmentSource.open(options.location, **options.storage)
+    return SegmentSource.open(
+        options.location,
+        max_uncompressed_batch_bytes=options.max_uncompressed_batch_bytes,
+        **options.storage,
+    )
 
 
 def list_partition_logs(
