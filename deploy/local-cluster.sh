@@ -170,7 +170,8 @@ start etcd etcd --name local --data-dir "$ROOT/etcd" \
   --listen-client-urls "$ETCD" --advertise-client-urls "$ETCD" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-  --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --initial-cluster-state new
+  --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --initial-cluster-state new \
+  --auto-compaction-mode=periodic --auto-compaction-retention=5m
 wait_until 0 http_ok "$ETCD/health"
 
 # --- S3 (moto) and the bucket ----------------------------------------------------------------

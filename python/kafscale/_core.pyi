@@ -37,6 +37,9 @@ class BrokerSettings(Protocol):
     retention_check_interval_ms: int
     segment_bytes: int
     flush_interval_ms: int
+    wal_object_max_bytes: int
+    wal_compaction_age_ms: int
+    wal_compaction_interval_ms: int
     cache_bytes: int
     readahead_segments: int
     auto_create_topics: bool

@@ -407,7 +407,7 @@ class Settings:
     )
     segment_bytes: int = _setting(
         4 * _MIB,
-        "A partition's write buffer is sealed into a segment at once when it reaches this size.",
+        "Compaction cuts a partition's write-ahead data into segments of about this size.",
         _parse_size,
         check=_in_range(1, _INT32_MAX, "a size such as 4MiB (at most 2GiB - 1)"),
         default_doc=_size_doc(4 * _MIB),
@@ -415,10 +415,34 @@ class Settings:
     )
     flush_interval_ms: int = _setting(
         250,
-        "Every dirty partition is flushed to object storage at least this often; produce "
-        "requests with acks 1 or -1 are answered after that flush.",
+        "A broker writes what its partitions buffered as one write-ahead object at least "
+        "this often; produce requests with acks 1 or -1 are answered after that flush.",
         _parse_int,
         check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 250"),
+        metavar="MS",
+    )
+    wal_object_max_bytes: int = _setting(
+        8 * _MIB,
+        "A write-ahead object is written before the flush interval is over once the "
+        "buffered bytes reach this size.",
+        _parse_size,
+        check=_in_range(1, _INT32_MAX, "a size such as 8MiB"),
+        default_doc=_size_doc(8 * _MIB),
+        metavar="SIZE",
+    )
+    wal_compaction_age_ms: int = _setting(
+        60_000,
+        "A partition's write-ahead data is compacted into a segment once it holds "
+        "segment.bytes, or once its oldest write is this old (slow partitions).",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 60000"),
+        metavar="MS",
+    )
+    wal_compaction_interval_ms: int = _setting(
+        5_000,
+        "How often a broker looks for write-ahead data of its partitions to compact.",
+        _parse_int,
+        check=_in_range(10, _INT32_MAX, "milliseconds, e.g. 5000"),
         metavar="MS",
     )
     cache_bytes: int = _setting(
@@ -512,7 +536,7 @@ class Settings:
         "(Kafka's connections.max.idle.ms), and so is one whose client reads none of a "
         "response for this long.",
         _parse_int,
-        check=_in_range(1000, _INT32_MAX, "milliseconds, e.g. 600000"),
+        check=_in_range(1000, _INT32_MAX, "milliseconds, e.g. 60000"),
         metavar="MS",
     )
     request_read_timeout_ms: int = _setting(

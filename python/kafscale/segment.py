@@ -209,9 +209,11 @@ class SegmentSource:
 def committed_bounds(
     etcd_endpoints: str | Iterable[str], namespace: str, topic: str
 ) -> dict[int, PartitionBounds]:
-    """Each partition's log start offset and committed high watermark, read from the etcd of
-    the cluster whose namespace is ``namespace``. A reader bounded by them never returns a
-    record that is not committed."""
+    """Each partition's log start offset and the end of its committed segments, read from the
+    etcd of the cluster whose namespace is ``namespace``. A reader bounded by them never
+    returns a record that is not committed. Segment readers see the log up to where
+    compaction has reached: the committed tail above it sits in write-ahead objects for at
+    most the broker's ``wal_compaction_age_ms`` plus one ``wal_compaction_interval_ms``."""
     endpoints = (
         [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
         if isinstance(etcd_endpoints, str)

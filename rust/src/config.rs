@@ -24,6 +24,9 @@ pub struct BrokerConfig {
     pub use_memory_s3: bool,
     pub segment_bytes: usize,
     pub flush_interval_ms: u64,
+    pub wal_object_max_bytes: usize,
+    pub wal_compaction_age_ms: u64,
+    pub wal_compaction_interval_ms: u64,
     pub cache_bytes: usize,
     pub readahead_segments: usize,
     pub auto_create_topics: bool,
@@ -107,6 +110,9 @@ impl BrokerConfig {
             readahead_segments: self.readahead_segments,
             index_interval: DEFAULT_INDEX_INTERVAL,
             max_concurrent_flushes: 64,
+            wal_object_max_bytes: self.wal_object_max_bytes.max(1),
+            wal_compaction_age: Duration::from_millis(self.wal_compaction_age_ms),
+            wal_compaction_interval: Duration::from_millis(self.wal_compaction_interval_ms.max(1)),
         }
     }
 }

@@ -1,6 +1,8 @@
-//! The committed bounds of a topic's partitions, read from etcd: a reader given them never
-//! returns a record past the committed high watermark (an object a broker uploaded but did not
-//! commit yet, or never will).
+//! The committed bounds of a topic's partitions as the segment readers see them, read from
+//! etcd: the log start and the segment end. Readers scan `.kfs` segments only, so they see the
+//! log up to where compaction has reached (the committed tail above it is in write-ahead
+//! objects, at most `wal_compaction_age` plus one compaction interval old); a reader given
+//! these bounds never returns a record from an object a broker uploaded but did not commit.
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use crate::meta::catalog::{Catalog, PartitionRecord};
 pub struct PartitionBounds {
     pub partition: i32,
     pub log_start_offset: i64,
+    /// Where the committed segments end: the end of what a segment reader can return.
     pub high_watermark: i64,
 }
 
@@ -50,7 +53,7 @@ pub async fn committed_bounds(
         bounds.push(PartitionBounds {
             partition,
             log_start_offset: record.log_start_offset,
-            high_watermark: record.high_watermark,
+            high_watermark: record.segment_end(),
         });
     }
     bounds.sort_by_key(|b| b.partition);

@@ -1,5 +1,5 @@
 //! The broker: stores, catalog, the cluster view, the topics this broker serves (as owner or
-//! reader of each partition), the flusher and the control bridge – opened together and shut
+//! reader of each partition), the write-ahead writer and the control bridge – opened together and shut
 //! down together. Ownership changes are made by `crate::cluster::ownership`.
 
 pub mod control;
@@ -23,8 +23,8 @@ use crate::cluster::state::ClusterState;
 use crate::config::BrokerConfig;
 use crate::error::ApiError;
 use crate::log::cache::SegmentCache;
-use crate::log::flusher::Flusher;
 use crate::log::partition::Partition;
+use crate::log::wal::writer::WalWriter;
 use crate::log::LogContext;
 use crate::meta::catalog::{BrokerRecord, Catalog, CatalogError, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
@@ -41,7 +41,7 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
     pub log: Arc<LogContext>,
-    pub flusher: Arc<Flusher>,
+    pub wal: Arc<WalWriter>,
     pub control: ControlBridge,
     pub metrics: Arc<Metrics>,
     /// Everything under the cluster's metadata prefix, kept current by a watch.
@@ -117,9 +117,10 @@ impl Broker {
             catalog,
             cache: SegmentCache::new(config.cache_bytes),
             metrics: metrics.clone(),
+            wal: Arc::default(),
         });
         let broker = Arc::new(Broker {
-            flusher: Flusher::new(log.clone()),
+            wal: WalWriter::start(log.clone(), log.wal.clone(), config.broker_id),
             log,
             metrics,
             cluster_id,
@@ -139,6 +140,7 @@ impl Broker {
         broker.resume_deletions().await;
         crate::cluster::ownership::spawn(&broker);
         crate::cluster::retention::spawn(&broker);
+        crate::cluster::compaction::spawn(&broker);
         broker.wait_for_assigned_partitions().await;
         Ok(broker)
     }
@@ -423,9 +425,10 @@ impl Broker {
     fn spawn_object_deletion(self: &Arc<Self>, topic: String, partitions: Vec<Arc<Partition>>) {
         let broker = self.clone();
         tokio::spawn(async move {
-            // A flush already under way may still upload; wait for it so nothing is left behind.
+            // A compaction already under way may still upload; wait for it so nothing is left
+            // behind. (Write-ahead objects are not the topic's: the sweep deletes them.)
             for partition in &partitions {
-                partition.wait_for_flush().await;
+                partition.wait_for_record_changes().await;
             }
             let mut backoff = Duration::from_millis(100);
             loop {
@@ -477,7 +480,7 @@ impl Broker {
         for partition in &partitions {
             partition.close(ResponseError::NotLeaderOrFollower);
         }
-        self.flusher.flush_all(partitions).await;
+        self.wal.drain(&partitions).await;
         if let Err(error) = self.log.catalog.kv().end_session().await {
             tracing::warn!(%error, "could not end the metadata session; partitions move after the lease expires");
         }

@@ -35,6 +35,9 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
         use_memory_s3: true,
         segment_bytes,
         flush_interval_ms: 10,
+        wal_object_max_bytes: 8 << 20,
+        wal_compaction_age_ms: 60_000,
+        wal_compaction_interval_ms: 5_000,
         cache_bytes: 1 << 20,
         readahead_segments: 1,
         auto_create_topics: false,
@@ -78,7 +81,7 @@ pub async fn produce(broker: &Broker, topic: &str, partition: i32, records: usiz
     let batch = encoded_batch(records, 100, Compression::None);
     let batches = validate_batches(&batch, log.max_message_bytes()).unwrap();
     let (ack, buffered) = log.append(batches, true).unwrap();
-    broker.flusher.note_append(&log, buffered);
+    broker.wal.note_append(&log, buffered);
     let ack = tokio::time::timeout(Duration::from_secs(10), ack.unwrap());
     ack.await.expect("no ack").unwrap().unwrap()
 }

@@ -102,7 +102,14 @@ impl Broker {
                 .filter(|v| v.owner.is_none())
                 .and_then(|v| v.record.clone().zip(Some(v.revision)))
             {
-                Some((record, revision)) if !self.stopping.load(Ordering::Acquire) => {
+                Some((mut record, revision)) if !self.stopping.load(Ordering::Acquire) => {
+                    // The committed end: the record's, or further on where the last owner's
+                    // write-ahead manifests took it. The index holds every manifest the
+                    // cluster view had when it showed the partition unowned, and the claim
+                    // only holds if the record is still as that view saw it: the last owner
+                    // committed nothing the index does not know about.
+                    let wal_end = self.log.wal.committed_end((topic.record.id, id));
+                    record.high_watermark = record.high_watermark.max(wal_end.unwrap_or(0));
                     let current = VersionedPartition {
                         record,
                         revision,
@@ -149,13 +156,13 @@ impl Broker {
                 }
                 Ok(None) => {
                     // The record this claim was made on is stale, or the partition is owned
-                    // now: try once on a fresh read of its record.
+                    // now. Not retried on a fresh read of the record: the committed end must
+                    // come from a view that has every manifest written before that record
+                    // (see `claim_all`); the mirror brings the change, and the claim is tried
+                    // again after its backoff.
                     let claim = batch.remove(0);
-                    let (name, id) = (&claim.target.topic, claim.target.partition);
-                    match catalog.claim_partition(name, id, me).await {
-                        Ok(owned) => self.install_claim(claim, owned).await,
-                        Err(error) => self.claims_failed(vec![claim], &error),
-                    }
+                    let (topic, id) = (claim.target.topic.clone(), claim.target.partition);
+                    self.claims_failed(vec![claim], &CatalogError::Fenced(topic, id));
                 }
                 Err(error) => self.claims_failed(batch, &error),
             }

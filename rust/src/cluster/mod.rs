@@ -2,6 +2,7 @@
 
 pub mod assignment;
 mod claims;
+pub mod compaction;
 pub mod ownership;
 pub mod retention;
 pub mod state;

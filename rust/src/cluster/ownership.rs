@@ -24,7 +24,10 @@ use super::state::{ClusterState, Touched};
 use crate::broker::{Broker, Slot, Topic};
 use crate::log::follower_partition;
 use crate::log::limits::TopicLimits;
+use crate::log::wal::index::{Extended, WalIndex};
 use crate::meta::catalog::TopicRecord;
+use crate::meta::kv::KeyValue;
+use crate::meta::wal::parse_manifest;
 
 /// The reconciler's work: its view of the cluster, what to look at besides changed keys, and
 /// the claims it queued.
@@ -75,11 +78,13 @@ fn follower_slots(
     ids: Range<i32>,
     limits: &Arc<TopicLimits>,
     state: &ClusterState,
+    wal: &WalIndex,
 ) -> Option<Vec<Arc<Slot>>> {
     ids.map(|id| {
         let view = state.partition(&record.name, id)?;
         let partition = view.record.clone()?;
-        let log = follower_partition(record, id, limits.clone(), partition, view.revision);
+        let end = wal.committed_end((record.id, id)).unwrap_or(0);
+        let log = follower_partition(record, id, limits.clone(), partition, view.revision, end);
         Some(Arc::new(Slot::new(log)))
     })
     .collect()
@@ -104,7 +109,7 @@ pub fn spawn(broker: &Arc<Broker>) {
                     broker.start_over().await;
                 }
                 _ = broker.ownership.wake.notified() => {}
-                _ = broker.flusher.fenced().reported() => {}
+                _ = broker.wal.fenced().reported() => {}
             }
             if broker.stopping.load(Ordering::Acquire) {
                 return;
@@ -138,15 +143,21 @@ impl Broker {
             partitions: revisits.partitions,
             ..Default::default()
         };
-        for (topic, id) in self.flusher.fenced().take() {
+        for (topic, id) in self.wal.fenced().take() {
             visits.partitions.insert((topic.to_string(), id));
         }
         let root = self.log.catalog.root();
+        let manifests = self.log.catalog.manifests_prefix();
+        let mut extended = Vec::new();
         let state = match pass.take() {
             Some(mut state) if !revisits.everything => {
                 let changes = self.mirror.take_changes();
                 let brokers = state.live_brokers();
                 for (key, value) in &changes.keys {
+                    if key.starts_with(&manifests) {
+                        extended.extend(self.apply_manifest(key, value.as_ref()));
+                        continue;
+                    }
                     match state.apply(root, key, value.as_ref()) {
                         Touched::Topic(name) => {
                             visits.topics.insert(name);
@@ -165,11 +176,20 @@ impl Broker {
             _ => {
                 let (entries, revision) = self.mirror.take_all(&format!("{root}/"));
                 visits.everything = true;
-                ClusterState::from_entries(root, revision, &entries)
+                let (wal, rest): (Vec<_>, Vec<_>) = entries
+                    .iter()
+                    .partition(|kv| kv.key.starts_with(&manifests));
+                let parsed = wal.into_iter().filter_map(|kv| {
+                    let manifest = parse_manifest(kv).map_err(|e| tracing::error!(%e)).ok()?;
+                    Some((kv.key.clone(), manifest))
+                });
+                self.log.wal.replace_all(parsed.collect());
+                ClusterState::from_entries(root, revision, rest)
             }
         };
         let only = (!visits.everything).then_some(&visits.topics);
         let grown = self.sync_topics(&state, only);
+        self.follow_manifests(extended, visits.everything);
         self.publish_cluster(Arc::new(state.clone()));
         if visits.everything {
             for topic in self.topics() {
@@ -189,6 +209,47 @@ impl Broker {
             }
         }
         *pass = Some(state);
+    }
+
+    /// Takes a manifest change into the write-ahead index; the partitions it extends.
+    fn apply_manifest(&self, key: &str, value: Option<&KeyValue>) -> Vec<Extended> {
+        match value.map(parse_manifest) {
+            Some(Ok(manifest)) => self.log.wal.insert(key, manifest),
+            Some(Err(error)) => {
+                tracing::error!(%error, "ignoring a write-ahead manifest");
+                Vec::new()
+            }
+            None => {
+                self.log.wal.remove(key);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Followers learn how far their owners committed: the partitions `extended` names, or
+    /// every one (the index was rebuilt).
+    fn follow_manifests(&self, extended: Vec<Extended>, everything: bool) {
+        if everything {
+            for topic in self.topics() {
+                for (id, slot) in topic.partitions.iter().enumerate() {
+                    if let Some(end) = self.log.wal.committed_end((topic.record.id, id as i32)) {
+                        slot.current().observe_end(end);
+                    }
+                }
+            }
+            return;
+        }
+        for run in extended {
+            let Some(topic) = self.topic(&run.topic) else {
+                continue;
+            };
+            if topic.record.id != run.topic_id {
+                continue;
+            }
+            if let Some(slot) = topic.partitions.get(run.partition as usize) {
+                slot.current().observe_end(run.end);
+            }
+        }
     }
 
     fn reconcile_topic(self: &Arc<Self>, topic: &Arc<Topic>, state: &ClusterState) {
@@ -247,9 +308,13 @@ impl Broker {
                     topic.limits.update(&record.configs, settings);
                     // Partitions are only ever added, by the same transaction as the record.
                     let known = topic.partitions.len() as i32;
-                    let Some(added) =
-                        follower_slots(record, known..record.partitions, &topic.limits, state)
-                    else {
+                    let Some(added) = follower_slots(
+                        record,
+                        known..record.partitions,
+                        &topic.limits,
+                        state,
+                        &self.log.wal,
+                    ) else {
                         continue; // their records are not in this view yet
                     };
                     Topic {
@@ -261,7 +326,7 @@ impl Broker {
                 None => {
                     let limits = Arc::new(TopicLimits::new(&record.configs, settings));
                     let Some(partitions) =
-                        follower_slots(record, 0..record.partitions, &limits, state)
+                        follower_slots(record, 0..record.partitions, &limits, state, &self.log.wal)
                     else {
                         continue;
                     };
@@ -358,7 +423,9 @@ impl Broker {
             let slot = &topic.partitions[id as usize];
             let partition = slot.current();
             partition.close(ResponseError::NotLeaderOrFollower);
-            broker.flusher.flush_all(vec![partition.clone()]).await;
+            // Returns once no flush holding its batches is under way: the release below comes
+            // after the last commit of the partition, so the next owner's view has them all.
+            broker.wal.drain(std::slice::from_ref(&partition)).await;
             if let Some(owned) = partition.owned() {
                 let released = broker
                     .log
@@ -416,7 +483,6 @@ mod tests {
     use crate::broker::tests::{broker, produce, TestBroker};
     use crate::log::batch::tests::encoded_batch;
     use crate::log::batch::validate_batches;
-    use crate::meta::catalog::Catalog;
     use crate::meta::kv::Op;
     use crate::meta::mirror::tests::eventually;
 
@@ -460,31 +526,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_writer_fenced_under_its_own_owner_key_gives_the_partition_up_and_claims_again() {
+    async fn a_writer_fenced_by_its_writer_key_gives_the_partition_up_and_claims_again() {
         let (t, slot, epoch) = owned_partition(1, 0).await;
         let b = &t.broker;
-        // the record changes while the owner key stays ours (a commit that went through but
-        // was reported failed): the reconciler sees nothing wrong, the next flush is fenced
-        let record = b.log.catalog.partition("t", 0).await.unwrap().unwrap();
-        let key = Catalog::partition_records_prefix("test", "t") + "0";
-        let rewrite = Op::Put(
-            key,
-            Bytes::from(serde_json::to_vec(&record.record).unwrap()),
-        );
-        let revision = b.log.catalog.kv().txn(vec![], vec![rewrite]).await.unwrap();
-        b.mirror.caught_up(revision.unwrap()).await;
+        assert_eq!(produce(b, "t", 0, 1).await, 0);
+        // the writer key moves under the broker (as when a lost commit is settled elsewhere):
+        // the reconciler sees nothing wrong, the next flush is fenced
+        let writer = format!("{}/writers/1", b.log.catalog.root());
+        let kv = b.log.catalog.kv();
+        kv.txn(vec![], vec![Op::Delete(writer)]).await.unwrap();
         let log = slot.current();
         let batch = encoded_batch(1, 10, Compression::None);
         let batches = validate_batches(&batch, 1 << 20).unwrap();
-        let (ack, buffered) = log.append(batches, true).unwrap();
-        b.flusher.note_append(&log, buffered);
+        let (ack, appended) = log.append(batches, true).unwrap();
+        b.wal.note_append(&log, appended);
         let acked = tokio::time::timeout(Duration::from_secs(10), ack.unwrap()).await;
-        // (its segment was uploaded before the commit failed: "possibly persisted")
-        assert_eq!(acked.unwrap().unwrap(), Err(ResponseError::RequestTimedOut));
-        // reported by the flusher: released and claimed afresh, without any other change
+        assert_eq!(
+            acked.unwrap().unwrap(),
+            Err(ResponseError::NotLeaderOrFollower)
+        );
+        // reported by the writer: released and claimed afresh, without any other change
         assert!(eventually(|| slot.current().leader_epoch() > epoch).await);
         assert!(eventually(|| slot.current().is_leader()).await);
-        // the fenced flush's uploaded segment is adopted by the next owner's first flush
+        // the fenced object is not part of the log: the next write follows the first
         assert_eq!(produce(b, "t", 0, 2).await, 1);
     }
 }

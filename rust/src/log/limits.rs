@@ -117,6 +117,9 @@ mod tests {
             readahead_segments: 1,
             index_interval: 100,
             max_concurrent_flushes: 1,
+            wal_object_max_bytes: 8 << 20,
+            wal_compaction_age: std::time::Duration::from_secs(60),
+            wal_compaction_interval: std::time::Duration::from_secs(5),
         }
     }
 

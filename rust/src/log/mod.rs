@@ -4,7 +4,6 @@ pub mod batch;
 pub mod cache;
 pub mod checksum;
 pub mod decompress;
-pub mod flusher;
 pub mod index;
 pub mod limits;
 pub mod occupant;
@@ -16,6 +15,7 @@ pub mod segment;
 #[cfg(test)]
 mod tests;
 pub mod validate;
+pub mod wal;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +43,13 @@ pub struct LogSettings {
     pub readahead_segments: usize,
     pub index_interval: i32,
     pub max_concurrent_flushes: usize,
+    /// A write-ahead object is cut when the buffered bytes reach this (before the interval).
+    pub wal_object_max_bytes: usize,
+    /// Compaction rewrites a partition's write-ahead runs into a segment once they hold
+    /// `segment.bytes`, or once the oldest is this old.
+    pub wal_compaction_age: Duration,
+    /// How often the owner looks for partitions to compact.
+    pub wal_compaction_interval: Duration,
 }
 
 /// What every partition needs to flush and read.
@@ -52,13 +59,14 @@ pub struct LogContext {
     pub catalog: Arc<Catalog>,
     pub cache: SegmentCache,
     pub metrics: Arc<Metrics>,
+    /// Every committed write-ahead run in the cluster.
+    pub wal: Arc<wal::index::WalIndex>,
 }
 
-/// The writable log of a partition this broker just claimed (`Catalog::claim_partitions`).
-/// Nothing is read from the object store here: the segments of a log with data are listed
-/// when a read or retention first needs them (an empty log has none), and an uncommitted
-/// segment an earlier owner left at the committed end is adopted by the first flush, which
-/// finds it in its way (see `occupant`).
+/// The writable log of a partition this broker just claimed (`Catalog::claim_partitions`,
+/// which took the committed end over from the write-ahead manifests). Nothing is read from
+/// the object store here: the segments of a log with data are listed when a read or
+/// retention first needs them (a log without segments has none).
 pub fn claimed_partition(
     topic: &TopicRecord,
     id: i32,
@@ -66,25 +74,28 @@ pub fn claimed_partition(
     claimed: VersionedPartition,
 ) -> Partition {
     let record = &claimed.record;
-    let empty = record.high_watermark <= record.log_start_offset;
+    let no_segments = record.segment_end() <= record.log_start_offset;
+    let end = record.high_watermark;
     Partition::new(
         topic.name.as_str().into(),
         topic.id,
         id,
         limits,
         claimed,
-        empty.then(Vec::new),
+        end,
+        no_segments.then(Vec::new),
     )
 }
 
-/// A read-only view of a partition another broker owns; its segments are listed when a fetch
-/// first needs them.
+/// A read-only view of a partition another broker owns, committed up to `committed_end`; its
+/// segments are listed when a fetch first needs them.
 pub fn follower_partition(
     topic: &TopicRecord,
     id: i32,
     limits: Arc<TopicLimits>,
     record: PartitionRecord,
     revision: i64,
+    committed_end: i64,
 ) -> Partition {
     let committed = VersionedPartition {
         record,
@@ -97,17 +108,18 @@ pub fn follower_partition(
         id,
         limits,
         committed,
+        committed_end,
         None,
     )
 }
 
-/// The committed segments among a partition's listed objects: data objects below the high
-/// watermark whose offsets reach the log start, each ending where the next one begins.
+/// The committed segments among a partition's listed objects: data objects below the segment
+/// end whose offsets reach the log start, each ending where the next one begins.
 pub fn committed_segments(listed: &[ListedSegment], record: &PartitionRecord) -> Vec<SegmentMeta> {
-    let high_watermark = record.high_watermark;
+    let segment_end = record.segment_end();
     let data: Vec<_> = listed
         .iter()
-        .filter(|s| s.kind == SegmentObject::Data && s.base_offset < high_watermark)
+        .filter(|s| s.kind == SegmentObject::Data && s.base_offset < segment_end)
         .collect();
     data.iter()
         .enumerate()
@@ -115,7 +127,7 @@ pub fn committed_segments(listed: &[ListedSegment], record: &PartitionRecord) ->
             base_offset: s.base_offset,
             last_offset: data
                 .get(i + 1)
-                .map_or(high_watermark - 1, |next| next.base_offset - 1),
+                .map_or(segment_end - 1, |next| next.base_offset - 1),
             size: s.size,
             max_timestamp: None,
         })

@@ -1,23 +1,27 @@
-//! The read path: committed batches for Fetch from the cache or object storage (ranged GETs
-//! from the sparse index position), readahead of the following segments, and timestamp search
-//! for ListOffsets.
+//! The read path: committed batches for Fetch from the cache or object storage – segments
+//! (ranged GETs from the sparse index position, readahead of the following ones), then
+//! write-ahead runs (ranged GETs, several at once) – and timestamp search for ListOffsets.
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use kafka_protocol::records::RecordBatchDecoder;
 use kafka_protocol::ResponseError;
+use object_store::path::Path;
 
 use super::cache::CachedBatches;
 use super::partition::Partition;
 use super::segment::{BatchWalker, SegmentMeta, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use super::wal::index::IndexedRun;
 use super::LogContext;
 use crate::log::batch::BatchHeader;
 use crate::log::index::SparseIndex;
 use crate::store::{SegmentObject, StoreError};
 
-/// Segments a single fetch may span.
-const SEGMENTS_PER_READ: usize = 16;
+/// Write-ahead runs a fetch loads at once (a partition of a busy broker has a short run in
+/// every object, so a catching-up consumer reads many of them per fetch).
+const RUNS_IN_PARALLEL: usize = 8;
 
 pub struct ReadResult {
     pub records: Bytes,
@@ -25,8 +29,41 @@ pub struct ReadResult {
     pub log_start_offset: i64,
 }
 
+/// Batches taken into a fetch response so far.
+struct Collected {
+    slices: Vec<Bytes>,
+    total: usize,
+    next: i64,
+    max_bytes: usize,
+    must_progress: bool,
+}
+
+impl Collected {
+    /// Takes the batches of `bytes` that hold `next` and later, while they fit. False once the
+    /// response is full.
+    fn take(&mut self, bytes: &Bytes) -> Result<bool, ()> {
+        for item in BatchWalker::new(bytes) {
+            let (position, header) = item.map_err(|_| ())?;
+            if header.last_offset() < self.next {
+                continue;
+            }
+            let fits = self.total + header.size <= self.max_bytes;
+            let first_of_response = self.must_progress && self.total == 0;
+            if !(fits || first_of_response) {
+                return Ok(false);
+            }
+            self.slices
+                .push(bytes.slice(position..position + header.size));
+            self.total += header.size;
+            self.next = header.last_offset() + 1;
+        }
+        Ok(true)
+    }
+}
+
 /// Reads committed batches starting at the one holding `offset`, up to `max_bytes` — but at
 /// least one whole batch when `must_progress` (KIP-74), so a big batch never blocks a consumer.
+/// Reads segments below the segment end, then write-ahead runs, as many of each as fill it.
 pub async fn read(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
@@ -35,33 +72,84 @@ pub async fn read(
     must_progress: bool,
 ) -> Result<ReadResult, ResponseError> {
     partition.sync_segments(ctx).await?;
-    let view = partition.read_view(offset, SEGMENTS_PER_READ)?;
-    let mut slices: Vec<Bytes> = Vec::new();
-    let mut total = 0usize;
-    let mut next = offset;
-    'segments: for (i, segment) in view.segments.iter().enumerate() {
-        let batches = load_from(ctx, partition, segment, next).await?;
-        for item in BatchWalker::new(&batches.bytes) {
-            let (position, header) = item.map_err(|_| corrupt(partition, segment))?;
-            if header.last_offset() < next {
-                continue;
-            }
-            let fits = total + header.size <= max_bytes;
-            let first_of_response = must_progress && total == 0;
-            if !(fits || first_of_response) {
-                break 'segments;
-            }
-            slices.push(batches.bytes.slice(position..position + header.size));
-            total += header.size;
-            next = header.last_offset() + 1;
-        }
+    let view = partition.read_view(offset)?;
+    let mut collected = Collected {
+        slices: Vec::new(),
+        total: 0,
+        next: offset,
+        max_bytes,
+        must_progress,
+    };
+    let mut full = false;
+    for (i, segment) in view.segments.iter().enumerate() {
+        let batches = load_from(ctx, partition, segment, collected.next).await?;
+        full = !collected
+            .take(&batches.bytes)
+            .map_err(|()| corrupt(partition, segment))?;
         readahead(ctx, partition, &view.segments[i + 1..]);
+        if full {
+            break;
+        }
+    }
+    if !full && collected.next < view.high_watermark {
+        let runs = ctx
+            .wal
+            .runs_from((partition.topic_id, partition.id), collected.next);
+        let mut loads = futures::stream::iter(runs)
+            .map(|run| load_run(ctx, run))
+            .buffered(RUNS_IN_PARALLEL);
+        while let Some(loaded) = loads.next().await {
+            let (run, bytes) = loaded?;
+            if run.run.base_offset >= view.high_watermark {
+                break;
+            }
+            let taken = collected.take(&bytes).map_err(|()| {
+                tracing::error!(object = %run.object, position = run.run.position,
+                    "write-ahead run is malformed");
+                ResponseError::KafkaStorageError
+            })?;
+            if !taken {
+                break;
+            }
+        }
     }
     Ok(ReadResult {
-        records: concat(slices),
+        records: concat(collected.slices),
         high_watermark: view.high_watermark,
         log_start_offset: view.log_start_offset,
     })
+}
+
+/// A write-ahead run's batch bytes, from the cache or with a ranged GET.
+pub(crate) async fn load_run(
+    ctx: &LogContext,
+    run: IndexedRun,
+) -> Result<(IndexedRun, Bytes), ResponseError> {
+    let key = run.cache_key();
+    if let Some(cached) = ctx.cache.get(&key) {
+        ctx.metrics.cache_hits.inc();
+        return Ok((run, cached.bytes));
+    }
+    ctx.metrics.cache_misses.inc();
+    let path = Path::parse(&*run.object).map_err(|e| {
+        tracing::error!(object = %run.object, error = %e, "manifest names an unusable path");
+        ResponseError::KafkaStorageError
+    })?;
+    let range = run.run.position..run.run.position + run.run.length;
+    let bytes = ctx
+        .store
+        .get_range(&path, range)
+        .await
+        .map_err(|e| read_failed(&path, e))?;
+    let start = run.run.position;
+    ctx.cache.insert(
+        key,
+        CachedBatches {
+            start,
+            bytes: bytes.clone(),
+        },
+    );
+    Ok((run, bytes))
 }
 
 fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseError {
@@ -204,33 +292,68 @@ pub async fn offset_for_timestamp(
 ) -> Result<Option<(i64, i64)>, ResponseError> {
     partition.sync_segments(ctx).await?;
     let log_start = partition.log_start_offset();
+    let mut segment_end = log_start;
     for segment in partition.segments() {
+        segment_end = segment.last_offset + 1;
         if segment.max_timestamp.is_some_and(|max| max < timestamp) {
             continue;
         }
         let batches = load_from(ctx, partition, &segment, segment.base_offset).await?;
-        let mut segment_max = i64::MIN;
-        for item in BatchWalker::new(&batches.bytes) {
-            let (position, header) = item.map_err(|_| corrupt(partition, &segment))?;
-            segment_max = segment_max.max(header.max_timestamp);
-            if header.max_timestamp < timestamp || header.last_offset() < log_start {
-                continue;
-            }
-            let mut batch = batches.bytes.slice(position..position + header.size);
-            let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| {
-                tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
-                    "batch could not be decoded for a timestamp search");
-                ResponseError::KafkaStorageError
-            })?;
-            let hit = set
-                .records
-                .iter()
-                .find(|r| r.timestamp >= timestamp && r.offset >= log_start);
-            if let Some(record) = hit {
-                return Ok(Some((record.offset, record.timestamp)));
-            }
+        let (hit, segment_max) = first_at_or_after(partition, &batches.bytes, timestamp, log_start)
+            .map_err(|()| corrupt(partition, &segment))?;
+        if hit.is_some() {
+            return Ok(hit);
         }
         partition.learn_max_timestamp(segment.base_offset, segment_max);
     }
+    let end = partition.high_watermark();
+    let runs = ctx
+        .wal
+        .runs_from((partition.topic_id, partition.id), segment_end);
+    for run in runs {
+        if run.run.max_timestamp < timestamp || run.run.base_offset >= end {
+            continue;
+        }
+        let (run, bytes) = load_run(ctx, run).await?;
+        let (hit, _) =
+            first_at_or_after(partition, &bytes, timestamp, log_start).map_err(|()| {
+                tracing::error!(object = %run.object, "write-ahead run is malformed");
+                ResponseError::KafkaStorageError
+            })?;
+        if hit.is_some() {
+            return Ok(hit);
+        }
+    }
     Ok(None)
+}
+
+/// The first record of `batches` at or after `timestamp` (and the log start), with its
+/// timestamp; and the largest batch timestamp seen.
+fn first_at_or_after(
+    partition: &Partition,
+    batches: &Bytes,
+    timestamp: i64,
+    log_start: i64,
+) -> Result<(Option<(i64, i64)>, i64), ()> {
+    let mut max = i64::MIN;
+    for item in BatchWalker::new(batches) {
+        let (position, header) = item.map_err(|_| ())?;
+        max = max.max(header.max_timestamp);
+        if header.max_timestamp < timestamp || header.last_offset() < log_start {
+            continue;
+        }
+        let mut batch = batches.slice(position..position + header.size);
+        let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| {
+            tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
+                "batch could not be decoded for a timestamp search");
+        })?;
+        let hit = set
+            .records
+            .iter()
+            .find(|r| r.timestamp >= timestamp && r.offset >= log_start);
+        if let Some(record) = hit {
+            return Ok((Some((record.offset, record.timestamp)), max));
+        }
+    }
+    Ok((None, max))
 }

@@ -1,5 +1,5 @@
-//! Partition log behaviour over a memory store and an embedded catalog: group commit, segment
-//! splitting at `segment_bytes`, reads of committed data, fencing, recovery.
+//! Partition logs over a memory store and an embedded catalog: the shared write-ahead flush,
+//! reads of committed data across runs and segments, compaction, fencing, recovery.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +10,9 @@ use kafka_protocol::ResponseError;
 use super::batch::tests::encoded_batch;
 use super::batch::validate_batches;
 use super::cache::SegmentCache;
-use super::flusher::Flusher;
 use super::limits::TopicLimits;
 use super::partition::Partition;
-use super::segment::SegmentMeta;
+use super::wal::writer::WalWriter;
 use super::{claimed_partition, reader, LogContext, LogSettings};
 use crate::meta::catalog::{Catalog, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
@@ -28,6 +27,7 @@ struct Fixture {
     /// The topic's limits, as the broker keeps them in line with the topic record.
     limits: Arc<TopicLimits>,
     objects: Arc<FaultyStore>,
+    writer: Arc<WalWriter>,
 }
 
 async fn fixture(segment_bytes: usize) -> Fixture {
@@ -54,12 +54,17 @@ async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) 
             readahead_segments: 1,
             index_interval: 100,
             max_concurrent_flushes: 4,
+            wal_object_max_bytes: 8 << 20,
+            wal_compaction_age: Duration::from_secs(3600),
+            wal_compaction_interval: Duration::from_secs(3600),
         },
         store: Arc::new(SegmentStore::over(objects.clone(), "ns")),
         catalog,
         metrics: Default::default(),
         cache: SegmentCache::new(0), // every read goes to the store
+        wal: Arc::default(),
     });
+    let writer = WalWriter::start(ctx.clone(), ctx.wal.clone(), 1);
     let limits = Arc::new(TopicLimits::new(&topic.configs, &ctx.settings));
     Fixture {
         _dir: dir,
@@ -67,6 +72,7 @@ async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) 
         topic,
         limits,
         objects,
+        writer,
     }
 }
 
@@ -74,14 +80,17 @@ async fn open(f: &Fixture) -> Arc<Partition> {
     open_id(f, 0).await
 }
 
-/// Claims the partition for broker 1, as the ownership reconciler does.
+/// Claims the partition for broker 1, as the ownership reconciler does (the committed end
+/// taken over from the write-ahead index).
 async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
-    let claimed = f
+    let mut claimed = f
         .ctx
         .catalog
         .claim_partition("orders", id, 1)
         .await
         .unwrap();
+    let wal_end = f.ctx.wal.committed_end((f.topic.id, id)).unwrap_or(0);
+    claimed.record.high_watermark = claimed.record.high_watermark.max(wal_end);
     Arc::new(claimed_partition(&f.topic, id, f.limits.clone(), claimed))
 }
 
@@ -95,14 +104,7 @@ async fn release(f: &Fixture, p: &Partition) {
         .unwrap();
 }
 
-fn append(
-    p: &Partition,
-    records: usize,
-) -> tokio::sync::oneshot::Receiver<Result<i64, ResponseError>> {
-    append_buffered(p, records).0
-}
-
-/// Appends and also returns the buffered byte count (what the flusher is told).
+/// Appends and also returns the bytes appended (what the writer is told).
 fn append_buffered(
     p: &Partition,
     records: usize,
@@ -116,24 +118,40 @@ fn append_buffered(
     (ack.unwrap(), buffered)
 }
 
+/// Appends like Produce does: the writer hears of it.
+fn produce(
+    f: &Fixture,
+    p: &Arc<Partition>,
+    records: usize,
+) -> tokio::sync::oneshot::Receiver<Result<i64, ResponseError>> {
+    let (ack, appended) = append_buffered(p, records);
+    f.writer.note_append(p, appended);
+    ack
+}
+
+fn base_offsets(records: &bytes::Bytes) -> Vec<i64> {
+    let walked = super::segment::BatchWalker::new(records);
+    walked.map(|b| b.unwrap().1.base_offset).collect()
+}
+
+async fn wal_objects(f: &Fixture) -> usize {
+    f.ctx.store.list_wal().await.unwrap().len()
+}
+
 #[tokio::test]
 async fn acks_arrive_after_commit_and_reads_see_only_committed_data() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
-    let first = append(&p, 10);
-    let second = append(&p, 5);
+    let first = produce(&f, &p, 10);
+    let second = produce(&f, &p, 5);
     assert_eq!(p.high_watermark(), 0, "nothing is visible before the flush");
-    p.flush(&f.ctx).await;
+    assert!(f.writer.flush().await);
     assert_eq!(first.await.unwrap(), Ok(0));
     assert_eq!(second.await.unwrap(), Ok(10));
     assert_eq!(p.high_watermark(), 15);
     let read = reader::read(&f.ctx, &p, 12, 1 << 20, true).await.unwrap();
     assert_eq!(read.high_watermark, 15);
-    // both batches come back (the read starts at the batch holding offset 12)
-    let walked: Vec<_> = super::segment::BatchWalker::new(&read.records)
-        .map(|b| b.unwrap().1.base_offset)
-        .collect();
-    assert_eq!(walked, vec![10]);
+    assert_eq!(base_offsets(&read.records), vec![10]);
     assert_eq!(
         reader::read(&f.ctx, &p, 16, 1 << 20, true).await.err(),
         Some(ResponseError::OffsetOutOfRange)
@@ -141,213 +159,161 @@ async fn acks_arrive_after_commit_and_reads_see_only_committed_data() {
 }
 
 #[tokio::test]
-async fn a_backlog_is_split_into_segments_of_segment_bytes() {
+async fn one_object_and_one_manifest_carry_every_partition_of_a_flush() {
+    let f = fixture(1 << 20).await;
+    let (a, b) = (open_id(&f, 0).await, open_id(&f, 1).await);
+    let acks = [produce(&f, &a, 3), produce(&f, &b, 4), produce(&f, &a, 2)];
+    let manifests = f.ctx.catalog.manifests_prefix();
+    assert!(f.writer.flush().await);
+    let [first, second, third] = acks;
+    assert_eq!(first.await.unwrap(), Ok(0));
+    assert_eq!(second.await.unwrap(), Ok(0));
+    assert_eq!(third.await.unwrap(), Ok(3));
+    assert_eq!(wal_objects(&f).await, 1);
+    let segments = f.ctx.store.list_partition("orders", 0).await.unwrap();
+    assert!(segments.is_empty(), "no segment before compaction");
+    let listed = f.ctx.catalog.kv().range(&manifests).await.unwrap();
+    assert_eq!(
+        listed.kvs.len(),
+        1,
+        "one metadata record for both partitions"
+    );
+    let read = reader::read(&f.ctx, &b, 0, 1 << 20, true).await.unwrap();
+    assert_eq!(base_offsets(&read.records), vec![0]);
+    let read = reader::read(&f.ctx, &a, 0, 1 << 20, true).await.unwrap();
+    assert_eq!(base_offsets(&read.records), vec![0, 3]);
+}
+
+#[tokio::test]
+async fn a_fetch_fills_its_bytes_across_many_objects_and_segments() {
     let f = fixture(4096).await;
     let p = open(&f).await;
-    let acks: Vec<_> = (0..20).map(|_| append(&p, 10)).collect();
-    p.flush(&f.ctx).await;
-    for (i, ack) in acks.into_iter().enumerate() {
-        assert_eq!(ack.await.unwrap(), Ok(i as i64 * 10));
+    for i in 0..40 {
+        let ack = produce(&f, &p, 2);
+        assert!(f.writer.flush().await);
+        assert_eq!(ack.await.unwrap(), Ok(i * 2));
     }
-    let segments = p.segments();
-    assert!(segments.len() >= 5, "{} segments", segments.len());
-    let batch_size = encoded_batch(10, 100, Compression::None).len() as u64;
-    for pair in segments.windows(2) {
-        assert_eq!(pair[0].last_offset + 1, pair[1].base_offset);
-    }
-    for s in &segments {
-        assert!(
-            s.size <= 4096 + batch_size + 48,
-            "segment of {} bytes",
-            s.size
-        );
-    }
-    // a restart finds the same committed segments
+    assert_eq!(wal_objects(&f).await, 40);
+    // compaction: due by size, as many segments as rounds run
+    let due = p
+        .compact(&f.ctx, super::partition::now_ms())
+        .await
+        .expect("due");
+    let (owned, record) = (due.owned.clone(), due.record.clone());
+    let revision = f
+        .ctx
+        .catalog
+        .commit_owned_records(&[("orders", 0, &owned, &record)])
+        .await
+        .unwrap()
+        .expect("committed");
+    p.compacted(&f.ctx, due, revision);
+    let segment_end = p.owned().unwrap().record.segment_end();
+    assert!(
+        segment_end > 0 && segment_end < 80,
+        "segment end {segment_end}"
+    );
+    let read = reader::read(&f.ctx, &p, 0, 1 << 20, true).await.unwrap();
+    let offsets = base_offsets(&read.records);
+    assert_eq!(offsets, (0..40).map(|i| i * 2).collect::<Vec<_>>());
+    // a small max reads a prefix, at least one batch
+    let read = reader::read(&f.ctx, &p, 10, 1, true).await.unwrap();
+    assert_eq!(base_offsets(&read.records), vec![10]);
+    // the next owner finds the same log: segments below the segment end, runs above it
     release(&f, &p).await;
     drop(p);
     let reopened = open(&f).await;
-    let lists = f.objects.list_calls();
-    assert!(reopened.segments().is_empty(), "a claim lists nothing");
-    reopened.sync_segments(&f.ctx).await.unwrap();
+    assert_eq!(reopened.high_watermark(), 80);
+    let read = reader::read(&f.ctx, &reopened, 0, 1 << 20, true)
+        .await
+        .unwrap();
+    assert_eq!(base_offsets(&read.records), offsets);
+    let ack = produce(&f, &reopened, 1);
+    assert!(f.writer.flush().await);
     assert_eq!(
-        f.objects.list_calls(),
-        lists + 1,
-        "the first read lists once"
+        ack.await.unwrap(),
+        Ok(80),
+        "new writes go after the committed end"
     );
-    let offsets = |segments: &[SegmentMeta]| {
-        let ranges = segments
-            .iter()
-            .map(|s| (s.base_offset, s.last_offset, s.size));
-        ranges.collect::<Vec<_>>()
-    };
-    assert_eq!(offsets(&reopened.segments()), offsets(&segments));
-    reopened.sync_segments(&f.ctx).await.unwrap();
-    assert_eq!(f.objects.list_calls(), lists + 1);
-    assert_eq!(reopened.high_watermark(), 200);
-    assert_eq!(reopened.leader_epoch(), 2);
-}
-
-/// The topic's configs changed to `configs` (what the broker does when the record changes).
-fn set_topic_configs(f: &Fixture, configs: &[(&str, &str)]) {
-    let configs = configs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    f.limits.update(&configs, &f.ctx.settings);
 }
 
 #[tokio::test]
-async fn a_topics_segment_bytes_bounds_its_segments_from_the_next_flush_on() {
+async fn compaction_takes_an_identical_leftover_and_removes_a_foreign_one() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
-    let batch_size = encoded_batch(10, 100, Compression::None).len() as u64;
-    let flush_of_20 = |p: Arc<Partition>| {
-        let ctx = f.ctx.clone();
-        async move {
-            let before = p.segments().len();
-            let acks: Vec<_> = (0..20).map(|_| append(&p, 10)).collect();
-            assert!(p.flush(&ctx).await);
-            for ack in acks {
-                assert!(ack.await.unwrap().is_ok());
-            }
-            p.segments()[before..].to_vec()
-        }
-    };
-    // the broker default (1 MiB) takes the whole backlog in one segment
-    assert_eq!(flush_of_20(p.clone()).await.len(), 1);
-    // the topic's own segment.bytes, set on the partition that is already open
-    set_topic_configs(&f, &[("segment.bytes", "4096")]);
-    assert_eq!(p.segment_bytes(), 4096);
-    let small = flush_of_20(p.clone()).await;
-    assert!(small.len() >= 5, "{} segments", small.len());
-    for s in &small {
-        assert!(
-            s.size <= 4096 + batch_size + 48,
-            "segment of {} bytes",
-            s.size
-        );
-    }
-    // removed again: back to the broker default
-    set_topic_configs(&f, &[]);
-    assert_eq!(flush_of_20(p.clone()).await.len(), 1);
-    // a follower copy made from this log (a hand-off) follows the same topic limits
-    set_topic_configs(&f, &[("segment.bytes", "2048")]);
-    assert_eq!(p.to_follower().segment_bytes(), 2048);
-}
-
-#[tokio::test]
-async fn a_topics_segment_bytes_is_the_threshold_that_flushes_at_once() {
-    // Scheduled flushes come only after a minute: an ack before that is the urgent flush.
-    let f = fixture_flushing_every(1 << 20, Duration::from_secs(60)).await;
-    let flusher = Flusher::new(f.ctx.clone());
-    let p = open(&f).await;
-    let batch_size = encoded_batch(10, 100, Compression::None).len();
-    let (below_default, buffered) = append_buffered(&p, 10);
-    flusher.note_append(&p, buffered);
-    let waited = tokio::time::timeout(Duration::from_millis(300), below_default).await;
+    let ack = produce(&f, &p, 5);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(0));
+    let later = super::partition::now_ms() + 7_200_000; // past the age: due
+                                                        // a foreign object where the segment goes: removed, nothing committed this round
+    let path = p.segment_path(&f.ctx, 0, crate::store::SegmentObject::Data);
+    let foreign = bytes::Bytes::from_static(b"not a segment");
+    f.ctx.store.put_new(&path, foreign).await.unwrap();
+    assert!(p.compact(&f.ctx, later).await.is_none());
     assert!(
-        waited.is_err(),
-        "flushed before the 1 MiB broker default was reached"
+        f.ctx.store.get(&path).await.is_err(),
+        "the foreign object is gone"
     );
-    // the topic's segment.bytes is smaller than what is buffered with the next append
-    set_topic_configs(&f, &[("segment.bytes", &(batch_size + 1).to_string())]);
-    let (reaching_it, buffered) = append_buffered(&p, 10);
-    assert!(buffered > batch_size + 1);
-    flusher.note_append(&p, buffered);
-    let acked = tokio::time::timeout(Duration::from_secs(10), reaching_it).await;
-    assert_eq!(
-        acked
-            .expect("no flush at the topic's segment size")
-            .unwrap(),
-        Ok(10)
-    );
-    assert_eq!(p.high_watermark(), 20);
+    // an earlier compaction's segment (uploaded, not committed) is taken as it is
+    let first = p.compact(&f.ctx, later).await.expect("due");
+    drop(first); // its commit never happens
+    let again = p.compact(&f.ctx, later).await.expect("due");
+    assert_eq!(again.record.segment_end(), 5);
 }
 
 #[tokio::test]
 async fn a_fenced_writer_acknowledges_nothing_and_stops_taking_writes() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
-    p.flush(&f.ctx).await;
-    // the lease behind the owner key expires and another broker claims the partition
-    let owner_key = f.ctx.catalog.owner_key("orders", 0);
-    f.ctx
-        .catalog
-        .kv()
-        .txn(vec![], vec![Op::Delete(owner_key)])
-        .await
-        .unwrap();
-    let other = f.ctx.catalog.claim_partition("orders", 0, 2).await.unwrap();
-    let ack = append(&p, 3);
-    p.flush(&f.ctx).await;
-    // its segment object was uploaded before the commit failed: "possibly persisted"
-    assert_eq!(ack.await.unwrap(), Err(ResponseError::RequestTimedOut));
-    assert_eq!(p.high_watermark(), 0);
+    let ack = produce(&f, &p, 1);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(0));
+    // the session behind the writer key ends (lease expired)
+    let writer_key = format!("{}/writers/1", f.ctx.catalog.root());
+    let kv = f.ctx.catalog.kv();
+    kv.txn(vec![], vec![Op::Delete(writer_key)]).await.unwrap();
+    let ack = produce(&f, &p, 3);
+    assert!(!f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Err(ResponseError::NotLeaderOrFollower));
+    assert_eq!(p.high_watermark(), 1);
     let batch = encoded_batch(1, 10, Compression::None);
     let again = p.append(validate_batches(&batch, 1 << 20).unwrap(), true);
     assert_eq!(again.err(), Some(ResponseError::NotLeaderOrFollower));
-    // the next owner finds the fenced writer's uncommitted segment at the committed end and
-    // adopts it rather than deleting it (whoever finds it could itself be stale)
-    f.ctx
-        .catalog
-        .release_partition("orders", 0, &other)
-        .await
-        .unwrap();
-    // (its claim reads nothing from the object store: the first flush finds the segment in
-    // its way, adopts it and writes its own batches after it)
-    let next = open(&f).await;
-    assert_eq!(next.high_watermark(), 0);
-    let own = append(&next, 2);
-    assert!(
-        !next.flush(&f.ctx).await,
-        "the flush adopted instead of writing"
-    );
-    assert_eq!(next.high_watermark(), 3);
-    // the adopted records belong to the epoch that wrote them; the new one starts after them
-    let history = next.owned().unwrap().record.epoch_history;
-    let starts: Vec<_> = history.iter().map(|e| (e.epoch, e.start_offset)).collect();
-    assert_eq!(starts, vec![(0, 0), (1, 0), (2, 3), (3, 3)]);
-    assert!(next.flush(&f.ctx).await);
-    assert_eq!(own.await.unwrap(), Ok(3));
-    assert_eq!(next.high_watermark(), 5);
-    next.sync_segments(&f.ctx).await.unwrap();
-    assert_eq!(next.segments().len(), 2);
-    let read = reader::read(&f.ctx, &next, 0, 1 << 20, true).await.unwrap();
-    let walked: Vec<_> = super::segment::BatchWalker::new(&read.records)
-        .map(|b| b.unwrap().1.base_offset)
-        .collect();
+    let read = reader::read(&f.ctx, &p, 0, 1 << 20, true).await.unwrap();
     assert_eq!(
-        walked,
-        vec![0, 3],
-        "the adopted segment is read like any other"
+        base_offsets(&read.records),
+        vec![0],
+        "the fenced object is not in the log"
     );
 }
 
 #[tokio::test]
 async fn a_flush_takes_only_what_was_buffered_when_it_started() {
-    // Regression: one flush used to keep taking whatever was appended while it uploaded, so a
-    // partition under steady load never finished its flush (seen as 5 s produce timeouts).
+    // Regression: a flush must not keep taking what is appended while it uploads.
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
-    let uploads = f.objects.hold_puts("ns/orders/0/");
-    let first = append(&p, 1);
+    let uploads = f.objects.hold_puts("ns/!wal/");
+    let first = produce(&f, &p, 1);
     let flush = tokio::spawn({
-        let (p, ctx) = (p.clone(), f.ctx.clone());
-        async move { p.flush(&ctx).await }
+        let writer = f.writer.clone();
+        async move { writer.flush().await }
     });
     while f.objects.held_puts() == 0 {
         tokio::task::yield_now().await;
     }
-    let later = append(&p, 1);
-    uploads.add_permits(2); // the first segment's data and index
+    let later = produce(&f, &p, 1);
+    uploads.add_permits(1);
     let flushed = tokio::time::timeout(Duration::from_secs(10), flush).await;
     assert!(flushed
         .expect("the flush waited for the later append")
         .unwrap());
     assert_eq!(first.await.unwrap(), Ok(0));
-    assert!(p.has_pending(), "the later append is left to its own flush");
-    uploads.add_permits(2);
-    assert!(p.flush(&f.ctx).await);
+    assert!(
+        p.has_pending(),
+        "the later append is left to the next flush"
+    );
+    uploads.add_permits(1);
+    assert!(f.writer.flush().await);
     assert_eq!(later.await.unwrap(), Ok(1));
 }
 
@@ -355,14 +321,13 @@ async fn a_flush_takes_only_what_was_buffered_when_it_started() {
 async fn a_failed_upload_acks_nothing_and_the_next_flush_rebases() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
-    let failed = append(&p, 2);
+    let failed = produce(&f, &p, 2);
     f.objects.fail_next_puts(1);
-    assert!(!p.flush(&f.ctx).await);
-    // a failed PUT may still have stored the object: "possibly persisted", retriable
-    assert_eq!(failed.await.unwrap(), Err(ResponseError::RequestTimedOut));
+    assert!(!f.writer.flush().await);
+    assert_eq!(failed.await.unwrap(), Err(ResponseError::KafkaStorageError));
     assert_eq!(p.high_watermark(), 0);
-    let retried = append(&p, 2);
-    assert!(p.flush(&f.ctx).await);
+    let retried = produce(&f, &p, 2);
+    assert!(f.writer.flush().await);
     assert_eq!(
         retried.await.unwrap(),
         Ok(0),
@@ -372,22 +337,11 @@ async fn a_failed_upload_acks_nothing_and_the_next_flush_rebases() {
 }
 
 #[tokio::test]
-async fn a_stuck_partition_does_not_hold_up_another_partitions_acks() {
-    let f = fixture(1 << 20).await;
-    let flusher = Flusher::new(f.ctx.clone());
-    let (stuck, quiet) = (open_id(&f, 0).await, open_id(&f, 1).await);
-    let _never = f.objects.hold_puts("ns/orders/0/"); // an upload that does not come back
-    let (stuck_ack, buffered) = append_buffered(&stuck, 1);
-    flusher.note_append(&stuck, buffered);
-    while f.objects.held_puts() == 0 {
-        tokio::task::yield_now().await;
-    }
-    let (quiet_ack, buffered) = append_buffered(&quiet, 1);
-    flusher.note_append(&quiet, buffered);
-    let acked = tokio::time::timeout(Duration::from_secs(10), quiet_ack).await;
-    assert_eq!(
-        acked.expect("held up by the other partition").unwrap(),
-        Ok(0)
-    );
-    drop(stuck_ack);
+async fn the_flush_interval_and_the_object_size_cap_trigger_flushes() {
+    let f = fixture_flushing_every(1 << 20, Duration::from_millis(20)).await;
+    let p = open(&f).await;
+    // no explicit flush: the interval brings it
+    let ack = produce(&f, &p, 1);
+    let acked = tokio::time::timeout(Duration::from_secs(10), ack).await;
+    assert_eq!(acked.expect("no flush after the interval").unwrap(), Ok(0));
 }

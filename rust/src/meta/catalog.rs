@@ -39,8 +39,22 @@ pub struct PartitionRecord {
     pub leader_epoch: i32,
     pub epoch_history: Vec<EpochStart>,
     pub log_start_offset: i64,
-    /// The committed, durable end of the log: every offset below it is in a committed segment.
+    /// The committed end as of the last write of this record (a claim or a compaction): a
+    /// lower bound of the committed end, which write-ahead manifests carry further (see
+    /// `log::wal`).
     pub high_watermark: i64,
+    /// Offsets from the log start up to here are in committed `.kfs` segments; the rest of the
+    /// committed log is in write-ahead objects. Absent in records older brokers wrote, whose
+    /// whole log was in segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment_end: Option<i64>,
+}
+
+impl PartitionRecord {
+    /// Where the committed segments end (see `segment_end`).
+    pub fn segment_end(&self) -> i64 {
+        self.segment_end.unwrap_or(self.high_watermark)
+    }
 }
 
 /// A partition record together with the revision it was read or written at; commits are
@@ -127,7 +141,7 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn encode<T: Serialize>(value: &T) -> Bytes {
+pub(crate) fn encode<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(value).expect("metadata records serialize"))
 }
 
@@ -154,7 +168,7 @@ impl Catalog {
         format!("{}/topics/{topic}", self.root)
     }
 
-    fn partition_key(&self, topic: &str, partition: i32) -> String {
+    pub(crate) fn partition_key(&self, topic: &str, partition: i32) -> String {
         format!("{}/partitions/{topic}/{partition}", self.root)
     }
 
@@ -271,6 +285,7 @@ impl Catalog {
             }],
             log_start_offset: 0,
             high_watermark: 0,
+            segment_end: Some(0),
         };
         ids.map(|p| Op::Put(self.partition_key(topic, p), encode(&fresh)))
             .collect()
@@ -503,27 +518,6 @@ impl Catalog {
         }
     }
 
-    /// Commits a segment an earlier owner wrote under `written_epoch` (see `log::occupant`).
-    /// Later epochs had written nothing yet, so in the epoch history they now begin after it:
-    /// OffsetForLeaderEpoch must report the adopted records as the older epoch's.
-    pub async fn commit_adopted(
-        &self,
-        topic: &str,
-        partition: i32,
-        current: &VersionedPartition,
-        high_watermark: i64,
-        written_epoch: i32,
-    ) -> Result<VersionedPartition, CatalogError> {
-        let mut record = current.record.clone();
-        record.high_watermark = high_watermark;
-        for entry in &mut record.epoch_history {
-            if entry.epoch > written_epoch && entry.start_offset < high_watermark {
-                entry.start_offset = high_watermark;
-            }
-        }
-        self.swap_partition(topic, partition, current, record).await
-    }
-
     /// Moves the log start forward (retention), under the same fencing as a commit.
     pub async fn commit_log_start(
         &self,
@@ -534,19 +528,6 @@ impl Catalog {
     ) -> Result<VersionedPartition, CatalogError> {
         let mut record = current.record.clone();
         record.log_start_offset = log_start_offset;
-        self.swap_partition(topic, partition, current, record).await
-    }
-
-    /// Commits a new high watermark, only if the partition is still as this writer left it.
-    pub async fn commit_high_watermark(
-        &self,
-        topic: &str,
-        partition: i32,
-        current: &VersionedPartition,
-        high_watermark: i64,
-    ) -> Result<VersionedPartition, CatalogError> {
-        let mut record = current.record.clone();
-        record.high_watermark = high_watermark;
         self.swap_partition(topic, partition, current, record).await
     }
 
@@ -650,10 +631,7 @@ mod tests {
         let catalog = catalog(&dir);
         catalog.create_topic("t", 2, BTreeMap::new()).await.unwrap();
         let first = catalog.claim_partition("t", 0, 1).await.unwrap();
-        catalog
-            .commit_high_watermark("t", 0, &first, 10)
-            .await
-            .unwrap();
+        commit_end(&catalog, &first, 10).await.unwrap();
         let (grown, _) = catalog.add_partitions("t", 5, 8).await.unwrap();
         assert_eq!(grown.partitions, 5);
         for p in 2..5 {
@@ -695,10 +673,7 @@ mod tests {
         catalog.create_topic("t", 1, BTreeMap::new()).await.unwrap();
         let first = catalog.claim_partition("t", 0, 1).await.unwrap();
         assert_eq!(first.record.leader_epoch, 1);
-        let committed = catalog
-            .commit_high_watermark("t", 0, &first, 10)
-            .await
-            .unwrap();
+        let committed = commit_end(&catalog, &first, 10).await.unwrap();
         // nobody else can claim it while the owner key stands
         assert!(matches!(
             catalog.claim_partition("t", 0, 2).await,
@@ -709,9 +684,31 @@ mod tests {
         assert_eq!(second.record.epoch_history.last().unwrap().start_offset, 10);
         // the first writer's view is stale now
         assert!(matches!(
-            catalog.commit_high_watermark("t", 0, &committed, 20).await,
+            commit_end(&catalog, &committed, 20).await,
             Err(CatalogError::Fenced(_, 0))
         ));
+    }
+
+    /// An owner's change of partition t-0 (as compaction makes it): the end moves to `end`.
+    async fn commit_end(
+        catalog: &Catalog,
+        owned: &VersionedPartition,
+        end: i64,
+    ) -> Result<VersionedPartition, CatalogError> {
+        let mut record = owned.record.clone();
+        record.high_watermark = end;
+        record.segment_end = Some(end);
+        match catalog
+            .commit_owned_records(&[("t", 0, owned, &record)])
+            .await?
+        {
+            Some(revision) => Ok(VersionedPartition {
+                record,
+                revision,
+                owner_revision: owned.owner_revision,
+            }),
+            None => Err(CatalogError::Fenced("t".into(), 0)),
+        }
     }
 
     /// The claims of `ids`, on their records as stored now.

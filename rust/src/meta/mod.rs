@@ -9,3 +9,4 @@ pub mod metered;
 pub mod mirror;
 #[cfg(test)]
 mod test_etcd;
+pub mod wal;

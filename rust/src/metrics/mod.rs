@@ -100,6 +100,10 @@ pub struct Metrics {
     pub etcd_errors: Family<OperationLabels, Counter>,
     pub cache_hits: Counter,
     pub cache_misses: Counter,
+    pub wal_objects_written: Counter,
+    pub wal_bytes_written: Counter,
+    pub compaction_segments_written: Counter,
+    pub compaction_bytes_written: Counter,
     pub groups: Mutex<GroupSnapshot>,
 }
 
@@ -116,6 +120,10 @@ impl Default for Metrics {
             etcd_errors: Family::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
+            wal_objects_written: Counter::default(),
+            wal_bytes_written: Counter::default(),
+            compaction_segments_written: Counter::default(),
+            compaction_bytes_written: Counter::default(),
             groups: Mutex::new(GroupSnapshot::default()),
         }
     }
@@ -134,7 +142,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "flush_duration",
-            "Time to flush one partition's buffer: segment uploads and high-watermark commits",
+            "Time of one write-ahead flush: object upload and manifest commit",
             Unit::Seconds,
             self.flush_duration.clone(),
         );
@@ -145,7 +153,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "object_store_upload_duration",
-            "Time to upload one segment or index object",
+            "Time to upload one write-ahead, segment or index object",
             Unit::Seconds,
             self.upload_duration.clone(),
         );
@@ -174,6 +182,28 @@ impl Metrics {
             "cache_misses",
             "Fetches of committed segments that had to read the object store",
             self.cache_misses.clone(),
+        );
+        r.register(
+            "wal_objects_written",
+            "Write-ahead objects uploaded and committed (one per flush, all partitions)",
+            self.wal_objects_written.clone(),
+        );
+        r.register_with_unit(
+            "wal_written",
+            "Bytes of committed write-ahead objects",
+            Unit::Bytes,
+            self.wal_bytes_written.clone(),
+        );
+        r.register(
+            "compaction_segments_written",
+            "Segments compaction committed (each one .kfs and one .index object)",
+            self.compaction_segments_written.clone(),
+        );
+        r.register_with_unit(
+            "compaction_written",
+            "Bytes of segments compaction committed",
+            Unit::Bytes,
+            self.compaction_bytes_written.clone(),
         );
     }
 

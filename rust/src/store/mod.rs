@@ -82,6 +82,9 @@ pub struct ListedSegment {
     pub size: u64,
 }
 
+/// The folder of write-ahead objects under the namespace.
+pub const WAL_FOLDER: &str = "!wal";
+
 pub struct SegmentStore {
     store: Arc<dyn ObjectStore>,
     namespace: String,
@@ -200,6 +203,26 @@ impl SegmentStore {
             self.namespace,
             kind.extension()
         ))
+    }
+
+    /// Where a write-ahead object lives. `!` is no topic name's character, so the folder
+    /// never meets a topic's.
+    pub fn wal_path(&self, broker: i32, name: &str) -> Path {
+        Path::from(format!(
+            "{}/{WAL_FOLDER}/{broker}/{name}.wal",
+            self.namespace
+        ))
+    }
+
+    /// Every write-ahead object, with when it was written (unix ms; for the sweep of
+    /// uncommitted ones).
+    pub async fn list_wal(&self) -> Result<Vec<(Path, i64)>, StoreError> {
+        let prefix = Path::from(format!("{}/{WAL_FOLDER}", self.namespace));
+        let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+        Ok(objects
+            .into_iter()
+            .map(|meta| (meta.location, meta.last_modified.timestamp_millis()))
+            .collect())
     }
 
     fn topic_prefix(&self, topic: &str) -> Path {

@@ -1,14 +1,17 @@
-//! One partition's log on this broker: offset assignment into a write buffer, the group-commit
-//! flush (segment upload → high-watermark commit → acks), and the committed segment list the
-//! read path works from.
+//! One partition's log on this broker: offset assignment into a write buffer, hand-over of
+//! buffered batches to the broker's write-ahead flush (`log::wal::writer`), and the committed
+//! segment list the read path works from.
 //!
-//! Invariants: every offset below the high watermark is in a committed segment; a produce is
-//! acknowledged only after the segment holding it is uploaded and its high watermark committed;
-//! a failed flush acknowledges nothing and the still-buffered batches are re-based onto the
-//! committed end, so offsets never have gaps.
+//! Invariants: every offset below the high watermark is committed (in a `.kfs` segment below
+//! the record's `segment_end`, in a write-ahead run above it); a produce is acknowledged only
+//! after the object holding it is uploaded and its manifest committed; a failed flush
+//! acknowledges nothing and the still-buffered batches are re-based onto the committed end,
+//! so offsets never have gaps.
 
-mod adoption;
+mod compaction;
 mod roles;
+
+pub use compaction::Compacted;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,14 +22,24 @@ use uuid::Uuid;
 
 use super::batch::{rewritten_prefix, IncomingBatch, REWRITTEN_PREFIX_LEN};
 use super::limits::TopicLimits;
-use super::occupant::{self, PutOutcome};
-use super::segment::{build_segment, BuiltSegment, SegmentMeta, StoredBatch};
+use super::segment::{SegmentMeta, StoredBatch};
 use super::LogContext;
 use crate::meta::catalog::{CatalogError, VersionedPartition};
-use crate::store::{SegmentObject, StoreError};
+use crate::store::SegmentObject;
 
 /// Result of a produce once its flush finished: the base offset of its first batch.
 pub type AppendResult = Result<i64, ResponseError>;
+
+/// Who to answer about a produce request, and the base offset it got.
+pub type Reply = (Option<oneshot::Sender<AppendResult>>, i64);
+
+/// Buffered batches a flush took, in offset order, and who to answer once they are committed.
+pub struct Taken {
+    pub batches: Vec<StoredBatch>,
+    pub replies: Vec<Reply>,
+    pub bytes: usize,
+    pub leader_epoch: i32,
+}
 
 struct Chunk {
     batches: Vec<StoredBatch>,
@@ -54,20 +67,23 @@ pub struct Partition {
     /// The topic's current size limits, read at each produce and flush.
     limits: Arc<TopicLimits>,
     state: Mutex<State>,
+    /// The committed end (owner: moved by its commits; follower: by what the store reports).
     high_watermark: watch::Sender<i64>,
-    flush_lock: tokio::sync::Mutex<()>,
-    /// Set by the append that schedules a flush, cleared when a flush starts: appends after
-    /// that schedule the next one.
-    flush_scheduled: AtomicBool,
-    urgent_flush_scheduled: AtomicBool,
+    /// Serialises the changes of the partition record this broker makes as owner (retention,
+    /// compaction), so each is conditioned on the last.
+    record_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Set while the partition is on the write-ahead writer's list of partitions to flush.
+    queued: AtomicBool,
 }
 
 /// What a fetch needs to know, taken under the lock in one go.
 pub struct ReadView {
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// Where the committed segments end and the write-ahead runs take over.
+    pub segment_end: i64,
     pub leader_epoch: i32,
-    /// Committed segments from the one holding the requested offset onward (at most `limit`).
+    /// Committed segments from the one holding the requested offset onward.
     pub segments: Vec<SegmentMeta>,
 }
 
@@ -78,9 +94,10 @@ impl Partition {
         id: i32,
         limits: Arc<TopicLimits>,
         committed: VersionedPartition,
+        committed_end: i64,
         segments: Option<Vec<SegmentMeta>>,
     ) -> Partition {
-        let high_watermark = committed.record.high_watermark;
+        let high_watermark = committed_end.max(committed.record.high_watermark);
         // Without an owner key this broker only serves reads of what others committed.
         let closed = (committed.owner_revision == 0).then_some(ResponseError::NotLeaderOrFollower);
         Partition {
@@ -97,9 +114,8 @@ impl Partition {
                 closed,
             }),
             high_watermark: watch::Sender::new(high_watermark),
-            flush_lock: tokio::sync::Mutex::new(()),
-            flush_scheduled: AtomicBool::new(false),
-            urgent_flush_scheduled: AtomicBool::new(false),
+            record_lock: Arc::default(),
+            queued: AtomicBool::new(false),
         }
     }
 
@@ -147,8 +163,8 @@ impl Partition {
     }
 
     /// Takes validated batches into the write buffer, assigning their offsets. Returns the
-    /// receiver that completes when they are durable (if an ack is wanted) and the buffered
-    /// byte count, so the caller can ask for an early flush.
+    /// receiver that completes when they are durable (if an ack is wanted) and the bytes
+    /// appended, for the write-ahead writer's accounting.
     pub fn append(
         &self,
         batches: Vec<IncomingBatch>,
@@ -185,17 +201,18 @@ impl Partition {
             waiter,
         });
         state.pending_bytes += bytes;
-        Ok((receiver, state.pending_bytes))
+        Ok((receiver, bytes))
     }
 
-    /// Notes that a flush is on its way; true if none was (the caller schedules one).
-    pub fn schedule_flush(&self) -> bool {
-        !self.flush_scheduled.swap(true, Ordering::AcqRel)
+    /// Puts the partition on the writer's list; true if it was not on it (the caller adds it).
+    pub fn enqueue(&self) -> bool {
+        !self.queued.swap(true, Ordering::AcqRel)
     }
 
-    /// Like `schedule_flush`, for a flush that starts at once (the buffer is a segment's worth).
-    pub fn schedule_urgent_flush(&self) -> bool {
-        !self.urgent_flush_scheduled.swap(true, Ordering::AcqRel)
+    /// Takes the partition off the writer's list (before its buffer is taken, so an append
+    /// that comes after puts it back).
+    pub fn dequeue(&self) {
+        self.queued.store(false, Ordering::Release);
     }
 
     /// Retention: moves the log start to `log_start` (a segment boundary) and forgets the
@@ -206,7 +223,7 @@ impl Partition {
         ctx: &LogContext,
         log_start: i64,
     ) -> Result<Vec<SegmentMeta>, CatalogError> {
-        let _one_at_a_time = self.flush_lock.lock().await;
+        let _one_at_a_time = self.record_lock.lock().await;
         let committed = match self.owned() {
             Some(committed) if committed.record.log_start_offset < log_start => committed,
             _ => return Ok(Vec::new()),
@@ -244,138 +261,86 @@ impl Partition {
         }
     }
 
-    /// Writes what is buffered when it starts and commits it, one flush at a time per
-    /// partition. A backlog larger than the topic's segment size (as it is when the flush
-    /// starts) becomes several segments, each ending
-    /// at the first produce request boundary at or after the limit. Writes appended meanwhile
-    /// are left to the flush they scheduled: a partition under steady load must not keep one
-    /// flush (and its upload slot) busy forever. False if a segment failed to commit.
-    pub async fn flush(&self, ctx: &LogContext) -> bool {
-        let _one_at_a_time = self.flush_lock.lock().await;
-        self.flush_scheduled.store(false, Ordering::Release);
-        self.urgent_flush_scheduled.store(false, Ordering::Release);
-        let end = self.state().next_offset;
-        let segment_bytes = self.segment_bytes();
-        while let Some((chunks, committed)) = self.take_segment(segment_bytes, end) {
-            if !self.write_segment(ctx, chunks, committed).await {
-                // The rest was re-based onto the committed end; the caller retries it.
-                return false;
-            }
-        }
-        true
-    }
-
     /// True while appended batches wait for a flush.
     pub fn has_pending(&self) -> bool {
         !self.state().pending.is_empty()
     }
 
-    /// The buffered chunks below `end` that make the next segment, and the state they commit
-    /// on top of.
-    fn take_segment(
-        &self,
-        segment_bytes: usize,
-        end: i64,
-    ) -> Option<(Vec<Chunk>, VersionedPartition)> {
+    /// Bytes appended and not yet taken by a flush.
+    pub fn pending_bytes(&self) -> usize {
+        self.state().pending_bytes
+    }
+
+    /// Takes buffered produce requests for a write-ahead object, oldest first: at least one,
+    /// then more while the total stays within `budget`. None if nothing is buffered.
+    pub fn take_for_flush(&self, budget: usize) -> Option<Taken> {
         let mut state = self.state();
         let mut bytes = 0;
         let count = state
             .pending
             .iter()
-            .take_while(|chunk| chunk.batches[0].base_offset < end)
             .take_while(|chunk| {
-                let room = bytes < segment_bytes;
+                let fits = bytes == 0 || bytes + chunk.bytes <= budget;
                 bytes += chunk.bytes;
-                room
+                fits
             })
             .count();
         if count == 0 {
             return None;
         }
         let chunks: Vec<Chunk> = state.pending.drain(..count).collect();
-        state.pending_bytes -= chunks.iter().map(|c| c.bytes).sum::<usize>();
-        Some((chunks, state.committed.clone()))
-    }
-
-    /// Uploads and commits one segment, then answers its producers. False if it failed.
-    async fn write_segment(
-        &self,
-        ctx: &LogContext,
-        chunks: Vec<Chunk>,
-        committed: VersionedPartition,
-    ) -> bool {
-        // Keep only who to answer; the request bytes are freed once the segment holds a copy.
+        let bytes = chunks.iter().map(|c| c.bytes).sum::<usize>();
+        state.pending_bytes -= bytes;
         let mut batches = Vec::new();
         let mut replies = Vec::with_capacity(chunks.len());
         for chunk in chunks {
             replies.push((chunk.waiter, chunk.batches[0].base_offset));
             batches.extend(chunk.batches);
         }
-        let built = build_segment(&batches, now_ms(), ctx.settings.index_interval);
-        drop(batches);
-        let started = std::time::Instant::now();
-        match self.upload_and_commit(ctx, &built, &committed).await {
-            Ok(next) => {
-                let high_watermark = next.record.high_watermark;
-                tracing::debug!(
-                    topic = %self.topic, partition = self.id,
-                    base = built.meta.base_offset, high_watermark,
-                    bytes = built.meta.size, ms = started.elapsed().as_millis() as u64,
-                    "segment committed"
-                );
-                ctx.cache
-                    .insert_segment(self.object_key(built.meta.base_offset), &built);
-                {
-                    let mut state = self.state();
-                    state.committed = next;
-                    // Unlisted: the listing will find it among the committed objects.
-                    if let Some(segments) = state.segments.as_mut() {
-                        segments.push(built.meta.clone());
-                    }
-                }
-                self.high_watermark.send_replace(high_watermark);
-                for (waiter, base_offset) in replies {
-                    if let Some(waiter) = waiter {
-                        let _ = waiter.send(Ok(base_offset));
-                    }
-                }
-                true
-            }
-            Err(error) if error.occupied => {
-                // Nothing of ours was written: the batches go back, after the occupant.
-                let requeued = adoption::chunks_of(&built, replies);
-                self.adopt_occupant(ctx, built.meta.base_offset, committed, requeued)
-                    .await;
-                false
-            }
-            Err(error) => {
-                tracing::warn!(
-                    topic = %self.topic, partition = self.id,
-                    base = built.meta.base_offset, error = %error.message,
-                    "segment flush failed; nothing in it was acknowledged"
-                );
-                self.rebase_after_failure(error.fenced);
-                // The segment object may exist by now, and whoever next writes this base
-                // offset adopts it (see `occupant`): "possibly persisted", never "not written".
-                for waiter in replies.into_iter().filter_map(|(waiter, _)| waiter) {
-                    let _ = waiter.send(Err(ResponseError::RequestTimedOut));
-                }
-                false
+        Some(Taken {
+            batches,
+            replies,
+            bytes,
+            leader_epoch: state.committed.record.leader_epoch,
+        })
+    }
+
+    /// The taken batches are committed: the log ends after them now; answers their producers.
+    pub fn complete_flush(&self, replies: Vec<Reply>, end: i64) {
+        self.high_watermark.send_if_modified(|current| {
+            let moved = end > *current;
+            *current = (*current).max(end);
+            moved
+        });
+        for (waiter, base_offset) in replies {
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(Ok(base_offset));
             }
         }
+    }
+
+    /// The taken batches were not committed: their producers get `error`, and what was
+    /// appended meanwhile moves down to the committed end (or, `fenced`, is failed too).
+    pub fn fail_flush(&self, replies: Vec<Reply>, error: ResponseError, fenced: bool) {
+        for (waiter, _) in replies {
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(Err(error));
+            }
+        }
+        self.rebase_after_failure(fenced);
     }
 
     /// After a failed flush the offsets it held were never committed: buffered batches that
     /// were appended meanwhile move down to start at the committed end again.
     fn rebase_after_failure(&self, fenced: bool) {
         if fenced {
-            // Another broker owns the partition now: nothing buffered here can ever commit.
+            // This broker may not commit for the partition any more: nothing buffered can.
             self.abandon(ResponseError::NotLeaderOrFollower);
             return;
         }
         let mut state = self.state();
         let epoch = state.committed.record.leader_epoch;
-        let mut next = state.committed.record.high_watermark;
+        let mut next = self.high_watermark();
         for chunk in &mut state.pending {
             for batch in &mut chunk.batches {
                 batch.base_offset = next;
@@ -384,31 +349,6 @@ impl Partition {
             }
         }
         state.next_offset = next;
-    }
-
-    async fn upload_and_commit(
-        &self,
-        ctx: &LogContext,
-        built: &BuiltSegment,
-        committed: &VersionedPartition,
-    ) -> Result<VersionedPartition, FlushError> {
-        let base = built.meta.base_offset;
-        let data = self.segment_path(ctx, base, SegmentObject::Data);
-        let index = self.segment_path(ctx, base, SegmentObject::Index);
-        if let PutOutcome::Occupied = occupant::put_new(ctx, &data, built.object.clone()).await? {
-            return Err(FlushError::occupied(base));
-        }
-        if let PutOutcome::Occupied = occupant::put_new(ctx, &index, built.index.clone()).await? {
-            // Our data object was new, so no other writer can have produced this index.
-            return Err(FlushError::from(StoreError::Other(format!(
-                "{index} exists with other contents than the segment just written"
-            ))));
-        }
-        let high_watermark = built.meta.last_offset + 1;
-        ctx.catalog
-            .commit_high_watermark(&self.topic, self.id, committed, high_watermark)
-            .await
-            .map_err(FlushError::from)
     }
 
     /// Where one of this partition's segment objects lives.
@@ -430,20 +370,21 @@ impl Partition {
 
     /// Committed segments starting with the one that holds `offset`, or the reason the offset
     /// cannot be read.
-    pub fn read_view(&self, offset: i64, limit: usize) -> Result<ReadView, ResponseError> {
+    pub fn read_view(&self, offset: i64) -> Result<ReadView, ResponseError> {
         let state = self.state();
         let record = &state.committed.record;
-        if offset < record.log_start_offset || offset > record.high_watermark {
+        let high_watermark = self.high_watermark();
+        if offset < record.log_start_offset || offset > high_watermark {
             return Err(ResponseError::OffsetOutOfRange);
         }
         let segments = state.segments.as_deref().unwrap_or_default();
         let first = segments.partition_point(|s| s.last_offset < offset);
-        let end = (first + limit).min(segments.len());
         Ok(ReadView {
-            high_watermark: record.high_watermark,
+            high_watermark,
             log_start_offset: record.log_start_offset,
+            segment_end: record.segment_end(),
             leader_epoch: record.leader_epoch,
-            segments: segments[first..end].to_vec(),
+            segments: segments[first..].to_vec(),
         })
     }
 
@@ -466,54 +407,6 @@ impl Partition {
     }
 }
 
-/// Why a flush failed, and the retriable error its producers get.
-#[derive(Debug)]
-struct FlushError {
-    code: ResponseError,
-    fenced: bool,
-    /// The base offset was taken by an earlier owner's uncommitted segment.
-    occupied: bool,
-    message: String,
-}
-
-impl FlushError {
-    fn occupied(base: i64) -> FlushError {
-        FlushError {
-            code: ResponseError::KafkaStorageError,
-            fenced: false,
-            occupied: true,
-            message: format!("base offset {base} is taken by an uncommitted segment"),
-        }
-    }
-}
-
-impl From<StoreError> for FlushError {
-    fn from(e: StoreError) -> Self {
-        FlushError {
-            code: ResponseError::KafkaStorageError,
-            fenced: false,
-            occupied: false,
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<CatalogError> for FlushError {
-    fn from(e: CatalogError) -> Self {
-        let fenced = matches!(e, CatalogError::Fenced(..));
-        FlushError {
-            code: if fenced {
-                ResponseError::NotLeaderOrFollower
-            } else {
-                ResponseError::KafkaStorageError
-            },
-            fenced,
-            occupied: false,
-            message: e.to_string(),
-        }
-    }
-}
-
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -522,8 +415,8 @@ pub fn now_ms() -> i64 {
 }
 
 impl Partition {
-    /// Returns once no flush of this partition is under way.
-    pub async fn wait_for_flush(&self) {
-        let _ = self.flush_lock.lock().await;
+    /// Returns once no retention or compaction change of this partition is under way.
+    pub async fn wait_for_record_changes(&self) {
+        let _ = self.record_lock.lock().await;
     }
 }

@@ -38,27 +38,42 @@ impl Partition {
             self.id,
             self.limits.clone(),
             committed,
+            self.high_watermark(),
             state.segments.clone(),
         )
     }
 
     /// A follower takes in what the owner committed (as the metadata store reports it).
     pub fn follow(&self, record: &PartitionRecord, revision: i64) {
-        let high_watermark = {
+        {
             let mut state = self.state();
             if state.committed.owner_revision != 0 || revision <= state.committed.revision {
                 return;
             }
             state.committed.record = record.clone();
             state.committed.revision = revision;
-            state.next_offset = record.high_watermark;
             let log_start = record.log_start_offset;
             if let Some(segments) = state.segments.as_mut() {
                 segments.retain(|s| s.last_offset >= log_start);
             }
-            record.high_watermark
-        };
-        self.high_watermark.send_replace(high_watermark);
+        }
+        self.observe_end(record.high_watermark);
+    }
+
+    /// A follower learns that the log is committed up to `end` (a write-ahead manifest of its
+    /// owner); an owner's end moves only with its own commits.
+    pub fn observe_end(&self, end: i64) {
+        let mut state = self.state();
+        if state.committed.owner_revision != 0 {
+            return;
+        }
+        state.next_offset = state.next_offset.max(end);
+        drop(state);
+        self.high_watermark.send_if_modified(|current| {
+            let moved = end > *current;
+            *current = (*current).max(end);
+            moved
+        });
     }
 
     /// Lists the partition's objects when the segment list is behind. A follower's trails the
@@ -74,7 +89,7 @@ impl Partition {
                 None => -1,
             };
             let record = &state.committed.record;
-            (owned || known_end + 1 < record.high_watermark).then(|| (owned, record.clone()))
+            (owned || known_end + 1 < record.segment_end()).then(|| (owned, record.clone()))
         };
         let Some((owned, record)) = behind else {
             return Ok(());
@@ -89,18 +104,18 @@ impl Partition {
             .map_err(|_| ResponseError::KafkaStorageError)?;
         let segments = committed_segments(&listed, &record);
         let mut state = self.state();
-        if state.committed.record.high_watermark == record.high_watermark {
+        if state.committed.record.segment_end() == record.segment_end() {
             state.segments = Some(segments);
         }
         Ok(())
     }
 
-    /// An owner's first listing, under the flush lock so no commit moves the record
-    /// meanwhile. Objects below the first kept segment are what retention dropped when a crash
-    /// came before it deleted them: nobody writes below the high watermark, so they go now.
-    /// (Objects at or above it are never deleted; a flush adopts them, see `occupant`.)
+    /// An owner's first listing, under the record lock so no compaction or retention moves
+    /// the record meanwhile. Objects below the first kept segment are what retention dropped
+    /// when a crash came before it deleted them: they go now. (Objects at or above the segment
+    /// end are compaction's business, see `log::wal::compaction`.)
     async fn list_owned(&self, ctx: &LogContext) -> Result<(), ResponseError> {
-        let _one_at_a_time = self.flush_lock.lock().await;
+        let _one_at_a_time = self.record_lock.lock().await;
         let record = {
             let state = self.state();
             if state.segments.is_some() {
@@ -120,7 +135,7 @@ impl Partition {
         let segments = committed_segments(&listed, &record);
         let first_kept = segments
             .first()
-            .map_or(record.high_watermark, |s| s.base_offset);
+            .map_or(record.segment_end(), |s| s.base_offset);
         for object in listed.iter().filter(|o| o.base_offset < first_kept) {
             let path = self.segment_path(ctx, object.base_offset, object.kind);
             tracing::info!(object = %path, "removing a segment below the log start");

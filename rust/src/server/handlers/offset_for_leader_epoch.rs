@@ -68,6 +68,9 @@ fn end_offset(
             record = newer.clone();
         }
     }
+    // The latest epoch ends at the committed end, which write-ahead commits carry past the
+    // record's.
+    record.high_watermark = record.high_watermark.max(partition.high_watermark());
     Ok(end_offset_for(&record, requested))
 }
 
@@ -221,6 +224,7 @@ mod tests {
                 .collect(),
             log_start_offset: 0,
             high_watermark,
+            segment_end: None,
         }
     }
 

@@ -127,7 +127,7 @@ fn append(
         Ok((receiver, buffered)) => {
             appended.records += records;
             appended.bytes += bytes;
-            broker.flusher.note_append(&partition, buffered);
+            broker.wal.note_append(&partition, buffered);
             match receiver {
                 Some(receiver) => Pending::Flush(partition, receiver),
                 None => Pending::Unacked,

@@ -1,0 +1,231 @@
+//! Compaction of one owned partition: its write-ahead runs above the segment end become a
+//! `.kfs` + `.index` segment once they hold `segment.bytes` or the oldest is
+//! `wal_compaction_age` old. The segment is uploaded here; the switch (the record's
+//! `segment_end` moves past it) is committed by the caller together with other partitions'
+//! (`meta::wal::commit_segment_ends`), fenced like any owner's change.
+//!
+//! A crash or a failed commit leaves a segment object at the old segment end that nothing
+//! refers to. The next compaction of the partition (this owner or the next) finds it in its
+//! way: made from the same committed batches it is a valid segment of the log and is taken as
+//! it is; anything else there is deleted (nothing committed can be, and nothing can refer to
+//! it) and the next round writes afresh.
+
+use bytes::Bytes;
+
+use super::Partition;
+use crate::log::batch::BatchHeader;
+use crate::log::occupant::{self, PutOutcome};
+use crate::log::reader::load_run;
+use crate::log::segment::{build_segment, BatchWalker, ParsedSegment, SegmentMeta, StoredBatch};
+use crate::log::LogContext;
+use crate::meta::catalog::{PartitionRecord, VersionedPartition};
+use crate::store::SegmentObject;
+
+/// A segment uploaded and ready to be committed, with the record lock still held.
+pub struct Compacted {
+    pub owned: VersionedPartition,
+    /// The record with `segment_end` moved past the segment.
+    pub record: PartitionRecord,
+    pub segment: SegmentMeta,
+    batches: Bytes,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Partition {
+    /// Uploads the next segment if the write-ahead runs above the segment end are due; None if
+    /// they are not (or the partition is not owned here).
+    pub async fn compact(&self, ctx: &LogContext, now_ms: i64) -> Option<Compacted> {
+        let lock = self.record_lock.clone().lock_owned().await;
+        let owned = self.owned()?;
+        let from = owned.record.segment_end();
+        let end = self.high_watermark();
+        let runs = ctx.wal.runs_from((self.topic_id, self.id), from);
+        let runs: Vec<_> = runs
+            .into_iter()
+            .filter(|r| r.run.base_offset < end)
+            .collect();
+        let segment_bytes = self.segment_bytes() as u64;
+        let bytes: u64 = runs.iter().map(|r| r.run.length).sum();
+        let oldest = runs.first()?.created_ms;
+        let age = ctx.settings.wal_compaction_age.as_millis() as i64;
+        if bytes < segment_bytes && now_ms - oldest < age {
+            return None;
+        }
+        let mut taken = 0;
+        let runs = runs.into_iter().take_while(|r| {
+            let more = taken < segment_bytes;
+            taken += r.run.length;
+            more
+        });
+        let last = runs.last()?.run.last_offset;
+        let batches = self.committed_batches(ctx, from, last).await?;
+        let built = build_segment(&batches, now_ms, ctx.settings.index_interval);
+        let (meta, cached) = match self.put_segment(ctx, &built.object, &built.index).await? {
+            true => (built.meta.clone(), built.batches()),
+            false => (self.take_occupant(ctx, from, end).await?, Bytes::new()),
+        };
+        let mut record = owned.record.clone();
+        record.segment_end = Some(meta.last_offset + 1);
+        record.high_watermark = record.high_watermark.max(meta.last_offset + 1);
+        Some(Compacted {
+            owned,
+            record,
+            batches: cached,
+            segment: meta,
+            _lock: lock,
+        })
+    }
+
+    /// The committed switch to the new segment: the record as written and its revision.
+    pub fn compacted(&self, ctx: &LogContext, compacted: Compacted, revision: i64) {
+        let Compacted {
+            owned,
+            record,
+            segment,
+            batches,
+            ..
+        } = compacted;
+        ctx.metrics.compaction_segments_written.inc();
+        ctx.metrics.compaction_bytes_written.inc_by(segment.size);
+        if !batches.is_empty() {
+            let start = crate::log::segment::SEGMENT_HEADER_LEN as u64;
+            let cached = crate::log::cache::CachedBatches {
+                start,
+                bytes: batches,
+            };
+            ctx.cache
+                .insert(self.object_key(segment.base_offset), cached);
+        }
+        let mut state = self.state();
+        state.committed = VersionedPartition {
+            record,
+            revision,
+            owner_revision: owned.owner_revision,
+        };
+        if let Some(segments) = state.segments.as_mut() {
+            segments.push(segment);
+        }
+    }
+
+    /// The committed batches from `from` through the one holding `last`, from the write-ahead
+    /// runs (all there: runs above the segment end are never deleted). None if a run cannot be
+    /// read now, or is malformed or leaves a gap (logged).
+    async fn committed_batches(
+        &self,
+        ctx: &LogContext,
+        from: i64,
+        last: i64,
+    ) -> Option<Vec<StoredBatch>> {
+        let mut batches: Vec<StoredBatch> = Vec::new();
+        let mut next = from;
+        for run in ctx.wal.runs_from((self.topic_id, self.id), from) {
+            if next > last {
+                break;
+            }
+            let (run, bytes) = load_run(ctx, run).await.ok()?;
+            for item in BatchWalker::new(&bytes) {
+                let Ok((position, header)) = item else {
+                    tracing::error!(object = %run.object, "write-ahead run is malformed; not compacting");
+                    return None;
+                };
+                if header.last_offset() < next {
+                    continue;
+                }
+                if header.base_offset != next {
+                    tracing::error!(topic = %self.topic, partition = self.id, expected = next,
+                        found = header.base_offset, "write-ahead runs have a gap; not compacting");
+                    return None;
+                }
+                next = header.last_offset() + 1;
+                batches.push(stored(
+                    bytes.slice(position..position + header.size),
+                    &header,
+                ));
+            }
+        }
+        (next > last).then_some(batches)
+    }
+
+    /// Creates the segment's objects; false if the data object's name is taken by other bytes.
+    /// None if an upload failed (logged; the next round retries).
+    async fn put_segment(&self, ctx: &LogContext, object: &Bytes, index: &Bytes) -> Option<bool> {
+        let parsed = ParsedSegment::parse(object.clone()).ok()?;
+        let base = parsed.base_offset;
+        let data = self.segment_path(ctx, base, SegmentObject::Data);
+        let index_path = self.segment_path(ctx, base, SegmentObject::Index);
+        for (path, bytes) in [(&data, object), (&index_path, index)] {
+            match occupant::put_new(ctx, path, bytes.clone()).await {
+                Ok(PutOutcome::Created) => {}
+                Ok(PutOutcome::Occupied) if path == &data => return Some(false),
+                // The index of an occupant: rewritten with the occupant (see `take_occupant`).
+                Ok(PutOutcome::Occupied) => return Some(false),
+                Err(error) => {
+                    tracing::warn!(topic = %self.topic, partition = self.id, base, %error,
+                        "compaction upload failed; retrying next round");
+                    return None;
+                }
+            }
+        }
+        Some(true)
+    }
+
+    /// An object sits at the segment's name already. Taken as the segment (with an index made
+    /// for it) if it holds exactly the committed batches from `from` on – a compaction of the
+    /// same runs that did not get to commit, maybe by an earlier owner. Anything else cannot be
+    /// part of the log and nothing refers to it: it is deleted, and the next round writes
+    /// afresh. (A committed segment is never at this name: the segment end is past it.)
+    async fn take_occupant(&self, ctx: &LogContext, from: i64, end: i64) -> Option<SegmentMeta> {
+        let data = self.segment_path(ctx, from, SegmentObject::Data);
+        let found = ctx.store.get(&data).await.ok()?;
+        let theirs = ParsedSegment::parse(found.clone())
+            .ok()
+            .filter(|t| t.base_offset == from && t.last_offset < end);
+        let ours = match &theirs {
+            Some(t) => self.committed_batches(ctx, from, t.last_offset).await,
+            None => None,
+        };
+        let same = theirs.as_ref().zip(ours.as_ref()).is_some_and(|(t, ours)| {
+            let mut bytes = t.batches.clone();
+            ours.iter().all(|b| {
+                let size = b.body.len().min(bytes.len());
+                bytes.split_to(size) == b.body
+            }) && bytes.is_empty()
+        });
+        let Some(theirs) = theirs.filter(|_| same) else {
+            tracing::warn!(object = %data, "removing an uncommitted object that is not this log's segment");
+            let _ = ctx.store.delete(&data).await;
+            return None;
+        };
+        let index = segment_index(&theirs, ctx.settings.index_interval);
+        let index_path = self.segment_path(ctx, from, SegmentObject::Index);
+        let _ = ctx.store.delete(&index_path).await;
+        occupant::put_new(ctx, &index_path, index).await.ok()?;
+        Some(SegmentMeta {
+            base_offset: theirs.base_offset,
+            last_offset: theirs.last_offset,
+            size: found.len() as u64,
+            max_timestamp: None,
+        })
+    }
+}
+
+fn stored(batch: Bytes, header: &BatchHeader) -> StoredBatch {
+    StoredBatch {
+        prefix: Bytes::new(),
+        base_offset: header.base_offset,
+        offset_count: header.offset_count(),
+        max_timestamp: header.max_timestamp,
+        body: batch,
+    }
+}
+
+/// The index of a parsed segment.
+fn segment_index(parsed: &ParsedSegment, interval: i32) -> Bytes {
+    let mut index = crate::log::index::IndexBuilder::new(interval);
+    let mut position = crate::log::segment::SEGMENT_HEADER_LEN as u32;
+    for (_, header) in BatchWalker::new(&parsed.batches).flatten() {
+        index.add_batch(header.base_offset, position, header.offset_count());
+        position += header.size as u32;
+    }
+    index.encode()
+}

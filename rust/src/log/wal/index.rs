@@ -1,0 +1,211 @@
+//! Every committed write-ahead run in the cluster, by partition: what the read path serves
+//! above a partition's segments, what a claim takes the committed end from, and what
+//! compaction and the object sweep work through. Kept in step with the manifests in the
+//! metadata store (the mirror's changes), and at once with this broker's own commits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use uuid::Uuid;
+
+use crate::meta::wal::{WalManifest, WalRun};
+
+/// A run and the object it lives in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedRun {
+    pub object: Arc<str>,
+    pub created_ms: i64,
+    pub run: WalRun,
+}
+
+impl IndexedRun {
+    /// The cache key of the run's bytes.
+    pub fn cache_key(&self) -> String {
+        format!("{}@{}", self.object, self.run.position)
+    }
+}
+
+/// A partition of a topic incarnation.
+pub type PartitionKey = (Uuid, i32);
+
+#[derive(Default)]
+struct Inner {
+    partitions: HashMap<PartitionKey, BTreeMap<i64, IndexedRun>>,
+    manifests: HashMap<String, Arc<WalManifest>>,
+}
+
+/// A partition whose committed end moved with a manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extended {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub end: i64,
+}
+
+#[derive(Default)]
+pub struct WalIndex {
+    inner: RwLock<Inner>,
+}
+
+impl WalIndex {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes in a committed manifest (again: a no-op). Returns the partitions it extends.
+    pub fn insert(&self, key: &str, manifest: WalManifest) -> Vec<Extended> {
+        let mut inner = self.write();
+        if inner.manifests.contains_key(key) {
+            return Vec::new();
+        }
+        let object: Arc<str> = manifest.object.as_str().into();
+        let mut extended = Vec::new();
+        for topic in &manifest.topics {
+            for run in &topic.runs {
+                let runs = inner
+                    .partitions
+                    .entry((topic.id, run.partition))
+                    .or_default();
+                let indexed = IndexedRun {
+                    object: object.clone(),
+                    created_ms: manifest.created_ms,
+                    run: *run,
+                };
+                runs.insert(run.base_offset, indexed);
+                extended.push(Extended {
+                    topic: topic.topic.clone(),
+                    topic_id: topic.id,
+                    partition: run.partition,
+                    end: run.last_offset + 1,
+                });
+            }
+        }
+        inner.manifests.insert(key.to_string(), Arc::new(manifest));
+        extended
+    }
+
+    /// Forgets a manifest that was deleted (its runs live in segments by now).
+    pub fn remove(&self, key: &str) {
+        let mut inner = self.write();
+        let Some(manifest) = inner.manifests.remove(key) else {
+            return;
+        };
+        for topic in &manifest.topics {
+            let id = topic.id;
+            for run in &topic.runs {
+                let Some(runs) = inner.partitions.get_mut(&(id, run.partition)) else {
+                    continue;
+                };
+                if runs
+                    .get(&run.base_offset)
+                    .is_some_and(|r| *r.object == *manifest.object)
+                {
+                    runs.remove(&run.base_offset);
+                }
+                if runs.is_empty() {
+                    inner.partitions.remove(&(id, run.partition));
+                }
+            }
+        }
+    }
+
+    /// Replaces everything with the manifests listed now (the mirror was read afresh).
+    pub fn replace_all(&self, manifests: Vec<(String, WalManifest)>) {
+        *self.write() = Inner::default();
+        for (key, manifest) in manifests {
+            self.insert(&key, manifest);
+        }
+    }
+
+    /// One past the last offset of the partition's last committed run, if it has any.
+    pub fn committed_end(&self, partition: PartitionKey) -> Option<i64> {
+        let inner = self.read();
+        let runs = inner.partitions.get(&partition)?;
+        runs.values().next_back().map(|r| r.run.last_offset + 1)
+    }
+
+    /// The partition's runs that hold offsets at or above `offset`, in offset order.
+    pub fn runs_from(&self, partition: PartitionKey, offset: i64) -> Vec<IndexedRun> {
+        let inner = self.read();
+        let Some(runs) = inner.partitions.get(&partition) else {
+            return Vec::new();
+        };
+        let first = runs
+            .range(..=offset)
+            .next_back()
+            .filter(|(_, r)| r.run.last_offset >= offset)
+            .map_or(offset, |(base, _)| *base);
+        runs.range(first..).map(|(_, r)| r.clone()).collect()
+    }
+
+    /// Every committed manifest, by key.
+    pub fn manifests(&self) -> Vec<(String, Arc<WalManifest>)> {
+        let inner = self.read();
+        let all = inner.manifests.iter();
+        all.map(|(k, m)| (k.clone(), m.clone())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::wal::TopicRuns;
+
+    fn manifest(object: &str, id: Uuid, runs: &[(i32, i64, i64)]) -> WalManifest {
+        let runs = runs
+            .iter()
+            .map(|&(partition, base_offset, last_offset)| WalRun {
+                partition,
+                leader_epoch: 1,
+                base_offset,
+                last_offset,
+                position: 24,
+                length: 10,
+                max_timestamp: 0,
+            });
+        WalManifest {
+            object: object.into(),
+            broker: 0,
+            created_ms: 1,
+            size: 100,
+            topics: vec![TopicRuns {
+                topic: "t".into(),
+                id,
+                runs: runs.collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn runs_are_found_by_offset_and_forgotten_with_their_manifest() {
+        let index = WalIndex::default();
+        let id = Uuid::new_v4();
+        let grown = index.insert("a", manifest("o1", id, &[(0, 0, 4), (1, 0, 0)]));
+        assert_eq!(grown.len(), 2);
+        index.insert("b", manifest("o2", id, &[(0, 5, 9)]));
+        assert!(index
+            .insert("b", manifest("o2", id, &[(0, 5, 9)]))
+            .is_empty());
+        assert_eq!(index.committed_end((id, 0)), Some(10));
+        assert_eq!(index.committed_end((id, 2)), None);
+        let bases = |from| -> Vec<i64> {
+            let runs = index.runs_from((id, 0), from);
+            runs.iter().map(|r| r.run.base_offset).collect()
+        };
+        assert_eq!(bases(0), vec![0, 5]);
+        assert_eq!(bases(3), vec![0, 5]);
+        assert_eq!(bases(5), vec![5]);
+        assert_eq!(bases(10), Vec::<i64>::new());
+        index.remove("a");
+        assert_eq!(bases(0), vec![5]);
+        assert_eq!(index.committed_end((id, 1)), None);
+        assert_eq!(index.manifests().len(), 1);
+        // another incarnation of the topic is another partition
+        assert_eq!(index.committed_end((Uuid::new_v4(), 0)), None);
+    }
+}

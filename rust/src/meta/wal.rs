@@ -1,0 +1,252 @@
+//! Write-ahead manifests: the metadata that commits one shared write-ahead object.
+//!
+//! ```text
+//! /kafscale/{cluster}/wal/{broker}/{writer}-{seq}   WalManifest: the runs of one committed object
+//! /kafscale/{cluster}/writers/{broker}              broker id (ephemeral): orders its commits
+//! ```
+//!
+//! A broker's flush uploads one object holding a run of batches for every partition it wrote,
+//! then commits it with one transaction whatever the number of partitions: the manifest key
+//! appears, and the broker's writer key is rewritten under the condition that it is still at
+//! the revision this broker last wrote. The writer key is ephemeral, so a broker whose session
+//! ended (frozen, partitioned away: its lease expired and its owner keys are gone with it)
+//! commits nothing; and since every commit moves the key, a commit whose outcome the broker
+//! could not learn is settled by moving the key once more (see `log::wal::writer`).
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::catalog::{encode, Catalog, PartitionRecord, VersionedPartition};
+use super::kv::{Compare, KeyValue, MetaError, Op};
+
+/// One partition's batches inside a write-ahead object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RunRow", into = "RunRow")]
+pub struct WalRun {
+    pub partition: i32,
+    /// The leader epoch the batches were written under.
+    pub leader_epoch: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// Byte range of the run within the object.
+    pub position: u64,
+    pub length: u64,
+    pub max_timestamp: i64,
+}
+
+/// A run as stored: a plain array, so a manifest of thousands of partitions stays small.
+#[derive(Serialize, Deserialize)]
+struct RunRow(i32, i32, i64, i64, u64, u64, i64);
+
+impl From<RunRow> for WalRun {
+    fn from(
+        RunRow(partition, leader_epoch, base_offset, last_offset, position, length, max_timestamp): RunRow,
+    ) -> Self {
+        WalRun {
+            partition,
+            leader_epoch,
+            base_offset,
+            last_offset,
+            position,
+            length,
+            max_timestamp,
+        }
+    }
+}
+
+impl From<WalRun> for RunRow {
+    fn from(r: WalRun) -> Self {
+        RunRow(
+            r.partition,
+            r.leader_epoch,
+            r.base_offset,
+            r.last_offset,
+            r.position,
+            r.length,
+            r.max_timestamp,
+        )
+    }
+}
+
+/// The runs of one topic in an object; the id tells a re-created topic's runs apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRuns {
+    pub topic: String,
+    pub id: Uuid,
+    pub runs: Vec<WalRun>,
+}
+
+/// What one committed write-ahead object holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalManifest {
+    /// The object's path in the bucket.
+    pub object: String,
+    pub broker: i32,
+    pub created_ms: i64,
+    pub size: u64,
+    pub topics: Vec<TopicRuns>,
+}
+
+impl Catalog {
+    /// Where every manifest lives.
+    pub fn manifests_prefix(&self) -> String {
+        format!("{}/wal/", self.root())
+    }
+
+    /// The manifest key of a write-ahead object named `name` (`{writer}-{seq}`).
+    pub fn manifest_key(&self, broker: i32, name: &str) -> String {
+        format!("{}/wal/{broker}/{name}", self.root())
+    }
+
+    fn writer_key(&self, broker: i32) -> String {
+        format!("{}/writers/{broker}", self.root())
+    }
+
+    /// (Re)creates this broker's writer key under the current session; returns its revision,
+    /// the token the next commit is conditioned on. Rewriting it also voids any earlier commit
+    /// of this broker still on its way to the store.
+    pub async fn open_writer(&self, broker: i32) -> Result<i64, MetaError> {
+        let op = Op::PutEphemeral(self.writer_key(broker), Bytes::from(broker.to_string()));
+        let revision = self.kv().txn(vec![], vec![op]).await?;
+        revision.ok_or_else(|| MetaError::Unavailable("unconditional write refused".into()))
+    }
+
+    /// Commits a write-ahead object: its manifest appears, conditioned on the writer key being
+    /// at `token`. Returns the new token, or None if the key moved (session lost: fenced).
+    pub async fn commit_manifest(
+        &self,
+        broker: i32,
+        token: i64,
+        key: &str,
+        manifest: &WalManifest,
+    ) -> Result<Option<i64>, MetaError> {
+        let writer = self.writer_key(broker);
+        let value = serde_json::to_vec(manifest).expect("manifests serialize");
+        let ops = vec![
+            Op::PutEphemeral(writer.clone(), Bytes::from(broker.to_string())),
+            Op::Put(key.to_string(), Bytes::from(value)),
+        ];
+        self.kv()
+            .txn(vec![Compare::ModRevision(writer, token)], ops)
+            .await
+    }
+
+    /// Moves the writer key on if it is still at `token`: after this, no commit conditioned on
+    /// `token` can land any more. None if it had moved already.
+    pub async fn advance_writer(&self, broker: i32, token: i64) -> Result<Option<i64>, MetaError> {
+        let writer = self.writer_key(broker);
+        let op = Op::PutEphemeral(writer.clone(), Bytes::from(broker.to_string()));
+        self.kv()
+            .txn(vec![Compare::ModRevision(writer, token)], vec![op])
+            .await
+    }
+
+    /// The manifest at `key`, if committed.
+    pub async fn manifest(&self, key: &str) -> Result<Option<WalManifest>, MetaError> {
+        match self.kv().get(key).await? {
+            Some(kv) => parse_manifest(&kv).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Removes a manifest whose object is gone.
+    pub async fn delete_manifest(&self, key: &str) -> Result<(), MetaError> {
+        self.kv()
+            .txn(vec![], vec![Op::Delete(key.to_string())])
+            .await?;
+        Ok(())
+    }
+
+    /// Commits new partition records of owned partitions together (compaction moving their
+    /// segment ends), each conditioned on its record and owner key as this broker last saw
+    /// them – all or none. Returns the revision, or None if one of them changed (fenced).
+    /// Callers keep a batch within `max_txn_ops() / 2` partitions.
+    pub async fn commit_owned_records(
+        &self,
+        changes: &[(&str, i32, &VersionedPartition, &PartitionRecord)],
+    ) -> Result<Option<i64>, MetaError> {
+        let mut compares = Vec::with_capacity(changes.len() * 2);
+        let mut ops = Vec::with_capacity(changes.len());
+        for (topic, partition, owned, record) in changes {
+            let key = self.partition_key(topic, *partition);
+            compares.push(Compare::ModRevision(key.clone(), owned.revision));
+            compares.push(Compare::ModRevision(
+                self.owner_key(topic, *partition),
+                owned.owner_revision,
+            ));
+            ops.push(Op::Put(key, encode(record)));
+        }
+        self.kv().txn(compares, ops).await
+    }
+}
+
+pub fn parse_manifest(kv: &KeyValue) -> Result<WalManifest, MetaError> {
+    serde_json::from_slice(&kv.value).map_err(|e| MetaError::Corrupt {
+        key: kv.key.clone(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::meta::embedded::EmbeddedStore;
+
+    fn manifest() -> WalManifest {
+        WalManifest {
+            object: "ns/!wal/0/ab-000000000001.wal".into(),
+            broker: 0,
+            created_ms: 5,
+            size: 124,
+            topics: vec![TopicRuns {
+                topic: "t".into(),
+                id: Uuid::nil(),
+                runs: vec![WalRun {
+                    partition: 3,
+                    leader_epoch: 2,
+                    base_offset: 10,
+                    last_offset: 11,
+                    position: 24,
+                    length: 100,
+                    max_timestamp: 7,
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn runs_are_stored_as_plain_arrays() {
+        let json = serde_json::to_string(&manifest()).unwrap();
+        assert!(json.contains(r#""runs":[[3,2,10,11,24,100,7]]"#), "{json}");
+        let back: WalManifest = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, manifest());
+    }
+
+    #[tokio::test]
+    async fn a_commit_needs_the_writer_key_where_this_broker_left_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
+        let catalog = Catalog::new(Arc::new(store), "test");
+        let token = catalog.open_writer(0).await.unwrap();
+        let key = catalog.manifest_key(0, "ab-000000000001");
+        let next = catalog
+            .commit_manifest(0, token, &key, &manifest())
+            .await
+            .unwrap()
+            .expect("committed");
+        assert_eq!(catalog.manifest(&key).await.unwrap(), Some(manifest()));
+        // a stale commit (conditioned on the old token) is refused and writes nothing
+        let other = catalog.manifest_key(0, "ab-000000000002");
+        let stale = manifest();
+        let refused = catalog.commit_manifest(0, token, &other, &stale).await;
+        assert_eq!(refused.unwrap(), None);
+        assert_eq!(catalog.manifest(&other).await.unwrap(), None);
+        // moving the key on voids the current token too
+        assert!(catalog.advance_writer(0, next).await.unwrap().is_some());
+        let voided = catalog.commit_manifest(0, next, &other, &stale).await;
+        assert_eq!(voided.unwrap(), None);
+    }
+}
