@@ -1,5 +1,7 @@
-"""Every object the broker writes is a valid KafScale segment or index (design.md §3), checked
-with the independent parser in support/segment_format.py: on a local data dir and on S3."""
+"""Every segment object compaction writes is a valid KafScale segment or index (design.md §3),
+checked with the independent parser in support/segment_format.py: on a local data dir and on
+S3. Acked records are committed in write-ahead objects first; compaction (every 100 ms, for
+runs of any age, here) turns them into segments."""
 
 from __future__ import annotations
 
@@ -13,6 +15,20 @@ from support.clients import Msg, confluent_consume, confluent_produce, counts, u
 from support.procs import S3_ENV
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+COMPACT_AT_ONCE = ["--wal-compaction-age-ms", "1", "--wal-compaction-interval-ms", "100"]
+SETTLE_S = 30.0  # liveness guard only
+
+
+def settled(check, *args):
+    """``check(*args)``'s result once it holds (compaction catches up within moments)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        try:
+            return check(*args)
+        except (AssertionError, KeyError):  # not there yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def local_objects(data_dir: Path) -> dict[tuple[str, str, int], dict[str, bytes]]:
@@ -97,14 +113,14 @@ def produce_rounds(bootstrap: str, topic: str, partitions: int) -> list[Msg]:
 
 def test_local_segments_are_valid(broker_factory):
     started = int(time.time() * 1000) - 1000
-    broker = broker_factory(["--default-partitions", "3"], flush_interval_ms=1500)
+    broker = broker_factory(["--default-partitions", "3", *COMPACT_AT_ONCE], flush_interval_ms=1500)
     topic = unique("seg-local")
     kw.ensure_topic(broker.bootstrap, topic, 3)
     msgs = produce_rounds(broker.bootstrap, topic, 3)
 
-    # acknowledged means durable: the segments are there while the broker still runs
+    # compaction turns the acknowledged records into segments while the broker runs
     window = (started, int(time.time() * 1000) + 1000)
-    check_topic(local_objects(broker.data_dir), "default", topic, msgs, window)
+    settled(lambda: check_topic(local_objects(broker.data_dir), "default", topic, msgs, window))
 
     assert broker.terminate() == 0
     logs = check_topic(local_objects(broker.data_dir), "default", topic, msgs, window)
@@ -121,9 +137,12 @@ def test_local_segments_are_valid(broker_factory):
 
 
 def test_segment_bytes_rolls_segments(broker_factory):
-    """A buffer reaching --segment-bytes is sealed at once (flush interval is long here)."""
+    """Compaction cuts segments at --segment-bytes, also inside one write-ahead run (the flush
+    interval is long here, so runs are large)."""
     seg_bytes = 65536
-    broker = broker_factory(["--segment-bytes", str(seg_bytes)], flush_interval_ms=5000)
+    broker = broker_factory(
+        ["--segment-bytes", str(seg_bytes), *COMPACT_AT_ONCE], flush_interval_ms=5000
+    )
     topic = unique("seg-roll")
     kw.ensure_topic(broker.bootstrap, topic, 1)
     msgs = [Msg(0, None, bytes([i % 251]) * 8000, (), 1_700_000_000_000 + i) for i in range(100)]
@@ -134,10 +153,14 @@ def test_segment_bytes_rolls_segments(broker_factory):
         acks="1",
         extra={"batch.size": 16384, "linger.ms": 0},
     )
+
+    def compacted():
+        log = sf.check_partition(local_objects(broker.data_dir)[("default", topic, 0)])
+        assert [r.value for r in log.records()] == [m.value for m in msgs]
+        return log
+
+    log = settled(compacted)
     assert broker.terminate() == 0
-    objs = local_objects(broker.data_dir)[("default", topic, 0)]
-    log = sf.check_partition(objs)
-    assert [r.value for r in log.records()] == [m.value for m in msgs]
     assert len(log.segments) >= 10, f"{len(log.segments)} segments for 800 kB at 64 KiB each"
     biggest_batch = max(b.size for _, seg, _ in log.segments for b in seg.batches)
     for name, seg, _ in log.segments:
@@ -149,7 +172,7 @@ def test_s3_segments_are_valid(broker_factory, moto, s3_bucket):
     started = int(time.time() * 1000) - 1000
     namespace = "itest-ns"
     broker = broker_factory(
-        [*moto.broker_args(s3_bucket, namespace), "--default-partitions", "2"],
+        [*moto.broker_args(s3_bucket, namespace), "--default-partitions", "2", *COMPACT_AT_ONCE],
         env=dict(S3_ENV),
         flush_interval_ms=1500,
     )
@@ -158,9 +181,9 @@ def test_s3_segments_are_valid(broker_factory, moto, s3_bucket):
     msgs = produce_rounds(broker.bootstrap, topic, 2)
     window = (started, int(time.time() * 1000) + 1000)
 
-    objects = s3_objects(moto.objects(s3_bucket))
+    objects = settled(lambda: s3_objects(moto.objects(s3_bucket)))
     assert {ns for ns, _, _ in objects} == {namespace}
-    check_topic(objects, namespace, topic, msgs, window)
+    settled(lambda: check_topic(s3_objects(moto.objects(s3_bucket)), namespace, topic, msgs, window))
 
     assert broker.terminate() == 0
     logs = check_topic(s3_objects(moto.objects(s3_bucket)), namespace, topic, msgs, window)

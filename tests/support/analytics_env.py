@@ -48,7 +48,15 @@ PARTITIONS = 3
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 NAMESPACE = "default"  # the broker's default --s3-namespace (and local data-dir subfolder)
 FLUSH_MS = 100  # long enough for one produce run to land in few segments of many batches
-BROKER_ARGS = ["--default-partitions", str(PARTITIONS)]
+# Readers scan segments: compaction turns every write-ahead run into one at once.
+BROKER_ARGS = [
+    "--default-partitions",
+    str(PARTITIONS),
+    "--wal-compaction-age-ms",
+    "1",
+    "--wal-compaction-interval-ms",
+    "100",
+]
 # records per (client, codec) run; confluent writes more so some segments span index entries
 RUN_SIZES = {"confluent": 360, "kafka-python": 45, "aiokafka": 45, "kcat": 30}
 # confluent-kafka: many small batches per produce request, all inside one flush interval
@@ -209,8 +217,9 @@ class AnalyticsData:
         return {key: self.store.read(key) for key in keys}
 
     def segments_settled(self) -> None:
-        """Wait until the segments of every partition end where ``expected`` ends (acked data
-        is committed before the ack, so this normally holds at once)."""
+        """Wait until the segments of every partition end where ``expected`` ends: acked data
+        is committed in write-ahead objects before the ack, and compaction (every 100 ms
+        here) turns it into segments."""
         want = self.end_offsets()
         wait_for(
             lambda: self.segment_ends() == want,

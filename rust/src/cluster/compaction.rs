@@ -19,6 +19,9 @@ use crate::meta::wal::WalManifest;
 /// Partitions compacted at once (each holds its runs' bytes while its segment uploads).
 const COMPACTIONS_IN_PARALLEL: usize = 8;
 
+/// Segments one partition may get per compaction interval (a backlog catches up over several).
+const ROUNDS_PER_TICK: usize = 16;
+
 /// An object no manifest names is deleted once this old: far beyond any flush's upload and
 /// commit, so no commit of it can still land.
 const UNCOMMITTED_OBJECT_AGE: Duration = Duration::from_secs(600);
@@ -49,14 +52,25 @@ pub fn spawn(broker: &Arc<Broker>) {
 }
 
 impl Broker {
-    /// Compacts every owned partition that is due, and commits the switches in batches.
+    /// Compacts every owned partition that is due, round after round while a partition has
+    /// more than a segment's worth due (bounded), and commits the switches in batches.
     pub(crate) async fn compact_owned(&self) {
-        let owned: Vec<Arc<Partition>> = self
+        let mut partitions: Vec<Arc<Partition>> = self
             .topics()
             .iter()
             .flat_map(|t| t.partitions.iter().map(|s| s.current()))
             .filter(|p| p.is_leader())
             .collect();
+        for _ in 0..ROUNDS_PER_TICK {
+            if partitions.is_empty() {
+                return;
+            }
+            partitions = self.compact_round(partitions).await;
+        }
+    }
+
+    /// One segment for each of `partitions` that is due; returns the ones that got one.
+    async fn compact_round(&self, owned: Vec<Arc<Partition>>) -> Vec<Arc<Partition>> {
         let now = now_ms();
         let ready: Vec<(Arc<Partition>, Compacted)> = futures::stream::iter(owned)
             .map(|p| async move { p.compact(&self.log, now).await.map(|c| (p, c)) })
@@ -64,12 +78,14 @@ impl Broker {
             .filter_map(|c| async move { c })
             .collect()
             .await;
+        let compacted: Vec<_> = ready.iter().map(|(p, _)| p.clone()).collect();
         let per_txn = (self.log.catalog.kv().max_txn_ops() / 2).max(1);
         let mut ready = ready.into_iter().peekable();
         while ready.peek().is_some() {
             let batch: Vec<_> = ready.by_ref().take(per_txn).collect();
             self.commit_compacted(batch).await;
         }
+        compacted
     }
 
     /// Commits one batch; a batch refused because one partition moved is split until the
@@ -188,4 +204,83 @@ fn all_compacted(state: &ClusterState, manifest: &WalManifest) -> bool {
                 })
             })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::tests::{broker, produce};
+    use crate::log::reader;
+    use crate::meta::mirror::tests::eventually;
+
+    /// The segment end of t-`id` as the broker's cluster view has it.
+    fn viewed_end(b: &Broker, id: i32) -> i64 {
+        let state = b.cluster();
+        let view = state.partition("t", id).unwrap();
+        view.record.as_ref().unwrap().segment_end()
+    }
+
+    #[tokio::test]
+    async fn compacted_runs_become_segments_and_their_objects_go() {
+        let t = broker(2_000).await;
+        let b = &t.broker;
+        b.create_topic("t", 2, Default::default()).await.unwrap();
+        for round in 0..6 {
+            assert_eq!(produce(b, "t", 0, 10).await, round * 10);
+            assert_eq!(produce(b, "t", 1, 1).await, round);
+        }
+        // each produce here is a flush of its own: one object per partition and round
+        assert_eq!(b.log.store.list_wal().await.unwrap().len(), 12);
+        b.compact_owned().await;
+        let p0 = b.topic("t").unwrap().partitions[0].current();
+        let p1 = b.topic("t").unwrap().partitions[1].current();
+        let end = |p: &Partition| p.owned().unwrap().record.segment_end();
+        // partition 0 holds three segments' worth: compacted in rounds of one segment each;
+        // partition 1 is small and young: left in the write-ahead objects
+        assert_eq!(end(&p0), 60);
+        assert_eq!(p0.segments().len(), 3);
+        assert_eq!(end(&p1), 0);
+        let read = reader::read(&b.log, &p0, 0, 1 << 20, true).await.unwrap();
+        let offsets: Vec<i64> = crate::log::segment::BatchWalker::new(&read.records)
+            .map(|r| r.unwrap().1.base_offset)
+            .collect();
+        assert_eq!(offsets, (0..6).map(|i| i * 10).collect::<Vec<_>>());
+        // the objects of partition 0 go; partition 1's runs are only in write-ahead objects
+        assert!(eventually(|| viewed_end(b, 0) == 60).await);
+        b.delete_compacted_objects().await;
+        assert_eq!(b.log.store.list_wal().await.unwrap().len(), 6);
+        // once every run is in a segment (by age), the objects and manifests go
+        let later = now_ms() + 3_600_000;
+        for p in [&p0, &p1] {
+            while let Some(c) = p.compact(&b.log, later).await {
+                let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
+                let revision = b
+                    .log
+                    .catalog
+                    .commit_owned_records(&changes)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                p.compacted(&b.log, c, revision);
+            }
+        }
+        assert_eq!(end(&p1), 6);
+        assert!(eventually(|| viewed_end(b, 1) == 6).await);
+        b.delete_compacted_objects().await;
+        assert_eq!(b.log.store.list_wal().await.unwrap().len(), 0);
+        assert!(b.log.wal.manifests().is_empty());
+        let manifests = b
+            .log
+            .catalog
+            .kv()
+            .range(&b.log.catalog.manifests_prefix())
+            .await;
+        assert!(manifests.unwrap().kvs.is_empty());
+        // the log reads the same from segments alone
+        let read = reader::read(&b.log, &p1, 0, 1 << 20, true).await.unwrap();
+        let offsets: Vec<i64> = crate::log::segment::BatchWalker::new(&read.records)
+            .map(|r| r.unwrap().1.base_offset)
+            .collect();
+        assert_eq!(offsets, (0..6).collect::<Vec<_>>());
+    }
 }

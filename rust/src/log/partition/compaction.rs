@@ -58,7 +58,14 @@ impl Partition {
             more
         });
         let last = runs.last()?.run.last_offset;
-        let batches = self.committed_batches(ctx, from, last).await?;
+        let mut batches = self.committed_batches(ctx, from, last).await?;
+        // Cut at the first batch boundary at or past segment.bytes (a run may be larger).
+        let mut size = 0;
+        let cut = batches.iter().position(|b| {
+            size += b.size() as u64;
+            size >= segment_bytes
+        });
+        batches.truncate(cut.map_or(batches.len(), |i| i + 1));
         let built = build_segment(&batches, now_ms, ctx.settings.index_interval);
         let (meta, cached) = match self.put_segment(ctx, &built.object, &built.index).await? {
             true => (built.meta.clone(), built.batches()),
