@@ -40,6 +40,7 @@ from support.admin_env import (
 )
 from support.clients import Msg, confluent_produce, unique
 from support.cluster import segment_base, whole_batches
+from support.procs import settled
 from support.group_env import ClusterNodes, GroupEnv, SingleNode
 from support.load import wait_for
 from support.procs import S3_ENV, Broker
@@ -235,10 +236,14 @@ def test_lower_retention_ms_applies_on_every_owner(genv):
     topic = genv.new_topic(unique("ret"), partitions)
     chosen = one_partition_per_owner(genv, topic, partitions)
     old = int(time.time() * 1000) - 30 * 60_000
-    for r in range(3):  # one acknowledged produce per round: one segment each
+    for r in range(3):
         confluent_produce(
             genv.bootstrap(), topic, old_msgs(chosen, r, old), extra={"linger.ms": 50}
         )
+    # Retention drops whole segments: the old records are compacted into segments of their
+    # own (at once in tests) before the new ones come.
+    for p in chosen:
+        settled(lambda p=p: check_records_in_segments(genv, topic, p, 15))
     new = [Msg(p, None, b"new-%d-%d" % (p, i)) for p in chosen for i in range(5)]
     confluent_produce(genv.bootstrap(), topic, new, extra={"linger.ms": 50})
 
@@ -293,6 +298,24 @@ def burst(owner: Broker, topic: str, partition: int, tag: bytes) -> int:
     return size
 
 
+def records_in_segments(genv: GroupEnv, topic: str, partition: int) -> int:
+    """How many records of one partition compaction has put into segments so far."""
+    if isinstance(genv, ClusterNodes):
+        c = genv.cluster
+        prefix = f"{c.namespace}/{topic}/{partition}/"
+        objects = {k.rsplit("/", 1)[1]: v for k, v in c.moto.objects(c.bucket, prefix).items()}
+    else:
+        assert isinstance(genv, SingleNode)
+        folder = genv.node.data_dir / "default" / topic / str(partition)
+        objects = {f.name: f.read_bytes() for f in folder.glob("segment-*")}
+    return len(sf.check_partition(objects).records()) if objects else 0
+
+
+def check_records_in_segments(genv: GroupEnv, topic: str, partition: int, want: int) -> None:
+    have = records_in_segments(genv, topic, partition)
+    assert have == want, f"{topic}/{partition}: {have} records in segments, not {want}"
+
+
 def segment_sizes(genv: GroupEnv, topic: str, partition: int) -> dict[int, int]:
     """{base offset: size of the .kfs object} of one partition (S3 or the data dir)."""
     out = {}
@@ -312,8 +335,8 @@ def segment_sizes(genv: GroupEnv, topic: str, partition: int) -> dict[int, int]:
 def test_lower_segment_bytes_applies_on_every_owner(genv):
     """A burst of 60 small batches under the default segment.bytes (8 MiB) lands in a few big
     segments; segment.bytes set to 2 KiB (AlterConfigs, kafka-python) is shown by every broker
-    at once and every owner then seals a segment as soon as it holds 2 KiB: no new segment is
-    larger than that plus one batch (and the segment header and footer)."""
+    at once and every owner's compaction then cuts a segment as soon as it holds 2 KiB: no new
+    segment is larger than that plus one batch (and the segment header and footer)."""
     partitions = 12 if genv.kind == "cluster" else 1
     topic = genv.new_topic(unique("seg"), partitions)
     chosen = one_partition_per_owner(genv, topic, partitions)
@@ -328,6 +351,7 @@ def test_lower_segment_bytes_applies_on_every_owner(genv):
     batch = burst_all(b"big", BURST)
     bound = SMALL_SEGMENT + batch + overhead
     for p in chosen:
+        settled(lambda p=p: check_records_in_segments(genv, topic, p, BURST))
         before = segment_sizes(genv, topic, p)
         assert max(before.values()) > bound, (
             f"p{p}: the burst was not buffered into big segments ({before}); the check below "
@@ -341,6 +365,7 @@ def test_lower_segment_bytes_applies_on_every_owner(genv):
 
     burst_all(b"small", 2 * BURST)
     for p, owner in chosen.items():
+        settled(lambda p=p: check_records_in_segments(genv, topic, p, 2 * BURST))
         after = {base: n for base, n in segment_sizes(genv, topic, p).items() if base >= BURST}
         too_big = {base: n for base, n in after.items() if n > bound}
         assert not too_big, f"p{p} (owner {owner.name}): segments over {bound} bytes: {too_big}"

@@ -22,6 +22,7 @@ from support.clients import (
     kcat_produce,
     unique,
 )
+from support.procs import settled
 
 PARTITIONS = 3
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -109,10 +110,17 @@ def assert_same(
             assert all(lo <= r.timestamp <= hi for r in recs), f"partition {p} timestamps"
 
 
-def assert_stored_with_codec(broker, topic: str, codec: str) -> None:
+def assert_stored_with_codec(broker, topic: str, codec: str, records: int) -> None:
     """The broker stores batches as the client sent them, so the segments show whether the
-    client really compressed with ``codec`` (they are also parsed and checked on the way)."""
-    logs = sf.read_local_partitions(broker.data_dir, topic)
+    client really compressed with ``codec`` (they are also parsed and checked on the way),
+    once compaction has turned all ``records`` into segments."""
+
+    def compacted():
+        logs = sf.read_local_partitions(broker.data_dir, topic)
+        assert sum(len(log.records()) for log in logs.values()) == records
+        return logs
+
+    logs = settled(compacted)
     seen = {
         sf.CODEC_NAMES[b.compression]
         for log in logs.values()
@@ -151,7 +159,7 @@ def test_python_client_roundtrip(kbroker, client, codec):
         assert_same(msgs, got)
         if consumer_name == client:
             assert_delivery_matches(msgs, delivered, got)
-    assert_stored_with_codec(kbroker, topic, codec)
+    assert_stored_with_codec(kbroker, topic, codec, len(msgs))
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -167,7 +175,7 @@ def test_kcat_roundtrip(kbroker, codec):
     for consume in CONSUMERS.values():
         got = consume(kbroker.bootstrap, topic, expected)
         assert_same(msgs, got, check_timestamps=False, ts_window=(before, after))
-    assert_stored_with_codec(kbroker, topic, codec)
+    assert_stored_with_codec(kbroker, topic, codec, len(msgs))
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])

@@ -1,7 +1,7 @@
 """Every segment object compaction writes is a valid KafScale segment or index (design.md §3),
 checked with the independent parser in support/segment_format.py: on a local data dir and on
-S3. Acked records are committed in write-ahead objects first; compaction (every 100 ms, for
-runs of any age, here) turns them into segments."""
+S3. Acked records are committed in write-ahead objects first; compaction (at once in tests, see
+support/procs.py) turns them into segments."""
 
 from __future__ import annotations
 
@@ -12,25 +12,9 @@ from pathlib import Path
 from support import kafka_wire as kw
 from support import segment_format as sf
 from support.clients import Msg, confluent_consume, confluent_produce, counts, unique
-from support.procs import S3_ENV
+from support.procs import S3_ENV, settled
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-COMPACT_AT_ONCE = ["--wal-compaction-age-ms", "1", "--wal-compaction-interval-ms", "100"]
-SETTLE_S = 30.0  # liveness guard only
-
-
-def settled(check, *args):
-    """``check(*args)``'s result once it holds (compaction catches up within moments)."""
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        try:
-            return check(*args)
-        except (AssertionError, KeyError):  # not there yet
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def local_objects(data_dir: Path) -> dict[tuple[str, str, int], dict[str, bytes]]:
     """{(namespace, topic, partition): {file name: bytes}} for every .kfs/.index file."""
     out: dict[tuple[str, str, int], dict[str, bytes]] = defaultdict(dict)
@@ -113,7 +97,7 @@ def produce_rounds(bootstrap: str, topic: str, partitions: int) -> list[Msg]:
 
 def test_local_segments_are_valid(broker_factory):
     started = int(time.time() * 1000) - 1000
-    broker = broker_factory(["--default-partitions", "3", *COMPACT_AT_ONCE], flush_interval_ms=1500)
+    broker = broker_factory(["--default-partitions", "3"], flush_interval_ms=1500)
     topic = unique("seg-local")
     kw.ensure_topic(broker.bootstrap, topic, 3)
     msgs = produce_rounds(broker.bootstrap, topic, 3)
@@ -140,9 +124,7 @@ def test_segment_bytes_rolls_segments(broker_factory):
     """Compaction cuts segments at --segment-bytes, also inside one write-ahead run (the flush
     interval is long here, so runs are large)."""
     seg_bytes = 65536
-    broker = broker_factory(
-        ["--segment-bytes", str(seg_bytes), *COMPACT_AT_ONCE], flush_interval_ms=5000
-    )
+    broker = broker_factory(["--segment-bytes", str(seg_bytes)], flush_interval_ms=5000)
     topic = unique("seg-roll")
     kw.ensure_topic(broker.bootstrap, topic, 1)
     msgs = [Msg(0, None, bytes([i % 251]) * 8000, (), 1_700_000_000_000 + i) for i in range(100)]
@@ -172,7 +154,7 @@ def test_s3_segments_are_valid(broker_factory, moto, s3_bucket):
     started = int(time.time() * 1000) - 1000
     namespace = "itest-ns"
     broker = broker_factory(
-        [*moto.broker_args(s3_bucket, namespace), "--default-partitions", "2", *COMPACT_AT_ONCE],
+        [*moto.broker_args(s3_bucket, namespace), "--default-partitions", "2"],
         env=dict(S3_ENV),
         flush_interval_ms=1500,
     )

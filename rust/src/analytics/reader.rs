@@ -32,9 +32,11 @@ impl TopicReader {
         &self.store
     }
 
-    /// Topics with at least one object.
+    /// Topics with at least one object (the write-ahead folder is no topic's).
     pub async fn topics(&self) -> Result<Vec<String>, ReadError> {
-        Ok(self.store.list_folders("").await?)
+        let mut folders = self.store.list_folders("").await?;
+        folders.retain(|f| f != crate::store::WAL_FOLDER);
+        Ok(folders)
     }
 
     pub async fn partitions(&self, topic: &str) -> Result<Vec<i32>, ReadError> {
