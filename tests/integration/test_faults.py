@@ -190,11 +190,12 @@ def test_etcd_outage(cluster, etcd, partitions):
         owners = {b.broker_id: c.partitions_of(topic, b.broker_id) for b in c.live}
         etcd.stop()
         until = time.monotonic() + OUTAGE_S
+        # sent first: reading a wide topic from every broker takes a good part of the outage
+        probes = probe_owners(wl, c, owners, "etcd")
         for b in c.live:
             for p, (_start, end) in committed.items():
                 got = read_partition(b.bootstrap, topic, p, 0, end)
                 assert [r.offset for r in got] == list(range(end)), (b.name, p)
-        probes = probe_owners(wl, c, owners, "etcd")
         for probe in probes:
             probe.collect(timeout=max(0.1, until - time.monotonic() - 1))
         assert_refused(probes, "etcd down")
