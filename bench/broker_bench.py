@@ -469,15 +469,20 @@ def run_workers(
         results = _collect(out, set(ready), broker, procs, timeout, "result", errors)
         cpu = broker.cpu_seconds() - cpu0
     finally:
-        start.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        release_and_reap(procs, start)
     if not results:
         raise RuntimeError("; ".join(errors) or "no driver results")
     return list(results.values()), cpu, errors
+
+
+def release_and_reap(procs: list[Any], start: Any) -> None:
+    """Let waiting workers go (so none blocks forever), then join them; kill stragglers."""
+    start.set()
+    for p in procs:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def _collect(

@@ -231,11 +231,7 @@ def drive(brokers, moto, etcd, args, partitions: int, mb_s: float, value_bytes: 
         last = sample(brokers, moto, etcd)
         results = bb._collect(out, set(range(procs_n)), brokers, procs, 300.0, "result", errors)
     finally:
-        start.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+        bb.release_and_reap(procs, start)
     return list(results.values()), first, last, errors
 
 
@@ -327,8 +323,9 @@ def run_figures(brokers, moto, results, first: Sample, last: Sample, n_brokers: 
         fig["errors"] = errors[:3]
     per_broker = offered_bytes_s / n_brokers
     fig["targets_per_broker"] = {
-        "wal_puts_s": entry(
-            per(fig.get("wal_puts_s", fig.get("ack_path_segment_puts_s")), n_brokers),
+        # before issue 13 the ack path writes segments: those are its PUTs
+        "ack_path_puts_s": entry(
+            per(fig.get("wal_puts_s", 0.0) + fig.get("ack_path_segment_puts_s", 0.0), n_brokers),
             4 + per_broker / WAL_SIZE_CAP,
         ),
         "meta_writes_s": entry(per(fig["meta_writes_s"], n_brokers), TARGET_META_WRITES_S),
@@ -405,8 +402,8 @@ def one_run(args, opts, root: Path, topology: str, partitions: int, load) -> dic
             run["driver_errors"] = errors[:3]
         t = run["targets_per_broker"]
         bb.log(
-            f"{label}: WAL PUTs/s {run.get('wal_puts_s')} (target/broker "
-            f"{t['wal_puts_s']['target']}), ack-path segment PUTs/s "
+            f"{label}: WAL PUTs/s {run.get('wal_puts_s')} (ack-path target/broker "
+            f"{t['ack_path_puts_s']['target']}), ack-path segment PUTs/s "
             f"{run.get('ack_path_segment_puts_s')}, compaction PUTs/s "
             f"{run.get('compaction_puts_s')} [{run['put_source']}]; metadata writes/s "
             f"{run['meta_writes_s']} (target/broker {t['meta_writes_s']['target']}) "
