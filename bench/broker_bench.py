@@ -303,11 +303,16 @@ def _wait_start(out: Any, start: Any, wid: int) -> None:
     start.wait()
 
 
-def produce_worker(wid: int, job: ProduceJob, out: Any, start: Any) -> None:
+def report_outcome(work: Callable[..., dict[str, Any]], wid: int, job: Any, out: Any, start: Any):
+    """Run a worker's ``work`` and put its result, or its exception, on the parent's queue."""
     try:
-        out.put(("result", wid, _produce(wid, job, out, start)))
+        out.put(("result", wid, work(wid, job, out, start)))
     except Exception as exc:  # reported to the parent, which records it
         out.put(("error", wid, f"{type(exc).__name__}: {exc}"))
+
+
+def produce_worker(wid: int, job: ProduceJob, out: Any, start: Any) -> None:
+    report_outcome(_produce, wid, job, out, start)
 
 
 def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
@@ -367,10 +372,7 @@ def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
 
 
 def fetch_worker(wid: int, job: FetchJob, out: Any, start: Any) -> None:
-    try:
-        out.put(("result", wid, _fetch(wid, job, out, start)))
-    except Exception as exc:
-        out.put(("error", wid, f"{type(exc).__name__}: {exc}"))
+    report_outcome(_fetch, wid, job, out, start)
 
 
 def _fetch(wid: int, job: FetchJob, out: Any, start: Any) -> dict[str, Any]:
@@ -467,15 +469,20 @@ def run_workers(
         results = _collect(out, set(ready), broker, procs, timeout, "result", errors)
         cpu = broker.cpu_seconds() - cpu0
     finally:
-        start.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        release_and_reap(procs, start)
     if not results:
         raise RuntimeError("; ".join(errors) or "no driver results")
     return list(results.values()), cpu, errors
+
+
+def release_and_reap(procs: list[Any], start: Any) -> None:
+    """Let waiting workers go (so none blocks forever), then join them; kill stragglers."""
+    start.set()
+    for p in procs:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def _collect(

@@ -1,32 +1,70 @@
 """Faults under load: a cluster of brokers keeps every acknowledged record, exactly where it was
 acknowledged, through a killed broker, a frozen one (zombie), an S3 outage, an etcd outage and
-scaling 1 -> 3 -> 1 brokers.
+scaling 1 -> 3 -> 1 brokers; and an owner killed, or S3 frozen, while compaction runs.
 
 Every test runs a ``Workload`` (support/load.py): two acks=all producers (one retrying like a
 real application, one that never resends), a consumer reading along, and a watcher of etcd and
 the bucket. ``Workload.verify()`` then checks the whole log; its docstring lists the
 properties. Each test adds the checks specific to its fault. The lease TTL is short (3 s) so that
 a dead broker's partitions move quickly; the timeouts here are liveness guards only.
+
+Each scenario runs on a narrow topic and on a wide one (``WIDE`` partitions), where one
+write-ahead object carries the batches of many partitions. The wide runs and the compaction
+faults end with ``check_compacted``: once compaction has caught up,
+every acked record is at its acked offset in the compacted segments, read from the objects by
+support/log_check, and no object is left that no metadata refers to.
 """
 
 from __future__ import annotations
 
 import time
 
+import pytest
 from support.clients import unique
 from support.cluster import create_topic, moved_away, moved_to, read_partition
-from support.load import RETRIABLE, Workload, busiest
+from support.load import RETRIABLE, Workload, busiest, wait_for
+from support.log_check import LogChecker
 from support.procs import paused
 
 PARTITIONS = 6
+WIDE = 200  # partitions of the wide topics: one write-ahead object carries many of them
 LEASE_TTL_MS = 3000
 FLUSH_INTERVAL_MS = 200
 OUTAGE_S = 10.0  # how long S3 / etcd stay away (the fault, not a limit on the broker)
 PROBE_TIMEOUT_MS = 2000  # produce timeout of the probes sent during an outage
+# Compaction soon and often, so that it runs during the faults and catches up quickly after.
+COMPACTION_ENV = {
+    "KAFSCALE_WAL_COMPACTION_AGE_MS": "1000",
+    "KAFSCALE_WAL_COMPACTION_INTERVAL_MS": "200",
+}
+COMPACTION_TIMEOUT = 90.0  # liveness guard: compaction of every partition after the run
+STALLS, STALL_S = 4, 1.5  # S3 freezes during compaction: how many, how long each
+
+narrow_and_wide = pytest.mark.parametrize("partitions", [PARTITIONS, WIDE], ids=["narrow", "wide"])
 
 
 def start_cluster(make_cluster, n: int = 3):
-    return make_cluster(n, lease_ttl_ms=LEASE_TTL_MS, flush_interval_ms=FLUSH_INTERVAL_MS)
+    return make_cluster(
+        n, lease_ttl_ms=LEASE_TTL_MS, flush_interval_ms=FLUSH_INTERVAL_MS, env=COMPACTION_ENV
+    )
+
+
+def load(c, topic: str, partitions: int, **kw) -> Workload:
+    """The fault tests' workload: a wide topic gets more records per second so that every
+    partition sees a few of them per second."""
+    return Workload(c, topic, partitions, rate=max(120, 3 * partitions), **kw)
+
+
+def check_compacted(c, wl: Workload, topic: str) -> dict[str, int]:
+    """After ``wl.verify()``: wait (bounded) until compaction has caught up, then every acked
+    value is at its acked offset in the objects and nothing is left unreferenced."""
+    report = LogChecker.for_cluster(c).wait_compacted([topic], COMPACTION_TIMEOUT)
+    problems = report.problems + report.acked_problems(topic, wl.acked())
+    assert not problems, f"{len(problems)} problems in the stored log: {problems[:10]}"
+    assert report.manifests == 0, f"compaction did not catch up: {report.summary()}"
+    left = sorted(report.unswept())
+    assert not left, f"{len(left)} objects no metadata refers to: {left[:10]}"
+    return report.summary()
 
 
 def new_topic(c, partitions: int = PARTITIONS) -> str:
@@ -59,32 +97,36 @@ def assert_refused(probes, phase: str) -> None:
         )
 
 
-def test_kill_owner_of_busy_partitions(cluster):
+@narrow_and_wide
+def test_kill_owner_of_busy_partitions(cluster, partitions):
     """kill -9 the broker leading the most partitions: after its lease expires the others own
     its partitions (higher epochs), nothing else moves, producers carry on through the
     others, and nothing acknowledged is lost or moved."""
     c = start_cluster(cluster)
-    topic = new_topic(c)
-    with Workload(c, topic, PARTITIONS) as wl:
+    topic = new_topic(c, partitions)
+    with load(c, topic, partitions) as wl:
         wl.wait_acks(10)
         before = {topic: c.leaders(topic)}
         victim, _moved = busiest(c, topic)
         victim.kill()
-        c.wait_converged([topic], {topic: PARTITIONS}, until=moved_away(before, victim.broker_id))
+        c.wait_converged([topic], {topic: partitions}, until=moved_away(before, victim.broker_id))
         wl.wait_acks(20)  # every partition, the moved ones included
         stats = wl.verify()
+    if partitions == WIDE:
+        stats |= check_compacted(c, wl, topic)
     print(stats)
 
 
-def test_frozen_owner_is_fenced(cluster):
+@narrow_and_wide
+def test_frozen_owner_is_fenced(cluster, partitions):
     """SIGSTOP a busy owner until its lease expires and the new owners have written, then
     SIGCONT it: the zombie acknowledges nothing it could not commit (produce requests it
     received while frozen are refused or, if it owns the partition again, stored where it
     said), high watermarks only move forward, no segment is overwritten, and records written
     after the takeover carry the new epoch (verify() checks epochs along the log)."""
     c = start_cluster(cluster)
-    topic = new_topic(c)
-    with Workload(c, topic, PARTITIONS) as wl:
+    topic = new_topic(c, partitions)
+    with load(c, topic, partitions) as wl:
         wl.wait_acks(10)
         before = {topic: c.leaders(topic)}
         zombie, moved = busiest(c, topic)
@@ -92,29 +134,32 @@ def test_frozen_owner_is_fenced(cluster):
             # the kernel accepts these; the frozen broker reads them when it wakes up
             probe = wl.probe(zombie, moved, "zombie")
             c.wait_converged(
-                [topic], {topic: PARTITIONS}, until=moved_away(before, zombie.broker_id)
+                [topic], {topic: partitions}, until=moved_away(before, zombie.broker_id)
             )
             wl.wait_acks(20, partitions=moved)  # the new owners write past the takeover
             taken = {p: c.meta.partition(topic, p).high_watermark for p in moved}
         probe.collect(timeout=30)
         wrong = {v: e for v, e in probe.errors().items() if e not in RETRIABLE}
         assert not wrong, f"the woken broker answered with non-retriable errors {wrong}"
-        c.wait_converged([topic], {topic: PARTITIONS})  # it rejoins: all three agree
+        c.wait_converged([topic], {topic: partitions})  # it rejoins: all three agree
         wl.wait_acks(20)
         for p, hwm in taken.items():
             now = c.meta.partition(topic, p).high_watermark
             assert now >= hwm, f"partition {p}: high watermark {hwm} after takeover, now {now}"
         stats = wl.verify()
+    if partitions == WIDE:
+        stats |= check_compacted(c, wl, topic)
     print(stats, "zombie probe answers:", probe.answers, "unanswered:", probe.unanswered)
 
 
-def test_s3_outage(cluster, moto):
+@narrow_and_wide
+def test_s3_outage(cluster, moto, partitions):
     """Freeze the S3 server for 10 s: produce requests sent meanwhile are answered within the
     outage (their timeout_ms is 2 s) with retriable errors, since nothing can be made durable;
     producing recovers once S3 is back, and nothing acknowledged is lost."""
     c = start_cluster(cluster)
-    topic = new_topic(c)
-    with Workload(c, topic, PARTITIONS) as wl:
+    topic = new_topic(c, partitions)
+    with load(c, topic, partitions) as wl:
         wl.wait_acks(10)
         owners = {b.broker_id: c.partitions_of(topic, b.broker_id) for b in c.live}
         with paused(moto):
@@ -126,48 +171,54 @@ def test_s3_outage(cluster, moto):
             time.sleep(max(0.0, until - time.monotonic()))
         wl.wait_acks(20)
         stats = wl.verify()
+    if partitions == WIDE:
+        stats |= check_compacted(c, wl, topic)
     print(stats, [p.answers for p in probes])
 
 
-def test_etcd_outage(cluster, etcd):
+@narrow_and_wide
+def test_etcd_outage(cluster, etcd, partitions):
     """Stop etcd for 10 s and start it again on the same data dir: committed data stays
     readable from every broker, produce requests are answered within the outage with
     retriable errors (no commit is possible), and once etcd is back producing recovers with
     nothing acknowledged lost."""
     c = start_cluster(cluster)
-    topic = new_topic(c)
-    with Workload(c, topic, PARTITIONS) as wl:
+    topic = new_topic(c, partitions)
+    with load(c, topic, partitions) as wl:
         wl.wait_acks(10)
-        committed = c.end_offsets(topic, PARTITIONS)
+        committed = c.end_offsets(topic, partitions)
         owners = {b.broker_id: c.partitions_of(topic, b.broker_id) for b in c.live}
         etcd.stop()
         until = time.monotonic() + OUTAGE_S
+        # sent first: reading a wide topic from every broker takes a good part of the outage
+        probes = probe_owners(wl, c, owners, "etcd")
         for b in c.live:
             for p, (_start, end) in committed.items():
                 got = read_partition(b.bootstrap, topic, p, 0, end)
                 assert [r.offset for r in got] == list(range(end)), (b.name, p)
-        probes = probe_owners(wl, c, owners, "etcd")
         for probe in probes:
             probe.collect(timeout=max(0.1, until - time.monotonic() - 1))
         assert_refused(probes, "etcd down")
         time.sleep(max(0.0, until - time.monotonic()))
         etcd.start()
-        c.wait_converged([topic], {topic: PARTITIONS})
+        c.wait_converged([topic], {topic: partitions})
         wl.wait_acks(20)
         stats = wl.verify()
+    if partitions == WIDE:
+        stats |= check_compacted(c, wl, topic)
     print(stats, [p.answers for p in probes])
 
 
-def test_scale_one_three_one(cluster):
+@pytest.mark.parametrize("partitions", [12, WIDE], ids=["narrow", "wide"])
+def test_scale_one_three_one(cluster, partitions):
     """One broker, then three (the new ones take over a share, handed off gracefully), then
     one again (SIGTERM: the leaving brokers flush, release and exit 0), all while producing
     and consuming through the first broker's address: nothing acknowledged is lost, and with
     only graceful moves nothing is stored twice, not even by the retrying producer."""
-    partitions = 12  # enough that the newcomers surely get some
     c = start_cluster(cluster, 1)
     topic = new_topic(c, partitions)
     first = c.brokers[1]
-    with Workload(c, topic, partitions, bootstrap=first.bootstrap) as wl:
+    with load(c, topic, partitions, bootstrap=first.bootstrap) as wl:
         wl.wait_acks(5)
         before = {topic: c.leaders(topic)}
         b2, b3 = c.add(), c.add()
@@ -180,4 +231,63 @@ def test_scale_one_three_one(cluster):
         wl.wait_acks(10)
         stats = wl.verify()
     assert stats["duplicates"] == 0, f"graceful moves left requests in doubt: {stats}"
+    if partitions == WIDE:
+        stats |= check_compacted(c, wl, topic)
+    print(stats)
+
+
+def compacting_owner(c, topic: str):
+    """Wait until compaction is seen moving (a partition's segment end advanced between two
+    reads of etcd) and return that partition's owner: it is compacting right now."""
+
+    def advanced():
+        first = c.meta.partitions(topic)
+        time.sleep(0.05)
+        now = c.meta.partitions(topic)
+        moved = [
+            p for p, rec in now.items() if p in first and rec.segment_end > first[p].segment_end
+        ]
+        return moved and c.owner(topic, moved[0])
+
+    return wait_for(advanced, COMPACTION_TIMEOUT, "compaction to commit a segment")
+
+
+def test_kill_owner_during_compaction(cluster, moto):
+    """kill -9 an owner in the middle of compaction: as soon as it is seen compacting, S3 is
+    frozen for a few compaction intervals (its next uploads hang), the owner is killed and S3
+    thawed (requests it had sent may still land: objects nobody committed). The other brokers
+    take its partitions and compact its write-ahead data; nothing acknowledged is lost or
+    moved, and once compaction has caught up nothing is left that no metadata refers to."""
+    c = start_cluster(cluster)
+    topic = new_topic(c, WIDE)
+    with load(c, topic, WIDE) as wl:
+        wl.wait_acks(5)
+        victim = compacting_owner(c, topic)
+        before = {topic: c.leaders(topic)}
+        with paused(moto):
+            time.sleep(3 * int(COMPACTION_ENV["KAFSCALE_WAL_COMPACTION_INTERVAL_MS"]) / 1000)
+            victim.kill()
+        c.wait_converged([topic], {topic: WIDE}, until=moved_away(before, victim.broker_id))
+        wl.wait_acks(10)
+        stats = wl.verify()
+    stats |= check_compacted(c, wl, topic)
+    print(stats)
+
+
+def test_s3_frozen_during_compaction(cluster, moto):
+    """Freeze S3 for 1.5 s, four times, each time right after compaction was seen committing,
+    so that compaction stalls at different steps (segment uploads, commit, deleting
+    write-ahead objects) while producing goes on: nothing acknowledged is lost or moved, and
+    compaction catches up leaving nothing unreferenced."""
+    c = start_cluster(cluster)
+    topic = new_topic(c, WIDE)
+    with load(c, topic, WIDE) as wl:
+        wl.wait_acks(5)
+        for _ in range(STALLS):
+            compacting_owner(c, topic)
+            with paused(moto):
+                time.sleep(STALL_S)
+            wl.wait_acks(2)
+        stats = wl.verify()
+    stats |= check_compacted(c, wl, topic)
     print(stats)

@@ -43,6 +43,7 @@ class Cluster:
         lease_ttl_ms: int = 3000,
         flush_interval_ms: int = 50,
         args: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.factory = factory
         self.etcd = etcd
@@ -52,6 +53,7 @@ class Cluster:
         self.lease_ttl_ms = lease_ttl_ms
         self.flush_interval_ms = flush_interval_ms
         self.args = list(args or [])
+        self.env = {**S3_ENV, **(env or {})}  # every broker's environment (KAFSCALE_* settings)
         self.brokers: dict[int, Broker] = {}
         self.meta = ClusterMeta(etcd.client(), namespace)
 
@@ -74,7 +76,7 @@ class Cluster:
         broker_id = max(self.brokers, default=0) + 1
         broker = self.factory(
             [*self.broker_args(broker_id), *(args or [])],
-            env=dict(S3_ENV),
+            env=dict(self.env),
             flush_interval_ms=self.flush_interval_ms,
             name=f"broker{broker_id}",
             start=start,

@@ -142,7 +142,8 @@ class PartitionRecord:
     leader_epoch: int
     epoch_history: list[tuple[int, int]]  # (epoch, start offset), oldest first
     log_start_offset: int
-    high_watermark: int
+    high_watermark: int  # since issue 13 a lower bound of the committed end (support/log_check)
+    segment_end: int = 0  # offsets below it are in committed .kfs segments
 
 
 class ClusterMeta:
@@ -220,6 +221,7 @@ def parse_partition_record(raw: bytes) -> PartitionRecord:
         epoch_history=history,
         log_start_offset=int(doc.get("log_start_offset", 0)),
         high_watermark=int(doc["high_watermark"]),
+        segment_end=int(doc.get("segment_end", doc["high_watermark"])),
     )
 
 

@@ -49,6 +49,7 @@ from .cluster import (
     segment_base,
 )
 from .etcd import EtcdError
+from .log_check import LogChecker, LogReport
 
 LIVENESS_TIMEOUT = 60.0  # generous guard for "the cluster makes progress again"
 
@@ -239,8 +240,9 @@ class LiveConsumer:
 
 class SegmentWatcher:
     """Snapshots, every ``interval`` seconds, each partition's record in etcd and the bucket
-    listing. A segment whose base offset is below the high watermark read just before the
-    listing is committed; its ETag must never change and it must never disappear."""
+    listing. A segment whose base offset is below the segment end (before issue 13: the high
+    watermark) read just before the listing is committed; its ETag must never change and it
+    must never disappear."""
 
     def __init__(self, cluster: Cluster, topic: str, interval: float = 0.5) -> None:
         self.cluster = cluster
@@ -297,7 +299,7 @@ class SegmentWatcher:
                 continue
             p, base, _kind = parsed
             rec = records.get(p)
-            if rec is None or base >= rec.high_watermark:
+            if rec is None or base >= rec.segment_end:
                 continue  # not committed (yet): may be replaced or removed
             first = self.committed.setdefault(key, etag)
             if first != etag:
@@ -409,6 +411,13 @@ class Workload:
             with contextlib.suppress(AssertionError):
                 stop()
 
+    def acked(self) -> dict[bytes, tuple[int, int]]:
+        """Every acknowledged value: {value: (partition, offset)} (producers and probes)."""
+        acked = {**self.retrying.acked, **self.single.acked}
+        for probe in self.probes:
+            acked.update(probe.acked())
+        return acked
+
     def acks(self) -> dict[int, int]:
         r, s = self.retrying.counts(), self.single.counts()
         return {p: r.get(p, 0) + s.get(p, 0) for p in range(self.partitions)}
@@ -457,15 +466,14 @@ class Workload:
         self.single.stop()
         problems: list[str] = []
 
-        # the committed ends come from etcd; every broker must come to report the same
-        records = wait_for(
-            lambda: etcd_or_none(lambda: self.cluster.meta.partitions(self.topic)),
+        # the committed ends come from etcd and the write-ahead manifests, read by the
+        # independent checker; every broker must come to report the same
+        stored = wait_for(
+            lambda: etcd_or_none(lambda: LogChecker.for_cluster(self.cluster).check([self.topic])),
             LIVENESS_TIMEOUT,
             "etcd to answer",
         )
-        ends = {p: (records[p].log_start_offset, records[p].high_watermark) for p in records}
-        if sorted(ends) != list(range(self.partitions)):
-            problems.append(f"partition records in etcd: {sorted(ends)}")
+        ends = {p: stored.ends[(self.topic, p)] for p in range(self.partitions)}
         for b in self.cluster.live:
             problems += self._check_list_offsets(b, ends)
         reader = self.cluster.any_live().bootstrap
@@ -484,11 +492,10 @@ class Workload:
                 where[r.value].append((p, r.offset))
 
         sent = {**self.retrying.sent, **self.single.sent}
-        acked = {**self.retrying.acked, **self.single.acked}
+        acked = self.acked()
         at_most_once = set(self.single.sent)
         for probe in self.probes:
             sent.update(probe.sent)
-            acked.update(probe.acked())
             at_most_once |= set(probe.sent)
 
         self.watcher.stop()
@@ -497,8 +504,8 @@ class Workload:
         groups = {
             "log and offsets": problems,
             "segments in S3 and state in etcd": self.watcher.violations,
-            "segments read back from S3": self._check_segments(ends, log),
-            "leader epochs": self._check_epochs(log),
+            "objects read back from S3": self._check_objects(stored, log),
+            "leader epochs": self._check_epochs(ends, log),
             "live consumer": self._check_consumer(ends, log),
             "records": self._check_values(where, sent, acked, at_most_once, log),
         }
@@ -515,6 +522,7 @@ class Workload:
             "consumer_errors": len(self.consumer.errors),
             "snapshots": self.watcher.snapshots,
             "committed_objects": len(self.watcher.committed),
+            **{f"stored_{k}": v for k, v in stored.summary().items()},
         }
         total = sum(len(g) for g in groups.values())
         if total:
@@ -528,40 +536,22 @@ class Workload:
             raise AssertionError("\n".join(text))
         return stats
 
-    def _check_segments(self, ends, log) -> list[str]:
-        """The committed objects (base offset below the high watermark) of each partition are
-        valid segments and indexes forming one chain from offset 0 to the high watermark, and
-        they hold exactly the records Fetch served (support/segment_format parses them)."""
-        objects = self.cluster.moto.objects(
-            self.cluster.bucket, f"{self.cluster.namespace}/{self.topic}/"
-        )
-        committed: dict[int, dict[str, bytes]] = defaultdict(dict)
-        for key, data in objects.items():
-            parsed = segment_base(key)
-            if parsed is not None and parsed[1] < ends.get(parsed[0], (0, 0))[1]:
-                committed[parsed[0]][key.rsplit("/", 1)[1]] = data
-        problems = []
-        for p, (_start, end) in ends.items():
-            try:
-                plog = sf.check_partition(committed.get(p, {}))
-            except sf.FormatError as exc:
-                problems.append(f"partition {p}: committed objects are not one valid chain: {exc}")
-                continue
-            if plog.next_offset != end:
-                problems.append(
-                    f"partition {p}: committed segments end at {plog.next_offset}, "
-                    f"high watermark {end}"
-                )
-            stored = [(r.offset, r.value) for r in plog.records()]
-            fetched = [(r.offset, r.value) for r in log[p]]
-            if stored != fetched:
+    def _check_objects(self, stored: LogReport, log) -> list[str]:
+        """The log rebuilt from the objects themselves (support/log_check: committed segments
+        and write-ahead runs, every format checked) is whole and is exactly what Fetch
+        served."""
+        problems = list(stored.problems)
+        for p, recs in log.items():
+            fetched = [(r.offset, r.value) for r in recs]
+            objects = stored.records(self.topic, p)
+            if objects != fetched:
                 diff = next(
-                    (i for i, (a, b) in enumerate(zip(stored, fetched, strict=False)) if a != b),
-                    min(len(stored), len(fetched)),
+                    (i for i, (a, b) in enumerate(zip(objects, fetched, strict=False)) if a != b),
+                    min(len(objects), len(fetched)),
                 )
                 problems.append(
                     f"partition {p}: S3 and Fetch differ from record #{diff}: S3 has "
-                    f"{stored[diff : diff + 2]}, Fetch gave {fetched[diff : diff + 2]}"
+                    f"{objects[diff : diff + 2]}, Fetch gave {fetched[diff : diff + 2]}"
                 )
         return problems
 
@@ -612,7 +602,7 @@ class Workload:
                 )
         return problems
 
-    def _check_epochs(self, log: dict[int, list[StoredRecord]]) -> list[str]:
+    def _check_epochs(self, ends, log: dict[int, list[StoredRecord]]) -> list[str]:
         """Leader epochs never decrease along a partition's log, and each record lies in the
         range its epoch's history entry gives (no later epoch started at or before it)."""
         problems = []
@@ -626,9 +616,10 @@ class Workload:
                 problems.append(f"partition {p}: no record in etcd")
                 continue
             end = recs[-1].offset + 1 if recs else 0
-            if rec.high_watermark != end:
+            if ends[p][1] != end or rec.high_watermark > end:
                 problems.append(
-                    f"partition {p}: etcd high watermark {rec.high_watermark}, log {end}"
+                    f"partition {p}: committed end {ends[p][1]} (record's high watermark "
+                    f"{rec.high_watermark}), log {end}"
                 )
             starts = dict(rec.epoch_history)
             prev = None
