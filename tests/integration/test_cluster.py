@@ -36,7 +36,7 @@ from support.cluster import (
     segment_base,
 )
 from support.load import Workload, busiest, wait_for
-from support.procs import S3_ENV, free_port
+from support.procs import S3_ENV, free_port, settled
 
 HOUR_MS = 3_600_000
 LEASE_TTL_MS = 30_000
@@ -100,14 +100,20 @@ def test_metadata_agrees_on_every_broker(kc):
     assert all(lead.epoch >= 1 for lead in leaders.values()), leaders
     assert {lead.broker_id for lead in leaders.values()} == kc.live_ids, "leaders not spread"
 
-    # etcd agrees: owner keys, epochs, and the high watermark after one write per partition
+    # etcd agrees: owner keys, epochs, and – once compaction has run – the segment end after
+    # one write per partition
     confluent_produce(kc.bootstrap(), topic, [Msg(p, None, b"m%d" % p) for p in range(32)])
     owners = kc.meta.owners(topic)
-    records = kc.meta.partitions(topic)
+
+    def compacted():
+        records = kc.meta.partitions(topic)
+        for p, lead in leaders.items():
+            assert records[p].leader_epoch == lead.epoch, f"partition {p}: {records[p]}"
+            assert records[p].segment_end == 1, f"partition {p}: {records[p]}"
+
     for p, lead in leaders.items():
         assert owners.get(p) == lead.broker_id, f"partition {p}: owner key {owners.get(p)}"
-        assert records[p].leader_epoch == lead.epoch, f"partition {p}: {records[p]}"
-        assert records[p].high_watermark == 1, f"partition {p}: {records[p]}"
+    settled(compacted)
     assert kc.leaders(topic) == leaders, "writing changed a leader or epoch"
 
     registered = kc.meta.brokers()
@@ -243,14 +249,21 @@ def test_etcd_unreachable_at_startup(broker_factory, moto, s3_bucket):
 # retention
 
 
-def produce_segments(bootstrap, topic, rounds: list[list[Msg]]) -> list[int]:
-    """One acknowledged produce per round (so one segment each); returns each round's end."""
+def produce_segments(kc, topic, rounds: list[list[Msg]]) -> list[int]:
+    """One acknowledged produce per round of partition 0, each compacted into segments before
+    the next (so segments end at round ends); returns each round's end."""
     ends, total = [], 0
     for msgs in rounds:
-        confluent_produce(bootstrap, topic, msgs, extra={"linger.ms": 50})
+        confluent_produce(kc.bootstrap(), topic, msgs, extra={"linger.ms": 50})
         total += len(msgs)
         ends.append(total)
+        settled(lambda total=total: check_segments_end(kc, topic, total))
     return ends
+
+
+def check_segments_end(kc, topic: str, end: int) -> None:
+    record = kc.meta.partitions(topic)[0]
+    assert record.segment_end == end, f"segments of {topic}/0 end at {record.segment_end}"
 
 
 def old_round(r: int, timestamp: int) -> list[Msg]:
@@ -292,7 +305,7 @@ def test_retention_ms_topic_config(kc):
     topic = new_topic(kc, 1, {"retention.ms": str(10 * 60_000)})
     old = int(time.time() * 1000) - 30 * 60_000
     rounds = [old_round(r, old) for r in range(3)] + [new_round(r) for r in range(2)]
-    ends = produce_segments(kc.bootstrap(), topic, rounds)
+    ends = produce_segments(kc, topic, rounds)
     values = [m.value for msgs in rounds[3:] for m in msgs]
     assert_log_starts_at(kc, topic, ends[2], ends[-1], values)
 
@@ -303,7 +316,7 @@ def test_retention_ms_broker_default(kc):
     topic = new_topic(kc, 1)
     old = int(time.time() * 1000) - 2 * HOUR_MS
     rounds = [old_round(r, old) for r in range(2)] + [new_round(0)]
-    ends = produce_segments(kc.bootstrap(), topic, rounds)
+    ends = produce_segments(kc, topic, rounds)
     assert_log_starts_at(kc, topic, ends[1], ends[-1], [m.value for m in rounds[2]])
 
 
@@ -313,7 +326,7 @@ def test_retention_bytes_topic_config(kc):
     value = 10_000
     topic = new_topic(kc, 1, {"retention.bytes": str(120_000)})
     rounds = [[Msg(0, None, b"%d-%d-" % (r, i) + b"x" * value) for i in range(5)] for r in range(6)]
-    ends = produce_segments(kc.bootstrap(), topic, rounds)
+    ends = produce_segments(kc, topic, rounds)
     values = [m.value for msgs in rounds[3:] for m in msgs]
     assert_log_starts_at(kc, topic, ends[2], ends[-1], values)
     kept = sorted(base for _p, base, kind in map(segment_base, kc.objects(topic)) if kind == "kfs")
