@@ -261,6 +261,10 @@ def produce_segments(kc, topic, rounds: list[list[Msg]]) -> list[int]:
     return ends
 
 
+def check_has_objects(kc, topic: str) -> None:
+    assert kc.objects(topic), f"no objects for {topic}"
+
+
 def check_segments_end(kc, topic: str, end: int) -> None:
     record = kc.meta.partitions(topic)[0]
     assert record.segment_end == end, f"segments of {topic}/0 end at {record.segment_end}"
@@ -345,7 +349,7 @@ def test_delete_topic_in_cluster(kc):
     confluent_produce(kc.bootstrap(), topic, [Msg(i % 3, None, b"old-%d" % i) for i in range(30)])
     old_id = kc.meta.topic(topic)["id"]
     assert kc.meta.keys_of_topic(topic), "no etcd keys for the topic"
-    assert kc.objects(topic), "no objects for the topic"
+    settled(lambda: check_has_objects(kc, topic))  # segments, once compaction has run
 
     delete_topic(kc.bootstrap(), topic)
     wait_for(

@@ -178,39 +178,58 @@ impl Partition {
 
     /// An object sits at the segment's name already. Taken as the segment (with an index made
     /// for it) if it holds exactly the committed batches from `from` on – a compaction of the
-    /// same runs that did not get to commit, maybe by an earlier owner. Anything else cannot be
-    /// part of the log and nothing refers to it: it is deleted, and the next round writes
-    /// afresh. (A committed segment is never at this name: the segment end is past it.)
+    /// same runs that did not get to commit, maybe by an earlier owner. Deleted only when it is
+    /// provably no segment of this log: unreadable, or other bytes than the committed batches
+    /// at its offsets (committed batches never change, so no committed segment can differ from
+    /// them). One that reaches past what this broker knows is committed is left alone: this
+    /// broker may be a stale owner looking at a newer owner's committed segment.
     async fn take_occupant(&self, ctx: &LogContext, from: i64, end: i64) -> Option<SegmentMeta> {
         let data = self.segment_path(ctx, from, SegmentObject::Data);
         let found = ctx.store.get(&data).await.ok()?;
-        let theirs = ParsedSegment::parse(found.clone())
-            .ok()
-            .filter(|t| t.base_offset == from && t.last_offset < end);
-        let ours = match &theirs {
-            Some(t) => self.committed_batches(ctx, from, t.last_offset).await,
-            None => None,
+        let foreign = match ParsedSegment::parse(found.clone()) {
+            Ok(theirs) if theirs.base_offset == from && theirs.last_offset >= end => {
+                tracing::warn!(object = %data, end,
+                    "a segment reaching past the committed end known here is in the way; leaving it");
+                return None;
+            }
+            Ok(theirs) if theirs.base_offset == from => {
+                let ours = self
+                    .committed_batches(ctx, from, theirs.last_offset)
+                    .await?;
+                let mut bytes = theirs.batches.clone();
+                let same = ours.iter().all(|b| {
+                    let size = b.body.len().min(bytes.len());
+                    bytes.split_to(size) == b.body
+                }) && bytes.is_empty();
+                if same {
+                    return self.take_as_segment(ctx, theirs, found.len() as u64).await;
+                }
+                true
+            }
+            _ => true,
         };
-        let same = theirs.as_ref().zip(ours.as_ref()).is_some_and(|(t, ours)| {
-            let mut bytes = t.batches.clone();
-            ours.iter().all(|b| {
-                let size = b.body.len().min(bytes.len());
-                bytes.split_to(size) == b.body
-            }) && bytes.is_empty()
-        });
-        let Some(theirs) = theirs.filter(|_| same) else {
+        if foreign {
             tracing::warn!(object = %data, "removing an uncommitted object that is not this log's segment");
             let _ = ctx.store.delete(&data).await;
-            return None;
-        };
+        }
+        None
+    }
+
+    /// Makes an occupant that holds the committed batches the segment: writes its index.
+    async fn take_as_segment(
+        &self,
+        ctx: &LogContext,
+        theirs: ParsedSegment,
+        size: u64,
+    ) -> Option<SegmentMeta> {
         let index = segment_index(&theirs, ctx.settings.index_interval);
-        let index_path = self.segment_path(ctx, from, SegmentObject::Index);
+        let index_path = self.segment_path(ctx, theirs.base_offset, SegmentObject::Index);
         let _ = ctx.store.delete(&index_path).await;
         occupant::put_new(ctx, &index_path, index).await.ok()?;
         Some(SegmentMeta {
             base_offset: theirs.base_offset,
             last_offset: theirs.last_offset,
-            size: found.len() as u64,
+            size,
             max_timestamp: None,
         })
     }
