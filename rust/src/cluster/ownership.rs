@@ -24,7 +24,7 @@ use super::state::{ClusterState, Touched};
 use crate::broker::{Broker, Slot, Topic};
 use crate::log::follower_partition;
 use crate::log::limits::TopicLimits;
-use crate::meta::catalog::TopicRecord;
+use crate::meta::catalog::{PartitionRecord, TopicRecord};
 
 /// The reconciler's work: its view of the cluster, what to look at besides changed keys, and
 /// the claims it queued.
@@ -68,19 +68,19 @@ impl Ownership {
     }
 }
 
-/// Read-only logs for partitions `ids` of a topic, from their records in the cluster view;
-/// None while one of them has no record there.
+/// Read-only logs for partitions `ids` of a topic, from their records in the cluster view (an
+/// empty log for a partition nobody claimed yet).
 fn follower_slots(
     record: &TopicRecord,
     ids: Range<i32>,
     limits: &Arc<TopicLimits>,
     state: &ClusterState,
-) -> Option<Vec<Arc<Slot>>> {
+) -> Vec<Arc<Slot>> {
     ids.map(|id| {
-        let view = state.partition(&record.name, id)?;
-        let partition = view.record.clone()?;
+        let view = state.view(&record.name, id);
+        let partition = view.record.clone().unwrap_or_else(PartitionRecord::empty);
         let log = follower_partition(record, id, limits.clone(), partition, view.revision);
-        Some(Arc::new(Slot::new(log)))
+        Arc::new(Slot::new(log))
     })
     .collect()
 }
@@ -245,13 +245,10 @@ impl Broker {
                 Some(topic) if topic.record == *record => continue,
                 Some(topic) => {
                     topic.limits.update(&record.configs, settings);
-                    // Partitions are only ever added, by the same transaction as the record.
+                    // Partitions are only ever added, by a change of the topic record.
                     let known = topic.partitions.len() as i32;
-                    let Some(added) =
-                        follower_slots(record, known..record.partitions, &topic.limits, state)
-                    else {
-                        continue; // their records are not in this view yet
-                    };
+                    let added =
+                        follower_slots(record, known..record.partitions, &topic.limits, state);
                     Topic {
                         record: record.clone(),
                         partitions: topic.partitions.iter().cloned().chain(added).collect(),
@@ -260,11 +257,7 @@ impl Broker {
                 }
                 None => {
                     let limits = Arc::new(TopicLimits::new(&record.configs, settings));
-                    let Some(partitions) =
-                        follower_slots(record, 0..record.partitions, &limits, state)
-                    else {
-                        continue;
-                    };
+                    let partitions = follower_slots(record, 0..record.partitions, &limits, state);
                     Topic {
                         record: record.clone(),
                         partitions,
@@ -292,9 +285,7 @@ impl Broker {
         state: &ClusterState,
     ) {
         let name = &topic.record.name;
-        let Some(view) = state.partition(name, id) else {
-            return;
-        };
+        let view = state.view(name, id);
         if slot.is_changing() {
             return; // a claim or hand-off decides this partition's role right now
         }
