@@ -80,3 +80,8 @@ def test_topics_of_any_size_on_etcd(cluster, brokers):
     client = admin(c.bootstrap())
     big = next(t for t in client.list_topics(timeout=30).topics if "big" in t)
     assert max(c.meta.partitions(big)) == BIG - 1
+    # and deleting it removes its 10,000 records and owner keys (one etcd delete-range)
+    deleted = client.delete_topics([big], operation_timeout=60)[big]
+    deleted.result(timeout=120)
+    assert c.meta.client.range(f"{c.meta.root}/partitions/{big}/") == {}
+    assert c.meta.topic(big) is None

@@ -26,6 +26,24 @@ use crate::log::follower_partition;
 use crate::log::limits::TopicLimits;
 use crate::meta::catalog::{PartitionRecord, TopicRecord};
 
+/// Hand-offs and releases under way at once (each is a flush and a metadata transaction).
+const RELEASES_IN_FLIGHT: usize = 64;
+
+/// Bounds the hand-offs and releases under way.
+pub(crate) struct Releases(tokio::sync::Semaphore);
+
+impl Default for Releases {
+    fn default() -> Self {
+        Releases(tokio::sync::Semaphore::new(RELEASES_IN_FLIGHT))
+    }
+}
+
+impl Releases {
+    async fn acquire(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.0.acquire().await.ok()
+    }
+}
+
 /// The reconciler's work: its view of the cluster, what to look at besides changed keys, and
 /// the claims it queued.
 #[derive(Default)]
@@ -35,6 +53,7 @@ pub(crate) struct Ownership {
     revisits: Mutex<Revisits>,
     wake: Notify,
     pub(crate) claims: ClaimQueue,
+    releases: Releases,
     /// Passes run so far (tests check that an idle broker runs none).
     #[cfg(test)]
     passes: std::sync::atomic::AtomicUsize,
@@ -306,8 +325,17 @@ impl Broker {
                 if let Some(record) = &view.record {
                     current.follow(record, view.revision);
                 }
-                if assigned_here && view.owner.is_none() && slot.begin_change() {
-                    self.ownership.claims.push(topic.clone(), id);
+                match view.owner {
+                    None if assigned_here && slot.begin_change() => {
+                        self.ownership.claims.push(topic.clone(), id);
+                    }
+                    // Our owner key, but no log here owns the partition: a release that failed
+                    // or a claim whose answer was lost (etcd timed out, yet committed it).
+                    // Nobody else can claim it until it goes, and our lease keeps it: remove it.
+                    Some((owner, revision)) if owner == me && slot.begin_change() => {
+                        self.spawn_release(topic.clone(), id, revision);
+                    }
+                    _ => {}
                 }
             }
         }
@@ -341,11 +369,39 @@ impl Broker {
         }
     }
 
+    /// Removes an owner key of this broker's that no log here owns (see `reconcile_partition`).
+    fn spawn_release(self: &Arc<Self>, topic: Arc<Topic>, id: i32, owner_revision: i64) {
+        let broker = self.clone();
+        tokio::spawn(async move {
+            let _permit = broker.ownership.releases.acquire().await;
+            let name = &topic.record.name;
+            let released = broker
+                .log
+                .catalog
+                .release_owner_key(name, id, owner_revision)
+                .await;
+            match released {
+                Ok(()) => tracing::info!(
+                    topic = name,
+                    partition = id,
+                    "removed an owner key of this broker's that no log here used"
+                ),
+                Err(error) => tracing::debug!(topic = name, partition = id, %error,
+                    "removing a stray owner key failed; the next pass tries again"),
+            }
+            topic.partitions[id as usize].end_change();
+            broker.ownership.revisit(name, id);
+        });
+    }
+
     /// Graceful hand-off to the broker the partition is assigned to now: stop taking writes,
-    /// flush and acknowledge what is buffered, then release the owner key.
+    /// flush and acknowledge what is buffered, then release the owner key. Hand-offs run a
+    /// bounded number at a time: a broker joining a cluster of 100,000 partitions is handed a
+    /// third of them at once, and as many concurrent releases would time out in etcd.
     fn spawn_hand_off(self: &Arc<Self>, topic: Arc<Topic>, id: i32) {
         let broker = self.clone();
         tokio::spawn(async move {
+            let _permit = broker.ownership.releases.acquire().await;
             let slot = &topic.partitions[id as usize];
             let partition = slot.current();
             partition.close(ResponseError::NotLeaderOrFollower);
@@ -358,7 +414,7 @@ impl Broker {
                     .await;
                 if let Err(error) = released {
                     tracing::warn!(topic = topic.record.name, partition = id, %error,
-                        "releasing the partition failed; it moves when the lease expires");
+                        "releasing the partition failed; retrying");
                 }
             }
             slot.replace(partition.to_follower());

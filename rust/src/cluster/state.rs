@@ -265,6 +265,37 @@ mod tests {
     }
 
     #[test]
+    fn partitions_without_keys_are_empty_logs_of_their_topic() {
+        let topic = r#"{"name":"t","id":"00000000-0000-0000-0000-000000000001","partitions":3,"configs":{},"created_ms":0}"#;
+        let record =
+            r#"{"leader_epoch":2,"epoch_history":[],"log_start_offset":0,"high_watermark":4}"#;
+        let entries = [
+            kv("/k/ns/brokers/1", r#"{"id":1,"host":"h","port":9}"#, 1),
+            kv("/k/ns/topics/t", topic, 2),
+            kv("/k/ns/partitions/t/1", record, 5),
+        ];
+        let state = ClusterState::from_entries("/k/ns", 5, &entries);
+        let listed: Vec<_> = state
+            .partitions()
+            .map(|(t, id, view)| (t.to_string(), id, view.revision))
+            .collect();
+        let expected = [
+            ("t".to_string(), 0, 0),
+            ("t".to_string(), 1, 5),
+            ("t".to_string(), 2, 0),
+        ];
+        assert_eq!(listed, expected);
+        assert_eq!(state.view("t", 2), &PartitionView::default());
+        assert_eq!(
+            (state.leader_epoch("t", 2), state.leader_epoch("t", 1)),
+            (0, 2)
+        );
+        assert_eq!(state.leader("t", 2), Some(1));
+        assert_eq!(state.topic_revision("t"), Some(2));
+        assert_eq!(state.topic_revision("u"), None);
+    }
+
+    #[test]
     fn changes_apply_key_by_key_and_published_copies_keep_theirs() {
         let record =
             r#"{"leader_epoch":1,"epoch_history":[],"log_start_offset":0,"high_watermark":0}"#;

@@ -547,8 +547,19 @@ impl Catalog {
         partition: i32,
         owned: &VersionedPartition,
     ) -> Result<(), CatalogError> {
+        self.release_owner_key(topic, partition, owned.owner_revision)
+            .await
+    }
+
+    /// Removes the partition's owner key if it is still the one written at `owner_revision`.
+    pub async fn release_owner_key(
+        &self,
+        topic: &str,
+        partition: i32,
+        owner_revision: i64,
+    ) -> Result<(), CatalogError> {
         let owner = self.owner_key(topic, partition);
-        let compares = vec![Compare::ModRevision(owner.clone(), owned.owner_revision)];
+        let compares = vec![Compare::ModRevision(owner.clone(), owner_revision)];
         match self.kv.txn(compares, vec![Op::Delete(owner)]).await? {
             Some(_) => Ok(()),
             None => Err(CatalogError::Fenced(topic.to_string(), partition)),
