@@ -61,16 +61,7 @@ class Cluster:
         extra += ["--s3-endpoint", self.moto.endpoint, "--etcd-endpoints", self.etcd.endpoint]
         extra += ["--broker-id", str(broker_id), "--lease-ttl-ms", str(self.args.lease_ttl_ms)]
         extra += ["--metrics-addr", self.metrics[broker_id]]
-        opts = bb.BrokerOptions(
-            python=self.args.python,
-            store="local",
-            flush_interval_ms=250,
-            cache_bytes=64 * bb.MIB,
-            segment_bytes=None,
-            readahead_segments=None,
-            log_level="info",
-            extra_args=extra,
-        )
+        opts = pt.broker_options(self.args.python, extra)
         broker = bb.start_broker(opts, self.root / f"broker{broker_id}", timeout=900)
         self.brokers[broker_id] = broker
         return broker

@@ -70,6 +70,17 @@ pub struct VersionedPartition {
     pub owner_revision: i64,
 }
 
+impl VersionedPartition {
+    /// A partition without a record (revision 0: claims require the key to be absent).
+    pub fn never_claimed() -> VersionedPartition {
+        VersionedPartition {
+            record: PartitionRecord::empty(),
+            revision: 0,
+            owner_revision: 0,
+        }
+    }
+}
+
 /// A live broker, as registered under its session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRecord {
@@ -428,14 +439,10 @@ impl Catalog {
         if !(0..record.partitions).contains(&partition) {
             return Err(unknown());
         }
-        let current =
-            self.partition(topic, partition)
-                .await?
-                .unwrap_or_else(|| VersionedPartition {
-                    record: PartitionRecord::empty(),
-                    revision: 0,
-                    owner_revision: 0,
-                });
+        let current = self
+            .partition(topic, partition)
+            .await?
+            .unwrap_or_else(VersionedPartition::never_claimed);
         let target = ClaimTarget {
             topic: topic.to_string(),
             partition,
@@ -772,11 +779,7 @@ mod tests {
         let stale = targets(&catalog, &[2]).await;
         catalog.release_partition("t", 2, &claimed).await.unwrap();
         let mut absent = stale[0].clone();
-        absent.current = VersionedPartition {
-            record: PartitionRecord::empty(),
-            revision: 0,
-            owner_revision: 0,
-        };
+        absent.current = VersionedPartition::never_claimed();
         let refused = catalog.claim_partitions(&[absent], 2).await.unwrap();
         assert!(refused.is_none());
         assert_eq!(catalog.partition("t", 2).await.unwrap().unwrap(), stored);
@@ -836,11 +839,7 @@ mod tests {
             targets.push(ClaimTarget {
                 topic: "t".into(),
                 partition,
-                current: current.unwrap_or(VersionedPartition {
-                    record: PartitionRecord::empty(),
-                    revision: 0,
-                    owner_revision: 0,
-                }),
+                current: current.unwrap_or_else(VersionedPartition::never_claimed),
                 topic_revision: topic.as_ref().unwrap().mod_revision,
             });
         }
