@@ -507,6 +507,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_owner_key_of_ours_that_no_log_uses_is_removed_and_the_partition_claimed_again() {
+        let (t, slot, epoch) = owned_partition(2, 1).await;
+        let b = &t.broker;
+        // a hand-off whose release timed out: the log is a follower, the key still ours
+        slot.replace(slot.current().to_follower());
+        assert!(!slot.current().is_leader());
+        b.ownership.revisit("t", 1);
+        assert!(eventually(|| slot.current().is_leader()).await);
+        assert!(slot.current().leader_epoch() > epoch);
+        assert_eq!(produce(b, "t", 1, 2).await, 0);
+    }
+
+    #[tokio::test]
     async fn a_writer_fenced_under_its_own_owner_key_gives_the_partition_up_and_claims_again() {
         let (t, slot, epoch) = owned_partition(1, 0).await;
         let b = &t.broker;
