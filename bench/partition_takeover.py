@@ -53,6 +53,20 @@ def owned_partitions(metrics_addr: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def broker_options(python: str, extra: list[str]) -> bb.BrokerOptions:
+    """A broker with the default settings on the local store, plus ``extra`` arguments."""
+    return bb.BrokerOptions(
+        python=python,
+        store="local",
+        flush_interval_ms=250,
+        cache_bytes=64 * bb.MIB,
+        segment_bytes=None,
+        readahead_segments=None,
+        log_level="info",
+        extra_args=extra,
+    )
+
+
 class Subject:
     """One broker on one metadata store, restartable with the same data and settings."""
 
@@ -69,16 +83,7 @@ class Subject:
             self.services = [etcd, moto]
             extra += ["--s3-bucket", cb.BUCKET, "--s3-region", cb.S3_CREDENTIALS["AWS_REGION"]]
             extra += ["--s3-endpoint", moto.endpoint, "--etcd-endpoints", etcd.endpoint]
-        self.opts = bb.BrokerOptions(
-            python=args.python,
-            store="local",
-            flush_interval_ms=250,
-            cache_bytes=64 * bb.MIB,
-            segment_bytes=None,
-            readahead_segments=None,
-            log_level="info",
-            extra_args=extra,
-        )
+        self.opts = broker_options(args.python, extra)
         try:
             self.broker = self.start()
         except BaseException:

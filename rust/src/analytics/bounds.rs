@@ -4,11 +4,12 @@
 //! objects, at most `wal_compaction_age` plus one compaction interval old); a reader given
 //! these bounds never returns a record from an object a broker uploaded but did not commit.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use etcd_client as etcd;
 
-use crate::meta::catalog::{Catalog, PartitionRecord};
+use crate::meta::catalog::{Catalog, PartitionRecord, TopicRecord};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionBounds {
@@ -18,7 +19,7 @@ pub struct PartitionBounds {
     pub high_watermark: i64,
 }
 
-/// Reads every partition record of `topic` in the cluster named `namespace`.
+/// The bounds of every partition of `topic` in the cluster named `namespace`, by partition.
 pub async fn committed_bounds(
     endpoints: &[String],
     namespace: &str,
@@ -41,7 +42,19 @@ pub async fn committed_bounds(
         .get(prefix.as_str(), Some(etcd::GetOptions::new().with_prefix()))
         .await
         .map_err(failed)?;
-    let mut bounds = Vec::new();
+    // Partitions nobody claimed yet have no record: they are empty logs, up to the topic's
+    // partition count (read after the records: a claim never comes before its topic key).
+    let topic_key = Catalog::topic_record_key(namespace, topic);
+    let topic_kv = client.get(topic_key.as_str(), None).await.map_err(failed)?;
+    let partitions = match topic_kv.kvs().first() {
+        Some(kv) => {
+            serde_json::from_slice::<TopicRecord>(kv.value())
+                .map_err(|e| format!("etcd key {topic_key} does not hold a topic record: {e}"))?
+                .partitions
+        }
+        None => 0,
+    };
+    let mut records = BTreeMap::new();
     for kv in listing.kvs() {
         let key = String::from_utf8_lossy(kv.key());
         // Owner keys sit below the records (`{p}/owner`); only `{p}` itself is a record.
@@ -50,12 +63,19 @@ pub async fn committed_bounds(
         };
         let record: PartitionRecord = serde_json::from_slice(kv.value())
             .map_err(|e| format!("etcd key {key} does not hold a partition record: {e}"))?;
-        bounds.push(PartitionBounds {
+        records.insert(partition, record);
+    }
+    for partition in 0..partitions {
+        records
+            .entry(partition)
+            .or_insert_with(PartitionRecord::empty);
+    }
+    let bounds = records
+        .into_iter()
+        .map(|(partition, record)| PartitionBounds {
             partition,
             log_start_offset: record.log_start_offset,
             high_watermark: record.segment_end(),
         });
-    }
-    bounds.sort_by_key(|b| b.partition);
-    Ok(bounds)
+    Ok(bounds.collect())
 }

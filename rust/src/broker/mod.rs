@@ -29,7 +29,7 @@ use crate::log::LogContext;
 use crate::meta::catalog::{BrokerRecord, Catalog, CatalogError, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
 use crate::meta::etcd::EtcdStore;
-use crate::meta::kv::KvStore;
+use crate::meta::kv::{KvStore, MetaError};
 use crate::meta::metered::MeteredKv;
 use crate::meta::mirror::Mirror;
 use crate::metrics::Metrics;
@@ -524,6 +524,10 @@ fn catalog_error(e: CatalogError) -> ApiError {
         CatalogError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
         CatalogError::PartitionCount { .. } => ResponseError::InvalidPartitions,
         CatalogError::Fenced(..) => ResponseError::NotLeaderOrFollower,
+        // Kafka answers a request beyond its own metadata limits (more than 10,000 partitions
+        // in one CreateTopics or CreatePartitions) with POLICY_VIOLATION and says so; a limit
+        // of the metadata store is the same kind of refusal, not a storage failure to retry.
+        CatalogError::Meta(MetaError::Limit(_)) => ResponseError::PolicyViolation,
         CatalogError::Meta(_) => ResponseError::KafkaStorageError,
         CatalogError::BrokerIdTaken(..) => ResponseError::UnknownServerError,
     };

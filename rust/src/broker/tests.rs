@@ -153,3 +153,21 @@ async fn added_partitions_are_served_at_once_and_the_old_ones_keep_going() {
     let unknown = b.create_partitions("missing", 3).await.err().unwrap();
     assert_eq!(unknown.code, ResponseError::UnknownTopicOrPartition);
 }
+
+#[test]
+fn a_metadata_store_limit_is_a_policy_violation_not_a_storage_error() {
+    use crate::meta::catalog::CatalogError;
+    use crate::meta::kv::MetaError;
+
+    let limit = MetaError::Limit("etcd's --max-request-bytes (1.5 MiB by default)".into());
+    let answered = super::catalog_error(CatalogError::Meta(limit));
+    assert_eq!(answered.code, ResponseError::PolicyViolation);
+    assert!(
+        answered.message.contains("--max-request-bytes"),
+        "{}",
+        answered.message
+    );
+    let down = MetaError::Unavailable("etcd: no answer within 5 s".into());
+    let answered = super::catalog_error(CatalogError::Meta(down));
+    assert_eq!(answered.code, ResponseError::KafkaStorageError);
+}

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 
 use crate::broker::{Broker, Topic};
 use crate::log::claimed_partition;
-use crate::meta::catalog::{CatalogError, ClaimTarget, VersionedPartition};
+use crate::meta::catalog::{CatalogError, ClaimTarget, PartitionRecord, VersionedPartition};
 
 /// Claim transactions in flight at once.
 const TRANSACTIONS_IN_FLIGHT: usize = 8;
@@ -97,28 +97,32 @@ impl Broker {
         let state = self.cluster();
         let mut claims = Vec::with_capacity(queued.len());
         for (topic, id) in queued {
-            let view = state.partition(&topic.record.name, id);
-            match view
-                .filter(|v| v.owner.is_none())
-                .and_then(|v| v.record.clone().zip(Some(v.revision)))
-            {
-                Some((mut record, revision)) if !self.stopping.load(Ordering::Acquire) => {
+            let name = &topic.record.name;
+            let view = state.view(name, id);
+            // A partition without a record is claimed from the empty log, on the topic key
+            // of the topic this slot belongs to (not one re-created under the same name).
+            let same_topic = state.topics.get(name).map(|r| r.id) == Some(topic.record.id);
+            let topic_revision = state.topic_revision(name).filter(|_| same_topic);
+            match topic_revision.filter(|_| view.owner.is_none()) {
+                Some(topic_revision) if !self.stopping.load(Ordering::Acquire) => {
                     // The committed end: the record's, or further on where the last owner's
                     // write-ahead manifests took it. The index holds every manifest the
                     // cluster view had when it showed the partition unowned, and the claim
                     // only holds if the record is still as that view saw it: the last owner
                     // committed nothing the index does not know about.
+                    let mut record = view.record.clone().unwrap_or_else(PartitionRecord::empty);
                     let wal_end = self.log.wal.committed_end((topic.record.id, id));
                     record.high_watermark = record.high_watermark.max(wal_end.unwrap_or(0));
                     let current = VersionedPartition {
                         record,
-                        revision,
+                        revision: view.revision,
                         owner_revision: 0,
                     };
                     let target = ClaimTarget {
-                        topic: topic.record.name.clone(),
+                        topic: name.clone(),
                         partition: id,
                         current,
+                        topic_revision,
                     };
                     claims.push(Claim { topic, target });
                 }

@@ -25,9 +25,27 @@ use crate::broker::{Broker, Slot, Topic};
 use crate::log::follower_partition;
 use crate::log::limits::TopicLimits;
 use crate::log::wal::index::{Extended, WalIndex};
-use crate::meta::catalog::TopicRecord;
+use crate::meta::catalog::{PartitionRecord, TopicRecord};
 use crate::meta::kv::KeyValue;
 use crate::meta::wal::parse_manifest;
+
+/// Hand-offs and releases under way at once (each is a flush and a metadata transaction).
+const RELEASES_IN_FLIGHT: usize = 64;
+
+/// Bounds the hand-offs and releases under way.
+pub(crate) struct Releases(tokio::sync::Semaphore);
+
+impl Default for Releases {
+    fn default() -> Self {
+        Releases(tokio::sync::Semaphore::new(RELEASES_IN_FLIGHT))
+    }
+}
+
+impl Releases {
+    async fn acquire(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.0.acquire().await.ok()
+    }
+}
 
 /// The reconciler's work: its view of the cluster, what to look at besides changed keys, and
 /// the claims it queued.
@@ -38,6 +56,7 @@ pub(crate) struct Ownership {
     revisits: Mutex<Revisits>,
     wake: Notify,
     pub(crate) claims: ClaimQueue,
+    releases: Releases,
     /// Passes run so far (tests check that an idle broker runs none).
     #[cfg(test)]
     passes: std::sync::atomic::AtomicUsize,
@@ -71,21 +90,21 @@ impl Ownership {
     }
 }
 
-/// Read-only logs for partitions `ids` of a topic, from their records in the cluster view;
-/// None while one of them has no record there.
+/// Read-only logs for partitions `ids` of a topic, from their records in the cluster view (an
+/// empty log for a partition nobody claimed yet).
 fn follower_slots(
     record: &TopicRecord,
     ids: Range<i32>,
     limits: &Arc<TopicLimits>,
     state: &ClusterState,
     wal: &WalIndex,
-) -> Option<Vec<Arc<Slot>>> {
+) -> Vec<Arc<Slot>> {
     ids.map(|id| {
-        let view = state.partition(&record.name, id)?;
-        let partition = view.record.clone()?;
+        let view = state.view(&record.name, id);
+        let partition = view.record.clone().unwrap_or_else(PartitionRecord::empty);
         let end = wal.committed_end((record.id, id)).unwrap_or(0);
         let log = follower_partition(record, id, limits.clone(), partition, view.revision, end);
-        Some(Arc::new(Slot::new(log)))
+        Arc::new(Slot::new(log))
     })
     .collect()
 }
@@ -306,17 +325,15 @@ impl Broker {
                 Some(topic) if topic.record == *record => continue,
                 Some(topic) => {
                     topic.limits.update(&record.configs, settings);
-                    // Partitions are only ever added, by the same transaction as the record.
+                    // Partitions are only ever added, by a change of the topic record.
                     let known = topic.partitions.len() as i32;
-                    let Some(added) = follower_slots(
+                    let added = follower_slots(
                         record,
                         known..record.partitions,
                         &topic.limits,
                         state,
                         &self.log.wal,
-                    ) else {
-                        continue; // their records are not in this view yet
-                    };
+                    );
                     Topic {
                         record: record.clone(),
                         partitions: topic.partitions.iter().cloned().chain(added).collect(),
@@ -325,11 +342,8 @@ impl Broker {
                 }
                 None => {
                     let limits = Arc::new(TopicLimits::new(&record.configs, settings));
-                    let Some(partitions) =
-                        follower_slots(record, 0..record.partitions, &limits, state, &self.log.wal)
-                    else {
-                        continue;
-                    };
+                    let partitions =
+                        follower_slots(record, 0..record.partitions, &limits, state, &self.log.wal);
                     Topic {
                         record: record.clone(),
                         partitions,
@@ -357,9 +371,7 @@ impl Broker {
         state: &ClusterState,
     ) {
         let name = &topic.record.name;
-        let Some(view) = state.partition(name, id) else {
-            return;
-        };
+        let view = state.view(name, id);
         if slot.is_changing() {
             return; // a claim or hand-off decides this partition's role right now
         }
@@ -380,8 +392,17 @@ impl Broker {
                 if let Some(record) = &view.record {
                     current.follow(record, view.revision);
                 }
-                if assigned_here && view.owner.is_none() && slot.begin_change() {
-                    self.ownership.claims.push(topic.clone(), id);
+                match view.owner {
+                    None if assigned_here && slot.begin_change() => {
+                        self.ownership.claims.push(topic.clone(), id);
+                    }
+                    // Our owner key, but no log here owns the partition: a release that failed
+                    // or a claim whose answer was lost (etcd timed out, yet committed it).
+                    // Nobody else can claim it until it goes, and our lease keeps it: remove it.
+                    Some((owner, revision)) if owner == me && slot.begin_change() => {
+                        self.spawn_release(topic.clone(), id, revision);
+                    }
+                    _ => {}
                 }
             }
         }
@@ -415,11 +436,39 @@ impl Broker {
         }
     }
 
+    /// Removes an owner key of this broker's that no log here owns (see `reconcile_partition`).
+    fn spawn_release(self: &Arc<Self>, topic: Arc<Topic>, id: i32, owner_revision: i64) {
+        let broker = self.clone();
+        tokio::spawn(async move {
+            let _permit = broker.ownership.releases.acquire().await;
+            let name = &topic.record.name;
+            let released = broker
+                .log
+                .catalog
+                .release_owner_key(name, id, owner_revision)
+                .await;
+            match released {
+                Ok(()) => tracing::info!(
+                    topic = name,
+                    partition = id,
+                    "removed an owner key of this broker's that no log here used"
+                ),
+                Err(error) => tracing::debug!(topic = name, partition = id, %error,
+                    "removing a stray owner key failed; the next pass tries again"),
+            }
+            topic.partitions[id as usize].end_change();
+            broker.ownership.revisit(name, id);
+        });
+    }
+
     /// Graceful hand-off to the broker the partition is assigned to now: stop taking writes,
-    /// flush and acknowledge what is buffered, then release the owner key.
+    /// flush and acknowledge what is buffered, then release the owner key. Hand-offs run a
+    /// bounded number at a time: a broker joining a cluster of 100,000 partitions is handed a
+    /// third of them at once, and as many concurrent releases would time out in etcd.
     fn spawn_hand_off(self: &Arc<Self>, topic: Arc<Topic>, id: i32) {
         let broker = self.clone();
         tokio::spawn(async move {
+            let _permit = broker.ownership.releases.acquire().await;
             let slot = &topic.partitions[id as usize];
             let partition = slot.current();
             partition.close(ResponseError::NotLeaderOrFollower);
@@ -434,7 +483,7 @@ impl Broker {
                     .await;
                 if let Err(error) = released {
                     tracing::warn!(topic = topic.record.name, partition = id, %error,
-                        "releasing the partition failed; it moves when the lease expires");
+                        "releasing the partition failed; retrying");
                 }
             }
             slot.replace(partition.to_follower());
@@ -523,6 +572,19 @@ mod tests {
             b.topic("t").unwrap().partitions[0].current().leader_epoch(),
             epoch
         );
+    }
+
+    #[tokio::test]
+    async fn an_owner_key_of_ours_that_no_log_uses_is_removed_and_the_partition_claimed_again() {
+        let (t, slot, epoch) = owned_partition(2, 1).await;
+        let b = &t.broker;
+        // a hand-off whose release timed out: the log is a follower, the key still ours
+        slot.replace(slot.current().to_follower());
+        assert!(!slot.current().is_leader());
+        b.ownership.revisit("t", 1);
+        assert!(eventually(|| slot.current().is_leader()).await);
+        assert!(slot.current().leader_epoch() > epoch);
+        assert_eq!(produce(b, "t", 1, 2).await, 0);
     }
 
     #[tokio::test]

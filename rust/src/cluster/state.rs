@@ -22,6 +22,13 @@ pub struct PartitionView {
     pub owner: Option<(i32, i64)>,
 }
 
+/// The view of a partition the store has no key of: never claimed, an empty log.
+static NEVER_CLAIMED: PartitionView = PartitionView {
+    record: None,
+    revision: 0,
+    owner: None,
+};
+
 /// A topic's partitions by id; None where the store has no key of that partition.
 type PartitionTable = Vec<Option<Arc<PartitionView>>>;
 
@@ -31,6 +38,8 @@ pub struct ClusterState {
     pub revision: i64,
     pub brokers: BTreeMap<i32, BrokerRecord>,
     pub topics: Arc<BTreeMap<String, TopicRecord>>,
+    /// The store revision of each topic's key (a partition's first claim is conditioned on it).
+    topic_revisions: Arc<HashMap<String, i64>>,
     partitions: Arc<HashMap<String, Arc<PartitionTable>>>,
 }
 
@@ -78,9 +87,16 @@ impl ClusterState {
             }),
             ["topics", name] => {
                 let topics = Arc::make_mut(&mut self.topics);
-                match value.and_then(|kv| parse::<TopicRecord>(key, kv)) {
-                    Some(record) => topics.insert((*name).to_string(), record),
-                    None => topics.remove(*name),
+                let revisions = Arc::make_mut(&mut self.topic_revisions);
+                match value.and_then(|kv| parse::<TopicRecord>(key, kv).zip(Some(kv))) {
+                    Some((record, kv)) => {
+                        topics.insert((*name).to_string(), record);
+                        revisions.insert((*name).to_string(), kv.mod_revision);
+                    }
+                    None => {
+                        topics.remove(*name);
+                        revisions.remove(*name);
+                    }
                 };
                 Some(Touched::Topic((*name).to_string()))
             }
@@ -140,12 +156,24 @@ impl ClusterState {
         self.partitions.get(topic)?.get(index)?.as_deref()
     }
 
-    /// Every partition the store has keys of.
+    /// The partition as the store has it; a partition it has no key of (yet) is an empty log
+    /// nobody owns. Only meaningful for partitions of an existing topic.
+    pub fn view(&self, topic: &str, partition: i32) -> &PartitionView {
+        self.partition(topic, partition).unwrap_or(&NEVER_CLAIMED)
+    }
+
+    /// The revision of the topic's key (None: no such topic).
+    pub fn topic_revision(&self, topic: &str) -> Option<i64> {
+        self.topic_revisions.get(topic).copied()
+    }
+
+    /// Every partition of every topic, with or without keys in the store.
     pub fn partitions(&self) -> impl Iterator<Item = (&str, i32, &PartitionView)> {
-        self.partitions.iter().flat_map(|(topic, table)| {
-            table.iter().enumerate().filter_map(move |(id, view)| {
-                view.as_deref()
-                    .map(|view| (topic.as_str(), id as i32, view))
+        self.topics.iter().flat_map(move |(name, record)| {
+            let table = self.partitions.get(name);
+            (0..record.partitions).map(move |id| {
+                let view = table.and_then(|t| t.get(id as usize)?.as_deref());
+                (name.as_str(), id, view.unwrap_or(&NEVER_CLAIMED))
             })
         })
     }
@@ -173,10 +201,11 @@ impl ClusterState {
         }
     }
 
+    /// The partition's leader epoch; 0 before its first claim (`PartitionRecord::empty`).
     pub fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
         self.partition(topic, partition)
             .and_then(|v| v.record.as_ref())
-            .map_or(-1, |r| r.leader_epoch)
+            .map_or(0, |r| r.leader_epoch)
     }
 }
 
@@ -233,6 +262,37 @@ mod tests {
         assert_eq!(state.leader_epoch("t", 1), 3);
         assert_eq!(state.coordinator("any group").map(|b| b.port), Some(9));
         assert!(ClusterState::default().coordinator("any group").is_none());
+    }
+
+    #[test]
+    fn partitions_without_keys_are_empty_logs_of_their_topic() {
+        let topic = r#"{"name":"t","id":"00000000-0000-0000-0000-000000000001","partitions":3,"configs":{},"created_ms":0}"#;
+        let record =
+            r#"{"leader_epoch":2,"epoch_history":[],"log_start_offset":0,"high_watermark":4}"#;
+        let entries = [
+            kv("/k/ns/brokers/1", r#"{"id":1,"host":"h","port":9}"#, 1),
+            kv("/k/ns/topics/t", topic, 2),
+            kv("/k/ns/partitions/t/1", record, 5),
+        ];
+        let state = ClusterState::from_entries("/k/ns", 5, &entries);
+        let listed: Vec<_> = state
+            .partitions()
+            .map(|(t, id, view)| (t.to_string(), id, view.revision))
+            .collect();
+        let expected = [
+            ("t".to_string(), 0, 0),
+            ("t".to_string(), 1, 5),
+            ("t".to_string(), 2, 0),
+        ];
+        assert_eq!(listed, expected);
+        assert_eq!(state.view("t", 2), &PartitionView::default());
+        assert_eq!(
+            (state.leader_epoch("t", 2), state.leader_epoch("t", 1)),
+            (0, 2)
+        );
+        assert_eq!(state.leader("t", 2), Some(1));
+        assert_eq!(state.topic_revision("t"), Some(2));
+        assert_eq!(state.topic_revision("u"), None);
     }
 
     #[test]

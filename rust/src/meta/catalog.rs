@@ -3,13 +3,13 @@
 //! ```text
 //! /kafscale/{cluster}/cluster-id                     cluster id
 //! /kafscale/{cluster}/topics/{topic}                 TopicRecord
-//! /kafscale/{cluster}/partitions/{topic}/{p}         PartitionRecord
+//! /kafscale/{cluster}/partitions/{topic}/{p}         PartitionRecord (from the first claim on)
 //! /kafscale/{cluster}/partitions/{topic}/{p}/owner   owning broker id (ephemeral)
 //! /kafscale/{cluster}/brokers/{id}                   BrokerRecord (ephemeral)
 //! /kafscale/{cluster}/deletions/{topic}              PendingDeletion (objects still to delete)
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -55,6 +55,21 @@ impl PartitionRecord {
     pub fn segment_end(&self) -> i64 {
         self.segment_end.unwrap_or(self.high_watermark)
     }
+
+    /// A partition nobody has claimed yet has no record (a topic of any size is one key): it
+    /// is this, an empty log at epoch 0. Its first claim stores the record.
+    pub fn empty() -> PartitionRecord {
+        PartitionRecord {
+            leader_epoch: 0,
+            epoch_history: vec![EpochStart {
+                epoch: 0,
+                start_offset: 0,
+            }],
+            log_start_offset: 0,
+            high_watermark: 0,
+            segment_end: Some(0),
+        }
+    }
 }
 
 /// A partition record together with the revision it was read or written at; commits are
@@ -66,6 +81,17 @@ pub struct VersionedPartition {
     /// Revision of this broker's owner key (0 if it does not own the partition): commits also
     /// require the key to be unchanged, so a broker whose lease expired cannot commit.
     pub owner_revision: i64,
+}
+
+impl VersionedPartition {
+    /// A partition without a record (revision 0: claims require the key to be absent).
+    pub fn never_claimed() -> VersionedPartition {
+        VersionedPartition {
+            record: PartitionRecord::empty(),
+            revision: 0,
+            owner_revision: 0,
+        }
+    }
 }
 
 /// A live broker, as registered under its session.
@@ -114,7 +140,11 @@ pub enum CatalogError {
 pub struct ClaimTarget {
     pub topic: String,
     pub partition: i32,
+    /// `revision` 0: the partition has no record yet (`PartitionRecord::empty()`).
     pub current: VersionedPartition,
+    /// The revision of the topic key as the claimant saw it. The first claim of a partition
+    /// also requires it unchanged, so no record is created for a topic deleted meanwhile.
+    pub topic_revision: i64,
 }
 
 impl ClaimTarget {
@@ -170,6 +200,11 @@ impl Catalog {
 
     pub(crate) fn partition_key(&self, topic: &str, partition: i32) -> String {
         format!("{}/partitions/{topic}/{partition}", self.root)
+    }
+
+    /// The key of a topic's record, for readers outside a broker.
+    pub fn topic_record_key(cluster: &str, topic: &str) -> String {
+        format!("/kafscale/{cluster}/topics/{topic}")
     }
 
     /// The prefix of a topic's partition records (readers outside a broker list it).
@@ -246,7 +281,8 @@ impl Catalog {
             .collect()
     }
 
-    /// Creates the topic and seeds its partitions' records. Returns the record and revision.
+    /// Creates the topic: one key, whatever its partition count (partition records come with
+    /// their first claim). Returns the record and revision.
     pub async fn create_topic(
         &self,
         name: &str,
@@ -263,8 +299,7 @@ impl Catalog {
             configs,
             created_ms: now_ms(),
         };
-        let mut ops = vec![Op::Put(self.topic_key(name), encode(&record))];
-        ops.extend(self.seed_partitions(name, 0..partitions));
+        let ops = vec![Op::Put(self.topic_key(name), encode(&record))];
         let compares = vec![
             Compare::ModRevision(self.topic_key(name), 0),
             Compare::ModRevision(self.deletion_key(name), 0),
@@ -275,22 +310,6 @@ impl Catalog {
         }
     }
 
-    /// The records of partitions no one has written yet: epoch 0 from offset 0.
-    fn seed_partitions(&self, topic: &str, ids: std::ops::Range<i32>) -> Vec<Op> {
-        let fresh = PartitionRecord {
-            leader_epoch: 0,
-            epoch_history: vec![EpochStart {
-                epoch: 0,
-                start_offset: 0,
-            }],
-            log_start_offset: 0,
-            high_watermark: 0,
-            segment_end: Some(0),
-        };
-        ids.map(|p| Op::Put(self.partition_key(topic, p), encode(&fresh)))
-            .collect()
-    }
-
     /// Replaces the topic's configs. Returns the new record and the revision.
     pub async fn alter_topic_configs(
         &self,
@@ -299,13 +318,14 @@ impl Catalog {
     ) -> Result<(TopicRecord, i64), CatalogError> {
         self.update_topic(name, |record| {
             record.configs = configs.clone();
-            Ok(Vec::new())
+            Ok(())
         })
         .await
     }
 
-    /// Grows the topic to `count` partitions (at most `max`) and seeds the new partitions'
-    /// records in the same transaction. Returns the new record and the revision.
+    /// Grows the topic to `count` partitions (at most `max`): rewrites the topic key only, the
+    /// new partitions' records come with their first claims. Returns the new record and the
+    /// revision.
     pub async fn add_partitions(
         &self,
         name: &str,
@@ -330,18 +350,17 @@ impl Catalog {
                 )));
             }
             record.partitions = count;
-            Ok(self.seed_partitions(name, current..count))
+            Ok(())
         })
         .await
     }
 
     /// Read, change and write back a topic record, conditioned on its revision: a concurrent
-    /// change is read again and `change` applied to it. `change` edits the record and returns
-    /// further writes for the same transaction.
+    /// change is read again and `change` applied to it.
     async fn update_topic(
         &self,
         name: &str,
-        mut change: impl FnMut(&mut TopicRecord) -> Result<Vec<Op>, CatalogError>,
+        mut change: impl FnMut(&mut TopicRecord) -> Result<(), CatalogError>,
     ) -> Result<(TopicRecord, i64), CatalogError> {
         let key = self.topic_key(name);
         loop {
@@ -349,8 +368,8 @@ impl Catalog {
                 return Err(CatalogError::UnknownTopic(name.to_string()));
             };
             let mut record: TopicRecord = parse(&kv)?;
-            let mut ops = change(&mut record)?;
-            ops.insert(0, Op::Put(key.clone(), encode(&record)));
+            change(&mut record)?;
+            let ops = vec![Op::Put(key.clone(), encode(&record))];
             let compares = vec![Compare::ModRevision(key.clone(), kv.mod_revision)];
             if let Some(revision) = self.kv.txn(compares, ops).await? {
                 return Ok((record, revision));
@@ -423,14 +442,25 @@ impl Catalog {
         partition: i32,
         broker_id: i32,
     ) -> Result<VersionedPartition, CatalogError> {
+        let unknown = || CatalogError::UnknownTopic(topic.to_string());
+        let topic_kv = self
+            .kv
+            .get(&self.topic_key(topic))
+            .await?
+            .ok_or_else(unknown)?;
+        let record: TopicRecord = parse(&topic_kv)?;
+        if !(0..record.partitions).contains(&partition) {
+            return Err(unknown());
+        }
         let current = self
             .partition(topic, partition)
             .await?
-            .ok_or_else(|| CatalogError::UnknownTopic(topic.to_string()))?;
+            .unwrap_or_else(VersionedPartition::never_claimed);
         let target = ClaimTarget {
             topic: topic.to_string(),
             partition,
             current,
+            topic_revision: topic_kv.mod_revision,
         };
         match self.claim_partitions(&[target], broker_id).await? {
             Some(mut claimed) => Ok(claimed.remove(0)),
@@ -439,7 +469,8 @@ impl Catalog {
     }
 
     /// Claims every target in one transaction, all or none (see `claim_partition`): each
-    /// target's owner key must be absent and its record unchanged since `current`. Returns the
+    /// target's owner key must be absent and its record unchanged since `current` – or still
+    /// absent, and then its topic key unchanged too (one compare per topic). Returns the
     /// claimed states in the order of `targets`, or None if any target failed its check
     /// (nothing was written). Callers split their work with `claim_batches`.
     pub async fn claim_partitions(
@@ -451,7 +482,13 @@ impl Catalog {
         let mut compares = Vec::with_capacity(targets.len() * 2);
         let mut ops = Vec::with_capacity(targets.len() * 2);
         let mut records = Vec::with_capacity(targets.len());
+        let mut topics_checked = HashSet::new();
         for target in targets {
+            let first_claim = target.current.revision == 0;
+            if first_claim && topics_checked.insert(target.topic.as_str()) {
+                let topic = self.topic_key(&target.topic);
+                compares.push(Compare::ModRevision(topic, target.topic_revision));
+            }
             let mut record = target.current.record.clone();
             record.leader_epoch += 1;
             record.epoch_history.push(EpochStart {
@@ -477,27 +514,47 @@ impl Catalog {
         Ok(Some(claimed.collect()))
     }
 
-    /// Splits claims into transactions the store takes: at most its operation limit (two
-    /// compares and two ops per claim) and about `MAX_TXN_BYTES` of records each.
+    /// Splits claims into transactions the store takes: at most its operation limit of
+    /// compares and of ops (two of each per claim, and a compare per topic whose partitions
+    /// are claimed for the first time) and about `MAX_TXN_BYTES` of records each.
     pub fn claim_batches<T>(
         &self,
         claims: Vec<T>,
         target: impl Fn(&T) -> &ClaimTarget,
     ) -> Vec<Vec<T>> {
-        let per_txn = (self.kv.max_txn_ops() / 2).max(1);
+        let max_ops = self.kv.max_txn_ops().max(3);
         let mut batches: Vec<Vec<T>> = Vec::new();
-        let mut bytes = 0;
+        let (mut bytes, mut compares) = (0, 0);
+        let mut topics_checked: HashSet<String> = HashSet::new();
         for claim in claims {
-            let size = target(&claim).approximate_size();
+            let (size, first_claim_of) = {
+                let claimed = target(&claim);
+                let first = claimed.current.revision == 0;
+                (
+                    claimed.approximate_size(),
+                    first.then(|| claimed.topic.clone()),
+                )
+            };
+            let topic_compare = first_claim_of
+                .as_ref()
+                .is_some_and(|topic| !topics_checked.contains(topic));
+            let fits = |batch: &Vec<T>| {
+                2 * (batch.len() + 1) <= max_ops
+                    && compares + 2 + usize::from(topic_compare) <= max_ops
+                    && bytes + size <= MAX_TXN_BYTES
+            };
             match batches.last_mut() {
-                Some(batch) if batch.len() < per_txn && bytes + size <= MAX_TXN_BYTES => {
-                    bytes += size;
-                    batch.push(claim);
-                }
+                Some(batch) if fits(batch) => batch.push(claim),
                 _ => {
-                    bytes = size;
+                    (bytes, compares) = (0, 0);
+                    topics_checked.clear();
                     batches.push(vec![claim]);
                 }
+            }
+            bytes += size;
+            compares += 2;
+            if let Some(topic) = first_claim_of {
+                compares += usize::from(topics_checked.insert(topic));
             }
         }
         batches
@@ -510,8 +567,19 @@ impl Catalog {
         partition: i32,
         owned: &VersionedPartition,
     ) -> Result<(), CatalogError> {
+        self.release_owner_key(topic, partition, owned.owner_revision)
+            .await
+    }
+
+    /// Removes the partition's owner key if it is still the one written at `owner_revision`.
+    pub async fn release_owner_key(
+        &self,
+        topic: &str,
+        partition: i32,
+        owner_revision: i64,
+    ) -> Result<(), CatalogError> {
         let owner = self.owner_key(topic, partition);
-        let compares = vec![Compare::ModRevision(owner.clone(), owned.owner_revision)];
+        let compares = vec![Compare::ModRevision(owner.clone(), owner_revision)];
         match self.kv.txn(compares, vec![Op::Delete(owner)]).await? {
             Some(_) => Ok(()),
             None => Err(CatalogError::Fenced(topic.to_string(), partition)),
@@ -579,9 +647,11 @@ mod tests {
             Err(CatalogError::TopicExists(_))
         ));
         assert_eq!(catalog.topics().await.unwrap(), vec![created.clone()]);
-        assert!(catalog.partition("orders", 2).await.unwrap().is_some());
+        catalog.claim_partition("orders", 2, 1).await.unwrap();
         catalog.delete_topic("orders").await.unwrap();
         assert!(catalog.partition("orders", 2).await.unwrap().is_none());
+        let owner = catalog.kv().get(&catalog.owner_key("orders", 2)).await;
+        assert!(owner.unwrap().is_none());
         // recreating waits for the object deletion to finish
         assert!(matches!(
             catalog.create_topic("orders", 1, BTreeMap::new()).await,
@@ -626,7 +696,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn partitions_are_only_added_and_seeded_with_the_record() {
+    async fn partitions_are_only_added_and_get_records_with_their_first_claim() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog(&dir);
         catalog.create_topic("t", 2, BTreeMap::new()).await.unwrap();
@@ -634,16 +704,8 @@ mod tests {
         commit_end(&catalog, &first, 10).await.unwrap();
         let (grown, _) = catalog.add_partitions("t", 5, 8).await.unwrap();
         assert_eq!(grown.partitions, 5);
-        for p in 2..5 {
-            let seeded = catalog.partition("t", p).await.unwrap().unwrap().record;
-            assert_eq!((seeded.leader_epoch, seeded.high_watermark), (0, 0));
-            assert_eq!(
-                seeded.epoch_history,
-                [EpochStart {
-                    epoch: 0,
-                    start_offset: 0
-                }]
-            );
+        for p in 1..5 {
+            assert!(catalog.partition("t", p).await.unwrap().is_none(), "{p}");
         }
         // the existing partitions are left as they were
         let kept = catalog.partition("t", 0).await.unwrap().unwrap().record;
@@ -659,9 +721,61 @@ mod tests {
                 .to_string()
                 .contains("has 5 partitions"));
         }
-        assert!(catalog.partition("t", 5).await.unwrap().is_none());
         assert!(matches!(
             catalog.add_partitions("missing", 3, 8).await,
+            Err(CatalogError::UnknownTopic(_))
+        ));
+        // partitions beyond the count cannot be claimed
+        for p in [5, -1] {
+            let refused = catalog.claim_partition("t", p, 1).await;
+            assert!(matches!(refused, Err(CatalogError::UnknownTopic(_))), "{p}");
+            assert!(catalog.partition("t", p).await.unwrap().is_none());
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_claim_creates_the_record_of_the_empty_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 3, BTreeMap::new()).await.unwrap();
+        let claimed = catalog.claim_partition("t", 2, 1).await.unwrap();
+        let mut expected = PartitionRecord::empty();
+        expected.leader_epoch = 1;
+        expected.epoch_history.push(EpochStart {
+            epoch: 1,
+            start_offset: 0,
+        });
+        assert_eq!(claimed.record, expected);
+        let stored = catalog.partition("t", 2).await.unwrap().unwrap();
+        assert_eq!(
+            (&stored.record, stored.revision),
+            (&expected, claimed.revision)
+        );
+        // a claimant that still takes the record for absent is refused, even once released
+        let stale = targets(&catalog, &[2]).await;
+        catalog.release_partition("t", 2, &claimed).await.unwrap();
+        let mut absent = stale[0].clone();
+        absent.current = VersionedPartition::never_claimed();
+        let refused = catalog.claim_partitions(&[absent], 2).await.unwrap();
+        assert!(refused.is_none());
+        assert_eq!(catalog.partition("t", 2).await.unwrap().unwrap(), stored);
+    }
+
+    #[tokio::test]
+    async fn no_record_is_created_for_a_topic_changed_or_deleted_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(&dir);
+        catalog.create_topic("t", 3, BTreeMap::new()).await.unwrap();
+        let seen = targets(&catalog, &[0, 1]).await;
+        catalog.add_partitions("t", 4, 8).await.unwrap();
+        assert!(catalog.claim_partitions(&seen, 1).await.unwrap().is_none());
+        let seen = targets(&catalog, &[0, 1]).await;
+        catalog.delete_topic("t").await.unwrap();
+        assert!(catalog.claim_partitions(&seen, 1).await.unwrap().is_none());
+        let left = catalog.kv().range(&catalog.partition_key("t", 0)).await;
+        assert!(left.unwrap().kvs.is_empty());
+        assert!(matches!(
+            catalog.claim_partition("t", 0, 1).await,
             Err(CatalogError::UnknownTopic(_))
         ));
     }
@@ -711,15 +825,17 @@ mod tests {
         }
     }
 
-    /// The claims of `ids`, on their records as stored now.
+    /// The claims of partitions `ids` of topic "t", on their records as stored now.
     async fn targets(catalog: &Catalog, ids: &[i32]) -> Vec<ClaimTarget> {
+        let topic = catalog.kv().get(&catalog.topic_key("t")).await.unwrap();
         let mut targets = Vec::new();
         for &partition in ids {
-            let current = catalog.partition("t", partition).await.unwrap().unwrap();
+            let current = catalog.partition("t", partition).await.unwrap();
             targets.push(ClaimTarget {
                 topic: "t".into(),
                 partition,
-                current,
+                current: current.unwrap_or_else(VersionedPartition::never_claimed),
+                topic_revision: topic.as_ref().unwrap().mod_revision,
             });
         }
         targets
@@ -737,8 +853,7 @@ mod tests {
         for p in [0, 1, 2, 4] {
             let owner = catalog.kv().get(&catalog.owner_key("t", p)).await.unwrap();
             assert!(owner.is_none(), "partition {p}");
-            let record = catalog.partition("t", p).await.unwrap().unwrap().record;
-            assert_eq!(record.leader_epoch, 0, "partition {p}");
+            assert!(catalog.partition("t", p).await.unwrap().is_none(), "{p}");
         }
         // the others in one transaction: one revision, each a new epoch from its end
         let rest = targets(&catalog, &[0, 1, 2, 4]).await;
@@ -775,15 +890,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog(&dir);
         catalog.create_topic("t", 1, BTreeMap::new()).await.unwrap();
-        let one = targets(&catalog, &[0]).await.remove(0);
-        let per_txn = catalog.kv().max_txn_ops() / 2;
-        let many = vec![one.clone(); per_txn * 2 + 3];
-        let sizes: Vec<usize> = catalog
-            .claim_batches(many, |t| t)
-            .iter()
-            .map(Vec::len)
+        let mut one = targets(&catalog, &[0]).await.remove(0);
+        let max_ops = catalog.kv().max_txn_ops();
+        let sizes = |claims: Vec<ClaimTarget>| -> Vec<usize> {
+            let batches = catalog.claim_batches(claims, |t| t);
+            batches.iter().map(Vec::len).collect()
+        };
+        // first claims: two compares each and one for their topic
+        let first = max_ops / 2 - 1;
+        assert_eq!(sizes(vec![one.clone(); first * 2 + 3]), [first, first, 3]);
+        let of_topic = |name: &str| ClaimTarget {
+            topic: name.into(),
+            ..one.clone()
+        };
+        let three: Vec<_> = (0..first)
+            .flat_map(|_| [of_topic("t"), of_topic("u"), of_topic("v")])
             .collect();
-        assert_eq!(sizes, [per_txn, per_txn, 3]);
+        assert_eq!(sizes(three)[0], (max_ops - 3) / 2);
+        // claims of existing records need no topic compare
+        one.current.revision = 7;
+        let per_txn = max_ops / 2;
+        assert_eq!(
+            sizes(vec![one.clone(); per_txn * 2 + 3]),
+            [per_txn, per_txn, 3]
+        );
         // records with long epoch histories: fewer per transaction, by bytes
         let mut long = one;
         long.current.record.epoch_history = vec![
@@ -796,5 +926,52 @@ mod tests {
         let batches = catalog.claim_batches(vec![long; 10], |t| t);
         assert!(batches.len() >= 4, "{} batches", batches.len());
         assert!(batches.iter().all(|b| !b.is_empty()));
+    }
+
+    /// A topic of 10,000 partitions is one key, on etcd (128 operations per transaction) as
+    /// on the embedded store; growing a topic past 128 partitions is one key too, and the new
+    /// partitions are claimed in batches the store takes.
+    async fn a_topic_of_any_size_is_one_key(catalog: Catalog) {
+        catalog
+            .create_topic("big", 10_000, BTreeMap::new())
+            .await
+            .unwrap();
+        catalog
+            .create_topic("t", 100, BTreeMap::new())
+            .await
+            .unwrap();
+        let (grown, _) = catalog.add_partitions("t", 3_000, 10_000).await.unwrap();
+        assert_eq!(grown.partitions, 3_000);
+        let records = format!("{}/partitions/", catalog.root());
+        assert!(catalog.kv().range(&records).await.unwrap().kvs.is_empty());
+
+        let added: Vec<i32> = (100..3_000).collect();
+        let claims = targets(&catalog, &added).await;
+        let batches = catalog.claim_batches(claims, |t| t);
+        for batch in &batches {
+            let claimed = catalog.claim_partitions(batch, 1).await.unwrap();
+            assert_eq!(claimed.map(|c| c.len()), Some(batch.len()));
+        }
+        // a record and an owner key each
+        let stored = catalog.kv().range(&records).await.unwrap().kvs.len();
+        assert_eq!(stored, 2 * added.len());
+        let last = catalog.claim_partition("big", 9_999, 2).await.unwrap();
+        assert_eq!(last.record.leader_epoch, 1);
+    }
+
+    #[tokio::test]
+    async fn topics_of_any_size_on_the_embedded_store() {
+        let dir = tempfile::tempdir().unwrap();
+        a_topic_of_any_size_is_one_key(catalog(&dir)).await;
+    }
+
+    #[tokio::test]
+    async fn topics_of_any_size_on_etcd() {
+        let etcd = crate::meta::test_etcd::TestEtcd::start().await;
+        let ttl = std::time::Duration::from_secs(5);
+        let store = crate::meta::etcd::EtcdStore::connect(&etcd.endpoints(), None, ttl)
+            .await
+            .unwrap();
+        a_topic_of_any_size_is_one_key(Catalog::new(Arc::new(store), "test")).await;
     }
 }

@@ -181,7 +181,7 @@ async fn renew(lease: &mut etcd::LeaseClient, session: &Session, ttl: i64) -> bo
 async fn bounded<T>(call: impl Future<Output = Result<T, etcd::Error>>) -> Result<T, MetaError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(MetaError::Unavailable(format!("etcd: {e}"))),
+        Ok(Err(e)) => Err(super::etcd_limits::classify(e)),
         Err(_) => Err(MetaError::Unavailable(format!(
             "etcd: no answer within {} s",
             REQUEST_TIMEOUT.as_secs()

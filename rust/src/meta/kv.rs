@@ -59,6 +59,10 @@ impl Change {
 pub enum MetaError {
     #[error("metadata store unavailable: {0}")]
     Unavailable(String),
+    /// The store refused the request for good: it exceeds one of its configured limits (the
+    /// message names the limit and what to change). Retrying the same request cannot help.
+    #[error("metadata store limit reached: {0}")]
+    Limit(String),
     #[error("metadata record {key} is corrupt: {reason}")]
     Corrupt { key: String, reason: String },
 }

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod embedded;
 pub mod etcd;
+mod etcd_limits;
 pub mod kv;
 pub mod metered;
 pub mod mirror;
