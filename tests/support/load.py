@@ -35,7 +35,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from . import kafka_wire as kw
@@ -515,8 +515,12 @@ class Workload:
             "records": sum(len(recs) for recs in log.values()),
             "acked": len(acked),
             "failed": len(self.retrying.failed) + len(self.single.failed),
+            "failed_by_error": dict(
+                Counter([*self.retrying.failed.values(), *self.single.failed.values()])
+            ),
             "unresolved": self.retrying.unresolved + self.single.unresolved,
             "duplicates": sum(len(locs) - 1 for locs in where.values()),
+            "duplicate_sample": [(v, locs) for v, locs in where.items() if len(locs) > 1][:3],
             "retrying_duplicates": sum(len(where[v]) - 1 for v in retried if v in where),
             "single_shot_resent": self.resent,
             "consumer_errors": len(self.consumer.errors),

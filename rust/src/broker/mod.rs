@@ -459,9 +459,10 @@ impl Broker {
         });
     }
 
-    /// SIGTERM: stop taking writes, flush every buffer, then end the session – which releases
-    /// every partition and the registration at once, so the others take over without waiting
-    /// for a lease to expire.
+    /// SIGTERM, first part: stop taking writes and flush every buffer. The server then sends
+    /// the responses it owes, and only after that does `leave` end the session: a client that
+    /// saw this broker leave the cluster before its answers arrived would drop the connection
+    /// and send again records that were stored.
     pub async fn shutdown(&self) {
         self.stopping.store(true, Ordering::Release);
         // Wait for a reconciliation under way; none starts after this.
@@ -481,10 +482,15 @@ impl Broker {
             partition.close(ResponseError::NotLeaderOrFollower);
         }
         self.wal.drain(&partitions).await;
+        self.control.close();
+    }
+
+    /// SIGTERM, last part: ends the session – which releases every partition and the
+    /// registration at once, so the others take over without waiting for a lease to expire.
+    pub async fn leave(&self) {
         if let Err(error) = self.log.catalog.kv().end_session().await {
             tracing::warn!(%error, "could not end the metadata session; partitions move after the lease expires");
         }
-        self.control.close();
         tracing::info!("all buffers flushed and partitions released; broker stopped");
     }
 

@@ -69,7 +69,8 @@ impl Broker {
         }
     }
 
-    /// One segment for each of `partitions` that is due; returns the ones that got one.
+    /// One segment for each of `partitions` that is due; returns the ones that got one
+    /// committed.
     async fn compact_round(&self, owned: Vec<Arc<Partition>>) -> Vec<Arc<Partition>> {
         let now = now_ms();
         let ready: Vec<(Arc<Partition>, Compacted)> = futures::stream::iter(owned)
@@ -78,19 +79,24 @@ impl Broker {
             .filter_map(|c| async move { c })
             .collect()
             .await;
-        let compacted: Vec<_> = ready.iter().map(|(p, _)| p.clone()).collect();
         let per_txn = (self.log.catalog.kv().max_txn_ops() / 2).max(1);
         let mut ready = ready.into_iter().peekable();
+        let mut committed = Vec::new();
         while ready.peek().is_some() {
             let batch: Vec<_> = ready.by_ref().take(per_txn).collect();
-            self.commit_compacted(batch).await;
+            committed.extend(self.commit_compacted(batch).await);
         }
-        compacted
+        committed
     }
 
     /// Commits one batch; a batch refused because one partition moved is split until the
-    /// moved one stands alone (it is given up; its new owner compacts it).
-    async fn commit_compacted(&self, batch: Vec<(Arc<Partition>, Compacted)>) {
+    /// moved one stands alone (it is given up; its new owner compacts it). Returns the
+    /// partitions whose segment was committed.
+    async fn commit_compacted(
+        &self,
+        batch: Vec<(Arc<Partition>, Compacted)>,
+    ) -> Vec<Arc<Partition>> {
+        let mut committed = Vec::new();
         let mut work = vec![batch];
         while let Some(mut batch) = work.pop() {
             let changes: Vec<_> = batch
@@ -101,6 +107,7 @@ impl Broker {
                 Ok(Some(revision)) => {
                     for (partition, compacted) in batch {
                         partition.compacted(&self.log, compacted, revision);
+                        committed.push(partition);
                     }
                 }
                 Ok(None) if batch.len() > 1 => {
@@ -114,6 +121,7 @@ impl Broker {
                     "committing compacted segments failed; retrying next round"),
             }
         }
+        committed
     }
 
     /// Deletes the write-ahead objects (then manifests) whose runs are all in segments, or
@@ -211,6 +219,7 @@ mod tests {
     use super::*;
     use crate::broker::tests::{broker, produce};
     use crate::log::reader;
+    use crate::meta::kv::Op;
     use crate::meta::mirror::tests::eventually;
 
     /// The segment end of t-`id` as the broker's cluster view has it.
@@ -282,5 +291,30 @@ mod tests {
             .map(|r| r.unwrap().1.base_offset)
             .collect();
         assert_eq!(offsets, (0..6).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_closed_log_is_not_compacted_and_one_claimed_again_is() {
+        let t = broker(100).await;
+        let b = &t.broker;
+        b.create_topic("t", 1, Default::default()).await.unwrap();
+        assert_eq!(produce(b, "t", 0, 3).await, 0);
+        let slot = b.topic("t").unwrap().partitions[0].clone();
+        let (first, epoch) = (slot.current(), slot.current().leader_epoch());
+        let later = now_ms() + 3_600_000;
+        // the owner key goes (as when it was released): the log closes, the broker claims the
+        // partition again; the closed log (still holding its claim) compacts nothing
+        let owner = b.log.catalog.owner_key("t", 0);
+        let kv = b.log.catalog.kv();
+        kv.txn(vec![], vec![Op::Delete(owner)]).await.unwrap();
+        let reclaimed = || slot.current().is_leader() && slot.current().leader_epoch() > epoch;
+        assert!(eventually(reclaimed).await);
+        assert!(first.compact(&b.log, later).await.is_none());
+        assert_eq!(produce(b, "t", 0, 3).await, 3);
+        let p = slot.current();
+        let c = p.compact(&b.log, later).await.expect("due");
+        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
+        let committed = b.log.catalog.commit_owned_records(&changes).await.unwrap();
+        assert!(committed.is_some(), "the new claim's compaction was fenced");
     }
 }

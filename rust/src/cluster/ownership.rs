@@ -423,6 +423,9 @@ impl Broker {
             "lost ownership of the partition; serving reads only");
         current.abandon(ResponseError::NotLeaderOrFollower);
         slot.replace(current.to_follower());
+        // A pass looks at it again: if it is still assigned here and nobody owns it now (the
+        // key simply went), that pass claims it; no other change would bring one.
+        self.ownership.revisit(&topic.record.name, id);
         if let (true, Some(owned)) = (key_is_ours, current.owned()) {
             let broker = self.clone();
             let name = topic.record.name.clone();

@@ -206,7 +206,7 @@ impl Iterator for BatchWalker<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::log::batch::rewritten_prefix;
     use crate::log::batch::tests::encoded_batch;
@@ -214,7 +214,8 @@ mod tests {
     use kafka_protocol::records::Compression;
     use proptest::prelude::*;
 
-    fn stored(base_offset: i64, count: usize) -> StoredBatch {
+    /// A stored batch of `count` records at `base_offset` (leader epoch 3).
+    pub(crate) fn stored(base_offset: i64, count: usize) -> StoredBatch {
         let bytes = encoded_batch(count, 16, Compression::None);
         let header = BatchHeader::parse(&bytes).unwrap();
         StoredBatch {

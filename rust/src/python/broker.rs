@@ -288,6 +288,7 @@ impl Broker {
                 if let Some(server) = server {
                     let _ = server.await;
                 }
+                running.core.leave().await;
             })
         });
         Ok(())

@@ -36,6 +36,11 @@ impl Partition {
     /// they are not (or the partition is not owned here).
     pub async fn compact(&self, ctx: &LogContext, now_ms: i64) -> Option<Compacted> {
         let lock = self.record_lock.clone().lock_owned().await;
+        // A log that stopped taking writes (handed off, shutting down) is no longer this
+        // broker's to compact, even while its owner key is.
+        if !self.is_leader() {
+            return None;
+        }
         let owned = self.owned()?;
         let from = owned.record.segment_end();
         let end = self.high_watermark();
@@ -215,7 +220,8 @@ impl Partition {
         None
     }
 
-    /// Makes an occupant that holds the committed batches the segment: writes its index.
+    /// Makes an occupant that holds the committed batches the segment: writes its index, or
+    /// keeps the one there if it is a readable index (made with another interval, say).
     async fn take_as_segment(
         &self,
         ctx: &LogContext,
@@ -224,8 +230,13 @@ impl Partition {
     ) -> Option<SegmentMeta> {
         let index = segment_index(&theirs, ctx.settings.index_interval);
         let index_path = self.segment_path(ctx, theirs.base_offset, SegmentObject::Index);
-        let _ = ctx.store.delete(&index_path).await;
-        occupant::put_new(ctx, &index_path, index).await.ok()?;
+        if let PutOutcome::Occupied = occupant::put_new(ctx, &index_path, index).await.ok()? {
+            let existing = ctx.store.get(&index_path).await.ok()?;
+            if crate::log::index::SparseIndex::parse(&existing).is_err() {
+                tracing::warn!(object = %index_path, "an unreadable index is in the way; not compacting");
+                return None;
+            }
+        }
         Some(SegmentMeta {
             base_offset: theirs.base_offset,
             last_offset: theirs.last_offset,

@@ -56,22 +56,8 @@ pub(crate) fn build_wal_object<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::tests::encoded_batch;
-    use crate::log::batch::{rewritten_prefix, BatchHeader};
+    use crate::log::segment::tests::stored;
     use crate::log::segment::BatchWalker;
-    use kafka_protocol::records::Compression;
-
-    fn stored(base_offset: i64, count: usize) -> StoredBatch {
-        let bytes = encoded_batch(count, 16, Compression::None);
-        let header = BatchHeader::parse(&bytes).unwrap();
-        StoredBatch {
-            prefix: rewritten_prefix(base_offset, header.size, 4),
-            body: bytes.slice(16..),
-            base_offset,
-            offset_count: count as i64,
-            max_timestamp: header.max_timestamp,
-        }
-    }
 
     #[test]
     fn runs_are_placed_back_to_back_after_the_header() {
