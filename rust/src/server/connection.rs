@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -47,6 +47,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// How often a connection stalled by its budgets checks whether its client has gone.
 const CLOSED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a stopping connection, its answers sent, waits for the client to close.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// A request handed to its task, in the order the writer answers it.
 struct Pending {
     answer: JoinHandle<Answer>,
@@ -73,7 +76,7 @@ pub(crate) async fn run(
     stop: watch::Receiver<bool>,
     admitted: Admitted,
 ) {
-    let (read_half, write_half) = socket.into_split();
+    let (mut read_half, write_half) = socket.into_split();
     let (queue, replies) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
     let (hangup, hung_up) = watch::channel(false);
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
@@ -84,13 +87,26 @@ pub(crate) async fn run(
         connection.peer,
         idle,
     ));
-    let end = read_requests(&broker, read_half, &connection, &queue, stop).await;
+    let end = read_requests(&broker, &mut read_half, &connection, &queue, stop).await;
     if end == ReadEnd::Closed {
         let _ = hangup.send(true);
     }
     drop(queue);
+    // The writer sends what is owed, then shuts its half down (FIN).
     let _ = writer.await;
+    if end == ReadEnd::Stopped {
+        linger(&mut read_half).await;
+    }
     drop(admitted);
+}
+
+/// Reads and discards what the client still sends, until it closes too (or `LINGER`): a
+/// socket closed with unread bytes in its receive buffer is reset, and a reset can destroy
+/// answers the client has not read yet – it would send again records that were stored.
+async fn linger(read_half: &mut OwnedReadHalf) {
+    let mut sink = [0u8; 4096];
+    let drained = async { while matches!(read_half.read(&mut sink).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(LINGER, drained).await;
 }
 
 /// The context of a new connection: its budgets (sharing `broker_budget` with every other
@@ -112,7 +128,7 @@ pub(crate) fn context(
 
 async fn read_requests(
     broker: &Arc<Broker>,
-    read_half: OwnedReadHalf,
+    read_half: &mut OwnedReadHalf,
     connection: &ConnectionContext,
     queue: &mpsc::Sender<Pending>,
     mut stop: watch::Receiver<bool>,
