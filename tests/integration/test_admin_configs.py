@@ -40,10 +40,9 @@ from support.admin_env import (
 )
 from support.clients import Msg, confluent_produce, unique
 from support.cluster import segment_base, whole_batches
-from support.procs import settled
 from support.group_env import ClusterNodes, GroupEnv, SingleNode
 from support.load import wait_for
-from support.procs import S3_ENV, Broker
+from support.procs import S3_ENV, Broker, settled
 
 # one broker, then a 3-broker cluster (etcd + moto): every test runs on both
 genv = admin_env.genv

@@ -100,7 +100,7 @@ def test_metadata_agrees_on_every_broker(kc):
     assert all(lead.epoch >= 1 for lead in leaders.values()), leaders
     assert {lead.broker_id for lead in leaders.values()} == kc.live_ids, "leaders not spread"
 
-    # etcd agrees: owner keys, epochs, and – once compaction has run – the segment end after
+    # etcd agrees: owner keys, epochs, and (once compaction has run) the segment end after
     # one write per partition
     confluent_produce(kc.bootstrap(), topic, [Msg(p, None, b"m%d" % p) for p in range(32)])
     owners = kc.meta.owners(topic)

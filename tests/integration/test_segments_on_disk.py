@@ -15,6 +15,8 @@ from support.clients import Msg, confluent_consume, confluent_produce, counts, u
 from support.procs import S3_ENV, settled
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
 def local_objects(data_dir: Path) -> dict[tuple[str, str, int], dict[str, bytes]]:
     """{(namespace, topic, partition): {file name: bytes}} for every .kfs/.index file."""
     out: dict[tuple[str, str, int], dict[str, bytes]] = defaultdict(dict)
@@ -165,7 +167,9 @@ def test_s3_segments_are_valid(broker_factory, moto, s3_bucket):
 
     objects = settled(lambda: s3_objects(moto.objects(s3_bucket)))
     assert {ns for ns, _, _ in objects} == {namespace}
-    settled(lambda: check_topic(s3_objects(moto.objects(s3_bucket)), namespace, topic, msgs, window))
+    settled(
+        lambda: check_topic(s3_objects(moto.objects(s3_bucket)), namespace, topic, msgs, window)
+    )
 
     assert broker.terminate() == 0
     logs = check_topic(s3_objects(moto.objects(s3_bucket)), namespace, topic, msgs, window)
