@@ -19,9 +19,6 @@ use crate::meta::wal::WalManifest;
 /// Partitions compacted at once (each holds its runs' bytes while its segment uploads).
 const COMPACTIONS_IN_PARALLEL: usize = 8;
 
-/// Segments one partition may get per compaction interval (a backlog catches up over several).
-const ROUNDS_PER_TICK: usize = 16;
-
 /// An object no manifest names is deleted once this old: far beyond any flush's upload and
 /// commit, so no commit of it can still land.
 const UNCOMMITTED_OBJECT_AGE: Duration = Duration::from_secs(600);
@@ -52,26 +49,15 @@ pub fn spawn(broker: &Arc<Broker>) {
 }
 
 impl Broker {
-    /// Compacts every owned partition that is due, round after round while a partition has
-    /// more than a segment's worth due (bounded), and commits the switches in batches.
+    /// Compacts every owned partition that is due and commits the switches in batches: one
+    /// metadata write per 64 partitions compacted, whatever the segments each got.
     pub(crate) async fn compact_owned(&self) {
-        let mut partitions: Vec<Arc<Partition>> = self
+        let owned: Vec<Arc<Partition>> = self
             .topics()
             .iter()
             .flat_map(|t| t.partitions.iter().map(|s| s.current()))
             .filter(|p| p.is_leader())
             .collect();
-        for _ in 0..ROUNDS_PER_TICK {
-            if partitions.is_empty() {
-                return;
-            }
-            partitions = self.compact_round(partitions).await;
-        }
-    }
-
-    /// One segment for each of `partitions` that is due; returns the ones that got one
-    /// committed.
-    async fn compact_round(&self, owned: Vec<Arc<Partition>>) -> Vec<Arc<Partition>> {
         let now = now_ms();
         let ready: Vec<(Arc<Partition>, Compacted)> = futures::stream::iter(owned)
             .map(|p| async move { p.compact(&self.log, now).await.map(|c| (p, c)) })
@@ -81,22 +67,15 @@ impl Broker {
             .await;
         let per_txn = (self.log.catalog.kv().max_txn_ops() / 2).max(1);
         let mut ready = ready.into_iter().peekable();
-        let mut committed = Vec::new();
         while ready.peek().is_some() {
             let batch: Vec<_> = ready.by_ref().take(per_txn).collect();
-            committed.extend(self.commit_compacted(batch).await);
+            self.commit_compacted(batch).await;
         }
-        committed
     }
 
     /// Commits one batch; a batch refused because one partition moved is split until the
-    /// moved one stands alone (it is given up; its new owner compacts it). Returns the
-    /// partitions whose segment was committed.
-    async fn commit_compacted(
-        &self,
-        batch: Vec<(Arc<Partition>, Compacted)>,
-    ) -> Vec<Arc<Partition>> {
-        let mut committed = Vec::new();
+    /// moved one stands alone (it is given up; its new owner compacts it).
+    async fn commit_compacted(&self, batch: Vec<(Arc<Partition>, Compacted)>) {
         let mut work = vec![batch];
         while let Some(mut batch) = work.pop() {
             let changes: Vec<_> = batch
@@ -107,7 +86,6 @@ impl Broker {
                 Ok(Some(revision)) => {
                     for (partition, compacted) in batch {
                         partition.compacted(&self.log, compacted, revision);
-                        committed.push(partition);
                     }
                 }
                 Ok(None) if batch.len() > 1 => {
@@ -121,7 +99,6 @@ impl Broker {
                     "committing compacted segments failed; retrying next round"),
             }
         }
-        committed
     }
 
     /// Deletes the write-ahead objects (then manifests) whose runs are all in segments, or

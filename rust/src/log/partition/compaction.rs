@@ -24,16 +24,21 @@ use crate::store::SegmentObject;
 /// A segment uploaded and ready to be committed, with the record lock still held.
 pub struct Compacted {
     pub owned: VersionedPartition,
-    /// The record with `segment_end` moved past the segment.
+    /// The record with `segment_end` moved past the segments.
     pub record: PartitionRecord,
-    pub segment: SegmentMeta,
-    batches: Bytes,
+    /// The segments uploaded, in offset order, with their batch bytes when this broker built
+    /// them (for the cache).
+    segments: Vec<(SegmentMeta, Bytes)>,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
+/// Segments one compaction of a partition uploads at most (the rest waits for the next
+/// interval); they are committed together, in one metadata write.
+const SEGMENTS_PER_COMPACTION: usize = 16;
+
 impl Partition {
-    /// Uploads the next segment if the write-ahead runs above the segment end are due; None if
-    /// they are not (or the partition is not owned here).
+    /// Uploads the next segments while the write-ahead runs above the segment end are due
+    /// (at most `SEGMENTS_PER_COMPACTION`); None if none is (or the log takes no writes here).
     pub async fn compact(&self, ctx: &LogContext, now_ms: i64) -> Option<Compacted> {
         let lock = self.record_lock.clone().lock_owned().await;
         // A log that stopped taking writes (handed off, shutting down) is no longer this
@@ -42,14 +47,44 @@ impl Partition {
             return None;
         }
         let owned = self.owned()?;
-        let from = owned.record.segment_end();
         let end = self.high_watermark();
+        let mut from = owned.record.segment_end();
+        let mut segments = Vec::new();
+        while segments.len() < SEGMENTS_PER_COMPACTION {
+            match self.next_segment(ctx, from, end, now_ms).await {
+                Some((meta, cached)) => {
+                    from = meta.last_offset + 1;
+                    segments.push((meta, cached));
+                }
+                None => break,
+            }
+        }
+        let mut record = owned.record.clone();
+        record.segment_end = Some(from);
+        record.high_watermark = record.high_watermark.max(from);
+        (!segments.is_empty()).then_some(Compacted {
+            owned,
+            record,
+            segments,
+            _lock: lock,
+        })
+    }
+
+    /// Uploads the segment that starts at `from` if the runs from there are due.
+    async fn next_segment(
+        &self,
+        ctx: &LogContext,
+        from: i64,
+        end: i64,
+        now_ms: i64,
+    ) -> Option<(SegmentMeta, Bytes)> {
         let runs = ctx.wal.runs_from((self.topic_id, self.id), from);
         let runs: Vec<_> = runs
             .into_iter()
             .filter(|r| r.run.base_offset < end)
             .collect();
         let segment_bytes = self.segment_bytes() as u64;
+        // (A run that straddles `from` counts whole: close enough for the size trigger.)
         let bytes: u64 = runs.iter().map(|r| r.run.length).sum();
         let oldest = runs.first()?.created_ms;
         let age = ctx.settings.wal_compaction_age.as_millis() as i64;
@@ -72,41 +107,32 @@ impl Partition {
         });
         batches.truncate(cut.map_or(batches.len(), |i| i + 1));
         let built = build_segment(&batches, now_ms, ctx.settings.index_interval);
-        let (meta, cached) = match self.put_segment(ctx, &built.object, &built.index).await? {
-            true => (built.meta.clone(), built.batches()),
-            false => (self.take_occupant(ctx, from, end).await?, Bytes::new()),
-        };
-        let mut record = owned.record.clone();
-        record.segment_end = Some(meta.last_offset + 1);
-        record.high_watermark = record.high_watermark.max(meta.last_offset + 1);
-        Some(Compacted {
-            owned,
-            record,
-            batches: cached,
-            segment: meta,
-            _lock: lock,
-        })
+        match self.put_segment(ctx, &built.object, &built.index).await? {
+            true => Some((built.meta.clone(), built.batches())),
+            false => Some((self.take_occupant(ctx, from, end).await?, Bytes::new())),
+        }
     }
 
-    /// The committed switch to the new segment: the record as written and its revision.
+    /// The committed switch to the new segments: the record as written and its revision.
     pub fn compacted(&self, ctx: &LogContext, compacted: Compacted, revision: i64) {
         let Compacted {
             owned,
             record,
-            segment,
-            batches,
+            segments,
             ..
         } = compacted;
-        ctx.metrics.compaction_segments_written.inc();
-        ctx.metrics.compaction_bytes_written.inc_by(segment.size);
-        if !batches.is_empty() {
-            let start = crate::log::segment::SEGMENT_HEADER_LEN as u64;
-            let cached = crate::log::cache::CachedBatches {
-                start,
-                bytes: batches,
-            };
-            ctx.cache
-                .insert(self.object_key(segment.base_offset), cached);
+        for (segment, batches) in &segments {
+            ctx.metrics.compaction_segments_written.inc();
+            ctx.metrics.compaction_bytes_written.inc_by(segment.size);
+            if !batches.is_empty() {
+                let start = crate::log::segment::SEGMENT_HEADER_LEN as u64;
+                let cached = crate::log::cache::CachedBatches {
+                    start,
+                    bytes: batches.clone(),
+                };
+                ctx.cache
+                    .insert(self.object_key(segment.base_offset), cached);
+            }
         }
         let mut state = self.state();
         state.committed = VersionedPartition {
@@ -114,8 +140,8 @@ impl Partition {
             revision,
             owner_revision: owned.owner_revision,
         };
-        if let Some(segments) = state.segments.as_mut() {
-            segments.push(segment);
+        if let Some(listed) = state.segments.as_mut() {
+            listed.extend(segments.into_iter().map(|(segment, _)| segment));
         }
     }
 
