@@ -108,6 +108,7 @@ impl Broker {
         let state = self.cluster();
         let me = self.config.broker_id;
         let sweeper = state.live_brokers().first() == Some(&me);
+        let mut gone = Vec::new();
         for (key, manifest) in self.log.wal.manifests() {
             let mine =
                 manifest.broker == me || (sweeper && !state.brokers.contains_key(&manifest.broker));
@@ -117,22 +118,19 @@ impl Broker {
             let Ok(path) = object_store::path::Path::parse(&manifest.object) else {
                 continue;
             };
-            let deleted = match self.log.store.delete(&path).await {
-                Ok(()) => self
-                    .log
-                    .catalog
-                    .delete_manifest(&key)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match deleted {
-                Ok(()) => self.log.wal.remove(&key),
-                Err(error) => {
-                    tracing::warn!(object = %path, %error, "deleting a compacted write-ahead object failed; retrying next round");
-                    return;
-                }
+            if let Err(error) = self.log.store.delete(&path).await {
+                tracing::warn!(object = %path, %error,
+                    "deleting a compacted write-ahead object failed; retrying next round");
+                break;
             }
+            gone.push(key);
+        }
+        // The manifests of the objects deleted, together (an object is deleted before its
+        // manifest, so a failure here leaves manifests the next round deletes again).
+        match self.log.catalog.delete_manifests(&gone).await {
+            Ok(()) => gone.iter().for_each(|key| self.log.wal.remove(key)),
+            Err(error) => tracing::warn!(%error, manifests = gone.len(),
+                "removing manifests of deleted objects failed; retrying next round"),
         }
     }
 

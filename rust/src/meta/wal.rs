@@ -150,11 +150,12 @@ impl Catalog {
         }
     }
 
-    /// Removes a manifest whose object is gone.
-    pub async fn delete_manifest(&self, key: &str) -> Result<(), MetaError> {
-        self.kv()
-            .txn(vec![], vec![Op::Delete(key.to_string())])
-            .await?;
+    /// Removes manifests whose objects are gone, as many per transaction as the store takes.
+    pub async fn delete_manifests(&self, keys: &[String]) -> Result<(), MetaError> {
+        for chunk in keys.chunks(self.kv().max_txn_ops().max(1)) {
+            let ops = chunk.iter().map(|key| Op::Delete(key.clone())).collect();
+            self.kv().txn(vec![], ops).await?;
+        }
         Ok(())
     }
 

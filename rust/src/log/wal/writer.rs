@@ -217,8 +217,15 @@ impl WalWriter {
     /// Runs one flush of what is queued now (at most one object's worth; what is left stays
     /// queued and due at once). False if it failed.
     pub async fn flush(&self) -> bool {
+        self.flush_queued(false).await
+    }
+
+    /// One flush; `on_schedule` keeps the flush interval's schedule for what comes next (a
+    /// flush the size cap brought early does not push the next interval flush back, so the
+    /// objects per second stay within intervals + bytes ÷ cap).
+    async fn flush_queued(&self, on_schedule: bool) -> bool {
         let mut state = self.flushing.lock().await;
-        let parts = self.take_parts();
+        let parts = self.take_parts(on_schedule);
         if parts.is_empty() {
             return true;
         }
@@ -235,12 +242,12 @@ impl WalWriter {
     }
 
     /// Takes buffered batches of the queued partitions, within one object's size.
-    fn take_parts(&self) -> Vec<Part> {
+    fn take_parts(&self, on_schedule: bool) -> Vec<Part> {
         let (queued, since) = {
             let mut queue = self.queue();
             let since = queue.since;
             queue.bytes = 0;
-            queue.since = None;
+            queue.since = if on_schedule { since } else { None };
             (std::mem::take(&mut queue.partitions), since)
         };
         let mut budget = self.ctx.settings.wal_object_max_bytes;
@@ -464,16 +471,17 @@ async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
         let Some(strong) = writer.upgrade() else {
             return;
         };
-        let due = {
+        let (due, full) = {
             let queue = strong.queue();
             let full = queue.bytes >= strong.ctx.settings.wal_object_max_bytes;
-            queue.since.map(|since| {
+            let due = queue.since.map(|since| {
                 if full {
                     Instant::now()
                 } else {
                     since + strong.ctx.settings.flush_interval
                 }
-            })
+            });
+            (due, full)
         };
         let notify = strong.wake.clone();
         let wake = notify.notified();
@@ -492,7 +500,7 @@ async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
             }
             Some(_) => {}
         }
-        if strong.flush().await {
+        if strong.flush_queued(full).await {
             backoff = Duration::ZERO;
         } else {
             let interval = strong.ctx.settings.flush_interval;
