@@ -1,4 +1,5 @@
-//! Tests of the typed catalog over the embedded store (and etcd where one is running).
+//! Tests of the typed catalog, over the embedded store.
+
 use super::*;
 use crate::meta::embedded::EmbeddedStore;
 
