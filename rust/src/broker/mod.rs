@@ -470,8 +470,7 @@ impl Broker {
         // Claims and hand-offs it started run on their own: let them finish (a claim that
         // lands now gives the partition back) before collecting what to flush. A claim that
         // installed a writable log after this point would take writes that no flush below
-        // commits - its producers would be told "not persisted" about records the next owner
-        // then adopts.
+        // commits: its producers would wait in vain for an answer.
         self.wait_for_ownership_changes().await;
         let partitions: Vec<_> = self
             .topics()
