@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn epochs_that_wrote_nothing_end_where_they_began() {
-        // claimed twice without writes in between (epochs 1 and 2 both start at 7)
+        // claimed twice without writes in between (epochs 2 and 3 both start at 7)
         let r = record(&[(0, 0), (1, 0), (2, 7), (3, 7)], 9);
         assert_eq!(end_offset_for(&r, 0), (0, 0));
         assert_eq!(end_offset_for(&r, 1), (1, 7));
