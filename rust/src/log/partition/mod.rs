@@ -129,6 +129,15 @@ impl Partition {
         *self.high_watermark.borrow()
     }
 
+    /// Moves the committed end up to `end` (never down), waking readers if it moved.
+    fn raise_high_watermark(&self, end: i64) {
+        self.high_watermark.send_if_modified(|current| {
+            let moved = end > *current;
+            *current = (*current).max(end);
+            moved
+        });
+    }
+
     /// The largest record batch a produce may carry now (the topic's `max.message.bytes`).
     pub fn max_message_bytes(&self) -> usize {
         self.limits.max_message_bytes()
@@ -307,11 +316,7 @@ impl Partition {
 
     /// The taken batches are committed: the log ends after them now; answers their producers.
     pub fn complete_flush(&self, replies: Vec<Reply>, end: i64) {
-        self.high_watermark.send_if_modified(|current| {
-            let moved = end > *current;
-            *current = (*current).max(end);
-            moved
-        });
+        self.raise_high_watermark(end);
         for (waiter, base_offset) in replies {
             if let Some(waiter) = waiter {
                 let _ = waiter.send(Ok(base_offset));

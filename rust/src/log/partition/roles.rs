@@ -69,11 +69,7 @@ impl Partition {
         }
         state.next_offset = state.next_offset.max(end);
         drop(state);
-        self.high_watermark.send_if_modified(|current| {
-            let moved = end > *current;
-            *current = (*current).max(end);
-            moved
-        });
+        self.raise_high_watermark(end);
     }
 
     /// Lists the partition's objects when the segment list is behind. A follower's trails the

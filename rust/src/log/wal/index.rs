@@ -21,8 +21,14 @@ pub struct IndexedRun {
 impl IndexedRun {
     /// The cache key of the run's bytes.
     pub fn cache_key(&self) -> String {
-        format!("{}@{}", self.object, self.run.position)
+        run_cache_key(&self.object, self.run.position)
     }
+}
+
+/// The cache key of the run at `position` of write-ahead object `object`: the writer caches
+/// what it uploads under it, the read path looks it up.
+pub(crate) fn run_cache_key(object: &str, position: u64) -> String {
+    format!("{object}@{position}")
 }
 
 /// A partition of a topic incarnation.

@@ -17,7 +17,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::index::WalIndex;
+use super::index::{run_cache_key, WalIndex};
 use super::object::build_wal_object;
 use crate::log::cache::CachedBatches;
 use crate::log::partition::{now_ms, Partition, Taken};
@@ -310,7 +310,7 @@ impl WalWriter {
                 metrics.wal_bytes_written.inc_by(object.len() as u64);
                 let runs = manifest.topics.iter().flat_map(|t| &t.runs);
                 for (part, run) in parts.into_iter().zip(runs) {
-                    let key = format!("{path}@{}", run.position);
+                    let key = run_cache_key(path.as_ref(), run.position);
                     let bytes =
                         object.slice(run.position as usize..(run.position + run.length) as usize);
                     self.ctx.cache.insert(
