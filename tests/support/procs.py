@@ -334,12 +334,17 @@ class MotoServer(ManagedProcess):
         self.client().create_bucket(Bucket=name)
 
     def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
-        """Every object under ``prefix`` as {key: bytes}."""
+        """Every object under ``prefix`` as {key: bytes}. A listing and the reads after it are
+        not one snapshot: an object deleted in between (a write-ahead object compaction has
+        collected) is left out, as a listing a moment later would leave it out."""
         s3 = self.client()
         out = {}
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
-                out[obj["Key"]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                try:
+                    out[obj["Key"]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                except s3.exceptions.NoSuchKey:
+                    continue
         return out
 
     def broker_args(self, bucket: str, namespace: str | None = None) -> list[str]:
