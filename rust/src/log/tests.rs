@@ -345,3 +345,94 @@ async fn the_flush_interval_and_the_object_size_cap_trigger_flushes() {
     let acked = tokio::time::timeout(Duration::from_secs(10), ack).await;
     assert_eq!(acked.expect("no flush after the interval").unwrap(), Ok(0));
 }
+
+#[tokio::test]
+async fn a_failed_object_fails_every_object_taken_after_it() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let uploads = f.objects.hold_puts("ns/!wal/");
+    let flush = |writer: Arc<WalWriter>| tokio::spawn(async move { writer.flush().await });
+    let first = produce(&f, &p, 2);
+    let first_flush = flush(f.writer.clone());
+    while f.objects.held_puts() < 1 {
+        tokio::task::yield_now().await;
+    }
+    // taken while the first uploads: offsets 2 and 3, right after the first object's
+    let second = produce(&f, &p, 2);
+    let second_flush = flush(f.writer.clone());
+    while f.objects.held_puts() < 2 {
+        tokio::task::yield_now().await;
+    }
+    f.objects.fail_next_puts(1);
+    uploads.add_permits(1); // the first upload fails
+    assert!(!first_flush.await.unwrap());
+    assert!(!second_flush.await.unwrap());
+    let failed = Err(ResponseError::KafkaStorageError);
+    assert_eq!(first.await.unwrap(), failed);
+    assert_eq!(second.await.unwrap(), failed, "no gap at offsets 0..2");
+    uploads.add_permits(1); // the second upload ends after all: it is not committed
+    assert_eq!(p.high_watermark(), 0);
+    uploads.add_permits(8);
+    let retried = produce(&f, &p, 1);
+    assert!(f.writer.flush().await);
+    assert_eq!(retried.await.unwrap(), Ok(0), "offsets restart at 0");
+    assert_eq!(f.ctx.wal.committed_end((f.topic.id, 0)), Some(1));
+}
+
+#[tokio::test]
+async fn objects_ready_together_share_a_commit_and_commits_per_interval_are_bounded() {
+    let f = fixture_flushing_every(1 << 20, Duration::from_millis(300)).await;
+    let p = open(&f).await;
+    let writer_key = "/kafscale/t/writers/1";
+    let revision = || async {
+        let kv = f.ctx.catalog.kv().get(writer_key).await.unwrap();
+        kv.unwrap().mod_revision
+    };
+    // two commits within an interval go at once
+    for offset in 0..2 {
+        let ack = produce(&f, &p, 1);
+        assert!(f.writer.flush().await);
+        assert_eq!(ack.await.unwrap(), Ok(offset));
+    }
+    let before = revision().await;
+    // a third within the same interval waits; what is uploaded meanwhile joins it
+    let uploads = f.objects.hold_puts("ns/!wal/");
+    let mut acks = Vec::new();
+    for taken in 1..=3 {
+        let ack = produce(&f, &p, 1);
+        let writer = f.writer.clone();
+        acks.push((ack, tokio::spawn(async move { writer.flush().await })));
+        while f.objects.held_puts() < taken {
+            tokio::task::yield_now().await;
+        }
+    }
+    uploads.add_permits(3);
+    for (offset, (ack, flushed)) in (2..).zip(acks) {
+        assert!(flushed.await.unwrap());
+        assert_eq!(ack.await.unwrap(), Ok(offset));
+    }
+    assert_eq!(wal_objects(&f).await, 5, "one object per flush");
+    let manifests = f.ctx.wal.manifests();
+    assert_eq!(manifests.len(), 5);
+    let mut revisions = Vec::new();
+    for (key, _) in &manifests {
+        revisions.push(
+            f.ctx
+                .catalog
+                .kv()
+                .get(key)
+                .await
+                .unwrap()
+                .unwrap()
+                .mod_revision,
+        );
+    }
+    revisions.sort();
+    revisions.dedup();
+    assert_eq!(
+        revisions.len(),
+        3,
+        "the last three objects were committed together"
+    );
+    assert!(revision().await > before);
+}

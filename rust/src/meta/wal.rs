@@ -6,12 +6,12 @@
 //! ```
 //!
 //! A broker's flush uploads one object holding a run of batches for every partition it wrote,
-//! then commits it with one transaction whatever the number of partitions: the manifest key
-//! appears, and the broker's writer key is rewritten under the condition that it is still at
+//! then commits it (with the other objects uploaded by then) in one transaction whatever the
+//! number of partitions: the manifest keys appear, and the broker's writer key is rewritten under the condition that it is still at
 //! the revision this broker last wrote. The writer key is ephemeral, so a broker whose session
 //! ended (frozen, partitioned away: its lease expired and its owner keys are gone with it)
 //! commits nothing; and since every commit moves the key, a commit whose outcome the broker
-//! could not learn is settled by moving the key once more (see `log::wal::writer`).
+//! could not learn is settled by moving the key once more (see `log::wal::commit`).
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -112,21 +112,26 @@ impl Catalog {
         revision.ok_or_else(|| MetaError::Unavailable("unconditional write refused".into()))
     }
 
-    /// Commits a write-ahead object: its manifest appears, conditioned on the writer key being
-    /// at `token`. Returns the new token, or None if the key moved (session lost: fenced).
-    pub async fn commit_manifest(
+    /// Commits write-ahead objects in one transaction: their manifests (`(key, encoded)`, see
+    /// `encode_manifest`) appear, conditioned on the writer key being at `token`. Returns the
+    /// new token, or None if the key moved (session lost: fenced).
+    pub async fn commit_manifests(
         &self,
         broker: i32,
         token: i64,
-        key: &str,
-        manifest: &WalManifest,
+        manifests: &[(String, Bytes)],
     ) -> Result<Option<i64>, MetaError> {
         let writer = self.writer_key(broker);
-        let value = serde_json::to_vec(manifest).expect("manifests serialize");
-        let ops = vec![
-            Op::PutEphemeral(writer.clone(), Bytes::from(broker.to_string())),
-            Op::Put(key.to_string(), Bytes::from(value)),
-        ];
+        let mut ops = Vec::with_capacity(manifests.len() + 1);
+        ops.push(Op::PutEphemeral(
+            writer.clone(),
+            Bytes::from(broker.to_string()),
+        ));
+        ops.extend(
+            manifests
+                .iter()
+                .map(|(key, value)| Op::Put(key.clone(), value.clone())),
+        );
         self.kv()
             .txn(vec![Compare::ModRevision(writer, token)], ops)
             .await
@@ -182,6 +187,11 @@ impl Catalog {
     }
 }
 
+/// A manifest as stored (what `commit_manifests` takes).
+pub fn encode_manifest(manifest: &WalManifest) -> Bytes {
+    Bytes::from(serde_json::to_vec(manifest).expect("manifests serialize"))
+}
+
 pub fn parse_manifest(kv: &KeyValue) -> Result<WalManifest, MetaError> {
     serde_json::from_slice(&kv.value).map_err(|e| MetaError::Corrupt {
         key: kv.key.clone(),
@@ -234,20 +244,50 @@ mod tests {
         let token = catalog.open_writer(0).await.unwrap();
         let key = catalog.manifest_key(0, "ab-000000000001");
         let next = catalog
-            .commit_manifest(0, token, &key, &manifest())
+            .commit_manifests(0, token, &[(key.clone(), encode_manifest(&manifest()))])
             .await
             .unwrap()
             .expect("committed");
         assert_eq!(catalog.manifest(&key).await.unwrap(), Some(manifest()));
         // a stale commit (conditioned on the old token) is refused and writes nothing
         let other = catalog.manifest_key(0, "ab-000000000002");
-        let stale = manifest();
-        let refused = catalog.commit_manifest(0, token, &other, &stale).await;
+        let stale = [(other.clone(), encode_manifest(&manifest()))];
+        let refused = catalog.commit_manifests(0, token, &stale).await;
         assert_eq!(refused.unwrap(), None);
         assert_eq!(catalog.manifest(&other).await.unwrap(), None);
         // moving the key on voids the current token too
         assert!(catalog.advance_writer(0, next).await.unwrap().is_some());
-        let voided = catalog.commit_manifest(0, next, &other, &stale).await;
+        let voided = catalog.commit_manifests(0, next, &stale).await;
         assert_eq!(voided.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn one_commit_carries_several_objects_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
+        let catalog = Catalog::new(Arc::new(store), "test");
+        let token = catalog.open_writer(0).await.unwrap();
+        let group = |seqs: std::ops::RangeInclusive<u64>| -> Vec<(String, Bytes)> {
+            seqs.map(|seq| {
+                let key = catalog.manifest_key(0, &format!("ab-{seq:012}"));
+                (key, encode_manifest(&manifest()))
+            })
+            .collect()
+        };
+        let first = group(1..=3);
+        let next = catalog.commit_manifests(0, token, &first).await.unwrap();
+        assert!(next.is_some());
+        for (key, _) in &first {
+            assert_eq!(catalog.manifest(key).await.unwrap(), Some(manifest()));
+        }
+        // refused as a whole: none of a stale group's manifests appears
+        let late = group(4..=5);
+        assert_eq!(
+            catalog.commit_manifests(0, token, &late).await.unwrap(),
+            None
+        );
+        for (key, _) in &late {
+            assert_eq!(catalog.manifest(key).await.unwrap(), None);
+        }
     }
 }

@@ -106,8 +106,16 @@ impl Partition {
             size >= segment_bytes
         });
         batches.truncate(cut.map_or(batches.len(), |i| i + 1));
-        let built = build_segment(&batches, now_ms, ctx.settings.index_interval);
-        match self.put_segment(ctx, &built.object, &built.index).await? {
+        // Copying and checksumming megabytes is blocking work: off the threads that serve
+        // connections and flushes (a tick compacts many segments back to back).
+        let interval = ctx.settings.index_interval;
+        let built = tokio::task::spawn_blocking(move || build_segment(&batches, now_ms, interval))
+            .await
+            .ok()?;
+        match self
+            .put_segment(ctx, built.meta.base_offset, &built.object, &built.index)
+            .await?
+        {
             true => Some((built.meta.clone(), built.batches())),
             false => Some((self.take_occupant(ctx, from, end).await?, Bytes::new())),
         }
@@ -186,9 +194,13 @@ impl Partition {
 
     /// Creates the segment's objects; false if the data object's name is taken by other bytes.
     /// None if an upload failed (logged; the next round retries).
-    async fn put_segment(&self, ctx: &LogContext, object: &Bytes, index: &Bytes) -> Option<bool> {
-        let parsed = ParsedSegment::parse(object.clone()).ok()?;
-        let base = parsed.base_offset;
+    async fn put_segment(
+        &self,
+        ctx: &LogContext,
+        base: i64,
+        object: &Bytes,
+        index: &Bytes,
+    ) -> Option<bool> {
         let data = self.segment_path(ctx, base, SegmentObject::Data);
         let index_path = self.segment_path(ctx, base, SegmentObject::Index);
         for (path, bytes) in [(&data, object), (&index_path, index)] {

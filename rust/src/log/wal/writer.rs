@@ -1,33 +1,30 @@
-//! Group commit, per broker: the first append after a flush starts the flush interval; when it
-//! ends (or the buffered bytes reach `wal_object_max_bytes` first) one flush takes the
-//! buffered batches of every partition, uploads them as one write-ahead object and commits its
-//! manifest in one metadata transaction, then acknowledges them. Flushes run one at a time, so
-//! commits are ordered and a partition's runs follow each other without gaps.
-//!
-//! A commit is conditioned on the broker's writer key (`meta::wal`). When the store's answer is
-//! lost (timeout, connection reset), the commit may or may not have landed: the writer moves
-//! its key on – after that, the lost commit can no longer land – and then looks for the
-//! manifest to learn which it was. A failed flush acknowledges nothing; its object is never
-//! part of any log (the sweep removes it).
+//! Write-ahead flushes, per broker: the first append after a flush starts the flush interval;
+//! when it ends (or the buffered bytes reach `wal_object_max_bytes` first) the buffered batches
+//! of every partition become one write-ahead object, which starts uploading at once. Uploads
+//! overlap; commits do not: `commit` commits the uploaded objects in the order they were taken,
+//! several in one metadata transaction when they are ready together, and only then
+//! acknowledges them. So a partition's runs follow each other without gaps, and when one
+//! object fails, it and every object taken after it are failed together before anything new
+//! is taken (they may hold the offsets that follow its batches).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kafka_protocol::ResponseError;
-use tokio::sync::Notify;
+use bytes::Bytes;
+use object_store::path::Path;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::index::{run_cache_key, WalIndex};
+use super::commit::{commit_loop, Failure};
+use super::index::WalIndex;
 use super::object::build_wal_object;
-use crate::log::cache::CachedBatches;
 use crate::log::partition::{now_ms, Partition, Taken};
 use crate::log::LogContext;
-use crate::meta::kv::MetaError;
-use crate::meta::wal::{TopicRuns, WalManifest, WalRun};
-use crate::store::StoreError;
+use crate::meta::wal::{encode_manifest, TopicRuns, WalManifest, WalRun};
 
 /// How long a failed flush waits before the next, at most.
-const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+pub(super) const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Shutdown and hand-off give up after this many failed flushes.
 const DRAIN_ATTEMPTS: usize = 50;
@@ -35,6 +32,10 @@ const DRAIN_ATTEMPTS: usize = 50;
 /// Partitions one object carries at most: its manifest (about 40 bytes a run) stays far below
 /// etcd's 1.5 MiB request limit. The rest waits for the next flush, due at once.
 const MAX_RUNS_PER_OBJECT: usize = 16_384;
+
+/// Objects taken and not yet committed, at most: past it no flush starts until one commits
+/// (a slow store holds producers back instead of growing the broker).
+const MAX_OBJECTS_IN_FLIGHT: usize = 16;
 
 /// Partitions with buffered batches, waiting for the next flush.
 #[derive(Default)]
@@ -45,25 +46,63 @@ struct Queue {
     since: Option<Instant>,
 }
 
+/// What one flush took from one partition.
+pub(super) struct Part {
+    pub partition: Arc<Partition>,
+    pub taken: Taken,
+}
+
+/// One object on its way: uploading, or uploaded and waiting for its commit.
+pub(super) struct Flight {
+    pub seq: u64,
+    pub key: String,
+    pub path: Path,
+    pub object: Bytes,
+    pub manifest: WalManifest,
+    /// The manifest as committed.
+    pub encoded: Bytes,
+    pub parts: Vec<Part>,
+    pub started: std::time::Instant,
+    /// Set once by the upload: Ok, or why it failed.
+    pub upload: Arc<std::sync::OnceLock<Result<(), String>>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// The flights in the order they were taken, and what a failure left behind.
+#[derive(Default)]
+pub(super) struct Pipeline {
+    next_seq: u64,
+    pub flights: VecDeque<Flight>,
+    /// The partitions of the flights being committed now (taken off `flights`).
+    pub committing: Vec<Arc<Partition>>,
+    /// After a failure no flush starts before this.
+    pub retry_at: Option<Instant>,
+    pub backoff: Duration,
+}
+
+/// How far the commits got: every flight before `through` is settled; `failures` counts the
+/// flights that failed so far.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Settled {
+    pub through: u64,
+    pub failures: u64,
+}
+
 pub struct WalWriter {
-    ctx: Arc<LogContext>,
-    index: Arc<WalIndex>,
-    broker: i32,
+    pub(super) ctx: Arc<LogContext>,
+    pub(super) index: Arc<WalIndex>,
+    pub(super) broker: i32,
     /// Random per process: object names of two runs of the same broker id never collide.
     writer_id: String,
     queue: Mutex<Queue>,
     /// Woken by the first append after a flush and by a full buffer.
     wake: Arc<Notify>,
-    /// One flush at a time; holds the writer key's revision (None until opened or after the
-    /// key was lost) and the next object's sequence number.
-    flushing: tokio::sync::Mutex<WriterState>,
-    fenced: Arc<FencedWriters>,
-}
-
-#[derive(Default)]
-struct WriterState {
-    token: Option<i64>,
-    seq: u64,
+    pipeline: Mutex<Pipeline>,
+    /// Woken when an upload ends.
+    pub(super) uploaded: Arc<Notify>,
+    pub(super) settled: watch::Sender<Settled>,
+    slots: Arc<Semaphore>,
+    pub(super) fenced: Arc<FencedWriters>,
 }
 
 /// Partitions whose flush was fenced and left them unwritable while this broker may still
@@ -76,7 +115,7 @@ pub struct FencedWriters {
 }
 
 impl FencedWriters {
-    fn report(&self, partition: &Partition) {
+    pub(super) fn report(&self, partition: &Partition) {
         let mut partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
         partitions.push((partition.topic.clone(), partition.id));
         self.reported.notify_one();
@@ -93,52 +132,8 @@ impl FencedWriters {
     }
 }
 
-/// Why a flush committed nothing, and what its producers are told.
-struct Failure {
-    error: ResponseError,
-    /// This broker may not commit any more (its writer key moved): nothing buffered can.
-    fenced: bool,
-    message: String,
-}
-
-impl Failure {
-    fn storage(message: String) -> Failure {
-        Failure {
-            error: ResponseError::KafkaStorageError,
-            fenced: false,
-            message,
-        }
-    }
-
-    fn fenced() -> Failure {
-        Failure {
-            error: ResponseError::NotLeaderOrFollower,
-            fenced: true,
-            message: "the writer key moved: this broker's session ended".into(),
-        }
-    }
-}
-
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Self {
-        Failure::storage(format!("object storage: {e}"))
-    }
-}
-
-impl From<MetaError> for Failure {
-    fn from(e: MetaError) -> Self {
-        Failure::storage(e.to_string())
-    }
-}
-
-/// What one flush took from one partition.
-struct Part {
-    partition: Arc<Partition>,
-    taken: Taken,
-}
-
 impl WalWriter {
-    /// The writer, and its flush loop running in the background.
+    /// The writer, and its flush and commit loops running in the background.
     pub fn start(ctx: Arc<LogContext>, index: Arc<WalIndex>, broker: i32) -> Arc<WalWriter> {
         let writer = Arc::new(WalWriter {
             ctx,
@@ -147,10 +142,14 @@ impl WalWriter {
             writer_id: format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0),
             queue: Mutex::default(),
             wake: Arc::default(),
-            flushing: tokio::sync::Mutex::default(),
+            pipeline: Mutex::default(),
+            uploaded: Arc::default(),
+            settled: watch::Sender::new(Settled::default()),
+            slots: Arc::new(Semaphore::new(MAX_OBJECTS_IN_FLIGHT)),
             fenced: Arc::default(),
         });
         tokio::spawn(flush_loop(Arc::downgrade(&writer)));
+        tokio::spawn(commit_loop(Arc::downgrade(&writer)));
         writer
     }
 
@@ -161,6 +160,10 @@ impl WalWriter {
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn pipeline(&self) -> std::sync::MutexGuard<'_, Pipeline> {
+        self.pipeline.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Called after every append with the bytes it added.
@@ -177,8 +180,9 @@ impl WalWriter {
         }
     }
 
-    /// Flushes until none of `partitions` has buffered batches (hand-off and shutdown; they
-    /// take no more writes). Gives up after a bounded number of failed flushes.
+    /// Flushes until none of `partitions` has buffered batches and no object on its way holds
+    /// any of theirs (hand-off and shutdown; they take no more writes). Gives up after a
+    /// bounded number of failed flushes.
     pub async fn drain(&self, partitions: &[Arc<Partition>]) {
         let mut backoff = self
             .ctx
@@ -194,14 +198,11 @@ impl WalWriter {
                     }
                 }
             }
-            {
-                // No flush under way (one that fails puts its batches back).
-                let _idle = self.flushing.lock().await;
-                if !partitions.iter().any(|p| p.has_pending()) {
-                    return;
-                }
+            let flushed = self.flush().await;
+            if !partitions.iter().any(|p| p.has_pending()) && !self.holds_any(partitions) {
+                return;
             }
-            if !self.flush().await {
+            if !flushed {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
             }
@@ -214,31 +215,102 @@ impl WalWriter {
         }
     }
 
-    /// Runs one flush of what is queued now (at most one object's worth; what is left stays
-    /// queued and due at once). False if it failed.
-    pub async fn flush(&self) -> bool {
-        self.flush_queued(false).await
+    /// Whether an object on its way (uploading, waiting or being committed) holds batches of
+    /// one of `partitions`.
+    fn holds_any(&self, partitions: &[Arc<Partition>]) -> bool {
+        let pipeline = self.pipeline();
+        let taken = pipeline.flights.iter().flat_map(|f| &f.parts);
+        let mut held = taken
+            .map(|part| &part.partition)
+            .chain(&pipeline.committing);
+        held.any(|held| partitions.iter().any(|p| Arc::ptr_eq(p, held)))
     }
 
-    /// One flush; `on_schedule` keeps the flush interval's schedule for what comes next (a
-    /// flush the size cap brought early does not push the next interval flush back, so the
-    /// objects per second stay within intervals + bytes ÷ cap).
-    async fn flush_queued(&self, on_schedule: bool) -> bool {
-        let mut state = self.flushing.lock().await;
+    /// Takes what is queued now (at most one object's worth; what is left stays queued and due
+    /// at once), then waits until it and every object taken before it are committed or
+    /// failed. False if one of them failed.
+    pub async fn flush(&self) -> bool {
+        let failures = self.settled.borrow().failures;
+        self.launch(false).await;
+        let target = self.pipeline().next_seq;
+        let mut settled = self.settled.subscribe();
+        let now = match settled.wait_for(|s| s.through >= target).await {
+            Ok(now) => *now,
+            Err(_) => return false,
+        };
+        now.failures == failures
+    }
+
+    /// Takes the queued batches into an object and starts its upload; `on_schedule` keeps the
+    /// flush interval's schedule for what comes next (a flush the size cap brought early does
+    /// not push the next interval flush back, so the objects per second stay within
+    /// intervals + bytes ÷ cap).
+    async fn launch(&self, on_schedule: bool) {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return;
+        };
+        // Taken under the pipeline's lock: a failure fails every flight taken before it
+        // rebases the partitions (see `commit`), never one taken in between.
+        let mut pipeline = self.pipeline();
         let parts = self.take_parts(on_schedule);
         if parts.is_empty() {
-            return true;
+            return;
         }
-        let started = std::time::Instant::now();
-        let flushed = self.write(&mut state, parts).await;
-        let metrics = &self.ctx.metrics;
-        metrics
-            .flush_duration
-            .observe(started.elapsed().as_secs_f64());
-        if !flushed {
-            metrics.flush_errors.inc();
+        let seq = pipeline.next_seq;
+        pipeline.next_seq += 1;
+        let flight = self.flight(seq, parts, slot);
+        let (store, path, object) = (
+            self.ctx.store.clone(),
+            flight.path.clone(),
+            flight.object.clone(),
+        );
+        let (metrics, upload, uploaded) = (
+            self.ctx.metrics.clone(),
+            flight.upload.clone(),
+            self.uploaded.clone(),
+        );
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let put = store.put_new(&path, object).await;
+            metrics
+                .upload_duration
+                .observe(started.elapsed().as_secs_f64());
+            if put.is_err() {
+                metrics.upload_errors.inc();
+            }
+            let _ = upload.set(put.map_err(|e| format!("object storage: {e}")));
+            uploaded.notify_one();
+        });
+        pipeline.flights.push_back(flight);
+    }
+
+    /// The object and manifest of `parts`, named by `seq`.
+    fn flight(&self, seq: u64, parts: Vec<Part>, slot: OwnedSemaphorePermit) -> Flight {
+        let created_ms = now_ms();
+        let runs = parts.iter().map(|p| p.taken.batches.as_slice());
+        let (object, placements) = build_wal_object(created_ms, self.broker, runs);
+        let name = format!("{}-{seq:012}", self.writer_id);
+        let path = self.ctx.store.wal_path(self.broker, &name);
+        let manifest = manifest_of(
+            &parts,
+            &placements,
+            path.as_ref(),
+            self.broker,
+            created_ms,
+            object.len() as u64,
+        );
+        Flight {
+            seq,
+            key: self.ctx.catalog.manifest_key(self.broker, &name),
+            path,
+            object,
+            encoded: encode_manifest(&manifest),
+            manifest,
+            parts,
+            started: std::time::Instant::now(),
+            upload: Arc::default(),
+            _slot: slot,
         }
-        flushed
     }
 
     /// Takes buffered batches of the queued partitions, within one object's size.
@@ -282,144 +354,38 @@ impl WalWriter {
         parts
     }
 
-    /// Uploads and commits one object, then answers its producers. False if it failed.
-    async fn write(&self, state: &mut WriterState, parts: Vec<Part>) -> bool {
-        let created_ms = now_ms();
-        let runs = parts.iter().map(|p| p.taken.batches.as_slice());
-        let (object, placements) = build_wal_object(created_ms, self.broker, runs);
-        let name = format!("{}-{:012}", self.writer_id, state.seq);
-        state.seq += 1;
-        let path = self.ctx.store.wal_path(self.broker, &name);
-        let manifest = manifest_of(
-            &parts,
-            &placements,
-            path.as_ref(),
-            self.broker,
-            created_ms,
-            object.len() as u64,
-        );
-        let key = self.ctx.catalog.manifest_key(self.broker, &name);
-        let outcome = self
-            .upload_and_commit(state, &path, object.clone(), &key, &manifest)
-            .await;
-        match outcome {
-            Ok(()) => {
-                self.index.insert(&key, manifest.clone());
-                let metrics = &self.ctx.metrics;
-                metrics.wal_objects_written.inc();
-                metrics.wal_bytes_written.inc_by(object.len() as u64);
-                let runs = manifest.topics.iter().flat_map(|t| &t.runs);
-                for (part, run) in parts.into_iter().zip(runs) {
-                    let key = run_cache_key(path.as_ref(), run.position);
-                    let bytes =
-                        object.slice(run.position as usize..(run.position + run.length) as usize);
-                    self.ctx.cache.insert(
-                        key,
-                        CachedBatches {
-                            start: run.position,
-                            bytes,
-                        },
-                    );
-                    part.partition
-                        .complete_flush(part.taken.replies, run.last_offset + 1);
-                }
-                true
-            }
-            Err(failure) => {
-                tracing::warn!(
-                    object = %path, partitions = parts.len(), error = %failure.message,
-                    "write-ahead flush failed; nothing in it was acknowledged"
-                );
-                for part in parts {
-                    let Part { partition, taken } = part;
-                    partition.fail_flush(taken.replies, failure.error, failure.fenced);
-                    if failure.fenced {
-                        self.fenced.report(&partition);
-                    }
-                }
-                false
-            }
-        }
-    }
-
-    async fn upload_and_commit(
-        &self,
-        state: &mut WriterState,
-        path: &object_store::path::Path,
-        object: bytes::Bytes,
-        key: &str,
-        manifest: &WalManifest,
-    ) -> Result<(), Failure> {
-        let catalog = &self.ctx.catalog;
-        let token = match state.token {
-            Some(token) => token,
-            None => *state.token.insert(catalog.open_writer(self.broker).await?),
-        };
-        let started = std::time::Instant::now();
-        let put = self.ctx.store.put_new(path, object).await;
-        let metrics = &self.ctx.metrics;
-        metrics
-            .upload_duration
-            .observe(started.elapsed().as_secs_f64());
-        if put.is_err() {
-            metrics.upload_errors.inc();
-        }
-        put?;
-        match catalog
-            .commit_manifest(self.broker, token, key, manifest)
-            .await
-        {
-            Ok(Some(next)) => {
-                state.token = Some(next);
-                Ok(())
-            }
-            Ok(None) => {
-                state.token = None;
-                Err(Failure::fenced())
-            }
-            Err(error) => self.settle(state, token, key, error).await,
-        }
-    }
-
-    /// The store's answer to a commit was lost. Moves the writer key on (so the commit cannot
-    /// land later), then reads whether it landed before. Retries until the store answers: the
-    /// outcome decides what the producers are told, and later flushes wait for it.
-    async fn settle(
-        &self,
-        state: &mut WriterState,
-        token: i64,
-        key: &str,
-        error: MetaError,
-    ) -> Result<(), Failure> {
-        tracing::warn!(manifest = key, %error, "commit outcome unknown; settling it");
-        let catalog = &self.ctx.catalog;
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let settled = match catalog.advance_writer(self.broker, token).await {
-                Ok(Some(next)) => {
-                    state.token = Some(next);
-                    return Err(Failure::storage(format!("commit failed: {error}")));
-                }
-                Ok(None) => catalog.manifest(key).await,
-                Err(e) => Err(e),
-            };
-            match settled {
-                Ok(Some(_)) => {
-                    // It landed, and moved the key: open it afresh for the next commit.
-                    state.token = None;
-                    return Ok(());
-                }
-                Ok(None) => {
-                    state.token = None;
-                    return Err(Failure::fenced());
-                }
-                Err(e) => {
-                    tracing::warn!(manifest = key, error = %e, "settling a commit failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
+    /// Fails `failed` and every flight still on its way (they may hold the offsets after its
+    /// batches); no flush starts again before a backoff.
+    pub(super) fn fail_from(&self, failed: Vec<Flight>, failure: &Failure) {
+        let mut pipeline = self.pipeline();
+        let rest: Vec<Flight> = pipeline.flights.drain(..).collect();
+        // Locked until every producer is told: a hand-off (`holds_any`) never sees them gone
+        // before, and no flight is taken in between.
+        let interval = self.ctx.settings.flush_interval;
+        pipeline.backoff = (pipeline.backoff * 2)
+            .clamp(interval.max(Duration::from_millis(100)), MAX_RETRY_BACKOFF);
+        pipeline.retry_at = Some(Instant::now() + pipeline.backoff);
+        let count = (failed.len() + rest.len()) as u64;
+        for flight in failed.into_iter().chain(rest) {
+            tracing::warn!(
+                object = %flight.path, partitions = flight.parts.len(), error = %failure.message,
+                "write-ahead flush failed; nothing in it was acknowledged"
+            );
+            self.ctx.metrics.flush_errors.inc();
+            for Part { partition, taken } in flight.parts {
+                partition.fail_flush(taken.replies, failure.error, failure.fenced);
+                if failure.fenced {
+                    self.fenced.report(&partition);
                 }
             }
         }
+        pipeline.committing.clear();
+        let through = pipeline.next_seq;
+        drop(pipeline);
+        self.settled.send_modify(|s| {
+            s.through = through;
+            s.failures += count;
+        });
     }
 }
 
@@ -463,14 +429,20 @@ fn manifest_of(
     }
 }
 
-/// Flushes whenever the oldest queued append is a flush interval old, or at once when the
-/// queue holds an object's worth. Ends with the writer.
+/// Starts a flush whenever the oldest queued append is a flush interval old, or at once when
+/// the queue holds an object's worth; after a failure, not before its backoff. Ends with the
+/// writer.
 async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
-    let mut backoff = Duration::ZERO;
     loop {
         let Some(strong) = writer.upgrade() else {
             return;
         };
+        let retry_at = strong.pipeline().retry_at;
+        if let Some(at) = retry_at.filter(|at| *at > Instant::now()) {
+            drop(strong);
+            tokio::time::sleep_until(at).await;
+            continue;
+        }
         let (due, full) = {
             let queue = strong.queue();
             let full = queue.bytes >= strong.ctx.settings.wal_object_max_bytes;
@@ -500,14 +472,6 @@ async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
             }
             Some(_) => {}
         }
-        if strong.flush_queued(full).await {
-            backoff = Duration::ZERO;
-        } else {
-            let interval = strong.ctx.settings.flush_interval;
-            backoff =
-                (backoff * 2).clamp(interval.max(Duration::from_millis(100)), MAX_RETRY_BACKOFF);
-            drop(strong);
-            tokio::time::sleep(backoff).await;
-        }
+        strong.launch(full).await;
     }
 }

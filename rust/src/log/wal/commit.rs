@@ -1,0 +1,273 @@
+//! The commit side of write-ahead flushes: one task per broker commits uploaded objects in the
+//! order they were taken. The objects uploaded by the time a commit starts go together, in one
+//! metadata transaction (within etcd's limits), and at most `COMMITS_PER_INTERVAL` commits
+//! start per flush interval unless a backlog of bytes waits: the metadata writes per second
+//! do not grow with the partitions, and the objects of a busy interval share commits.
+//!
+//! A commit is conditioned on the broker's writer key (`meta::wal`). When the store's answer is
+//! lost (timeout, connection reset), the commit may or may not have landed: the writer moves
+//! its key on – after that, the lost commit can no longer land – and then looks for the first
+//! manifest to learn which it was. A failed commit acknowledges nothing; its objects are never
+//! part of any log (the sweep removes them).
+
+use std::collections::VecDeque;
+use std::sync::Weak;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use tokio::time::Instant;
+
+use super::index::run_cache_key;
+use super::writer::{Flight, WalWriter, MAX_RETRY_BACKOFF};
+use crate::log::cache::CachedBatches;
+use crate::meta::kv::MetaError;
+
+/// Commits that may start within one flush interval: the interval's own flush and one the size
+/// cap brought early. More objects than that in an interval share commits...
+const COMMITS_PER_INTERVAL: usize = 2;
+
+/// ...unless the uploaded objects waiting hold this many objects' worth of bytes: a busy
+/// broker's acks never wait for the clock (its producers' in-flight limits would turn the wait
+/// into lost throughput). So metadata writes per second stay within
+/// `COMMITS_PER_INTERVAL` per interval + bytes ÷ (this × `wal_object_max_bytes`).
+const BACKLOG_OBJECTS: usize = 1;
+
+/// Manifest bytes one commit carries at most, well within etcd's 1.5 MiB per request (one
+/// manifest alone may be larger and goes on its own).
+const MANIFEST_BYTES_PER_COMMIT: usize = 1 << 20;
+
+/// Why a commit did not happen, and what its producers are told.
+pub(super) struct Failure {
+    pub error: ResponseError,
+    /// This broker may not commit any more (its writer key moved): nothing buffered can.
+    pub fenced: bool,
+    pub message: String,
+}
+
+impl Failure {
+    fn storage(message: String) -> Failure {
+        Failure {
+            error: ResponseError::KafkaStorageError,
+            fenced: false,
+            message,
+        }
+    }
+
+    fn fenced() -> Failure {
+        Failure {
+            error: ResponseError::NotLeaderOrFollower,
+            fenced: true,
+            message: "the writer key moved: this broker's session ended".into(),
+        }
+    }
+}
+
+impl From<MetaError> for Failure {
+    fn from(e: MetaError) -> Self {
+        Failure::storage(e.to_string())
+    }
+}
+
+/// The oldest flight's state.
+enum Front {
+    Waiting,
+    Uploaded,
+    Failed(String),
+}
+
+/// Commits flights as their uploads end, oldest first. Ends with the writer.
+pub(super) async fn commit_loop(writer: Weak<WalWriter>) {
+    let mut token: Option<i64> = None;
+    let mut recent: VecDeque<Instant> = VecDeque::with_capacity(COMMITS_PER_INTERVAL);
+    loop {
+        let Some(strong) = writer.upgrade() else {
+            return;
+        };
+        match strong.front() {
+            Front::Waiting => {
+                let uploaded = strong.uploaded.clone();
+                drop(strong);
+                // Woken by an upload's end (the writer is dropped only at exit).
+                uploaded.notified().await;
+                continue;
+            }
+            Front::Failed(message) => {
+                let failed = strong.pipeline().flights.pop_front();
+                strong.fail_from(failed.into_iter().collect(), &Failure::storage(message));
+                continue;
+            }
+            Front::Uploaded => {}
+        }
+        if recent.len() == COMMITS_PER_INTERVAL {
+            let allowed = recent[0] + strong.ctx.settings.flush_interval;
+            if allowed > Instant::now() && !strong.backlog_full() {
+                let uploaded = strong.uploaded.clone();
+                drop(strong);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(allowed) => {}
+                    _ = uploaded.notified() => {}
+                }
+                continue;
+            }
+            recent.pop_front();
+        }
+        recent.push_back(Instant::now());
+        let group = strong.uploaded_group();
+        match strong.commit(&mut token, &group).await {
+            Ok(()) => strong.complete(group),
+            Err(failure) => strong.fail_from(group, &failure),
+        }
+    }
+}
+
+impl WalWriter {
+    fn front(&self) -> Front {
+        let pipeline = self.pipeline();
+        match pipeline.flights.front().and_then(|f| f.upload.get()) {
+            None => Front::Waiting,
+            Some(Ok(())) => Front::Uploaded,
+            Some(Err(message)) => Front::Failed(message.clone()),
+        }
+    }
+
+    /// Whether the uploaded objects waiting for a commit hold `BACKLOG_OBJECTS` objects'
+    /// worth of bytes.
+    fn backlog_full(&self) -> bool {
+        let full = BACKLOG_OBJECTS * self.ctx.settings.wal_object_max_bytes;
+        let pipeline = self.pipeline();
+        let uploaded = pipeline
+            .flights
+            .iter()
+            .take_while(|f| matches!(f.upload.get(), Some(Ok(()))));
+        uploaded.map(|f| f.object.len()).sum::<usize>() >= full
+    }
+
+    /// The uploaded flights at the front, oldest first, as many as one commit carries.
+    fn uploaded_group(&self) -> Vec<Flight> {
+        let max_manifests = self.ctx.catalog.kv().max_txn_ops().saturating_sub(1).max(1);
+        let mut pipeline = self.pipeline();
+        let mut group: Vec<Flight> = Vec::new();
+        let mut bytes = 0;
+        while let Some(flight) = pipeline.flights.front() {
+            let uploaded = matches!(flight.upload.get(), Some(Ok(())));
+            let fits = group.is_empty()
+                || (group.len() < max_manifests
+                    && bytes + flight.encoded.len() <= MANIFEST_BYTES_PER_COMMIT);
+            if !uploaded || !fits {
+                break;
+            }
+            bytes += flight.encoded.len();
+            group.extend(pipeline.flights.pop_front());
+        }
+        pipeline.committing = group
+            .iter()
+            .flat_map(|f| f.parts.iter().map(|p| p.partition.clone()))
+            .collect();
+        group
+    }
+
+    /// Commits `group` in one transaction conditioned on the writer key at `token`.
+    async fn commit(&self, token: &mut Option<i64>, group: &[Flight]) -> Result<(), Failure> {
+        let catalog = &self.ctx.catalog;
+        let current = match *token {
+            Some(current) => current,
+            None => *token.insert(catalog.open_writer(self.broker).await?),
+        };
+        let manifests: Vec<(String, Bytes)> = group
+            .iter()
+            .map(|f| (f.key.clone(), f.encoded.clone()))
+            .collect();
+        match catalog
+            .commit_manifests(self.broker, current, &manifests)
+            .await
+        {
+            Ok(Some(next)) => {
+                *token = Some(next);
+                Ok(())
+            }
+            Ok(None) => {
+                *token = None;
+                Err(Failure::fenced())
+            }
+            Err(error) => self.settle(token, current, &group[0].key, error).await,
+        }
+    }
+
+    /// The store's answer to a commit was lost. Moves the writer key on (so the commit cannot
+    /// land later), then reads whether it landed before. Retries until the store answers: the
+    /// outcome decides what the producers are told, and later commits wait for it.
+    async fn settle(
+        &self,
+        token: &mut Option<i64>,
+        current: i64,
+        key: &str,
+        error: MetaError,
+    ) -> Result<(), Failure> {
+        tracing::warn!(manifest = key, %error, "commit outcome unknown; settling it");
+        let catalog = &self.ctx.catalog;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let settled = match catalog.advance_writer(self.broker, current).await {
+                Ok(Some(next)) => {
+                    *token = Some(next);
+                    return Err(Failure::storage(format!("commit failed: {error}")));
+                }
+                Ok(None) => catalog.manifest(key).await,
+                Err(e) => Err(e),
+            };
+            match settled {
+                Ok(Some(_)) => {
+                    // It landed, and moved the key: open it afresh for the next commit.
+                    *token = None;
+                    return Ok(());
+                }
+                Ok(None) => {
+                    *token = None;
+                    return Err(Failure::fenced());
+                }
+                Err(e) => {
+                    tracing::warn!(manifest = key, error = %e, "settling a commit failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// `group` is committed: its runs join the index and the cache, and its producers are
+    /// answered, oldest object first.
+    fn complete(&self, group: Vec<Flight>) {
+        let metrics = &self.ctx.metrics;
+        let mut through = 0;
+        for flight in group {
+            self.index.insert(&flight.key, flight.manifest.clone());
+            metrics.wal_objects_written.inc();
+            metrics.wal_bytes_written.inc_by(flight.object.len() as u64);
+            metrics
+                .flush_duration
+                .observe(flight.started.elapsed().as_secs_f64());
+            let runs = flight.manifest.topics.iter().flat_map(|t| &t.runs);
+            for (part, run) in flight.parts.into_iter().zip(runs) {
+                let (start, end) = (run.position as usize, (run.position + run.length) as usize);
+                self.ctx.cache.insert(
+                    run_cache_key(flight.path.as_ref(), run.position),
+                    CachedBatches {
+                        start: run.position,
+                        bytes: flight.object.slice(start..end),
+                    },
+                );
+                part.partition
+                    .complete_flush(part.taken.replies, run.last_offset + 1);
+            }
+            through = flight.seq + 1;
+        }
+        let mut pipeline = self.pipeline();
+        pipeline.committing.clear();
+        pipeline.backoff = Duration::ZERO;
+        pipeline.retry_at = None;
+        drop(pipeline);
+        self.settled
+            .send_modify(|s| s.through = s.through.max(through));
+    }
+}
