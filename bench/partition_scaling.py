@@ -13,9 +13,11 @@ processes send acks=all records at that rate, round-robin over all partitions, f
   brokers without those metrics (before issue 13) are counted from moto's request log or the
   files in the data dir instead, where every PUT is an ack-path segment or index. ``put_source``
   says which;
-* metadata writes/s: ``kafscale_etcd_request_duration_seconds_count{operation="txn"}`` (the
-  embedded store is not metered before issue 13: then the per-partition flush count, one
-  commit each, labelled as such); on etcd also etcd's own txn and proposal counters;
+* metadata writes/s: the txn count of ``kafscale_metadata_request_duration_seconds`` (etcd and
+  the embedded store alike; older brokers: ``kafscale_etcd_request_duration_seconds``, and for an
+  unmetered embedded store the flush count, one commit each, labelled as such); also the
+  write-ahead commits apart (``kafscale_wal_commits_total``); on etcd also etcd's own txn and
+  proposal counters;
 * broker CPU (% of one core, from /proc; the drivers' CPU is reported apart) and RSS;
 * produce latency p50/p99: produce() to delivery callback, records sent in the window.
 
@@ -45,7 +47,12 @@ import cluster_bench as cb
 
 WAL_OBJECTS = "kafscale_wal_objects_written_total"
 COMPACTED_SEGMENTS = "kafscale_compaction_segments_written_total"
-META_TXNS = 'kafscale_etcd_request_duration_seconds_count{operation="txn"}'
+# The second: brokers from before the embedded store was metered.
+META_TXN_SERIES = (
+    "kafscale_metadata_request_duration_seconds_count{",
+    "kafscale_etcd_request_duration_seconds_count{",
+)
+WAL_COMMITS = "kafscale_wal_commits_total"
 FLUSHES = "kafscale_flush_duration_seconds_count"
 WAL_KEY = re.compile(r"(?:^|/)(?:!|%21)wal/")
 SEGMENT_FILE = re.compile(r"segment-\d{20}\.(kfs|index)$")
@@ -276,10 +283,24 @@ def put_rates(a: Sample, b: Sample, moto: cb.Service | None) -> dict[str, Any]:
     }
 
 
+def txn_count(metrics: dict[str, float]) -> float | None:
+    """Metadata transactions in a scrape: the first metric family of META_TXN_SERIES present,
+    summed over its stores."""
+    for prefix in META_TXN_SERIES:
+        found = [v for k, v in metrics.items() if k.startswith(prefix) and 'operation="txn"' in k]
+        if found:
+            return sum(found)
+    return None
+
+
 def meta_rates(a: Sample, b: Sample) -> dict[str, Any]:
     wall = b.at - a.at
-    txns = delta(a, b, META_TXNS)
+    after = txn_count(b.metrics)
+    txns = None if after is None else after - (txn_count(a.metrics) or 0.0)
     out: dict[str, Any] = {}
+    commits = delta(a, b, WAL_COMMITS)
+    if commits is not None:
+        out["wal_commits_s"] = round(commits / wall, 2)
     if txns is not None:
         out |= {"meta_source": "broker /metrics txn count", "meta_writes_s": round(txns / wall, 2)}
     else:

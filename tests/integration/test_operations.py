@@ -136,6 +136,10 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
     assert samples[("kafscale_object_store_upload_duration_seconds_count", ())] >= 4
     assert samples[("kafscale_flush_errors_total", ())] == 0
     assert samples[("kafscale_object_store_upload_errors_total", ())] == 0
+    # the embedded default is metered like etcd: every commit is a metadata txn
+    txns = (("operation", "txn"), ("store", "embedded"))
+    txn_count = samples[("kafscale_metadata_request_duration_seconds_count", txns)]
+    assert txn_count >= samples[("kafscale_wal_commits_total", ())] >= 1
     hits, misses = (samples[(f"kafscale_cache_{kind}_total", ())] for kind in ("hits", "misses"))
     assert hits + misses >= 1
     assert samples[("kafscale_cache_bytes", ())] >= 0
@@ -161,8 +165,8 @@ def test_readiness_follows_the_metadata_and_object_stores(cluster, moto, etcd):
 
     samples = endpoint.samples()
     for operation in ("get", "range", "txn"):
-        labels = (("operation", operation),)
-        assert samples[("kafscale_etcd_request_duration_seconds_count", labels)] >= 1, operation
+        labels = (("operation", operation), ("store", "etcd"))
+        assert samples[("kafscale_metadata_request_duration_seconds_count", labels)] >= 1, operation
     assert broker.running
 
 

@@ -88,9 +88,14 @@ impl Broker {
             Some(endpoints) => Arc::new(MeteredKv::new(
                 EtcdStore::connect(&endpoints, config.etcd_credentials(), config.lease_ttl())
                     .await?,
+                "etcd",
                 metrics.clone(),
             )),
-            None => Arc::new(EmbeddedStore::open(&config.metadata_path())?),
+            None => Arc::new(MeteredKv::new(
+                EmbeddedStore::open(&config.metadata_path())?,
+                "embedded",
+                metrics.clone(),
+            )),
         };
         let catalog = Arc::new(Catalog::new(kv.clone(), &config.s3_namespace));
         let cluster_id = catalog
@@ -117,6 +122,7 @@ impl Broker {
             catalog,
             cache: SegmentCache::new(config.cache_bytes),
             metrics: metrics.clone(),
+            meta_writes: Default::default(),
             wal: Arc::default(),
         });
         let broker = Arc::new(Broker {

@@ -82,6 +82,11 @@ impl Broker {
                 .iter()
                 .map(|(p, c)| (&*p.topic, p.id, &c.owned, &c.record))
                 .collect();
+            // (the segments' uploads are done; waiting for the pace only delays the switch)
+            self.log
+                .meta_writes
+                .start(self.log.settings.flush_interval)
+                .await;
             match self.log.catalog.commit_owned_records(&changes).await {
                 Ok(Some(revision)) => {
                     for (partition, compacted) in batch {
@@ -127,6 +132,12 @@ impl Broker {
         }
         // The manifests of the objects deleted, together (an object is deleted before its
         // manifest, so a failure here leaves manifests the next round deletes again).
+        if !gone.is_empty() {
+            self.log
+                .meta_writes
+                .start(self.log.settings.flush_interval)
+                .await;
+        }
         match self.log.catalog.delete_manifests(&gone).await {
             Ok(()) => gone.iter().for_each(|key| self.log.wal.remove(key)),
             Err(error) => tracing::warn!(%error, manifests = gone.len(),

@@ -61,6 +61,8 @@ pub struct LogContext {
     pub metrics: Arc<Metrics>,
     /// Every committed write-ahead run in the cluster.
     pub wal: Arc<wal::index::WalIndex>,
+    /// The write path's metadata writes, paced.
+    pub meta_writes: wal::pace::MetaWritePace,
 }
 
 /// The writable log of a partition this broker just claimed (`Catalog::claim_partitions`,

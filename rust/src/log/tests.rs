@@ -35,6 +35,14 @@ async fn fixture(segment_bytes: usize) -> Fixture {
 }
 
 async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) -> Fixture {
+    fixture_with(segment_bytes, flush_interval, 8 << 20).await
+}
+
+async fn fixture_with(
+    segment_bytes: usize,
+    flush_interval: Duration,
+    wal_object_max_bytes: usize,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let kv = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
     let catalog = Arc::new(Catalog::new(Arc::new(kv), "t"));
@@ -54,7 +62,7 @@ async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) 
             readahead_segments: 1,
             index_interval: 100,
             max_concurrent_flushes: 4,
-            wal_object_max_bytes: 8 << 20,
+            wal_object_max_bytes,
             wal_compaction_age: Duration::from_secs(3600),
             wal_compaction_interval: Duration::from_secs(3600),
         },
@@ -63,6 +71,7 @@ async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) 
         metrics: Default::default(),
         cache: SegmentCache::new(0), // every read goes to the store
         wal: Arc::default(),
+        meta_writes: Default::default(),
     });
     let writer = WalWriter::start(ctx.clone(), ctx.wal.clone(), 1);
     let limits = Arc::new(TopicLimits::new(&topic.configs, &ctx.settings));
@@ -435,4 +444,31 @@ async fn objects_ready_together_share_a_commit_and_commits_per_interval_are_boun
         "the last three objects were committed together"
     );
     assert!(revision().await > before);
+}
+
+#[tokio::test]
+async fn an_object_the_size_cap_brings_holds_the_cap_and_the_rest_waits_for_the_interval() {
+    // the bytes one append of one record buffers, measured on a fixture of its own
+    let one = append_buffered(&*open(&fixture(1 << 20).await).await, 1).1;
+    let f = fixture_with(1 << 20, Duration::from_secs(3600), one * 5 / 2).await;
+    let p = open(&f).await;
+    let acks: Vec<_> = (0..4).map(|_| produce(&f, &p, 1)).collect();
+    let mut acks = acks.into_iter();
+    for offset in 0..3 {
+        let ack = tokio::time::timeout(Duration::from_secs(10), acks.next().unwrap()).await;
+        assert_eq!(
+            ack.expect("the size cap brought no flush").unwrap(),
+            Ok(offset)
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        wal_objects(&f).await,
+        1,
+        "one object for three batches, none for the rest"
+    );
+    assert!(p.has_pending(), "the fourth batch waits for the interval");
+    let last = acks.next().unwrap();
+    assert!(f.writer.flush().await);
+    assert_eq!(last.await.unwrap(), Ok(3));
 }

@@ -1,5 +1,6 @@
 //! A `KvStore` layer that times every request to the store beneath it and counts failures,
-//! per operation, for the `kafscale_etcd_request_*` metrics. The store itself stays unaware.
+//! per store and operation, for the `kafscale_metadata_request_*` metrics. The store itself
+//! stays unaware.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,12 +13,18 @@ use crate::metrics::Metrics;
 
 pub struct MeteredKv<S> {
     inner: S,
+    /// The `store` label: `etcd` or `embedded`.
+    store: &'static str,
     metrics: Arc<Metrics>,
 }
 
 impl<S: KvStore> MeteredKv<S> {
-    pub fn new(inner: S, metrics: Arc<Metrics>) -> Self {
-        MeteredKv { inner, metrics }
+    pub fn new(inner: S, store: &'static str, metrics: Arc<Metrics>) -> Self {
+        MeteredKv {
+            inner,
+            store,
+            metrics,
+        }
     }
 
     fn record<T>(
@@ -27,7 +34,7 @@ impl<S: KvStore> MeteredKv<S> {
         result: Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         self.metrics
-            .observe_etcd(operation, started, result.is_err());
+            .observe_metadata(self.store, operation, started, result.is_err());
         result
     }
 }

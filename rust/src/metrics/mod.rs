@@ -61,8 +61,10 @@ impl EncodeLabelValue for ApiName {
     }
 }
 
+/// A metadata store request: which store (`etcd` or `embedded`) and which operation.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabels {
+pub struct MetadataLabels {
+    pub store: &'static str,
     pub operation: &'static str,
 }
 
@@ -96,11 +98,12 @@ pub struct Metrics {
     pub flush_errors: Counter,
     pub upload_duration: Histogram,
     pub upload_errors: Counter,
-    pub etcd_duration: Family<OperationLabels, Histogram>,
-    pub etcd_errors: Family<OperationLabels, Counter>,
+    pub metadata_duration: Family<MetadataLabels, Histogram>,
+    pub metadata_errors: Family<MetadataLabels, Counter>,
     pub cache_hits: Counter,
     pub cache_misses: Counter,
     pub wal_objects_written: Counter,
+    pub wal_commits: Counter,
     pub wal_bytes_written: Counter,
     pub compaction_segments_written: Counter,
     pub compaction_bytes_written: Counter,
@@ -116,11 +119,12 @@ impl Default for Metrics {
             flush_errors: Counter::default(),
             upload_duration: latency_histogram(),
             upload_errors: Counter::default(),
-            etcd_duration: Family::new_with_constructor(latency_histogram),
-            etcd_errors: Family::default(),
+            metadata_duration: Family::new_with_constructor(latency_histogram),
+            metadata_errors: Family::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             wal_objects_written: Counter::default(),
+            wal_commits: Counter::default(),
             wal_bytes_written: Counter::default(),
             compaction_segments_written: Counter::default(),
             compaction_bytes_written: Counter::default(),
@@ -163,15 +167,16 @@ impl Metrics {
             self.upload_errors.clone(),
         );
         r.register_with_unit(
-            "etcd_request_duration",
-            "Time of one etcd request, per operation",
+            "metadata_request_duration",
+            "Time of one metadata store request (etcd or the embedded store), per operation; \
+             the txn count is the metadata writes",
             Unit::Seconds,
-            self.etcd_duration.clone(),
+            self.metadata_duration.clone(),
         );
         r.register(
-            "etcd_request_errors",
-            "etcd requests that failed, per operation",
-            self.etcd_errors.clone(),
+            "metadata_request_errors",
+            "Metadata store requests that failed, per operation",
+            self.metadata_errors.clone(),
         );
         r.register(
             "cache_hits",
@@ -187,6 +192,12 @@ impl Metrics {
             "wal_objects_written",
             "Write-ahead objects uploaded and committed (one per flush, all partitions)",
             self.wal_objects_written.clone(),
+        );
+        r.register(
+            "wal_commits",
+            "Metadata transactions that committed write-ahead objects (objects uploaded \
+             together share one)",
+            self.wal_commits.clone(),
         );
         r.register_with_unit(
             "wal_written",
@@ -220,13 +231,19 @@ impl Metrics {
         self.topic_traffic.forget(topic);
     }
 
-    pub fn observe_etcd(&self, operation: &'static str, started: Instant, failed: bool) {
-        let labels = OperationLabels { operation };
-        self.etcd_duration
+    pub fn observe_metadata(
+        &self,
+        store: &'static str,
+        operation: &'static str,
+        started: Instant,
+        failed: bool,
+    ) {
+        let labels = MetadataLabels { store, operation };
+        self.metadata_duration
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
         if failed {
-            self.etcd_errors.get_or_create(&labels).inc();
+            self.metadata_errors.get_or_create(&labels).inc();
         }
     }
 
@@ -280,14 +297,14 @@ mod tests {
     fn exposition_names_carry_units_and_totals() {
         let metrics = Metrics::default();
         metrics.observe_request(ApiKey::Produce, Instant::now());
-        metrics.observe_etcd("get", Instant::now(), true);
+        metrics.observe_metadata("etcd", "get", Instant::now(), true);
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for line in [
             "kafscale_request_duration_seconds_count{api=\"Produce\"} 1",
-            "kafscale_etcd_request_errors_total{operation=\"get\"} 1",
+            "kafscale_metadata_request_errors_total{store=\"etcd\",operation=\"get\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }

@@ -280,8 +280,9 @@ impl Partition {
         self.state().pending_bytes
     }
 
-    /// Takes buffered produce requests for a write-ahead object, oldest first: at least one,
-    /// then more while the total stays within `budget`. None if nothing is buffered.
+    /// Takes buffered produce requests for a write-ahead object, oldest first, while the total
+    /// is below `budget` (the one that reaches it included, so an object the size cap brought
+    /// holds at least the cap). None if nothing is buffered.
     pub fn take_for_flush(&self, budget: usize) -> Option<Taken> {
         let mut state = self.state();
         let mut bytes = 0;
@@ -289,7 +290,7 @@ impl Partition {
             .pending
             .iter()
             .take_while(|chunk| {
-                let fits = bytes == 0 || bytes + chunk.bytes <= budget;
+                let fits = bytes == 0 || bytes < budget;
                 bytes += chunk.bytes;
                 fits
             })

@@ -1,8 +1,8 @@
 //! The commit side of write-ahead flushes: one task per broker commits uploaded objects in the
 //! order they were taken. The objects uploaded by the time a commit starts go together, in one
-//! metadata transaction (within etcd's limits), and at most `COMMITS_PER_INTERVAL` commits
-//! start per flush interval unless a backlog of bytes waits: the metadata writes per second
-//! do not grow with the partitions, and the objects of a busy interval share commits.
+//! metadata transaction (within etcd's limits), and commits start no faster than `pace` allows
+//! unless the broker is busy with bytes: the metadata writes per second do not grow with the
+//! partitions, and the objects of an interval share commits.
 //!
 //! A commit is conditioned on the broker's writer key (`meta::wal`). When the store's answer is
 //! lost (timeout, connection reset), the commit may or may not have landed: the writer moves
@@ -10,28 +10,22 @@
 //! manifest to learn which it was. A failed commit acknowledges nothing; its objects are never
 //! part of any log (the sweep removes them).
 
-use std::collections::VecDeque;
 use std::sync::Weak;
 use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use tokio::time::Instant;
 
 use super::index::run_cache_key;
 use super::writer::{Flight, WalWriter, MAX_RETRY_BACKOFF};
 use crate::log::cache::CachedBatches;
 use crate::meta::kv::MetaError;
 
-/// Commits that may start within one flush interval: the interval's own flush and one the size
-/// cap brought early. More objects than that in an interval share commits...
-const COMMITS_PER_INTERVAL: usize = 2;
-
-/// ...unless the uploaded objects waiting hold this many objects' worth of bytes: a busy
-/// broker's acks never wait for the clock (its producers' in-flight limits would turn the wait
-/// into lost throughput). So metadata writes per second stay within
-/// `COMMITS_PER_INTERVAL` per interval + bytes ÷ (this × `wal_object_max_bytes`).
-const BACKLOG_OBJECTS: usize = 1;
+/// A commit waits for the pace unless the broker took this many objects' worth of bytes within
+/// the last flush interval (100 MB/s at the defaults): a busy broker's acks do not wait for the
+/// clock – its producers' in-flight limits would turn the wait into lost throughput – and its
+/// metadata writes per second are bounded by its objects per second, bytes ÷ the size cap.
+const BUSY_OBJECTS_PER_INTERVAL: usize = 3;
 
 /// Manifest bytes one commit carries at most, well within etcd's 1.5 MiB per request (one
 /// manifest alone may be larger and goes on its own).
@@ -79,7 +73,6 @@ enum Front {
 /// Commits flights as their uploads end, oldest first. Ends with the writer.
 pub(super) async fn commit_loop(writer: Weak<WalWriter>) {
     let mut token: Option<i64> = None;
-    let mut recent: VecDeque<Instant> = VecDeque::with_capacity(COMMITS_PER_INTERVAL);
     loop {
         let Some(strong) = writer.upgrade() else {
             return;
@@ -99,9 +92,10 @@ pub(super) async fn commit_loop(writer: Weak<WalWriter>) {
             }
             Front::Uploaded => {}
         }
-        if recent.len() == COMMITS_PER_INTERVAL {
-            let allowed = recent[0] + strong.ctx.settings.flush_interval;
-            if allowed > Instant::now() && !strong.backlog_full() {
+        let pace = &strong.ctx.meta_writes;
+        if let Err(allowed) = pace.try_start(strong.ctx.settings.flush_interval) {
+            let busy = BUSY_OBJECTS_PER_INTERVAL * strong.ctx.settings.wal_object_max_bytes;
+            if strong.bytes_taken_lately() < busy {
                 let uploaded = strong.uploaded.clone();
                 drop(strong);
                 tokio::select! {
@@ -110,9 +104,8 @@ pub(super) async fn commit_loop(writer: Weak<WalWriter>) {
                 }
                 continue;
             }
-            recent.pop_front();
+            pace.note();
         }
-        recent.push_back(Instant::now());
         let group = strong.uploaded_group();
         match strong.commit(&mut token, &group).await {
             Ok(()) => strong.complete(group),
@@ -129,18 +122,6 @@ impl WalWriter {
             Some(Ok(())) => Front::Uploaded,
             Some(Err(message)) => Front::Failed(message.clone()),
         }
-    }
-
-    /// Whether the uploaded objects waiting for a commit hold `BACKLOG_OBJECTS` objects'
-    /// worth of bytes.
-    fn backlog_full(&self) -> bool {
-        let full = BACKLOG_OBJECTS * self.ctx.settings.wal_object_max_bytes;
-        let pipeline = self.pipeline();
-        let uploaded = pipeline
-            .flights
-            .iter()
-            .take_while(|f| matches!(f.upload.get(), Some(Ok(()))));
-        uploaded.map(|f| f.object.len()).sum::<usize>() >= full
     }
 
     /// The uploaded flights at the front, oldest first, as many as one commit carries.
@@ -239,6 +220,7 @@ impl WalWriter {
     /// answered, oldest object first.
     fn complete(&self, group: Vec<Flight>) {
         let metrics = &self.ctx.metrics;
+        metrics.wal_commits.inc();
         let mut through = 0;
         for flight in group {
             self.index.insert(&flight.key, flight.manifest.clone());

@@ -6,4 +6,5 @@
 mod commit;
 pub mod index;
 pub(crate) mod object;
+pub mod pace;
 pub mod writer;

@@ -75,9 +75,30 @@ pub(super) struct Pipeline {
     pub flights: VecDeque<Flight>,
     /// The partitions of the flights being committed now (taken off `flights`).
     pub committing: Vec<Arc<Partition>>,
+    /// When the objects of the last flush interval were taken, and their sizes.
+    taken_lately: VecDeque<(Instant, usize)>,
     /// After a failure no flush starts before this.
     pub retry_at: Option<Instant>,
     pub backoff: Duration,
+}
+
+impl Pipeline {
+    fn note_taken(&mut self, bytes: usize, interval: Duration) {
+        self.forget_taken_before(interval);
+        self.taken_lately.push_back((Instant::now(), bytes));
+    }
+
+    /// Forgets the objects taken more than `interval` ago.
+    fn forget_taken_before(&mut self, interval: Duration) {
+        let now = Instant::now();
+        while self
+            .taken_lately
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > interval)
+        {
+            self.taken_lately.pop_front();
+        }
+    }
 }
 
 /// How far the commits got: every flight before `through` is settled; `failures` counts the
@@ -259,6 +280,7 @@ impl WalWriter {
         let seq = pipeline.next_seq;
         pipeline.next_seq += 1;
         let flight = self.flight(seq, parts, slot);
+        pipeline.note_taken(flight.object.len(), self.ctx.settings.flush_interval);
         let (store, path, object) = (
             self.ctx.store.clone(),
             flight.path.clone(),
@@ -313,6 +335,13 @@ impl WalWriter {
         }
     }
 
+    /// Bytes of the objects taken within the last flush interval.
+    pub(super) fn bytes_taken_lately(&self) -> usize {
+        let mut pipeline = self.pipeline();
+        pipeline.forget_taken_before(self.ctx.settings.flush_interval);
+        pipeline.taken_lately.iter().map(|(_, bytes)| bytes).sum()
+    }
+
     /// Takes buffered batches of the queued partitions, within one object's size.
     fn take_parts(&self, on_schedule: bool) -> Vec<Part> {
         let (queued, since) = {
@@ -343,11 +372,18 @@ impl WalWriter {
             }
         }
         if !left.is_empty() {
-            // Over one object's worth: the rest is due at once.
+            // Over one object's worth. After an interval's flush the rest is due at once; after
+            // one the size cap brought it keeps the interval's schedule (unless it is another
+            // object's worth): a remainder is not worth an object of its own.
             let mut queue = self.queue();
             queue.bytes += left.iter().map(|p| p.pending_bytes()).sum::<usize>();
-            queue.since =
-                Some(since.map_or(Instant::now(), |s| s - self.ctx.settings.flush_interval));
+            let interval = self.ctx.settings.flush_interval;
+            queue.since = Some(match since {
+                Some(since) if on_schedule => since,
+                // (shortly after boot the clock may not reach that far back: then it waits)
+                Some(since) => since.checked_sub(interval).unwrap_or(since),
+                None => Instant::now(),
+            });
             queue.partitions.extend(left);
             self.wake.notify_one();
         }
