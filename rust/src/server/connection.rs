@@ -44,6 +44,9 @@ const REQUEST_OVERHEAD: usize = 1024;
 /// Most bytes read from the socket at once; the read buffer grows by what arrives.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// Request bytes one connection dispatches between two yields to the runtime.
+const YIELD_EVERY_BYTES: usize = 1 << 20;
+
 /// How often a connection stalled by its budgets checks whether its client has gone.
 const CLOSED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -141,6 +144,7 @@ async fn read_requests(
     // The bytes received and not yet handed to a request: a partial request.
     let mut buffered = Charge::new(&connection.budgets);
     let mut frame_deadline: Option<Instant> = None;
+    let mut since_yield = 0;
     loop {
         let mut handed_out = false;
         loop {
@@ -153,6 +157,7 @@ async fn read_requests(
                 }
             };
             handed_out = true;
+            since_yield += frame.len();
             let mut charge = buffered.split_off(FRAME_HEADER_LEN + frame.len());
             charge.add(REQUEST_OVERHEAD);
             let request = match Request::decode(frame) {
@@ -171,6 +176,13 @@ async fn read_requests(
             };
             if queue.send(pending).await.is_err() {
                 return ReadEnd::Closed; // the writer stopped: the connection is being closed
+            }
+            if since_yield >= YIELD_EVERY_BYTES {
+                // Validating and appending megabytes of buffered requests back to back would
+                // keep the tasks they wake (the write-ahead flush a full buffer starts) waiting
+                // on this thread.
+                since_yield = 0;
+                tokio::task::yield_now().await;
             }
         }
         // The clock of a frame starts with its first byte; bytes left after a whole frame
