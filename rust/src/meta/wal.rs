@@ -103,12 +103,19 @@ impl Catalog {
         format!("{}/writers/{broker}", self.root())
     }
 
+    /// The write that (re)creates the writer key under the current session, moving it on.
+    fn move_writer(&self, broker: i32) -> Op {
+        Op::PutEphemeral(self.writer_key(broker), Bytes::from(broker.to_string()))
+    }
+
     /// (Re)creates this broker's writer key under the current session; returns its revision,
     /// the token the next commit is conditioned on. Rewriting it also voids any earlier commit
     /// of this broker still on its way to the store.
     pub async fn open_writer(&self, broker: i32) -> Result<i64, MetaError> {
-        let op = Op::PutEphemeral(self.writer_key(broker), Bytes::from(broker.to_string()));
-        let revision = self.kv().txn(vec![], vec![op]).await?;
+        let revision = self
+            .kv()
+            .txn(vec![], vec![self.move_writer(broker)])
+            .await?;
         revision.ok_or_else(|| MetaError::Unavailable("unconditional write refused".into()))
     }
 
@@ -121,30 +128,21 @@ impl Catalog {
         token: i64,
         manifests: &[(String, Bytes)],
     ) -> Result<Option<i64>, MetaError> {
-        let writer = self.writer_key(broker);
         let mut ops = Vec::with_capacity(manifests.len() + 1);
-        ops.push(Op::PutEphemeral(
-            writer.clone(),
-            Bytes::from(broker.to_string()),
-        ));
+        ops.push(self.move_writer(broker));
         ops.extend(
             manifests
                 .iter()
                 .map(|(key, value)| Op::Put(key.clone(), value.clone())),
         );
-        self.kv()
-            .txn(vec![Compare::ModRevision(writer, token)], ops)
-            .await
+        let writer = Compare::ModRevision(self.writer_key(broker), token);
+        self.kv().txn(vec![writer], ops).await
     }
 
-    /// Moves the writer key on if it is still at `token`: after this, no commit conditioned on
-    /// `token` can land any more. None if it had moved already.
+    /// Moves the writer key on if it is still at `token` (a commit of nothing): after this, no
+    /// commit conditioned on `token` can land any more. None if it had moved already.
     pub async fn advance_writer(&self, broker: i32, token: i64) -> Result<Option<i64>, MetaError> {
-        let writer = self.writer_key(broker);
-        let op = Op::PutEphemeral(writer.clone(), Bytes::from(broker.to_string()));
-        self.kv()
-            .txn(vec![Compare::ModRevision(writer, token)], vec![op])
-            .await
+        self.commit_manifests(broker, token, &[]).await
     }
 
     /// The manifest at `key`, if committed.
@@ -236,11 +234,16 @@ mod tests {
         assert_eq!(back, manifest());
     }
 
-    #[tokio::test]
-    async fn a_commit_needs_the_writer_key_where_this_broker_left_it() {
+    /// A catalog over an embedded store in a directory of its own (kept while it is used).
+    fn catalog() -> (tempfile::TempDir, Catalog) {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
-        let catalog = Catalog::new(Arc::new(store), "test");
+        (dir, Catalog::new(Arc::new(store), "test"))
+    }
+
+    #[tokio::test]
+    async fn a_commit_needs_the_writer_key_where_this_broker_left_it() {
+        let (_dir, catalog) = catalog();
         let token = catalog.open_writer(0).await.unwrap();
         let key = catalog.manifest_key(0, "ab-000000000001");
         let next = catalog
@@ -263,9 +266,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_commit_carries_several_objects_or_none() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
-        let catalog = Catalog::new(Arc::new(store), "test");
+        let (_dir, catalog) = catalog();
         let token = catalog.open_writer(0).await.unwrap();
         let group = |seqs: std::ops::RangeInclusive<u64>| -> Vec<(String, Bytes)> {
             seqs.map(|seq| {

@@ -7,7 +7,7 @@
 //! object fails, it and every object taken after it are failed together before anything new
 //! is taken (they may hold the offsets that follow its batches).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -239,12 +239,14 @@ impl WalWriter {
     /// Whether an object on its way (uploading, waiting or being committed) holds batches of
     /// one of `partitions`.
     fn holds_any(&self, partitions: &[Arc<Partition>]) -> bool {
+        // By address: a hand-off may drain thousands of partitions against thousands of runs.
+        let asked: HashSet<*const Partition> = partitions.iter().map(Arc::as_ptr).collect();
         let pipeline = self.pipeline();
         let taken = pipeline.flights.iter().flat_map(|f| &f.parts);
         let mut held = taken
             .map(|part| &part.partition)
             .chain(&pipeline.committing);
-        held.any(|held| partitions.iter().any(|p| Arc::ptr_eq(p, held)))
+        held.any(|held| asked.contains(&Arc::as_ptr(held)))
     }
 
     /// Takes what is queued now (at most one object's worth; what is left stays queued and due
