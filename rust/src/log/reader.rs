@@ -64,6 +64,10 @@ impl Collected {
 /// Reads committed batches starting at the one holding `offset`, up to `max_bytes` — but at
 /// least one whole batch when `must_progress` (KIP-74), so a big batch never blocks a consumer.
 /// Reads segments below the segment end, then write-ahead runs, as many of each as fill it.
+///
+/// A run whose object is gone was compacted into a segment, and its object collected, after
+/// this broker's view of the log was taken (the view follows the metadata store a moment
+/// behind). The read then waits for the view to move past it and reads again.
 pub async fn read(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
@@ -71,6 +75,70 @@ pub async fn read(
     max_bytes: usize,
     must_progress: bool,
 ) -> Result<ReadResult, ResponseError> {
+    let mut attempts = 0;
+    loop {
+        match read_once(ctx, partition, offset, max_bytes, must_progress).await {
+            Ok(result) => return Ok(result),
+            Err(ReadFailure::Error(e)) => return Err(e),
+            Err(ReadFailure::Stale(stale)) => {
+                if attempts == STALE_VIEW_RETRIES
+                    || !view_moved_past(partition, stale.segment_end).await
+                {
+                    tracing::warn!(topic = %partition.topic, partition = partition.id, offset,
+                        "a write-ahead object this read needs is gone and the partition's \
+                         segments did not catch up; answering KAFKA_STORAGE_ERROR");
+                    return Err(ResponseError::KafkaStorageError);
+                }
+                attempts += 1;
+            }
+        }
+    }
+}
+
+/// How often a read starts again after finding its view of the log outdated.
+const STALE_VIEW_RETRIES: usize = 3;
+/// How long a read waits for this broker's view of a partition to catch up with a compaction
+/// it missed (the metadata store's watch delivers it within moments).
+const VIEW_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The view a read was made from no longer matches storage: its segment end was this.
+struct Stale {
+    segment_end: i64,
+}
+
+/// Whether the partition's segment end moves past `segment_end` within `VIEW_CATCH_UP`.
+async fn view_moved_past(partition: &Partition, segment_end: i64) -> bool {
+    let deadline = tokio::time::Instant::now() + VIEW_CATCH_UP;
+    loop {
+        if partition.segment_end() > segment_end {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Why one read attempt failed: its view was outdated, or an error for the client.
+enum ReadFailure {
+    Stale(Stale),
+    Error(ResponseError),
+}
+
+impl From<ResponseError> for ReadFailure {
+    fn from(e: ResponseError) -> Self {
+        ReadFailure::Error(e)
+    }
+}
+
+async fn read_once(
+    ctx: &Arc<LogContext>,
+    partition: &Arc<Partition>,
+    offset: i64,
+    max_bytes: usize,
+    must_progress: bool,
+) -> Result<ReadResult, ReadFailure> {
     partition.sync_segments(ctx).await?;
     let view = partition.read_view(offset)?;
     let mut collected = Collected {
@@ -99,7 +167,15 @@ pub async fn read(
             .map(|run| load_run(ctx, run))
             .buffered(RUNS_IN_PARALLEL);
         while let Some(loaded) = loads.next().await {
-            let (run, bytes) = loaded?;
+            let (run, bytes) = match loaded {
+                Ok(loaded) => loaded,
+                Err(RunLoadError::Collected) => {
+                    return Err(ReadFailure::Stale(Stale {
+                        segment_end: view.segment_end,
+                    }))
+                }
+                Err(RunLoadError::Failed(e)) => return Err(e.into()),
+            };
             if run.run.base_offset >= view.high_watermark {
                 break;
             }
@@ -120,11 +196,29 @@ pub async fn read(
     })
 }
 
+/// Why a write-ahead run could not be loaded.
+#[derive(Debug)]
+pub(crate) enum RunLoadError {
+    /// Its object is gone: compaction collected it once the run was in a committed segment.
+    Collected,
+    Failed(ResponseError),
+}
+
+/// For the callers that do not retry (timestamp search): a retriable error to the client.
+impl From<RunLoadError> for ResponseError {
+    fn from(e: RunLoadError) -> Self {
+        match e {
+            RunLoadError::Collected => ResponseError::KafkaStorageError,
+            RunLoadError::Failed(e) => e,
+        }
+    }
+}
+
 /// A write-ahead run's batch bytes, from the cache or with a ranged GET.
 pub(crate) async fn load_run(
     ctx: &LogContext,
     run: IndexedRun,
-) -> Result<(IndexedRun, Bytes), ResponseError> {
+) -> Result<(IndexedRun, Bytes), RunLoadError> {
     let key = run.cache_key();
     if let Some(cached) = ctx.cache.get(&key) {
         ctx.metrics.cache_hits.inc();
@@ -133,14 +227,14 @@ pub(crate) async fn load_run(
     ctx.metrics.cache_misses.inc();
     let path = Path::parse(&*run.object).map_err(|e| {
         tracing::error!(object = %run.object, error = %e, "manifest names an unusable path");
-        ResponseError::KafkaStorageError
+        RunLoadError::Failed(ResponseError::KafkaStorageError)
     })?;
     let range = run.run.position..run.run.position + run.run.length;
-    let bytes = ctx
-        .store
-        .get_range(&path, range)
-        .await
-        .map_err(|e| read_failed(&path, e))?;
+    let bytes = match ctx.store.get_range(&path, range).await {
+        Ok(bytes) => bytes,
+        Err(StoreError::NotFound(_)) => return Err(RunLoadError::Collected),
+        Err(e) => return Err(RunLoadError::Failed(read_failed(&path, e))),
+    };
     let start = run.run.position;
     ctx.cache.insert(
         key,

@@ -247,6 +247,44 @@ async fn a_fetch_fills_its_bytes_across_many_objects_and_segments() {
 }
 
 #[tokio::test]
+async fn a_read_whose_object_was_collected_meanwhile_reads_the_segment_once_it_is_known() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let ack = produce(&f, &p, 5);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(0));
+    let first = reader::read(&f.ctx, &p, 0, 1 << 20, true).await.unwrap();
+    assert_eq!(base_offsets(&first.records), vec![0]);
+    // Compaction commits a segment and the object is collected, all before this view of the
+    // partition learns of the segment (as a broker's mirror of the store lags a moment).
+    let later = super::partition::now_ms() + 7_200_000;
+    let due = p.compact(&f.ctx, later).await.expect("due");
+    let (owned, record) = (due.owned.clone(), due.record.clone());
+    let revision = f
+        .ctx
+        .catalog
+        .commit_owned_records(&[("orders", 0, &owned, &record)])
+        .await
+        .unwrap()
+        .expect("committed");
+    for (path, _) in f.ctx.store.list_wal().await.unwrap() {
+        f.ctx.store.delete(&path).await.unwrap();
+    }
+    let reading = tokio::spawn({
+        let (ctx, p) = (f.ctx.clone(), p.clone());
+        async move { reader::read(&ctx, &p, 0, 1 << 20, true).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !reading.is_finished(),
+        "the read waits for the view to catch up"
+    );
+    p.compacted(&f.ctx, due, revision);
+    let read = reading.await.unwrap().expect("read from the segment");
+    assert_eq!(read.records, first.records);
+}
+
+#[tokio::test]
 async fn compaction_takes_an_identical_leftover_and_removes_a_foreign_one() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;

@@ -394,6 +394,11 @@ impl Partition {
         })
     }
 
+    /// Where the committed segments end, as this broker knows it now.
+    pub fn segment_end(&self) -> i64 {
+        self.state().committed.record.segment_end()
+    }
+
     /// Every committed segment (for timestamp searches).
     pub fn segments(&self) -> Vec<SegmentMeta> {
         self.state().segments.clone().unwrap_or_default()
