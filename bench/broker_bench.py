@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# The tests' process helpers (free ports, etcd, moto), shared with every bench.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.procs import free_port
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -139,12 +142,6 @@ class Broker:
                 self.proc.wait()
                 return None
         return self.proc.returncode
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def broker_command(opts: BrokerOptions, addr: str, data_dir: Path) -> list[str]:

@@ -22,12 +22,10 @@ The driver helpers (produce workers, latency run, figures) come from bench/broke
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import broker_bench as bb
+from support.procs import EtcdServer, MotoServer  # on the path broker_bench set
 
 S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "kafscale-bench",
@@ -59,80 +58,21 @@ ETCD_COUNTERS = {
 # --------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Service:
-    """A helper process (etcd, moto) with its output in a log file."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    endpoint: str
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def log_size(self) -> int:
-        return self.log_path.stat().st_size
-
-    def log_since(self, offset: int) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace")
+# The tests' process helpers: the same etcd and moto set-up, start-up checks and teardown.
+Service = EtcdServer | MotoServer
 
 
-def _spawn(name: str, argv: list[str], root: Path, endpoint: str) -> Service:
-    log_path = root / f"{name}.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    return Service(name, proc, log_path, endpoint)
-
-
-def _wait_http(service: Service, path: str, ok: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if service.proc.poll() is not None:
-            raise RuntimeError(f"{service.name} exited: {service.log_since(0)[-2000:]}")
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(service.endpoint + path, timeout=1) as resp,
-        ):
-            if ok in resp.read().decode(errors="replace"):
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{service.name} did not come up at {service.endpoint}")
-
-
-def start_etcd(root: Path) -> Service:
-    client, peer = bb.free_port(), bb.free_port()
-    url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    argv = ["etcd", "--name", "bench", "--data-dir", str(root / "etcd-data")]
-    argv += ["--listen-client-urls", url, "--advertise-client-urls", url]
-    argv += ["--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url]
-    argv += ["--initial-cluster", f"bench={peer_url}", "--logger", "zap", "--log-outputs", "stderr"]
-    etcd = _spawn("etcd", argv, root, url)
-    _wait_http(etcd, "/health", '"true"')
-    bb.log(f"etcd pid {etcd.proc.pid} at {url}")
+def start_etcd(root: Path) -> EtcdServer:
+    etcd = EtcdServer(root / "etcd", root / "etcd.log").start()
+    bb.log(f"etcd pid {etcd.pid} at {etcd.endpoint}")
     return etcd
 
 
-def start_moto(root: Path) -> Service:
+def start_moto(root: Path) -> MotoServer:
     """moto from the bench's own environment (next to the driver, not the brokers)."""
-    port = bb.free_port()
-    exe = Path(sys.executable).parent / "moto_server"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
-    moto = _spawn(
-        "moto", [*cmd, "-H", "127.0.0.1", "-p", str(port)], root, f"http://127.0.0.1:{port}"
-    )
-    _wait_http(moto, "/", "ListAllMyBucketsResult")
-    req = urllib.request.Request(f"{moto.endpoint}/{BUCKET}", method="PUT")
-    urllib.request.urlopen(req, timeout=10).close()
-    bb.log(f"moto pid {moto.proc.pid} at {moto.endpoint}, bucket {BUCKET}")
+    moto = MotoServer(root / "moto", root / "moto.log").start()
+    moto.create_bucket(BUCKET)
+    bb.log(f"moto pid {moto.pid} at {moto.endpoint}, bucket {BUCKET}")
     return moto
 
 
@@ -416,8 +356,8 @@ def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
     finally:
         members.stop_all()
         out["broker_exit_codes"] = members.exit_codes
-        moto.stop()
-        etcd.stop()
+        moto.cleanup()
+        etcd.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -256,7 +256,7 @@ class Services:
     def stop(self) -> None:
         for service in (self.moto, self.etcd):
             if service is not None:
-                service.stop()
+                service.cleanup()
 
 
 def run_cluster(

@@ -37,8 +37,6 @@ from typing import Any
 import broker_bench as bb
 import cluster_bench as cb
 import partition_takeover as pt
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from support import kafka_wire as kw
 
 BROKERS = (1, 2, 3)
@@ -87,8 +85,8 @@ class Cluster:
         for broker in self.brokers.values():
             if broker.alive():
                 broker.stop()
-        self.moto.stop()
-        self.etcd.stop()
+        self.moto.cleanup()
+        self.etcd.cleanup()
 
 
 def create_topics(cluster: Cluster, args: argparse.Namespace) -> tuple[list[str], dict]:

@@ -440,7 +440,7 @@ def one_run(args, opts, root: Path, topology: str, partitions: int, load) -> dic
             run["broker_exit_codes"] = brokers.stop_all()
         for service in (moto, etcd):
             if service is not None:
-                service.stop()
+                service.cleanup()
     return run
 
 

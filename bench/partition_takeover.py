@@ -88,7 +88,7 @@ class Subject:
             self.broker = self.start()
         except BaseException:
             for service in self.services:
-                service.stop()
+                service.cleanup()
             raise
 
     def start(self) -> bb.Broker:
@@ -98,7 +98,7 @@ class Subject:
         if self.broker.alive():
             self.broker.stop()
         for service in self.services:
-            service.stop()
+            service.cleanup()
 
 
 def create_topics(subject: Subject, first: int, count: int, per_topic: int) -> list[str]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: system packages, virtualenv with the package (maturin dev build) and test
-# dependencies, Rust unit tests, ruff, then pytest. Extra arguments go to pytest, e.g.
+# dependencies, Rust unit tests, ruff, mypy, then pytest. Extra arguments go to pytest, e.g.
 #   bash tests/run.sh -k segments -x
 # Set KAFSCALE_SKIP_INSTALL=1 to reuse an existing .venv build as it is (quick reruns).
 set -euo pipefail
@@ -60,6 +60,9 @@ step "ruff check ${lint_paths[*]}"
 ruff check "${lint_paths[@]}"
 step "ruff format --check ${lint_paths[*]}"
 ruff format --check "${lint_paths[@]}"
+# What it checks and how strictly: [tool.mypy] in pyproject.toml (found from the repo root).
+step "mypy --strict (python package)"
+"$PY" -m mypy
 
 # --- pytest ---------------------------------------------------------------------------------
 step "pytest"

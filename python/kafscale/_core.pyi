@@ -4,67 +4,121 @@ The data plane (Produce, Fetch, ListOffsets, Metadata, ApiVersions) runs entirel
 Requests for control-plane APIs are decoded in Rust and handed to Python as typed objects
 through `Broker.next_control_request()`; Python answers with `ControlRequest.respond()` and
 Rust encodes the response at the request's version.
+
+The request classes are frozen pyclasses: their attributes can be read, not assigned.
 """
 
+import asyncio
+import builtins
 from typing import Protocol
 
 class KafkaApiError(Exception):
     """A failure that maps onto a Kafka error code (`code`) with a human message."""
 
-    code: int
-    message: str
     def __init__(self, code: int, message: str) -> None: ...
+    # Read-only properties over ``args`` (code, message) that the extension adds to the class.
+    @property
+    def code(self) -> int: ...
+    @property
+    def message(self) -> str: ...
 
 class BrokerSettings(Protocol):
-    """What the core reads from the Python settings object (attribute names must match)."""
+    """What the core reads from the Python settings object (attribute names must match; the
+    fields of ``BrokerConfig`` in rust/src/config.rs). Read-only: the core only reads them, and
+    ``kafscale.config.Settings`` is a frozen dataclass."""
 
-    broker_addr: str
-    broker_host: str
-    broker_port: int
-    broker_id: int
-    data_dir: str
-    s3_bucket: str | None
-    s3_region: str | None
-    s3_endpoint: str | None
-    s3_namespace: str
-    use_memory_s3: bool
-    etcd_endpoints: str | None
-    etcd_username: str | None
-    etcd_password: str | None
-    lease_ttl_ms: int
-    retention_ms: int
-    retention_bytes: int
-    retention_check_interval_ms: int
-    segment_bytes: int
-    flush_interval_ms: int
-    wal_object_max_bytes: int
-    wal_compaction_age_ms: int
-    wal_compaction_interval_ms: int
-    cache_bytes: int
-    readahead_segments: int
-    auto_create_topics: bool
-    default_partitions: int
-    max_request_bytes: int
-    max_message_bytes: int
-    log_level: str
-    log_format: str
-    metrics_addr: str | None
-    max_connections: int
-    max_connections_per_ip: int
-    connections_max_idle_ms: int
-    request_read_timeout_ms: int
-    connection_max_inflight_bytes: int
-    queued_max_request_bytes: int
-    fetch_max_bytes: int
-    message_timestamp_before_max_ms: int
-    message_timestamp_after_max_ms: int
-    max_uncompressed_batch_bytes: int
+    @property
+    def broker_addr(self) -> str: ...
+    @property
+    def broker_host(self) -> str: ...
+    @property
+    def broker_port(self) -> int: ...
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def data_dir(self) -> str: ...
+    @property
+    def s3_bucket(self) -> str | None: ...
+    @property
+    def s3_region(self) -> str | None: ...
+    @property
+    def s3_endpoint(self) -> str | None: ...
+    @property
+    def s3_namespace(self) -> str: ...
+    @property
+    def use_memory_s3(self) -> bool: ...
+    @property
+    def etcd_endpoints(self) -> str | None: ...
+    @property
+    def etcd_username(self) -> str | None: ...
+    @property
+    def etcd_password(self) -> str | None: ...
+    @property
+    def lease_ttl_ms(self) -> int: ...
+    @property
+    def retention_ms(self) -> int: ...
+    @property
+    def retention_bytes(self) -> int: ...
+    @property
+    def retention_check_interval_ms(self) -> int: ...
+    @property
+    def segment_bytes(self) -> int: ...
+    @property
+    def flush_interval_ms(self) -> int: ...
+    @property
+    def wal_object_max_bytes(self) -> int: ...
+    @property
+    def wal_compaction_age_ms(self) -> int: ...
+    @property
+    def wal_compaction_interval_ms(self) -> int: ...
+    @property
+    def cache_bytes(self) -> int: ...
+    @property
+    def readahead_segments(self) -> int: ...
+    @property
+    def auto_create_topics(self) -> bool: ...
+    @property
+    def default_partitions(self) -> int: ...
+    @property
+    def max_request_bytes(self) -> int: ...
+    @property
+    def max_message_bytes(self) -> int: ...
+    # Not read by BrokerConfig: kafscale.log hands these two to init_logging. Declared here all
+    # the same, so that the settings' field order follows this list (tests/unit/test_config.py).
+    @property
+    def log_level(self) -> str: ...
+    @property
+    def log_format(self) -> str: ...
+    @property
+    def metrics_addr(self) -> str | None: ...
+    @property
+    def max_connections(self) -> int: ...
+    @property
+    def max_connections_per_ip(self) -> int: ...
+    @property
+    def connections_max_idle_ms(self) -> int: ...
+    @property
+    def request_read_timeout_ms(self) -> int: ...
+    @property
+    def connection_max_inflight_bytes(self) -> int: ...
+    @property
+    def queued_max_request_bytes(self) -> int: ...
+    @property
+    def fetch_max_bytes(self) -> int: ...
+    @property
+    def message_timestamp_before_max_ms(self) -> int: ...
+    @property
+    def message_timestamp_after_max_ms(self) -> int: ...
+    @property
+    def max_uncompressed_batch_bytes(self) -> int: ...
 
 class TopicInfo:
     name: str
     topic_id: str
     partitions: int
     configs: dict[str, str]
+
+# --- topic admin: requests as the core decodes them (answers: see ControlRequest.respond) -----
 
 class CreatableTopic:
     name: str
@@ -78,25 +132,9 @@ class CreateTopicsRequest:
     timeout_ms: int
     validate_only: bool
 
-class CreatableTopicResult:
-    def __init__(
-        self, name: str, error_code: int = 0, error_message: str | None = None
-    ) -> None: ...
-
-class CreateTopicsResponse:
-    def __init__(self, topics: list[CreatableTopicResult], throttle_time_ms: int = 0) -> None: ...
-
 class DeleteTopicsRequest:
     topic_names: list[str]
     timeout_ms: int
-
-class DeletableTopicResult:
-    def __init__(self, name: str, error_code: int = 0) -> None: ...
-
-class DeleteTopicsResponse:
-    def __init__(
-        self, responses: list[DeletableTopicResult], throttle_time_ms: int = 0
-    ) -> None: ...
 
 # --- consumer groups: requests as the core decodes them (answers: kafscale.groups.protocol) ----
 
@@ -186,18 +224,23 @@ class MetadataStoreError(Exception):
 
 class GroupStore:
     """The metadata store under ``/kafscale/{namespace}/groups/`` (etcd in a cluster, the
-    embedded store on a single node). Keys are relative to that root."""
+    embedded store on a single node). Keys are relative to that root.
 
-    async def get(self, key: str) -> StoredEntry | None: ...
-    async def list(self, prefix: str) -> list[StoredEntry]:
+    Like the awaitable methods of ``Broker``, each method returns an ``asyncio.Future`` of the
+    running loop (pyo3-async-runtimes' ``future_into_py``), not a coroutine: await it or pass
+    it to ``asyncio.wait``, but ``asyncio.create_task`` refuses it."""
+
+    def get(self, key: str) -> asyncio.Future[StoredEntry | None]: ...
+    # ``builtins.list``: in this class body, ``list`` is the method.
+    def list(self, prefix: str) -> asyncio.Future[builtins.list[StoredEntry]]:
         """Every key starting with ``prefix``, in key order."""
-    async def commit(
+    def commit(
         self,
-        expect: list[tuple[str, int]],
-        put: list[tuple[str, bytes]],
-        delete: list[str],
-        delete_prefixes: list[str],
-    ) -> int | None:
+        expect: builtins.list[tuple[str, int]],
+        put: builtins.list[tuple[str, bytes]],
+        delete: builtins.list[str],
+        delete_prefixes: builtins.list[str],
+    ) -> asyncio.Future[int | None]:
         """Atomically applies the puts and deletes if every ``(key, mod_revision)`` in
         ``expect`` holds (revision 0: the key must not exist). Returns the new store revision,
         or None when an expectation failed (nothing written). Raises MetadataStoreError."""
@@ -276,6 +319,9 @@ GroupRequest = (
     | OffsetFetchRequest
 )
 
+CONTROL_API_KEYS: list[int]
+"""The API keys of every control-plane request the core hands to Python, one per API."""
+
 class ControlRequest:
     api_key: int
     api_version: int
@@ -285,13 +331,18 @@ class ControlRequest:
     """The client's IP address, as the connection's peer."""
     body: CreateTopicsRequest | DeleteTopicsRequest | GroupRequest | OpsRequest
     def respond(self, response: object) -> None:
-        """Encode the response at the request's version and send it. CreateTopics and
-        DeleteTopics take the response types above; the group APIs take the matching answer of
-        ``kafscale.groups.protocol``, the config and partition APIs that of
-        ``kafscale.admin.protocol`` (read by attribute name). Raises TypeError naming what is
-        missing. A request dropped without a response closes its connection."""
+        """Encode the response at the request's version and send it. Every answer is read by
+        attribute name: the group APIs take the matching answer of ``kafscale.groups.protocol``,
+        the topic, config and partition APIs that of ``kafscale.admin.protocol`` (CreateTopics:
+        ``topics`` of ``name``, ``error_code``, ``error_message``, and ``throttle_time_ms``;
+        DeleteTopics: ``responses`` of ``name``, ``error_code``, and ``throttle_time_ms``).
+        Raises TypeError naming what is missing, RuntimeError when already answered. A request
+        dropped without a response closes its connection."""
 
 class Broker:
+    """The methods returning ``asyncio.Future`` need a running event loop: the work runs on the
+    broker's own Tokio runtime and the future of the calling loop completes with its result."""
+
     def __init__(self, settings: BrokerSettings) -> None:
         """Validate settings; raises ValueError naming the bad setting (KAFSCALE_* name)."""
     def start(self) -> None:
@@ -304,20 +355,22 @@ class Broker:
         """The bound address (host:port), useful when the port was 0."""
     def describe(self) -> str:
         """One line: where it listens, advertised address, storage and metadata in use."""
-    async def next_control_request(self) -> ControlRequest | None:
+    def next_control_request(self) -> asyncio.Future[ControlRequest | None]:
         """The next control-plane request; None once the broker has shut down."""
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+    def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str]
+    ) -> asyncio.Future[TopicInfo]:
         """Create a topic in the metadata store. Raises KafkaApiError with
         TOPIC_ALREADY_EXISTS (36), INVALID_TOPIC_EXCEPTION (17), INVALID_PARTITIONS (37)."""
-    async def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str) -> asyncio.Future[None]:
         """Delete a topic and its segments. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3)."""
-    async def topic(self, name: str) -> TopicInfo | None: ...
-    async def list_topics(self) -> list[TopicInfo]: ...
-    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+    def topic(self, name: str) -> asyncio.Future[TopicInfo | None]: ...
+    def list_topics(self) -> asyncio.Future[list[TopicInfo]]: ...
+    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Future[TopicInfo]:
         """Replace the topic's configs with ``configs`` (validated by the caller) in the metadata
         store. Every broker follows at once: retention, segment size and max message size of
         the topic use the new values. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3)."""
-    async def create_partitions(self, name: str, count: int) -> TopicInfo:
+    def create_partitions(self, name: str, count: int) -> asyncio.Future[TopicInfo]:
         """Grow the topic to ``count`` partitions and wait (bounded) until the new ones have
         owners that take writes. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3),
         INVALID_PARTITIONS (37) when ``count`` is not more than now or above the limit."""
@@ -340,7 +393,8 @@ def init_logging(level: str, format: str) -> None:
 # --- analytics path: segments straight from object storage -----------------------------------
 
 class SegmentError(Exception):
-    """A segment object is corrupt or truncated; the message names the object and offset."""
+    """A segment object is corrupt or truncated: no row of it is returned. The message names the
+    object and offset."""
 
 class ArrowBatch:
     """One record batch; pyarrow and polars take it through ``__arrow_c_array__``."""

@@ -17,10 +17,10 @@ import logging
 import os
 import signal
 import sys
+from types import ModuleType
 from typing import Any, NoReturn
 
 from kafscale import log as kafscale_log
-from kafscale.admin import Bindings, CoreBindings
 from kafscale.config import Settings, SettingsError, load_settings
 from kafscale.control import ControlPlane
 from kafscale.groups import GroupCoordinator
@@ -72,22 +72,32 @@ def main(argv: list[str] | None = None) -> int:
         log.error("the broker could not start: %s", exc)
         return 1
     log.info("%s", core.describe())
-    code = asyncio.run(serve(core, settings, CoreBindings(), _core.MetadataStoreError))
+    code = asyncio.run(serve(core, settings, _core))
     _exit_without_finalizing(code)
 
 
-async def serve(
-    core: Any, settings: Settings, bindings: Bindings, store_error: type[Exception]
-) -> int:
+async def serve(core: Any, settings: Settings, extension: ModuleType) -> int:
     """Serve control-plane requests until a signal or the core stops; then shut the core down.
+    ``extension`` is ``kafscale._core`` (its error types and the API keys it hands over).
     Returns the process exit code."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _on_signal, signum, stop)
 
-    groups = GroupCoordinator(core, settings, store_error)
-    plane = ControlPlane(core, settings, bindings, groups)
+    groups = GroupCoordinator(core, settings, extension.MetadataStoreError)
+    plane = ControlPlane(core, settings, groups, extension.KafkaApiError)
+    unanswered = plane.unanswered(extension.CONTROL_API_KEYS)
+    if unanswered:
+        # The core and this package come from different builds; answering only some of the
+        # APIs the core advertises would break clients one request at a time.
+        log.error(
+            "the control plane has no handler for API keys %s that the core serves; reinstall "
+            "the package so that kafscale and kafscale._core come from the same build",
+            unanswered,
+        )
+        await asyncio.to_thread(core.shutdown)
+        return 1
     sweeper = asyncio.create_task(groups.run())
     reporter = asyncio.create_task(_report_group_metrics(core, groups))
     in_flight: set[asyncio.Task[None]] = set()

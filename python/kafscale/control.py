@@ -1,15 +1,20 @@
-"""The control plane: answers every request the core hands to Python - topic admin
-(:mod:`kafscale.admin`), configs and partitions, and consumer groups (:mod:`kafscale.groups`)."""
+"""The control plane: one router, keyed by :class:`~kafscale.api_keys.ApiKey`, that answers every
+request the core hands to Python - topic admin (:mod:`kafscale.admin`), configs and
+partitions, and consumer groups (:mod:`kafscale.groups`).
+
+Each route names its API, the handler that answers it and the answer that reports an error
+code for every item of the request (what the client gets when the handler fails). Every
+answer is a plain dataclass the core reads by attribute and encodes at the request's version.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kafscale import admin, replies
-from kafscale.admin import Bindings, ControlRequestLike
 from kafscale.admin.configs import alter_configs, describe_configs
 from kafscale.admin.partitions import create_partitions
 from kafscale.admin.protocol import (
@@ -20,8 +25,9 @@ from kafscale.admin.protocol import (
     DescribeConfigsResponse,
     DescribeConfigsResult,
 )
+from kafscale.api_keys import ApiKey
 from kafscale.errors import ErrorCode
-from kafscale.groups import GroupCoordinator, error_answer
+from kafscale.groups import GROUP_APIS, GroupCoordinator, error_answer
 from kafscale.groups.protocol import (
     DeletableGroupResult,
     DeleteGroupsResponse,
@@ -30,67 +36,98 @@ from kafscale.groups.protocol import (
     ListGroupsResponse,
 )
 
-__all__ = ["ControlPlane"]
+__all__ = ["ControlPlane", "ControlRequestLike"]
 
 log = logging.getLogger(__name__)
 
+_INTERNAL = "internal error; see the broker log"
+
+
+class ControlRequestLike(Protocol):
+    """What the control plane reads of ``_core.ControlRequest``."""
+
+    @property
+    def api_key(self) -> int: ...
+    @property
+    def api_version(self) -> int: ...
+    @property
+    def correlation_id(self) -> int: ...
+    @property
+    def client_id(self) -> str | None: ...
+    @property
+    def client_host(self) -> str: ...
+    @property
+    def body(self) -> Any: ...
+
+    def respond(self, response: Any) -> None: ...
+
 
 @dataclass(frozen=True)
-class _Api:
-    name: str
-    serve: Callable[[Any], Awaitable[Any]]
+class _Route:
+    serve: Callable[[ControlRequestLike], Awaitable[Any]]
     # The answer that reports ``code`` for every item of the request.
-    failure: Callable[[Any, int], Any]
-
-
-_GROUP_API_NAMES = {
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-}
+    failure: Callable[[ControlRequestLike, int], Any]
 
 
 class ControlPlane:
     def __init__(
-        self, core: Any, settings: Any, bindings: Bindings, groups: GroupCoordinator
+        self,
+        core: Any,
+        settings: Any,
+        groups: GroupCoordinator,
+        api_error: type[BaseException],
     ) -> None:
-        self._core = core
-        self._settings = settings
-        self._bindings = bindings
         self.groups = groups
-        api_error = bindings.api_error
-        self._apis: dict[int, _Api] = {
-            key: _Api(name, self._group_request(key), self._group_failure(key))
-            for key, name in _GROUP_API_NAMES.items()
-        }
-        self._apis.update(
+
+        def group_route(key: ApiKey) -> _Route:
+            return _Route(
+                lambda req: groups.handle(key, req.api_version, req.body, req),
+                lambda req, code: error_answer(key, req.body, code),
+            )
+
+        def alter_configs_route() -> _Route:
+            return _Route(
+                lambda req: alter_configs(core, req.body, api_error=api_error),
+                lambda req, code: AlterConfigsResponse(
+                    [
+                        AlterConfigsResourceResult(
+                            code, _INTERNAL, r.resource_type, r.resource_name
+                        )
+                        for r in req.body.resources
+                    ]
+                ),
+            )
+
+        self._routes: dict[ApiKey, _Route] = {key: group_route(key) for key in GROUP_APIS}
+        self._routes.update(
             {
-                15: _Api(
-                    "DescribeGroups",
+                ApiKey.CREATE_TOPICS: _Route(
+                    lambda req: admin.create_topics(core, settings, req.body, api_error),
+                    lambda req, code: admin.create_topics_failure(req.body, code, _INTERNAL),
+                ),
+                ApiKey.DELETE_TOPICS: _Route(
+                    lambda req: admin.delete_topics(core, req.body, api_error),
+                    lambda req, code: admin.delete_topics_failure(req.body, code),
+                ),
+                ApiKey.DESCRIBE_GROUPS: _Route(
                     lambda req: groups.describe(list(req.body.groups)),
                     lambda req, code: DescribeGroupsResponse(
                         [DescribedGroup(code, g) for g in req.body.groups]
                     ),
                 ),
-                16: _Api(
-                    "ListGroups",
+                ApiKey.LIST_GROUPS: _Route(
                     lambda req: groups.list_groups(
                         list(req.body.states_filter), list(req.body.types_filter)
                     ),
                     lambda req, code: ListGroupsResponse(code),
                 ),
-                42: _Api(
-                    "DeleteGroups",
+                ApiKey.DELETE_GROUPS: _Route(
                     lambda req: groups.delete(list(req.body.groups_names)),
                     lambda req, code: DeleteGroupsResponse(
                         [DeletableGroupResult(g, code) for g in req.body.groups_names]
                     ),
                 ),
-                32: _Api(
-                    "DescribeConfigs",
+                ApiKey.DESCRIBE_CONFIGS: _Route(
                     lambda req: describe_configs(core, settings, req.body),
                     lambda req, code: DescribeConfigsResponse(
                         [
@@ -99,10 +136,9 @@ class ControlPlane:
                         ]
                     ),
                 ),
-                33: self._alter_configs_api("AlterConfigs", api_error),
-                44: self._alter_configs_api("IncrementalAlterConfigs", api_error),
-                37: _Api(
-                    "CreatePartitions",
+                ApiKey.ALTER_CONFIGS: alter_configs_route(),
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs_route(),
+                ApiKey.CREATE_PARTITIONS: _Route(
                     lambda req: create_partitions(core, req.body, api_error=api_error),
                     lambda req, code: CreatePartitionsResponse(
                         [
@@ -114,43 +150,46 @@ class ControlPlane:
             }
         )
 
-    def _group_request(self, api_key: int) -> Callable[[Any], Awaitable[Any]]:
-        return lambda req: self.groups.handle(api_key, req.api_version, req.body, req)
-
-    @staticmethod
-    def _group_failure(api_key: int) -> Callable[[Any, int], Any]:
-        return lambda req, code: error_answer(api_key, req.body, code)
-
-    def _alter_configs_api(self, name: str, api_error: type[BaseException]) -> _Api:
-        return _Api(
-            name,
-            lambda req: alter_configs(self._core, req.body, api_error=api_error),
-            lambda req, code: AlterConfigsResponse(
-                [
-                    AlterConfigsResourceResult(code, _INTERNAL, r.resource_type, r.resource_name)
-                    for r in req.body.resources
-                ]
-            ),
-        )
+    def unanswered(self, served: Iterable[int]) -> list[int]:
+        """The API keys among ``served`` (the core's ``CONTROL_API_KEYS``) with no route here."""
+        return sorted(k for k in served if k not in self._routes)
 
     async def dispatch(self, req: ControlRequestLike) -> None:
         """Serves one request and responds to it. Never raises (except cancellation)."""
-        api = self._apis.get(req.api_key)
-        if api is None:
-            await admin.dispatch(self._core, self._settings, req, self._bindings)
-            return
         try:
-            response = await api.serve(req)
+            key = ApiKey(req.api_key)
+            route = self._routes[key]
+        except (ValueError, KeyError):
+            # The core hands over only the keys of its table, which start-up checked are all
+            # routed here; dropping the request is the documented way out (the core closes
+            # the connection).
+            log.error(
+                "no control-plane route for api_key %d v%d (correlation id %d); dropping the "
+                "request, which closes the client's connection",
+                req.api_key,
+                req.api_version,
+                req.correlation_id,
+            )
+            return
+        name = _api_name(key)
+        try:
+            response = await route.serve(req)
         except Exception:
             log.exception(
                 "%s v%d failed (correlation id %d, client %r); answering UNKNOWN_SERVER_ERROR",
-                api.name,
+                name,
                 req.api_version,
                 req.correlation_id,
                 req.client_id,
             )
-            response = api.failure(req, ErrorCode.UNKNOWN_SERVER_ERROR)
-        replies.send(req, response, api.name)
+            try:
+                response = route.failure(req, ErrorCode.UNKNOWN_SERVER_ERROR)
+            except Exception:
+                log.exception("could not build an error answer for %s; dropping it", name)
+                return
+        replies.send(req, response, name)
 
 
-_INTERNAL = "internal error; see the broker log"
+def _api_name(key: ApiKey) -> str:
+    """Kafka's spelling of the API's name (``JOIN_GROUP`` is JoinGroup)."""
+    return "".join(word.capitalize() for word in key.name.split("_"))

@@ -23,14 +23,15 @@ import datetime as dt
 import io
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast
 
 import polars as pl
 from polars.io.plugins import register_io_source
 
 from kafscale.segment import (
     DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
+    PartitionBounds,
     SegmentSource,
     committed_bounds,
     kafka_schema,
@@ -140,7 +141,10 @@ class Span:
         return start, end
 
 
-def _pick(fn, a, b, *, keep_none: bool):
+_L = TypeVar("_L")
+
+
+def _pick(fn: Callable[[_L, _L], _L], a: _L | None, b: _L | None, *, keep_none: bool) -> _L | None:
     """fn(a, b) of two optional limits: None (no limit) wins for a union, loses for an
     intersection."""
     if a is None or b is None:
@@ -202,7 +206,7 @@ def binary_bounds(left: Any, op: str, right: Any) -> Bounds:
     return {} if span is None else {column: span}
 
 
-def function_bounds(function: dict) -> Bounds:
+def function_bounds(function: dict[str, Any]) -> Bounds:
     kind = function.get("function")
     inputs = function.get("input") or []
     if not isinstance(kind, dict) or not inputs:
@@ -223,12 +227,15 @@ def in_bounds(column: str, values: Any) -> Bounds:
         values = values.to_list()
     if not isinstance(values, list) or any(v is None for v in values):
         return {}
-    keys = [comparable(column, v) for v in values]
-    if any(k is None for k in keys):
-        return {}
     if column == "timestamp":
+        moments = [m for m in map(timestamp_ms, values) if m is not None]
+        if len(moments) < len(values):
+            return {}
         # the rows' timestamps are at least the smallest listed one
-        return {column: Span(lo=math.ceil(min(keys)))} if keys else {}
+        return {column: Span(lo=math.ceil(min(moments)))} if moments else {}
+    keys = [k for k in map(integer, values) if k is not None]
+    if len(keys) < len(values):
+        return {}
     return {column: Span(values=frozenset(keys))}
 
 
@@ -246,14 +253,17 @@ def between_bounds(column: str, low: Any, high: Any, closed: str | None) -> Boun
 def comparison_span(column: str, op: str, value: Any) -> Span | None:
     """The span of ``column op value``. Timestamps are not ordered along the log, so only
     their lower limits help (as the first offset with such a timestamp)."""
-    key = comparable(column, value)
-    if key is None:
-        return None
     if column == "timestamp":
+        moment = timestamp_ms(value)
+        if moment is None:
+            return None
         if op == "Gt":
-            return Span(lo=math.floor(key) + 1)
+            return Span(lo=math.floor(moment) + 1)
         if op in ("GtEq", "Eq"):
-            return Span(lo=math.ceil(key))
+            return Span(lo=math.ceil(moment))
+        return None
+    key = integer(value)
+    if key is None:
         return None
     if op == "Eq":
         return Span(values=frozenset({key}))
@@ -265,13 +275,17 @@ def comparison_span(column: str, op: str, value: Any) -> Span | None:
     }[op]
 
 
-def comparable(column: str, value: Any) -> int | float | None:
-    """``value`` as the column's integer domain: ints for partition and offset, epoch
-    milliseconds (maybe fractional) for timestamp; None when it is not such a value."""
-    if column == "timestamp":
-        if not isinstance(value, dt.datetime) or value.tzinfo is None:
-            return None
-        return (value - EPOCH) / dt.timedelta(milliseconds=1)
+def timestamp_ms(value: object) -> float | None:
+    """``value`` in the domain of timestamp: epoch milliseconds (maybe fractional); None when it
+    is not a datetime with a time zone."""
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        return None
+    return (value - EPOCH) / dt.timedelta(milliseconds=1)
+
+
+def integer(value: object) -> int | None:
+    """``value`` in the domain of partition and offset; None when it is not an int (a bool is
+    not)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
@@ -331,7 +345,7 @@ class TopicScan:
     storage: dict[str, str | None]
 
     def schema(self) -> pl.Schema:
-        return pl.from_arrow(kafka_schema(self.include_headers).empty_table()).schema
+        return _frame(kafka_schema(self.include_headers).empty_table()).schema
 
     def batches(
         self,
@@ -358,7 +372,7 @@ class TopicScan:
                 include_headers=self.include_headers,
                 batch_rows=batch_size or DEFAULT_BATCH_ROWS,
             ):
-                frame = pl.from_arrow(batch)
+                frame = _frame(batch)
                 if predicate is not None:
                     frame = frame.filter(predicate)
                 if with_columns is not None:
@@ -396,7 +410,7 @@ class TopicScan:
                 out.append(Range(p, start, end))
         return out
 
-    def committed(self):
+    def committed(self) -> dict[int, PartitionBounds] | None:
         if self.etcd_endpoints is None:
             return None
         return committed_bounds(self.etcd_endpoints, self.namespace, self.topic)
@@ -410,3 +424,10 @@ class TopicScan:
             return start
         found = source.offset_for_timestamp(self.topic, partition, span.lo)
         return end if found is None else max(start, found)
+
+
+def _frame(data: Any) -> pl.DataFrame:
+    """``pl.from_arrow`` of a pyarrow table or record batch: always a DataFrame (a Series comes
+    only from an array), but polars declares DataFrame | Series, since pyarrow has no types to
+    overload on (polars' own note at ``from_arrow``)."""
+    return cast(pl.DataFrame, pl.from_arrow(data))

@@ -9,7 +9,8 @@ log = logging.getLogger("kafscale.control")
 
 
 class Respondable(Protocol):
-    correlation_id: int
+    @property
+    def correlation_id(self) -> int: ...
 
     def respond(self, response: Any) -> None: ...
 

@@ -7,6 +7,7 @@ pub mod analytics;
 pub mod broker;
 pub mod cluster;
 pub mod config;
+pub(crate) mod control;
 pub mod error;
 pub mod log;
 pub mod meta;

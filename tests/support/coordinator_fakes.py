@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from kafscale.api_keys import ApiKey
 from kafscale.config import Settings
 from kafscale.errors import ErrorCode
 from kafscale.groups import GroupCoordinator
-from kafscale.groups.coordinator import JOIN_GROUP, SYNC_GROUP
 from kafscale.groups.protocol import JoinGroupResponse
 
 GROUP = "g"
@@ -183,7 +183,7 @@ def fetch_req(topics: dict[str, list[int]] | None) -> Any:
 
 
 async def join(c: GroupCoordinator, req: Any, version: int = 5) -> JoinGroupResponse:
-    return await c.handle(JOIN_GROUP, version, req, CLIENT)
+    return await c.handle(ApiKey.JOIN_GROUP, version, req, CLIENT)
 
 
 async def join_new(c: GroupCoordinator, **kw: Any) -> asyncio.Task[JoinGroupResponse]:
@@ -208,7 +208,7 @@ async def stable_group(
     syncs = [
         asyncio.create_task(
             c.handle(
-                SYNC_GROUP,
+                ApiKey.SYNC_GROUP,
                 3,
                 sync_req(j.member_id, j.generation_id, assignments if j is leader else None),
                 CLIENT,

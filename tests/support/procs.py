@@ -82,6 +82,19 @@ class ManagedProcess:
         assert self.proc is not None
         return self.proc.pid
 
+    def log_size(self) -> int:
+        """Bytes in the log so far: a mark for ``log_since``."""
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log_since(self, offset: int) -> str:
+        """What the process logged after byte ``offset`` (a ``log_size`` mark)."""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+
     def log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

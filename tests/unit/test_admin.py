@@ -1,18 +1,24 @@
-"""CreateTopics / DeleteTopics handlers and dispatch, against a fake core (no extension)."""
+"""CreateTopics / DeleteTopics handlers, against a fake core (no extension)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from kafscale import admin
 from kafscale.admin import topics
+from kafscale.admin.protocol import (
+    CreatableTopicResult,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsResponse,
+)
 from kafscale.admin.topics import TopicResult
+from kafscale.api_keys import ApiKey
+from kafscale.control import ControlPlane
 from kafscale.errors import ErrorCode
 
 # --- fakes shaped like the _core.pyi types -------------------------------------------------------
@@ -99,16 +105,6 @@ class FakeCore:
 
     async def topic(self, name: str) -> Any | None:
         return object() if name in self.existing else None
-
-
-class FakeBindings:
-    api_error = FakeKafkaApiError
-
-    def create_topics_response(self, results: Sequence[TopicResult]) -> Any:
-        return ("create", list(results))
-
-    def delete_topics_response(self, results: Sequence[TopicResult]) -> Any:
-        return ("delete", list(results))
 
 
 def create(core: FakeCore, *items: CreatableTopic, **kw: Any) -> dict[str, TopicResult]:
@@ -317,53 +313,71 @@ def test_delete_timeout() -> None:
     assert asyncio.run(scenario())[0].error_code == ErrorCode.REQUEST_TIMED_OUT
 
 
-# --- dispatch ------------------------------------------------------------------------------------
+# --- the control plane's router ------------------------------------------------------------------
 
 
-def run_dispatch(core: FakeCore, req: ControlRequest) -> None:
-    asyncio.run(admin.dispatch(core, Settings(), req, FakeBindings()))
+def plane(core: FakeCore) -> ControlPlane:
+    # Groups are not routed in these tests; the router only keeps a reference.
+    return ControlPlane(core, Settings(), groups=object(), api_error=FakeKafkaApiError)  # type: ignore[arg-type]
 
 
-def test_dispatch_routes_and_responds_once() -> None:
+def route(core: FakeCore, req: ControlRequest) -> None:
+    asyncio.run(plane(core).dispatch(req))
+
+
+def test_the_router_answers_topic_requests_with_dataclasses_once() -> None:
     core = FakeCore()
-    req = ControlRequest(19, CreateTopicsRequest([CreatableTopic("t", -1)]))
-    run_dispatch(core, req)
-    assert req.responses == [("create", [TopicResult("t")])]
+    req = ControlRequest(ApiKey.CREATE_TOPICS, CreateTopicsRequest([CreatableTopic("t", -1)]))
+    route(core, req)
+    assert req.responses == [CreateTopicsResponse([CreatableTopicResult("t", 0, None)])]
     assert core.created == [("t", 3, {})]  # settings.default_partitions
 
-    req = ControlRequest(20, DeleteTopicsRequest(["t"]))
-    run_dispatch(core, req)
-    assert req.responses == [("delete", [TopicResult("t")])]
+    req = ControlRequest(ApiKey.DELETE_TOPICS, DeleteTopicsRequest(["t", "t"]))
+    route(core, req)
+    assert req.responses == [DeleteTopicsResponse([DeletableTopicResult("t", 0)])]
 
 
-def test_dispatch_answers_unknown_server_error_when_a_handler_raises(
+def test_the_router_answers_unknown_server_error_when_a_handler_raises(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def broken(*args: Any, **kwargs: Any) -> list[TopicResult]:
         raise KeyError("bug")
 
     monkeypatch.setattr(topics, "create_topics", broken)
-    req = ControlRequest(19, CreateTopicsRequest([CreatableTopic("a"), CreatableTopic("b")]))
+    body = CreateTopicsRequest([CreatableTopic("a"), CreatableTopic("b"), CreatableTopic("a")])
+    req = ControlRequest(ApiKey.CREATE_TOPICS, body)
     with caplog.at_level(logging.ERROR):
-        run_dispatch(FakeCore(), req)
-    [(kind, results)] = req.responses
-    assert kind == "create"
-    assert [(r.name, r.error_code) for r in results] == [("a", -1), ("b", -1)]
-    assert "CreateTopics" in caplog.text and "KeyError" in caplog.text
+        route(FakeCore(), req)
+    [answer] = req.responses
+    assert [(r.name, r.error_code) for r in answer.topics] == [("a", -1), ("b", -1)]
+    assert "CreateTopics v1 failed" in caplog.text and "KeyError" in caplog.text
 
 
-def test_dispatch_survives_a_failing_respond() -> None:
-    req = ControlRequest(20, DeleteTopicsRequest(["x"]), respond_error=ConnectionError("gone"))
-    run_dispatch(FakeCore(), req)  # must not raise
+def test_the_router_survives_a_failing_respond() -> None:
+    req = ControlRequest(
+        ApiKey.DELETE_TOPICS, DeleteTopicsRequest(["x"]), respond_error=ConnectionError("gone")
+    )
+    route(FakeCore(), req)  # must not raise
     assert len(req.responses) == 1
 
 
-def test_dispatch_unknown_api_key_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    req = ControlRequest(32, object())
+def test_an_api_key_without_a_route_is_dropped_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    req = ControlRequest(3, object())
     with caplog.at_level(logging.ERROR):
-        run_dispatch(FakeCore(), req)
+        route(FakeCore(), req)
     assert req.responses == []
-    assert "api_key 32" in caplog.text
+    assert "api_key 3" in caplog.text
+
+
+def test_the_router_covers_every_api_the_core_hands_over() -> None:
+    from kafscale import _core
+
+    router = plane(FakeCore())
+    assert router.unanswered(_core.CONTROL_API_KEYS) == []
+    assert {ApiKey(k) for k in _core.CONTROL_API_KEYS} <= set(ApiKey)
+    assert router.unanswered([ApiKey.CREATE_TOPICS, 3, 99]) == [3, 99]
 
 
 def test_error_codes_match_the_protocol() -> None:

@@ -56,7 +56,8 @@ def test_fields_match_core_contract() -> None:
     followed by the settings only the Python control plane reads."""
     tree = ast.parse(PYI.read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BrokerSettings")
-    declared = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
+    # read-only properties: the core only reads them (and Settings is frozen)
+    declared = [n.name for n in cls.body if isinstance(n, ast.FunctionDef)]
     names = [f.name for f in dataclasses.fields(Settings)]
     assert names == declared + list(CONTROL_PLANE_SETTINGS)
 

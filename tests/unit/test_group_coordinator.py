@@ -24,15 +24,8 @@ from support.coordinator_fakes import (
     sync_req,
 )
 
+from kafscale.api_keys import ApiKey
 from kafscale.errors import ErrorCode
-from kafscale.groups.coordinator import (
-    HEARTBEAT,
-    JOIN_GROUP,
-    LEAVE_GROUP,
-    OFFSET_COMMIT,
-    OFFSET_FETCH,
-    SYNC_GROUP,
-)
 
 # --- join / sync ---------------------------------------------------------------------------------
 
@@ -66,15 +59,19 @@ def test_leader_gets_every_members_metadata_verbatim_and_sync_hands_out_assignme
         }
         assert follower.members == []
         follower_sync = asyncio.create_task(
-            c.handle(SYNC_GROUP, 3, sync_req(follower.member_id, 1), CLIENT)
+            c.handle(ApiKey.SYNC_GROUP, 3, sync_req(follower.member_id, 1), CLIENT)
         )
         await asyncio.sleep(0.05)
         assert not follower_sync.done(), "a follower waits for the leader's assignment"
         assignments = {leader.member_id: b"L", follower.member_id: b"F"}
-        got = await c.handle(SYNC_GROUP, 3, sync_req(leader.member_id, 1, assignments), CLIENT)
+        got = await c.handle(
+            ApiKey.SYNC_GROUP, 3, sync_req(leader.member_id, 1, assignments), CLIENT
+        )
         assert got.assignment == b"L"
         assert (await follower_sync).assignment == b"F"
-        assert (await c.handle(HEARTBEAT, 3, hb_req(follower.member_id, 1), CLIENT)).error_code == 0
+        assert (
+            await c.handle(ApiKey.HEARTBEAT, 3, hb_req(follower.member_id, 1), CLIENT)
+        ).error_code == 0
         # stored: the new generation, then the assignment (Stable)
         assert store.writes == 2
 
@@ -89,7 +86,7 @@ def test_join_waits_for_every_known_member_to_rejoin() -> None:
         await asyncio.sleep(0.05)
         assert not newcomer.done()
         for j in (ja, jb):
-            hb = await c.handle(HEARTBEAT, 3, hb_req(j.member_id, 1), CLIENT)
+            hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(j.member_id, 1), CLIENT)
             assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
         rejoin_a = asyncio.create_task(join(c, join_req(ja.member_id)))
         await asyncio.sleep(0.05)
@@ -108,7 +105,7 @@ def test_rebalance_timeout_removes_members_that_did_not_rejoin() -> None:
         rejoin = await join(c, join_req(ja.member_id, rebalance_ms=300))
         assert rejoin.generation_id == 2
         assert [m.member_id for m in rejoin.members] == [ja.member_id]
-        hb = await c.handle(HEARTBEAT, 3, hb_req(jb.member_id, 1), CLIENT)
+        hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(jb.member_id, 1), CLIENT)
         assert hb.error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
     run(go())
@@ -131,7 +128,7 @@ def test_leave_group_v3_removes_members_at_once() -> None:
     async def go() -> None:
         c, _ = coordinator()
         ja, jb, jc = await stable_group(c, 3)
-        left = await c.handle(LEAVE_GROUP, 3, leave_req(jb.member_id, "nobody"), CLIENT)
+        left = await c.handle(ApiKey.LEAVE_GROUP, 3, leave_req(jb.member_id, "nobody"), CLIENT)
         assert left.error_code == ErrorCode.NONE
         assert [(m.member_id, m.error_code) for m in left.members] == [
             (jb.member_id, ErrorCode.NONE),
@@ -142,7 +139,7 @@ def test_leave_group_v3_removes_members_at_once() -> None:
         )
         assert a.generation_id == cc.generation_id == 2
         leave_all = leave_req(ja.member_id, jc.member_id)
-        assert (await c.handle(LEAVE_GROUP, 3, leave_all, CLIENT)).error_code == 0
+        assert (await c.handle(ApiKey.LEAVE_GROUP, 3, leave_all, CLIENT)).error_code == 0
         assert c._groups[GROUP].state.value == "Empty"
 
     run(go())
@@ -156,8 +153,8 @@ def test_session_timeout_expires_a_silent_member() -> None:
             ja, _jb = await stable_group(c, 2, session_ms=400)
             for _ in range(8):
                 await asyncio.sleep(0.1)
-                await c.handle(HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
-            hb = await c.handle(HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
+                await c.handle(ApiKey.HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
+            hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
             assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
             rejoin = await join(c, join_req(ja.member_id, session_ms=400))
             assert rejoin.generation_id == 2 and len(rejoin.members) == 1
@@ -174,7 +171,9 @@ def test_heartbeats_are_not_written_to_the_store() -> None:
         (ja,) = await stable_group(c, 1)
         before = store.writes
         for _ in range(20):
-            assert (await c.handle(HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)).error_code == 0
+            assert (
+                await c.handle(ApiKey.HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
+            ).error_code == 0
         assert store.writes == before
 
     run(go())
@@ -184,12 +183,12 @@ def test_heartbeat_and_sync_errors() -> None:
     async def go() -> None:
         c, _ = coordinator()
         (ja,) = await stable_group(c, 1)
-        hb = await c.handle(HEARTBEAT, 3, hb_req(ja.member_id, 7), CLIENT)
+        hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(ja.member_id, 7), CLIENT)
         assert hb.error_code == ErrorCode.ILLEGAL_GENERATION
-        hb = await c.handle(HEARTBEAT, 3, hb_req("stranger", 1), CLIENT)
+        hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req("stranger", 1), CLIENT)
         assert hb.error_code == ErrorCode.UNKNOWN_MEMBER_ID
         bad = sync_req(ja.member_id, 1, protocol_type="connect")
-        assert (await c.handle(SYNC_GROUP, 5, bad, CLIENT)).error_code == 23
+        assert (await c.handle(ApiKey.SYNC_GROUP, 5, bad, CLIENT)).error_code == 23
 
     run(go())
 
@@ -216,13 +215,15 @@ def test_static_member_restart_keeps_its_assignment_without_a_rebalance() -> Non
         restarted = await join(c, join_req(instance="pod-1"))
         assert restarted.error_code == ErrorCode.NONE and restarted.generation_id == 1
         assert restarted.member_id != static.member_id
-        old = await c.handle(HEARTBEAT, 3, hb_req(static.member_id, 1, "pod-1"), CLIENT)
+        old = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(static.member_id, 1, "pod-1"), CLIENT)
         assert old.error_code == ErrorCode.FENCED_INSTANCE_ID
-        other = await c.handle(HEARTBEAT, 3, hb_req(dynamic.member_id, 1), CLIENT)
+        other = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(dynamic.member_id, 1), CLIENT)
         assert other.error_code == ErrorCode.NONE, "no rebalance for the others"
         sync = sync_req(restarted.member_id, 1, instance="pod-1")
-        assert (await c.handle(SYNC_GROUP, 3, sync, CLIENT)).assignment == static.member_id.encode()
-        left = await c.handle(LEAVE_GROUP, 4, leave_req(instances=("pod-1",)), CLIENT)
+        assert (
+            await c.handle(ApiKey.SYNC_GROUP, 3, sync, CLIENT)
+        ).assignment == static.member_id.encode()
+        left = await c.handle(ApiKey.LEAVE_GROUP, 4, leave_req(instances=("pod-1",)), CLIENT)
         assert left.members[0].error_code == ErrorCode.NONE
 
     run(go())
@@ -235,13 +236,13 @@ def test_simple_consumer_commits_and_fetches_offsets() -> None:
     async def go() -> None:
         c, core = coordinator()
         store = core.store
-        empty = await c.handle(OFFSET_FETCH, 5, fetch_req({"t": [0, 1]}), CLIENT)
+        empty = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req({"t": [0, 1]}), CLIENT)
         assert [(p.partition_index, p.committed_offset) for p in empty.topics[0].partitions] == [
             (0, -1),
             (1, -1),
         ]
         req = commit_req({("t", 0): 10, ("t", 1): 20, ("t", 9): 5, ("nope", 0): 1})
-        got = await c.handle(OFFSET_COMMIT, 3, req, CLIENT)
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 3, req, CLIENT)
         codes = {
             (t.name, p.partition_index): p.error_code for t in got.topics for p in t.partitions
         }
@@ -251,7 +252,7 @@ def test_simple_consumer_commits_and_fetches_offsets() -> None:
             ("t", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         }
-        everything = await c.handle(OFFSET_FETCH, 5, fetch_req(None), CLIENT)
+        everything = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req(None), CLIENT)
         assert [
             (t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata)
             for t in everything.topics
@@ -259,7 +260,7 @@ def test_simple_consumer_commits_and_fetches_offsets() -> None:
         ] == [("t", 0, 10, 3, "m"), ("t", 1, 20, 3, "m")]
         # a second coordinator (after failover) reads the same offsets from the store
         c2, _ = coordinator(store)
-        again = await c2.handle(OFFSET_FETCH, 5, fetch_req({"t": [1, 2]}), CLIENT)
+        again = await c2.handle(ApiKey.OFFSET_FETCH, 5, fetch_req({"t": [1, 2]}), CLIENT)
         assert [p.committed_offset for p in again.topics[0].partitions] == [20, -1]
 
     run(go())
@@ -269,15 +270,17 @@ def test_commit_rules_for_members() -> None:
     async def go() -> None:
         c, _ = coordinator()
         (ja,) = await stable_group(c, 1)
-        ok = await c.handle(OFFSET_COMMIT, 8, commit_req({("t", 0): 5}, 1, ja.member_id), CLIENT)
+        ok = await c.handle(
+            ApiKey.OFFSET_COMMIT, 8, commit_req({("t", 0): 5}, 1, ja.member_id), CLIENT
+        )
         assert ok.topics[0].partitions[0].error_code == ErrorCode.NONE
         stale = commit_req({("t", 0): 6}, 0, ja.member_id)
-        got = await c.handle(OFFSET_COMMIT, 8, stale, CLIENT)
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 8, stale, CLIENT)
         assert got.topics[0].partitions[0].error_code == ErrorCode.ILLEGAL_GENERATION
-        simple = await c.handle(OFFSET_COMMIT, 8, commit_req({("t", 0): 7}), CLIENT)
+        simple = await c.handle(ApiKey.OFFSET_COMMIT, 8, commit_req({("t", 0): 7}), CLIENT)
         assert simple.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
         big = commit_req({("t", 0): 8}, 1, ja.member_id, meta="x" * 5000)
-        got = await c.handle(OFFSET_COMMIT, 8, big, CLIENT)
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 8, big, CLIENT)
         assert got.topics[0].partitions[0].error_code == ErrorCode.OFFSET_METADATA_TOO_LARGE
 
     run(go())
@@ -288,7 +291,7 @@ def test_large_commits_are_split_into_transactions_etcd_accepts() -> None:
         c, core = coordinator()
         core.topics["big"] = SimpleNamespace(partitions=500)
         req = commit_req({("big", p): p for p in range(500)})
-        got = await c.handle(OFFSET_COMMIT, 8, req, CLIENT)
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 8, req, CLIENT)
         assert {p.error_code for p in got.topics[0].partitions} == {0}
         assert core.store.writes == 6  # the group record rides with the first 99 offsets
 
@@ -303,7 +306,7 @@ def test_other_brokers_answer_not_coordinator() -> None:
         c, core = coordinator()
         core.coordinator = 2
         assert (await join(c, join_req())).error_code == ErrorCode.NOT_COORDINATOR
-        fetched = await c.handle(OFFSET_FETCH, 5, fetch_req(None), CLIENT)
+        fetched = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req(None), CLIENT)
         assert fetched.error_code == ErrorCode.NOT_COORDINATOR
         core.coordinator = None
         assert (await join(c, join_req())).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -318,16 +321,16 @@ def test_a_new_coordinator_loads_the_group_and_fences_the_old_one() -> None:
         ja, jb = await stable_group(old, 2)
         new, _ = coordinator(store, broker_id=1)
         # members carry on at the new coordinator with their ids and generation
-        hb = await new.handle(HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
+        hb = await new.handle(ApiKey.HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
         assert hb.error_code == ErrorCode.NONE
-        sync = await new.handle(SYNC_GROUP, 3, sync_req(jb.member_id, 1), CLIENT)
+        sync = await new.handle(ApiKey.SYNC_GROUP, 3, sync_req(jb.member_id, 1), CLIENT)
         assert sync.assignment == jb.member_id.encode()
         # the old coordinator's next write fails: it gives the group up
         stale = commit_req({("t", 0): 1}, 1, ja.member_id)
-        got = await old.handle(OFFSET_COMMIT, 8, stale, CLIENT)
+        got = await old.handle(ApiKey.OFFSET_COMMIT, 8, stale, CLIENT)
         assert got.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
         assert GROUP not in old._groups
-        ok = await new.handle(OFFSET_COMMIT, 8, stale, CLIENT)
+        ok = await new.handle(ApiKey.OFFSET_COMMIT, 8, stale, CLIENT)
         assert ok.topics[0].partitions[0].error_code == ErrorCode.NONE
 
     run(go())
@@ -340,7 +343,7 @@ def test_a_group_loaded_mid_rebalance_makes_its_members_rejoin() -> None:
         first = await join_new(old)
         (ja,) = [await first]  # generation 1 stored, nobody synced yet
         new, _ = coordinator(store)
-        hb = await new.handle(HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
+        hb = await new.handle(ApiKey.HEARTBEAT, 3, hb_req(ja.member_id, 1), CLIENT)
         assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
         rejoined = await join(new, join_req(ja.member_id))
         assert rejoined.error_code == ErrorCode.NONE and rejoined.generation_id == 2
@@ -356,7 +359,9 @@ def test_store_outage_answers_coordinator_not_available() -> None:
         core.store.down = False
         (ja,) = await stable_group(c, 1)
         core.store.down = True
-        got = await c.handle(OFFSET_COMMIT, 8, commit_req({("t", 0): 1}, 1, ja.member_id), CLIENT)
+        got = await c.handle(
+            ApiKey.OFFSET_COMMIT, 8, commit_req({("t", 0): 1}, 1, ja.member_id), CLIENT
+        )
         assert got.topics[0].partitions[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
 
     run(go())
@@ -367,21 +372,23 @@ def test_group_ids_are_escaped_in_store_keys() -> None:
         c, core = coordinator()
         req = commit_req({("t", 0): 1})
         req.group_id = "a/offsets/t"
-        await c.handle(OFFSET_COMMIT, 8, req, CLIENT)
+        await c.handle(ApiKey.OFFSET_COMMIT, 8, req, CLIENT)
         assert sorted(core.store.data) == ["a%2Foffsets%2Ft", "a%2Foffsets%2Ft/offsets/t/0"]
 
     run(go())
 
 
-@pytest.mark.parametrize("api_key", [JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP])
+@pytest.mark.parametrize(
+    "api_key", [ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP]
+)
 def test_requests_for_a_dead_group_id_are_rejected_cleanly(api_key: int) -> None:
     async def go() -> None:
         c, _ = coordinator()
         body = {
-            JOIN_GROUP: join_req(group_id=""),
-            SYNC_GROUP: SimpleNamespace(**{**vars(sync_req("m", 1)), "group_id": ""}),
-            HEARTBEAT: SimpleNamespace(**{**vars(hb_req("m", 1)), "group_id": ""}),
-            LEAVE_GROUP: SimpleNamespace(group_id="", members=[]),
+            ApiKey.JOIN_GROUP: join_req(group_id=""),
+            ApiKey.SYNC_GROUP: SimpleNamespace(**{**vars(sync_req("m", 1)), "group_id": ""}),
+            ApiKey.HEARTBEAT: SimpleNamespace(**{**vars(hb_req("m", 1)), "group_id": ""}),
+            ApiKey.LEAVE_GROUP: SimpleNamespace(group_id="", members=[]),
         }[api_key]
         assert (await c.handle(api_key, 3, body, CLIENT)).error_code == ErrorCode.INVALID_GROUP_ID
 
@@ -428,16 +435,16 @@ def test_describe_list_and_delete_groups() -> None:
         assert (await c.list_groups([], ["consumer"])).groups == []
 
         commit = commit_req({("t", 0): 4}, 1, ja.member_id)
-        await c.handle(OFFSET_COMMIT, 8, commit, CLIENT)
+        await c.handle(ApiKey.OFFSET_COMMIT, 8, commit, CLIENT)
         deleted = await c.delete([GROUP, "never-seen"])
         assert [(r.group_id, r.error_code) for r in deleted.results] == [
             (GROUP, ErrorCode.NON_EMPTY_GROUP),
             ("never-seen", ErrorCode.GROUP_ID_NOT_FOUND),
         ]
-        await c.handle(LEAVE_GROUP, 3, leave_req(ja.member_id, jb.member_id), CLIENT)
+        await c.handle(ApiKey.LEAVE_GROUP, 3, leave_req(ja.member_id, jb.member_id), CLIENT)
         assert [r.error_code for r in (await c.delete([GROUP])).results] == [0]
         assert core.store.data == {}, "the record and its offsets are gone"
-        fetched = await c.handle(OFFSET_FETCH, 5, fetch_req({"t": [0]}), CLIENT)
+        fetched = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req({"t": [0]}), CLIENT)
         assert fetched.topics[0].partitions[0].committed_offset == -1
         core.coordinator = 2
         (elsewhere,) = (await c.describe([GROUP])).groups

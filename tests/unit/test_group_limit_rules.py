@@ -23,9 +23,9 @@ from support.coordinator_fakes import (
     sync_req,
 )
 
+from kafscale.api_keys import ApiKey
 from kafscale.config import Settings
 from kafscale.errors import ErrorCode
-from kafscale.groups.coordinator import HEARTBEAT, OFFSET_COMMIT, SYNC_GROUP
 from kafscale.groups.limits import MAX_WIRE_STRING_BYTES, MEMBER_ID_PREFIX_BYTES
 
 # etcd's default --max-request-bytes.
@@ -65,7 +65,7 @@ def test_a_member_id_handed_out_during_the_first_rebalance_stays_valid() -> None
         assert (a.error_code, a.generation_id) == (ErrorCode.NONE, 1)
         late = asyncio.create_task(join(c, join_req(second.member_id)))
         await asyncio.sleep(0)
-        hb = await c.handle(HEARTBEAT, 3, hb_req(a.member_id, 1), CLIENT)
+        hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(a.member_id, 1), CLIENT)
         assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
         a2 = await join(c, join_req(a.member_id))
         b = await late
@@ -86,7 +86,7 @@ def test_an_unused_member_id_expires_with_its_session() -> None:
             assert unused.error_code == ErrorCode.MEMBER_ID_REQUIRED
             while c._groups[GROUP].pending_members:
                 await asyncio.sleep(0.05)
-            hb = await c.handle(HEARTBEAT, 3, hb_req(a.member_id, 1), CLIENT)
+            hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(a.member_id, 1), CLIENT)
             assert hb.error_code == ErrorCode.NONE, "an unused id expiring is no rebalance"
             late = await join(c, join_req(unused.member_id))
             assert late.error_code == ErrorCode.UNKNOWN_MEMBER_ID
@@ -130,13 +130,13 @@ def test_names_no_version_could_echo_are_refused_and_the_group_carries_on() -> N
             join_req(protocols=(("range", b"R"), (too_long, b""))),
         ):
             assert (await join(c, bad)).error_code == ErrorCode.INVALID_REQUEST
-        hb = await c.handle(HEARTBEAT, 3, hb_req(a.member_id, 1), CLIENT)
+        hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(a.member_id, 1), CLIENT)
         assert hb.error_code == ErrorCode.NONE, "a refused join does not disturb the group"
         long_group = join_req(group_id=too_long)
         assert (await join(c, long_group)).error_code == ErrorCode.INVALID_GROUP_ID
         commit = commit_req({("t", 0): 1})
         commit.group_id = too_long
-        got = await c.handle(OFFSET_COMMIT, 8, commit, CLIENT)
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 8, commit, CLIENT)
         assert got.topics[0].partitions[0].error_code == ErrorCode.INVALID_GROUP_ID
         assert [g.group_id for g in (await c.list_groups([], [])).groups] == [GROUP]
 
@@ -172,7 +172,7 @@ def test_the_stored_record_is_bounded_per_group() -> None:
         bigger = (("range", b"m" * 4000),)
         grown = await join(c, join_req(joined[0].member_id, protocols=bigger))
         assert grown.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
-        hb = await c.handle(HEARTBEAT, 3, hb_req(joined[1].member_id, 1), CLIENT)
+        hb = await c.handle(ApiKey.HEARTBEAT, 3, hb_req(joined[1].member_id, 1), CLIENT)
         assert hb.error_code == ErrorCode.NONE, "the group is as it was"
         assert max(len(e.value) for e in core.store.data.values()) <= 8192
 
@@ -185,11 +185,11 @@ def test_assignments_past_a_limit_are_refused_and_everyone_rejoins() -> None:
         a, b = await asyncio.gather(await join_new(c), await join_new(c))
         leader, follower = (a, b) if a.member_id == a.leader else (b, a)
         waiting = asyncio.create_task(
-            c.handle(SYNC_GROUP, 3, sync_req(follower.member_id, 1), CLIENT)
+            c.handle(ApiKey.SYNC_GROUP, 3, sync_req(follower.member_id, 1), CLIENT)
         )
         await asyncio.sleep(0)
         huge = {leader.member_id: b"L", follower.member_id: b"F" * 5000}
-        got = await c.handle(SYNC_GROUP, 3, sync_req(leader.member_id, 1, huge), CLIENT)
+        got = await c.handle(ApiKey.SYNC_GROUP, 3, sync_req(leader.member_id, 1, huge), CLIENT)
         assert got.error_code == ErrorCode.MESSAGE_TOO_LARGE
         assert (await waiting).error_code == ErrorCode.REBALANCE_IN_PROGRESS
         assert b"RiBGRkZG" not in b"".join(e.value for e in core.store.data.values())
@@ -243,11 +243,11 @@ def test_default_limits_keep_every_transaction_within_etcds_request_limit() -> N
         assignments = {m: b"a" * 1000 for m in ids}
         sync = sync_req(ids[0], 1, assignments)
         sync.group_id = group_id
-        await c.handle(SYNC_GROUP, 3, sync, CLIENT)
+        await c.handle(ApiKey.SYNC_GROUP, 3, sync, CLIENT)
         core.topics["t"] = SimpleNamespace(partitions=500)
         commit = commit_req({("t", p): p for p in range(500)}, 1, ids[0], meta="\x04" * 4096)
         commit.group_id = group_id
-        got = await c.handle(OFFSET_COMMIT, 8, commit, CLIENT)
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 8, commit, CLIENT)
         assert {p.error_code for p in got.topics[0].partitions} == {ErrorCode.NONE}
         assert store.largest < ETCD_MAX_REQUEST_BYTES, store.largest
 

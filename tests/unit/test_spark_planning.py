@@ -17,6 +17,7 @@ from pyspark.sql.datasource import (
     In,
     LessThan,
     LessThanOrEqual,
+    Not,
     StringStartsWith,
 )
 
@@ -408,6 +409,8 @@ def test_filters_of_unknown_shape_prune_nothing():
             EqualTo(("partition",), 1.5),
             EqualTo(("headers", "key"), "a"),
             GreaterThan(("value",), b"x"),
+            # `partition <> 1`: Not names no column of its own (it used to raise AttributeError)
+            Not(EqualTo(("partition",), 1)),
         ]
     )
     assert pruning == Pruning()

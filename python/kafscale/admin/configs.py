@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from kafscale.admin.protocol import (
@@ -27,7 +27,13 @@ from kafscale.admin.protocol import (
     DescribedConfig,
     ResourceType,
 )
-from kafscale.admin.topic_configs import CONFIG_RULES, Rejected, default_value, normalise
+from kafscale.admin.topic_configs import (
+    CONFIG_RULES,
+    BrokerDefaults,
+    Rejected,
+    default_value,
+    normalise,
+)
 from kafscale.errors import ErrorCode
 
 __all__ = ["alter_configs", "describe_configs"]
@@ -36,26 +42,36 @@ log = logging.getLogger(__name__)
 
 
 class ConfigCore(Protocol):
-    """The part of ``_core.Broker`` the config handlers use."""
+    """The part of ``_core.Broker`` the config handlers use (its methods return asyncio
+    futures, so awaitables rather than coroutines)."""
 
-    async def topic(self, name: str) -> Any | None: ...
-    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> Any: ...
+    def topic(self, name: str) -> Awaitable[Any | None]: ...
+    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> Awaitable[Any]: ...
 
 
-class BrokerSettings(Protocol):
-    broker_id: int
-    broker_host: str
-    broker_port: int
-    s3_bucket: str | None
-    s3_region: str | None
-    s3_endpoint: str | None
-    cache_bytes: int
-    readahead_segments: int
-    segment_bytes: int
-    flush_interval_ms: int
-    retention_ms: int
-    retention_bytes: int
-    max_message_bytes: int
+class BrokerSettings(BrokerDefaults, Protocol):
+    """What the config handlers read of the broker's settings: the topic defaults (described
+    for a topic without an override) and the read-only broker keys. Properties: read, never
+    written (``kafscale.config.Settings`` is frozen)."""
+
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def broker_host(self) -> str: ...
+    @property
+    def broker_port(self) -> int: ...
+    @property
+    def s3_bucket(self) -> str | None: ...
+    @property
+    def s3_region(self) -> str | None: ...
+    @property
+    def s3_endpoint(self) -> str | None: ...
+    @property
+    def cache_bytes(self) -> int: ...
+    @property
+    def readahead_segments(self) -> int: ...
+    @property
+    def flush_interval_ms(self) -> int: ...
 
 
 def _broker_configs(s: BrokerSettings) -> dict[str, tuple[str | None, ConfigType]]:
@@ -241,6 +257,8 @@ async def alter_configs(
     results = []
     for resource in req.resources:
         key = (resource.resource_type, resource.resource_name)
+        code: int
+        message: str | None
         try:
             if seen[key] > 1:
                 raise Rejected(

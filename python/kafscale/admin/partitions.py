@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from kafscale.admin.protocol import CreatePartitionsResponse, CreatePartitionsTopicResult
@@ -31,8 +31,11 @@ log = logging.getLogger(__name__)
 
 
 class PartitionCore(Protocol):
-    async def topic(self, name: str) -> Any | None: ...
-    async def create_partitions(self, name: str, count: int) -> Any: ...
+    """The part of ``_core.Broker`` the partition handler uses (its methods return asyncio
+    futures, so awaitables rather than coroutines)."""
+
+    def topic(self, name: str) -> Awaitable[Any | None]: ...
+    def create_partitions(self, name: str, count: int) -> Awaitable[Any]: ...
 
 
 async def _check(core: PartitionCore, item: Any) -> None:

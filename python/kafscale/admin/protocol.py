@@ -1,4 +1,4 @@
-"""The config and partition admin APIs' answers as plain values (DescribeConfigs,
+"""The admin APIs' answers as plain values (CreateTopics, DeleteTopics, DescribeConfigs,
 AlterConfigs, IncrementalAlterConfigs, CreatePartitions).
 
 The core decodes these requests into the typed objects of ``kafscale._core`` and reads these
@@ -114,4 +114,29 @@ class CreatePartitionsTopicResult:
 @dataclass(frozen=True)
 class CreatePartitionsResponse:
     results: list[CreatePartitionsTopicResult]
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True)
+class CreatableTopicResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateTopicsResponse:
+    topics: list[CreatableTopicResult]
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True)
+class DeletableTopicResult:
+    name: str
+    error_code: int
+
+
+@dataclass(frozen=True)
+class DeleteTopicsResponse:
+    responses: list[DeletableTopicResult]
     throttle_time_ms: int = 0

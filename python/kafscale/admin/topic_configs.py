@@ -33,12 +33,20 @@ class Rejected(Exception):
 
 
 class BrokerDefaults(Protocol):
-    retention_ms: int
-    retention_bytes: int
-    segment_bytes: int
-    max_message_bytes: int
-    message_timestamp_before_max_ms: int
-    message_timestamp_after_max_ms: int
+    """The broker settings a topic without an override follows (read only)."""
+
+    @property
+    def retention_ms(self) -> int: ...
+    @property
+    def retention_bytes(self) -> int: ...
+    @property
+    def segment_bytes(self) -> int: ...
+    @property
+    def max_message_bytes(self) -> int: ...
+    @property
+    def message_timestamp_before_max_ms(self) -> int: ...
+    @property
+    def message_timestamp_after_max_ms(self) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """CreateTopics (v0-2) and DeleteTopics (v0-2) with KIP-4 semantics.
 
-The handlers work on plain request-shaped objects and return :class:`TopicResult` values; the
-caller (``kafscale.admin.dispatch``) turns those into the core's response objects. That keeps
+The handlers work on plain request-shaped objects and return :class:`TopicResult` values;
+:mod:`kafscale.admin` turns those into the CreateTopics and DeleteTopics answers. That keeps
 this module free of the Rust extension, so it is unit-tested with fakes.
 
 Semantics (KIP-4, adapted to KafScale):
@@ -23,7 +23,7 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,9 +52,11 @@ _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 class TopicStore(Protocol):
     """The part of ``_core.Broker`` the topic handlers use."""
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Any: ...
-    async def delete_topic(self, name: str) -> None: ...
-    async def topic(self, name: str) -> Any | None: ...
+    def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str]
+    ) -> Awaitable[Any]: ...
+    def delete_topic(self, name: str) -> Awaitable[None]: ...
+    def topic(self, name: str) -> Awaitable[Any | None]: ...
 
 
 class CreatableTopicLike(Protocol):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from . import brokers, groups, segments, topics
 from .args import plain
@@ -53,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help / --version (0) or bad arguments (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    # every command's parser sets its handler as the default of ``func``
+    command: Callable[[argparse.Namespace], int] = args.func
     try:
-        return args.func(args)
+        return command(args)
     except CliError as err:
         print_error(err)
         return 1

@@ -89,7 +89,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 # describe
 
 
-def group_view(kafka: Kafka, group: str) -> dict:
+def group_view(kafka: Kafka, group: str) -> dict[str, Any]:
     desc = describe_group(kafka, group)
     committed = committed_offsets(kafka, group)
     owner: dict[tuple[str, int], Any] = {}
@@ -150,7 +150,7 @@ def group_view(kafka: Kafka, group: str) -> dict:
     }
 
 
-def print_group(view: dict) -> None:
+def print_group(view: dict[str, Any]) -> None:
     coordinator = view["coordinator"]
     where = f"{coordinator['id']} ({coordinator['address']})" if coordinator else "-"
     print(
@@ -200,7 +200,7 @@ def print_group(view: dict) -> None:
         )
 
 
-def assignment_text(assignment: list[dict]) -> str:
+def assignment_text(assignment: list[dict[str, Any]]) -> str:
     by_topic: dict[str, list[int]] = {}
     for a in assignment:
         by_topic.setdefault(a["topic"], []).append(a["partition"])

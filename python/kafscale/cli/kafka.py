@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kafscale.errors import ErrorCode
 
@@ -37,7 +37,7 @@ _TIMEOUTS = {_LOCAL_TIMED_OUT, ErrorCode.REQUEST_TIMED_OUT}
 _UNSUPPORTED = {_UNSUPPORTED_FEATURE, ErrorCode.UNSUPPORTED_VERSION}
 
 # what to do about a broker's answer, by error code
-_HINTS = {
+_HINTS: dict[int, str] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "`kafscale topics list` shows the topics that exist",
     ErrorCode.INVALID_TOPIC_EXCEPTION: "topic names are 1-249 characters from a-z A-Z 0-9 . _ -",
     ErrorCode.TOPIC_ALREADY_EXISTS: "pick another name, or add --if-not-exists",
@@ -93,6 +93,14 @@ def positive_float(value: str) -> float:
     return number
 
 
+class KafkaErrorLike(Protocol):
+    """What is read of librdkafka's KafkaError (confluent-kafka has no type information, and
+    :class:`_Timeout` stands in for one)."""
+
+    def code(self) -> int: ...
+    def str(self) -> str: ...
+
+
 class _Collect(logging.Handler):
     """Keeps librdkafka's log lines (shown with the error when a connection fails)."""
 
@@ -113,7 +121,7 @@ class Kafka:
 
         self.bootstrap = bootstrap
         self.timeout = timeout
-        self.errors: list[Any] = []  # KafkaError objects from error_cb
+        self.errors: list[KafkaErrorLike] = []  # KafkaError objects from error_cb
         self._log = _Collect()
         logger = logging.getLogger(f"kafscale.cli.librdkafka.{id(self)}")
         logger.propagate = False  # librdkafka's own lines stay out of the user's terminal
@@ -180,7 +188,7 @@ class Kafka:
 
     # --- answers -------------------------------------------------------------------------------
 
-    def failure(self, err: Any, doing: str, subject: str | None = None) -> CliError:
+    def failure(self, err: KafkaErrorLike, doing: str, subject: str | None = None) -> CliError:
         """A CliError for librdkafka's KafkaError ``err`` raised while ``doing``."""
         code = err.code()
         about = f" {subject}" if subject else ""
@@ -201,7 +209,7 @@ class Kafka:
             )
         return CliError(f"{doing}{about} failed: {err.str()}", _HINTS.get(code), code=code)
 
-    def result(self, future: Future, doing: str, subject: str | None = None) -> Any:
+    def result(self, future: Future[Any], doing: str, subject: str | None = None) -> Any:
         """The future's result, or a CliError that explains librdkafka's failure."""
         from confluent_kafka import KafkaException
 
@@ -213,7 +221,7 @@ class Kafka:
             raise self.failure(_Timeout(), doing, subject) from None
 
     def results(
-        self, futures: Mapping[K, Future], doing: str
+        self, futures: Mapping[K, Future[Any]], doing: str
     ) -> dict[K, tuple[Any, CliError | None]]:
         """{key: (result, None) or (None, error)} for independent per-item futures."""
         out: dict[K, tuple[Any, CliError | None]] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO
+from typing import TextIO, TypedDict
 
 from .output import human_bytes
 
@@ -90,7 +90,15 @@ class Progress:
         )
 
 
-def _width(stream: TextIO) -> dict[str, object]:
+class _Size(TypedDict, total=False):
+    """The bar-size keywords of tqdm."""
+
+    dynamic_ncols: bool
+    ncols: int
+    nrows: int
+
+
+def _width(stream: TextIO) -> _Size:
     """Follow the terminal's size; a terminal that reports none (a fresh pty, some CI runners)
     gets 80x24, since tqdm hides a bar on a screen of zero rows."""
     try:

@@ -104,6 +104,7 @@ def plan(
     targets = []
     for tp in tps:
         lo, hi, now = earliest[tp], latest[tp], current.get(tp)
+        want: int | None
         if strategy.kind == "earliest":
             want = lo
         elif strategy.kind == "latest":
@@ -159,7 +160,9 @@ def chosen_partitions(
     return sorted(set(out))
 
 
-def list_offsets(kafka: Kafka, tps: list[TopicPartitionKey], spec: Any) -> dict:
+def list_offsets(
+    kafka: Kafka, tps: list[TopicPartitionKey], spec: Any
+) -> dict[TopicPartitionKey, int]:
     from confluent_kafka import TopicPartition
 
     futures = kafka.admin.list_offsets(

@@ -14,12 +14,15 @@ import argparse
 import base64
 import datetime as dt
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import output, verify
 from .args import non_negative_int, plain, positive_int
 from .errors import EXIT_OK, CliError
 from .storage import add_location_flags, object_name, open_source, partitions_of, storage
+
+if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
+    from kafscale.segment import SegmentSource
 
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
@@ -115,7 +118,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def partition_rows(source: Any) -> list[dict]:
+def partition_rows(source: SegmentSource) -> list[dict[str, Any]]:
     rows = []
     for topic in source.topics():
         for p in source.partitions(topic):
@@ -134,7 +137,7 @@ def partition_rows(source: Any) -> list[dict]:
     return rows
 
 
-def segment_rows(source: Any, args: argparse.Namespace) -> list[dict]:
+def segment_rows(source: SegmentSource, args: argparse.Namespace) -> list[dict[str, Any]]:
     return [
         {
             "topic": s.topic,
@@ -221,7 +224,7 @@ def iso_ms(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def print_record(row: dict, mode: str) -> None:
+def print_record(row: dict[str, Any], mode: str) -> None:
     headers = row.get("headers") or []
     if mode == "json":
         record: dict[str, Any] = {

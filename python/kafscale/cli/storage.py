@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .errors import CliError
+
+if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
+    from kafscale.segment import SegmentSource
 
 
 def add_location_flags(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +35,7 @@ def add_location_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def open_source(args: argparse.Namespace) -> Any:
+def open_source(args: argparse.Namespace) -> SegmentSource:
     try:
         from kafscale.segment import SegmentSource
     except ImportError as exc:
@@ -77,7 +80,7 @@ def object_name(topic: str, partition: int, base_offset: int) -> str:
     return f"{topic}/{partition}/segment-{base_offset:020d}.kfs"
 
 
-def partitions_of(source: Any, topic: str, only: int | None) -> list[int]:
+def partitions_of(source: SegmentSource, topic: str, only: int | None) -> list[int]:
     partitions = source.partitions(topic)
     if not partitions:
         raise CliError(

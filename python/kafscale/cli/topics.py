@@ -173,7 +173,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def log_bounds(kafka: Kafka, partitions: dict[str, list[int]]) -> dict[tuple[str, int], tuple]:
+LogBounds = dict[tuple[str, int], tuple[int | None, int | None]]
+
+
+def log_bounds(kafka: Kafka, partitions: dict[str, list[int]]) -> LogBounds:
     """{(topic, partition): (log start offset, log end offset)} through ListOffsets; (None,
     None) for a partition whose leader cannot answer."""
     from confluent_kafka import TopicPartition
@@ -203,7 +206,9 @@ def log_bounds(kafka: Kafka, partitions: dict[str, list[int]]) -> dict[tuple[str
     }
 
 
-def describe_one(metadata: Any, name: str, configs: dict, ends: dict) -> dict:
+def describe_one(
+    metadata: Any, name: str, configs: dict[str, Any], ends: LogBounds
+) -> dict[str, Any]:
     brokers = metadata.brokers
     partitions = []
     for pid, part in sorted(metadata.topics[name].partitions.items()):
@@ -232,11 +237,11 @@ def describe_one(metadata: Any, name: str, configs: dict, ends: dict) -> dict:
 def source_name(source: int) -> str:
     from confluent_kafka.admin import ConfigSource
 
-    name = ConfigSource(source).name
+    name: str = ConfigSource(source).name
     return SOURCES.get(name, name.lower())
 
 
-def print_topic(topic: dict) -> None:
+def print_topic(topic: dict[str, Any]) -> None:
     overrides = [f"{k}={c['value']}" for k, c in topic["configs"].items() if c["source"] == "topic"]
     print(
         f"Topic: {topic['topic']}  Partitions: {len(topic['partitions'])}  "

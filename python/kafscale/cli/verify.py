@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import output
 from .args import non_negative_int, plain
 from .errors import EXIT_FAILED, EXIT_OK, CliError
 from .progress import Progress
 from .storage import add_location_flags, object_name, open_source, partitions_of, storage
+
+if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
+    from kafscale.segment import SegmentCheck, SegmentObject, SegmentSource
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,9 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_verify, parser=p)
 
 
-def joins(topic: str, partition: int, infos: list[Any], checks: list[Any]) -> list[Finding]:
+def joins(
+    topic: str, partition: int, infos: list[SegmentObject], checks: list[SegmentCheck | None]
+) -> list[Finding]:
     """Problems between and at the start of segments, from the checks of consecutive segments
     (``checks[i]`` is None when segment i could not be read at all)."""
     found: list[Finding] = []
@@ -119,7 +124,9 @@ def joins(topic: str, partition: int, infos: list[Any], checks: list[Any]) -> li
     return found
 
 
-def check_segment(source: Any, info: Any) -> tuple[Any, list[Finding]]:
+def check_segment(
+    source: SegmentSource, info: SegmentObject
+) -> tuple[SegmentCheck | None, list[Finding]]:
     """(SegmentCheck or None, its problems as findings). A storage failure on one object is a
     finding too (the object may have gone since the listing), not the end of the walk."""
     try:
@@ -177,8 +184,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         f"{output.plural(len(findings), 'problem')} found" if findings else "no problems"
     )
     if args.output == output.JSON:
-        problems = [asdict(f) for f in findings]
-        output.print_json({"location": args.location, **asdict(total), "problems": problems})
+        found = [asdict(f) for f in findings]
+        output.print_json({"location": args.location, **asdict(total), "problems": found})
         output.note(summary)
     else:
         print(summary)
@@ -192,7 +199,9 @@ def report(progress: Progress, new: list[Finding], findings: list[Finding], mode
             progress.write(f.line())
 
 
-def listing(source: Any, args: argparse.Namespace) -> dict[tuple[str, int], list[Any]]:
+def listing(
+    source: SegmentSource, args: argparse.Namespace
+) -> dict[tuple[str, int], list[SegmentObject]]:
     """{(topic, partition): its segment objects in offset order} of everything to verify, from
     the object listing alone: no object is read yet, so a damaged one hides nothing."""
     topics = list(dict.fromkeys(args.topic)) if args.topic else source.topics()

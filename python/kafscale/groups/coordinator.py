@@ -13,10 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from kafscale.api_keys import ApiKey
 from kafscale.errors import ErrorCode
-from kafscale.groups.limits import GroupLimits, Refusal, join_refusal, log_refusal, oversized_name
+from kafscale.groups.limits import (
+    GroupLimits,
+    LimitSettings,
+    Refusal,
+    join_refusal,
+    log_refusal,
+    oversized_name,
+)
 from kafscale.groups.membership import Client, Membership
 from kafscale.groups.model import Group, GroupState
 from kafscale.groups.offsets import Offsets, TopicLike, commit_error_answer
@@ -40,14 +49,16 @@ __all__ = ["GROUP_APIS", "CoordinatorCore", "GroupCoordinator", "GroupSettings"]
 
 log = logging.getLogger(__name__)
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
+# The group protocol's APIs, which ``handle`` answers.
 GROUP_APIS = frozenset(
-    {OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP}
+    {
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.JOIN_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.SYNC_GROUP,
+    }
 )
 
 # How often sessions are checked for expiry and groups for a coordinator change.
@@ -59,30 +70,31 @@ class CoordinatorCore(Protocol):
 
     def coordinator_for(self, group_id: str) -> int | None: ...
     def group_store(self) -> GroupStoreLike: ...
-    async def topic(self, name: str) -> TopicLike | None: ...
+    def topic(self, name: str) -> Awaitable[TopicLike | None]: ...
 
 
-class GroupSettings(Protocol):
-    broker_id: int
-    group_initial_rebalance_delay_ms: int
-    group_min_session_timeout_ms: int
-    group_max_session_timeout_ms: int
-    group_max_member_metadata_bytes: int
-    group_max_metadata_bytes: int
-    group_max_size: int
+class GroupSettings(LimitSettings, Protocol):
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def group_initial_rebalance_delay_ms(self) -> int: ...
+    @property
+    def group_min_session_timeout_ms(self) -> int: ...
+    @property
+    def group_max_session_timeout_ms(self) -> int: ...
 
 
-def error_answer(api_key: int, body: Any, code: int) -> Any:
+def error_answer(api_key: ApiKey, body: Any, code: int) -> Any:
     """``code`` as the answer to a group request, whatever its API."""
-    if api_key == JOIN_GROUP:
+    if api_key == ApiKey.JOIN_GROUP:
         return JoinGroupResponse(code, member_id=body.member_id)
-    if api_key == SYNC_GROUP:
+    if api_key == ApiKey.SYNC_GROUP:
         return SyncGroupResponse(code)
-    if api_key == HEARTBEAT:
+    if api_key == ApiKey.HEARTBEAT:
         return HeartbeatResponse(code)
-    if api_key == LEAVE_GROUP:
+    if api_key == ApiKey.LEAVE_GROUP:
         return LeaveGroupResponse(code)
-    if api_key == OFFSET_COMMIT:
+    if api_key == ApiKey.OFFSET_COMMIT:
         return commit_error_answer(body, code)
     return OffsetFetchResponse(code)
 
@@ -103,7 +115,7 @@ class GroupCoordinator:
         )
         self._offsets = Offsets(self._storage, core.topic, self._membership.touch, self._lose)
 
-    async def handle(self, api_key: int, version: int, body: Any, client: Client) -> Any:
+    async def handle(self, api_key: ApiKey, version: int, body: Any, client: Client) -> Any:
         """The answer to one group request (never raises for a Kafka-level error)."""
         refusal = self._validate(api_key, body)
         if refusal is not None:
@@ -112,15 +124,15 @@ class GroupCoordinator:
         group = await self._acquire(body.group_id)
         if isinstance(group, int):
             return error_answer(api_key, body, group)
-        if api_key == JOIN_GROUP:
+        if api_key == ApiKey.JOIN_GROUP:
             return await self._membership.join(group, body, client, version)
-        if api_key == SYNC_GROUP:
+        if api_key == ApiKey.SYNC_GROUP:
             return await self._membership.sync(group, body, client)
-        if api_key == HEARTBEAT:
+        if api_key == ApiKey.HEARTBEAT:
             return self._membership.heartbeat(group, body)
-        if api_key == LEAVE_GROUP:
+        if api_key == ApiKey.LEAVE_GROUP:
             return await self._membership.leave(group, body.members)
-        if api_key == OFFSET_COMMIT:
+        if api_key == ApiKey.OFFSET_COMMIT:
             return await self._offsets.commit(group, body)
         return self._offsets.fetch(group, body)
 
@@ -191,8 +203,8 @@ class GroupCoordinator:
         log.info("deleted group %r and its committed offsets", group_id)
         return ErrorCode.NONE
 
-    def _validate(self, api_key: int, body: Any) -> Refusal | None:
-        if api_key != JOIN_GROUP:
+    def _validate(self, api_key: ApiKey, body: Any) -> Refusal | None:
+        if api_key != ApiKey.JOIN_GROUP:
             return None
         timeout = body.session_timeout_ms
         s = self._settings

@@ -46,9 +46,12 @@ log = logging.getLogger(__name__)
 
 
 class LimitSettings(Protocol):
-    group_max_member_metadata_bytes: int
-    group_max_metadata_bytes: int
-    group_max_size: int
+    @property
+    def group_max_member_metadata_bytes(self) -> int: ...
+    @property
+    def group_max_metadata_bytes(self) -> int: ...
+    @property
+    def group_max_size(self) -> int: ...
 
 
 @dataclass(frozen=True)

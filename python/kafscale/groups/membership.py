@@ -50,8 +50,12 @@ _MEMBER_ID_REQUIRED_SINCE = 4
 
 
 class Client(Protocol):
-    client_id: str | None
-    client_host: str
+    """Who sent a request (read only: the core's ControlRequest is frozen)."""
+
+    @property
+    def client_id(self) -> str | None: ...
+    @property
+    def client_host(self) -> str: ...
 
 
 class Saver(Protocol):
@@ -204,9 +208,9 @@ class Membership:
         return False
 
     async def _await_join(self, group: Group, member: Member) -> asyncio.Future[JoinGroupResponse]:
-        if member.awaiting_join:
+        if (parked := member.pending_join) is not None:
             # The client gave up on its earlier JoinGroup and sent another; the newer one counts.
-            member.join_waiter.set_result(JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
+            parked.set_result(JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
         member.join_waiter = asyncio.get_running_loop().create_future()
         waiter = member.join_waiter
         if not group.is_(PREPARING):
@@ -227,10 +231,10 @@ class Membership:
         stable group, no rebalance: it gets the current generation and its old assignment."""
         new_id = new_member_id(old.group_instance_id or "")
         fenced = JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=old.member_id)
-        if old.awaiting_join:
-            old.join_waiter.set_result(fenced)  # type: ignore[union-attr]
-        if old.awaiting_sync:
-            old.sync_waiter.set_result(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))  # type: ignore[union-attr]
+        if (parked_join := old.pending_join) is not None:
+            parked_join.set_result(fenced)
+        if (parked_sync := old.pending_sync) is not None:
+            parked_sync.set_result(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         del group.members[old.member_id]
         old.member_id, old.join_waiter, old.sync_waiter = new_id, None, None
         old.last_heartbeat = self._clock()
@@ -278,10 +282,8 @@ class Membership:
         if group.is_(COMPLETING):
             for member in group.members.values():
                 member.assignment = b""
-                if member.awaiting_sync:
-                    member.sync_waiter.set_result(
-                        SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS)
-                    )  # type: ignore[union-attr]
+                if (parked := member.pending_sync) is not None:
+                    parked.set_result(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
         now = self._clock()
         group.join_deadline = now + group.max_rebalance_timeout_s
         if group.is_(EMPTY) and self._initial_delay_s > 0:
@@ -366,7 +368,9 @@ class Membership:
         for member in group.members.values():
             member.last_heartbeat = now
             answer = self._current_generation(group, member)
-            member.join_waiter.set_result(answer)  # type: ignore[union-attr]
+            waiter = member.join_waiter
+            assert waiter is not None  # those not awaiting their JoinGroup were removed above
+            waiter.set_result(answer)
 
     def resume(self, group: Group) -> None:
         """A group loaded mid-rebalance: its members must rejoin under this coordinator."""
@@ -408,8 +412,8 @@ class Membership:
                 # As Kafka does when it cannot store an assignment: everyone rejoins.
                 self._prepare_rebalance(group)
                 return SyncGroupResponse(ErrorCode.MESSAGE_TOO_LARGE)
-        if member.awaiting_sync:
-            member.sync_waiter.set_result(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
+        if (parked := member.pending_sync) is not None:
+            parked.set_result(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
         member.sync_waiter = asyncio.get_running_loop().create_future()
         waiter = member.sync_waiter
         if member.member_id == group.leader_id:
@@ -423,8 +427,8 @@ class Membership:
                 self._lose(group, ErrorCode.NOT_COORDINATOR)
                 return waiter
             for m in group.members.values():
-                if m.awaiting_sync:
-                    m.sync_waiter.set_result(self._assignment(group, m))  # type: ignore[union-attr]
+                if (parked := m.pending_sync) is not None:
+                    parked.set_result(self._assignment(group, m))
         return waiter
 
     def _assignments_problem(self, group: Group, assignments: dict[str, bytes]) -> str | None:
@@ -517,10 +521,10 @@ class Membership:
 
     def _remove(self, group: Group, member: Member) -> None:
         del group.members[member.member_id]
-        if member.awaiting_join:
-            member.join_waiter.set_result(JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))  # type: ignore[union-attr]
-        if member.awaiting_sync:
-            member.sync_waiter.set_result(SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))  # type: ignore[union-attr]
+        if (parked_join := member.pending_join) is not None:
+            parked_join.set_result(JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
+        if (parked_sync := member.pending_sync) is not None:
+            parked_sync.set_result(SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
 
     async def _membership_changed(self, group: Group) -> None:
         if group.is_(STABLE, COMPLETING):
@@ -550,10 +554,10 @@ class Membership:
             group.join_timer.cancel()
             group.join_timer = None
         for member in group.members.values():
-            if member.awaiting_join:
-                member.join_waiter.set_result(JoinGroupResponse(code, member_id=member.member_id))  # type: ignore[union-attr]
-            if member.awaiting_sync:
-                member.sync_waiter.set_result(SyncGroupResponse(code))  # type: ignore[union-attr]
+            if (parked_join := member.pending_join) is not None:
+                parked_join.set_result(JoinGroupResponse(code, member_id=member.member_id))
+            if (parked_sync := member.pending_sync) is not None:
+                parked_sync.set_result(SyncGroupResponse(code))
 
 
 def refused(group: Group, client: Client, reason: str) -> None:

@@ -50,13 +50,25 @@ class Member:
     def metadata(self, protocol: str) -> bytes:
         return next(meta for name, meta in self.protocols if name == protocol)
 
+    # The waiter of the member's parked JoinGroup (SyncGroup) while it is unanswered, else None:
+    # what answering it needs, typed so that no caller has to assume the waiter is set.
+    @property
+    def pending_join(self) -> asyncio.Future[JoinGroupResponse] | None:
+        waiter = self.join_waiter
+        return waiter if waiter is not None and not waiter.done() else None
+
+    @property
+    def pending_sync(self) -> asyncio.Future[SyncGroupResponse] | None:
+        waiter = self.sync_waiter
+        return waiter if waiter is not None and not waiter.done() else None
+
     @property
     def awaiting_join(self) -> bool:
-        return self.join_waiter is not None and not self.join_waiter.done()
+        return self.pending_join is not None
 
     @property
     def awaiting_sync(self) -> bool:
-        return self.sync_waiter is not None and not self.sync_waiter.done()
+        return self.pending_sync is not None
 
     def session_expired(self, now: float) -> bool:
         # A member parked in JoinGroup or SyncGroup cannot heartbeat; the rebalance deadline

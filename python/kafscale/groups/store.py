@@ -15,10 +15,11 @@ gives the group up. Heartbeats are never written.
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import time
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote, unquote
 
 from kafscale.groups.model import CommittedOffset, Group, GroupState, Member
@@ -40,17 +41,23 @@ class StoredEntryLike(Protocol):
 
 
 class GroupStoreLike(Protocol):
-    """The part of ``_core.GroupStore`` used here."""
+    """The part of ``_core.GroupStore`` used here. Awaitables rather than coroutines: the core
+    returns asyncio futures (a test double's ``async def`` fits as well)."""
 
-    async def get(self, key: str) -> StoredEntryLike | None: ...
-    async def list(self, prefix: str) -> list[StoredEntryLike]: ...
-    async def commit(
+    def get(self, key: str) -> Awaitable[StoredEntryLike | None]: ...
+    # Sequence, which is covariant: the core's list of StoredEntry fits, a list would not.
+    def list(self, prefix: str) -> Awaitable[Sequence[StoredEntryLike]]: ...
+    # ``builtins.list``: in this class body, ``list`` is the method above.
+    def commit(
         self,
-        expect: list[tuple[str, int]],
-        put: list[tuple[str, bytes]],
-        delete: list[str],
-        delete_prefixes: list[str],
-    ) -> int | None: ...
+        expect: builtins.list[tuple[str, int]],
+        put: builtins.list[tuple[str, bytes]],
+        delete: builtins.list[str],
+        delete_prefixes: builtins.list[str],
+    ) -> Awaitable[int | None]: ...
+
+
+_T = TypeVar("_T")
 
 
 class Fenced(Exception):
@@ -203,7 +210,7 @@ class GroupStorage:
         self._broker_id = broker_id
         self._store_error = store_error
 
-    async def _call(self, operation: Any) -> Any:
+    async def _call(self, operation: Awaitable[_T]) -> _T:
         try:
             return await operation
         except self._store_error as exc:

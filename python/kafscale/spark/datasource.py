@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -44,7 +45,7 @@ def _asked_by_filter_pushdown() -> bool:
     defines pushFilters while spark.sql.python.filterPushdown.enabled is off (the default), and
     only that planner ever calls pushFilters; choosing the reader by its caller keeps the source
     working with the default configuration and pruning when pushdown is on."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == _PUSHDOWN_WORKER:
             return True

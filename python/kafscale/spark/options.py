@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeGuard
 
 if TYPE_CHECKING:
     from kafscale.segment import SegmentSource
@@ -24,8 +24,24 @@ OffsetsJson = dict[str, dict[str, int]]  # {"topic": {"0": 12}}: the Kafka sourc
 _OFFSETS_EXAMPLE = '{"orders": {"0": 12, "1": -2}} (-2 = earliest, -1 = latest)'
 _ASSIGN_EXAMPLE = '{"orders": [0, 1]}'
 _SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
+
+
+class StorageOptions(TypedDict, total=False):
+    """The storage keywords of ``SegmentSource.open`` that options gave (the others come from
+    the AWS environment variables)."""
+
+    endpoint: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+
+
+_StorageKeyword = Literal[
+    "endpoint", "region", "access_key_id", "secret_access_key", "session_token"
+]
 # Spark option → keyword of SegmentSource.open
-_STORAGE_OPTIONS = {
+_STORAGE_OPTIONS: dict[str, _StorageKeyword] = {
     "endpoint": "endpoint",
     "region": "region",
     "accessKeyId": "access_key_id",
@@ -167,7 +183,7 @@ def _json_option(name: str, text: str, example: str) -> Any:
         ) from None
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -252,7 +268,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     # None: SegmentSource's default bound on what one compressed batch may expand to
     max_uncompressed_batch_bytes: int | None = None
-    storage: Mapping[str, str] = field(default_factory=dict)
+    storage: StorageOptions = field(default_factory=StorageOptions)
     etcd_endpoints: str | None = None
     namespace: str = ""
 
@@ -286,10 +302,19 @@ class ReadOptions:
             min_partitions=opts.positive_int("minPartitions"),
             max_offsets_per_trigger=opts.positive_int("maxOffsetsPerTrigger"),
             max_uncompressed_batch_bytes=opts.positive_int("maxUncompressedBatchBytes"),
-            storage={kw: opts.get(name) for name, kw in _STORAGE_OPTIONS.items() if opts.get(name)},
+            storage=_storage_options(opts),
             etcd_endpoints=etcd_endpoints,
             namespace=namespace,
         )
+
+
+def _storage_options(opts: _Options) -> StorageOptions:
+    storage: StorageOptions = {}
+    for name, keyword in _STORAGE_OPTIONS.items():
+        value = opts.get(name)
+        if value:
+            storage[keyword] = value
+    return storage
 
 
 def _parse_location(opts: _Options) -> str:

@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The filters this module reads: each compares one column with a value. The rest (IsNull,
+# StringStartsWith, ...) say nothing about where matching rows are, and Not has no column at all.
+_COLUMN_FILTERS = (
+    EqualTo,
+    EqualNullSafe,
+    GreaterThan,
+    GreaterThanOrEqual,
+    LessThan,
+    LessThanOrEqual,
+    In,
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,7 @@ class Pruning:
         return pruning
 
     def _narrowed_by(self, f: Filter) -> Pruning:
-        if len(f.attribute) != 1:
+        if not isinstance(f, _COLUMN_FILTERS) or len(f.attribute) != 1:
             return self
         column = f.attribute[0]
         if column == "topic":
@@ -160,7 +171,8 @@ def _int_range(f: Filter) -> IntRange | None:
 def _timestamp_lower_bound_ms(f: Filter) -> int | None:
     if isinstance(f, In):
         moments = [_epoch_ms(v) for v in f.value]
-        return None if not moments or None in moments else min(moments)
+        known = [m for m in moments if m is not None]
+        return None if not moments or len(known) < len(moments) else min(known)
     if isinstance(f, EqualTo | EqualNullSafe | GreaterThan | GreaterThanOrEqual):
         return _epoch_ms(f.value)
     return None

@@ -58,7 +58,9 @@ class KafScaleBatchReader(DataSourceReader):
         segments = {tp: log.segments for tp, log in logs.items()}
         return split_at_segments(ranges, segments, self.options.min_partitions)
 
-    def read(self, partition: SegmentRange | None) -> Iterator[pa.RecordBatch]:
+    # Spark hands read() only what partitions() returned (or None, see read_range);
+    # pyspark's reader classes are not generic in their partition type, so it cannot say so.
+    def read(self, partition: SegmentRange | None) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(self.options, partition)
 
 
@@ -122,5 +124,6 @@ class KafScaleStreamReader(DataSourceStreamReader):
         segments = {(r.topic, r.partition): source.segments(r.topic, r.partition) for r in ranges}
         return split_at_segments(ranges, segments, self.options.min_partitions)
 
-    def read(self, partition: SegmentRange) -> Iterator[pa.RecordBatch]:
+    # As in KafScaleBatchReader.read: Spark passes back the partitions planned above.
+    def read(self, partition: SegmentRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(self.options, partition)

@@ -9,8 +9,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use super::LabelText;
-use crate::broker::Broker;
+use super::Broker;
+use crate::metrics::LabelText;
 
 pub struct BrokerGauges {
     broker: Arc<Broker>,

@@ -3,11 +3,14 @@
 //! down together. Ownership changes are made by `crate::cluster::ownership`.
 
 pub mod control;
+pub(crate) mod gauges;
 pub mod health;
-pub mod slots;
+pub mod running;
+pub mod served_topic;
 #[cfg(test)]
 pub mod tests;
-pub mod topics;
+pub mod topic_rules;
+pub(crate) mod traffic;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +38,7 @@ use crate::meta::mirror::Mirror;
 use crate::metrics::Metrics;
 use crate::store::SegmentStore;
 use control::ControlBridge;
-pub use slots::{Slot, Topic};
+pub use served_topic::{Slot, Topic};
 
 pub struct Broker {
     pub config: BrokerConfig,
@@ -289,8 +292,8 @@ impl Broker {
         partitions: i32,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>, ApiError> {
-        topics::validate_topic_name(name)?;
-        topics::validate_partition_count(partitions)?;
+        topic_rules::validate_topic_name(name)?;
+        topic_rules::validate_partition_count(partitions)?;
         let deadline = tokio::time::Instant::now() + RECREATE_WAIT;
         loop {
             let deletion_finished = self.deletions_done.notified();
@@ -347,7 +350,7 @@ impl Broker {
         let (record, revision) = self
             .log
             .catalog
-            .add_partitions(name, count, topics::MAX_PARTITIONS)
+            .add_partitions(name, count, topic_rules::MAX_PARTITIONS)
             .await
             .map_err(catalog_error)?;
         self.catch_up(revision).await;

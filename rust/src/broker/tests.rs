@@ -8,7 +8,7 @@ use std::time::Duration;
 use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 
-use super::topics::MAX_PARTITIONS;
+use super::topic_rules::MAX_PARTITIONS;
 use super::Broker;
 use crate::config::BrokerConfig;
 use crate::log::batch::tests::encoded_batch;

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use pyo3::prelude::*;
 
-use crate::python::text::{read, read_opt, wire, wire_opt};
+use crate::control::text::{read, read_opt, wire, wire_opt};
 
 /// DescribeConfigs `config_source` of a value nobody set (v0 calls it `is_default`).
 const DEFAULT_CONFIG: i8 = 5;
@@ -270,7 +270,7 @@ mod tests {
 
     use super::*;
     use crate::broker::control::ControlBody;
-    use crate::python::testing::{advertised, decoded, on_the_wire};
+    use crate::control::testing::{advertised, decoded, on_the_wire};
 
     const TOPIC: i8 = 2;
 

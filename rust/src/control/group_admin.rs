@@ -10,7 +10,7 @@ use kafka_protocol::messages::list_groups_response::ListedGroup as WireListed;
 use kafka_protocol::messages::{self as wire, GroupId};
 use pyo3::prelude::*;
 
-use crate::python::text::{read, wire, wire_opt};
+use crate::control::text::{read, wire, wire_opt};
 
 /// Kafka's "authorized operations not computed" (DescribeGroups v3+; there are no ACLs).
 const OPERATIONS_OMITTED: i32 = i32::MIN;
@@ -201,7 +201,7 @@ mod tests {
 
     use super::*;
     use crate::broker::control::ControlBody;
-    use crate::python::testing::{advertised, decoded, on_the_wire};
+    use crate::control::testing::{advertised, decoded, on_the_wire};
 
     fn s(text: &'static str) -> StrBytes {
         StrBytes::from_static_str(text)

@@ -5,7 +5,7 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{self as wire};
 use pyo3::prelude::*;
 
-use crate::python::text::{read, wire_opt};
+use crate::control::text::{read, wire_opt};
 use crate::server::handlers::topic_name;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
@@ -80,7 +80,7 @@ mod tests {
 
     use super::*;
     use crate::broker::control::ControlBody;
-    use crate::python::testing::{advertised, decoded, on_the_wire};
+    use crate::control::testing::{advertised, decoded, on_the_wire};
 
     #[test]
     fn create_partitions_request_at_every_version() {

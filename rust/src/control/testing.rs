@@ -10,7 +10,6 @@ use crate::broker::control::ControlBody;
 use crate::protocol::header::encode_response;
 use crate::protocol::header::testing::{read_response, request};
 use crate::protocol::versions::supported;
-use crate::server::handlers::control::decode;
 
 /// The versions this broker advertises for `key`.
 pub fn advertised(key: ApiKey) -> RangeInclusive<i16> {
@@ -20,7 +19,7 @@ pub fn advertised(key: ApiKey) -> RangeInclusive<i16> {
 
 /// The body as the control handler decodes it from a request a client sent at `version`.
 pub fn decoded(key: ApiKey, version: i16, body: &impl Encodable) -> ControlBody {
-    decode(&request(key, version, body)).unwrap()
+    ControlBody::decode(&request(key, version, body)).unwrap()
 }
 
 /// What a client reads after the response is encoded at `version`.

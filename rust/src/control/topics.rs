@@ -81,44 +81,18 @@ impl From<&WireDeleteRequest> for DeleteTopicsRequest {
     }
 }
 
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
+/// Python's answers (dataclasses of `kafscale.admin.protocol`), read by attribute.
+#[derive(Debug, Clone, FromPyObject)]
 pub struct CreatableTopicResult {
     name: String,
     error_code: i16,
     error_message: Option<String>,
 }
 
-#[pymethods]
-impl CreatableTopicResult {
-    #[new]
-    #[pyo3(signature = (name, error_code=0, error_message=None))]
-    fn new(name: String, error_code: i16, error_message: Option<String>) -> Self {
-        CreatableTopicResult {
-            name,
-            error_code,
-            error_message,
-        }
-    }
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
+#[derive(Debug, Clone, FromPyObject)]
 pub struct CreateTopicsResponse {
     topics: Vec<CreatableTopicResult>,
     throttle_time_ms: i32,
-}
-
-#[pymethods]
-impl CreateTopicsResponse {
-    #[new]
-    #[pyo3(signature = (topics, throttle_time_ms=0))]
-    fn new(topics: Vec<CreatableTopicResult>, throttle_time_ms: i32) -> Self {
-        CreateTopicsResponse {
-            topics,
-            throttle_time_ms,
-        }
-    }
 }
 
 impl From<CreateTopicsResponse> for WireCreate {
@@ -139,39 +113,16 @@ impl From<CreateTopicsResponse> for WireCreate {
     }
 }
 
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
+#[derive(Debug, Clone, FromPyObject)]
 pub struct DeletableTopicResult {
     name: String,
     error_code: i16,
 }
 
-#[pymethods]
-impl DeletableTopicResult {
-    #[new]
-    #[pyo3(signature = (name, error_code=0))]
-    fn new(name: String, error_code: i16) -> Self {
-        DeletableTopicResult { name, error_code }
-    }
-}
-
-#[pyclass(frozen, get_all, module = "kafscale._core")]
-#[derive(Clone)]
+#[derive(Debug, Clone, FromPyObject)]
 pub struct DeleteTopicsResponse {
     responses: Vec<DeletableTopicResult>,
     throttle_time_ms: i32,
-}
-
-#[pymethods]
-impl DeleteTopicsResponse {
-    #[new]
-    #[pyo3(signature = (responses, throttle_time_ms=0))]
-    fn new(responses: Vec<DeletableTopicResult>, throttle_time_ms: i32) -> Self {
-        DeleteTopicsResponse {
-            responses,
-            throttle_time_ms,
-        }
-    }
 }
 
 impl From<DeleteTopicsResponse> for WireDelete {

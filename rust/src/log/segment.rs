@@ -205,6 +205,15 @@ impl Iterator for BatchWalker<'_> {
     }
 }
 
+/// Records in a run of v2 record batches (each batch header carries its count), for fetch
+/// accounting without decoding records. A truncated tail batch (Fetch may cut one) is skipped.
+pub fn count_records(batches: &[u8]) -> u64 {
+    BatchWalker::new(batches)
+        .map_while(Result::ok)
+        .map(|(_, header)| header.record_count.max(0) as u64)
+        .sum()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -282,5 +291,24 @@ pub(crate) mod tests {
                 prop_assert_eq!(hit.unwrap().1.base_offset, entry.offset);
             }
         }
+    }
+
+    fn batch(records: i32, payload: usize) -> Vec<u8> {
+        let mut b = vec![0u8; 61 + payload];
+        let length = (b.len() - 12) as i32;
+        b[8..12].copy_from_slice(&length.to_be_bytes());
+        b[57..61].copy_from_slice(&records.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn counts_records_across_batches_and_ignores_a_cut_tail() {
+        let mut bytes = batch(3, 10);
+        bytes.extend(batch(5, 0));
+        assert_eq!(count_records(&bytes), 8);
+        let whole = bytes.len();
+        bytes.extend(&batch(7, 40)[..30]);
+        assert_eq!(count_records(&bytes[..whole + 30]), 8);
+        assert_eq!(count_records(&[]), 0);
     }
 }

@@ -1,10 +1,9 @@
 //! The broker's Prometheus metrics. Counters and histograms are updated where the work happens
 //! (cheap atomics, no allocation beyond a label lookup); gauges that describe state (owned
-//! partitions, cache size, groups, lag) are computed at scrape time by `gauges`, so they can
-//! never drift from what the broker really holds. `http` serves them with the health checks.
+//! partitions, cache size, groups, lag) are computed at scrape time by `broker::gauges`, so they
+//! can never drift from what the broker really holds; `server::ops_endpoint` serves them with the
+//! health checks. This module is a leaf: it knows nothing of the broker.
 
-pub mod gauges;
-pub mod http;
 pub mod traffic;
 
 use std::fmt::Write;
@@ -19,7 +18,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use self::traffic::TopicTraffic;
-use crate::log::segment::BatchWalker;
 
 /// A label value from outside (a topic or group name), escaped as the Prometheus and OpenMetrics
 /// text formats require. prometheus-client writes label values verbatim and leaves escaping to
@@ -259,39 +257,11 @@ impl Metrics {
     }
 }
 
-/// Records in a run of v2 record batches (each batch header carries its count), for fetch
-/// accounting without decoding records. A truncated tail batch (Fetch may cut one) is skipped.
-pub fn count_records(batches: &[u8]) -> u64 {
-    BatchWalker::new(batches)
-        .map_while(Result::ok)
-        .map(|(_, header)| header.record_count.max(0) as u64)
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use prometheus_client::encoding::text::encode;
 
     use super::*;
-
-    fn batch(records: i32, payload: usize) -> Vec<u8> {
-        let mut b = vec![0u8; 61 + payload];
-        let length = (b.len() - 12) as i32;
-        b[8..12].copy_from_slice(&length.to_be_bytes());
-        b[57..61].copy_from_slice(&records.to_be_bytes());
-        b
-    }
-
-    #[test]
-    fn counts_records_across_batches_and_ignores_a_cut_tail() {
-        let mut bytes = batch(3, 10);
-        bytes.extend(batch(5, 0));
-        assert_eq!(count_records(&bytes), 8);
-        let whole = bytes.len();
-        bytes.extend(&batch(7, 40)[..30]);
-        assert_eq!(count_records(&bytes[..whole + 30]), 8);
-        assert_eq!(count_records(&[]), 0);
-    }
 
     #[test]
     fn exposition_names_carry_units_and_totals() {

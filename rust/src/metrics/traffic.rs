@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
-use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::MetricType;
@@ -15,7 +14,6 @@ use prometheus_client::registry::Unit;
 use uuid::Uuid;
 
 use super::LabelText;
-use crate::broker::Broker;
 
 /// One topic's counters.
 #[derive(Debug, Default)]
@@ -94,14 +92,14 @@ impl TopicTraffic {
         }
     }
 
-    fn count_produce(&self, name: &str, id: Uuid, records: u64, bytes: u64) {
+    pub(crate) fn count_produce(&self, name: &str, id: Uuid, records: u64, bytes: u64) {
         let counters = self.counters(name, id);
         counters.produce_requests.inc();
         counters.produce_records.inc_by(records);
         counters.produce_bytes.inc_by(bytes);
     }
 
-    fn count_fetch(&self, name: &str, id: Uuid, records: u64, bytes: u64) {
+    pub(crate) fn count_fetch(&self, name: &str, id: Uuid, records: u64, bytes: u64) {
         let counters = self.counters(name, id);
         counters.fetch_requests.inc();
         counters.fetch_records.inc_by(records);
@@ -129,7 +127,7 @@ impl TopicTraffic {
         all
     }
 
-    fn encode(
+    pub(crate) fn encode(
         &self,
         encoder: &mut DescriptorEncoder,
         served: impl Fn(&str, Uuid) -> bool,
@@ -146,6 +144,12 @@ impl TopicTraffic {
         Ok(())
     }
 
+    /// The topics that have series now.
+    #[cfg(test)]
+    pub(crate) fn topic_names(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, (Uuid, Arc<TopicCounters>)>> {
         self.topics.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -155,58 +159,9 @@ impl TopicTraffic {
     }
 }
 
-impl Broker {
-    /// One Produce request's appends to `topic`, if this broker serves a topic of that name.
-    pub(crate) fn count_produce(&self, topic: &str, records: u64, bytes: u64) {
-        if let Some(served) = self.topic(topic) {
-            let traffic = &self.metrics.topic_traffic;
-            traffic.count_produce(topic, served.record.id, records, bytes);
-        }
-    }
-
-    /// One Fetch request's yield for one topic it named (zeros when nothing was returned), if
-    /// this broker serves a topic of that name.
-    pub(crate) fn count_fetch(&self, topic: &str, records: u64, bytes: u64) {
-        if let Some(served) = self.topic(topic) {
-            let traffic = &self.metrics.topic_traffic;
-            traffic.count_fetch(topic, served.record.id, records, bytes);
-        }
-    }
-}
-
-/// Encodes the per-topic families at scrape time, for the topics the broker still serves.
-pub(crate) struct TopicTrafficCollector {
-    broker: Arc<Broker>,
-}
-
-impl TopicTrafficCollector {
-    pub fn new(broker: Arc<Broker>) -> Self {
-        TopicTrafficCollector { broker }
-    }
-}
-
-impl std::fmt::Debug for TopicTrafficCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TopicTrafficCollector")
-    }
-}
-
-impl Collector for TopicTrafficCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let served = |name: &str, id: Uuid| {
-            self.broker
-                .topic(name)
-                .is_some_and(|topic| topic.record.id == id)
-        };
-        self.broker
-            .metrics
-            .topic_traffic
-            .encode(&mut encoder, served)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use prometheus_client::collector::Collector;
     use prometheus_client::encoding::text::encode;
     use prometheus_client::registry::Registry;
 
@@ -273,24 +228,5 @@ mod tests {
         traffic.count_produce("t", Uuid::from_u128(2), 1, 1);
         let counters = traffic.counters("t", Uuid::from_u128(2));
         assert_eq!(counters.produce_records.get(), 1);
-    }
-
-    #[tokio::test]
-    async fn only_topics_the_broker_serves_are_counted() {
-        let t = crate::broker::tests::broker(1 << 20).await;
-        let b = &t.broker;
-        b.create_topic("served", 1, Default::default())
-            .await
-            .unwrap();
-        b.count_produce("served", 3, 30);
-        b.count_fetch("served", 2, 20);
-        for _ in 0..20 {
-            b.count_produce(&"x".repeat(10_000), 1, 1);
-            b.count_fetch("missing\n", 1, 1);
-        }
-        let names: Vec<String> = b.metrics.topic_traffic.read().keys().cloned().collect();
-        assert_eq!(names, ["served"]);
-        b.delete_topic("served").await.unwrap();
-        assert!(b.metrics.topic_traffic.read().is_empty());
     }
 }

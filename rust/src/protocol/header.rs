@@ -40,16 +40,36 @@ impl Request {
     }
 
     /// Decodes the body as `T` at the request's version; failures close the connection.
-    pub fn body<T: Decodable + Message>(&self) -> Result<T, String> {
+    pub fn body<T: Decodable + Message>(&self) -> Result<T, WireError> {
+        let undecodable = |reason: String| WireError::Undecodable {
+            api: self.api_key,
+            version: self.api_version,
+            reason,
+        };
         if self.api_version < T::VERSIONS.min || self.api_version > T::VERSIONS.max {
-            return Err(format!(
-                "{:?} v{} is outside the codec's range",
-                self.api_key, self.api_version
-            ));
+            return Err(undecodable("outside the codec's version range".into()));
         }
         let mut body = self.body.clone();
-        T::decode(&mut body, self.api_version).map_err(|e| e.to_string())
+        T::decode(&mut body, self.api_version).map_err(|e| undecodable(e.to_string()))
     }
+}
+
+/// Why a request gets no response at all: its connection is closed, with this as the reason
+/// in the log (the Kafka protocol has no way to answer a request it cannot read).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("{api:?} v{version} request cannot be decoded: {reason}")]
+    Undecodable {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
+    #[error("{api:?} v{version} is not served and has no error response to give")]
+    Unsupported { api: ApiKey, version: i16 },
+    #[error("the response cannot be encoded: {0}")]
+    Unencodable(String),
+    #[error("the control plane did not answer")]
+    NoControlAnswer,
 }
 
 /// Encodes a response frame: size, response header (at the version the API uses), body.
@@ -57,19 +77,19 @@ pub fn encode_response<T: Encodable + HeaderVersion>(
     correlation_id: i32,
     version: i16,
     body: &T,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, WireError> {
     let header_version = T::header_version(version);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let size = header
         .compute_size(header_version)
         .and_then(|h| body.compute_size(version).map(|b| h + b))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| WireError::Unencodable(e.to_string()))?;
     let mut out = BytesMut::with_capacity(4 + size);
     out.put_i32(size as i32);
     header
         .encode(&mut out, header_version)
         .and_then(|_| body.encode(&mut out, version))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| WireError::Unencodable(e.to_string()))?;
     Ok(out.freeze())
 }
 

@@ -13,7 +13,8 @@ const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
     SupportedApi { key, min, max }
 }
 
-pub const SUPPORTED: &[SupportedApi] = &[
+/// The data-plane APIs, answered in Rust; the control-plane ones are `control_apis::SERVED`.
+pub const DATA_PLANE: &[SupportedApi] = &[
     // From v0 as Kafka does: librdkafka enables gzip, snappy and lz4 only when the broker
     // lists Produce v0. Clients send v3+ (RecordBatch) when offered; a v0–2 request (legacy
     // message sets) is answered with UNSUPPORTED_FOR_MESSAGE_FORMAT per partition.
@@ -21,25 +22,9 @@ pub const SUPPORTED: &[SupportedApi] = &[
     api(ApiKey::Fetch, 4, 13),
     api(ApiKey::ListOffsets, 0, 4),
     api(ApiKey::Metadata, 0, 12),
-    api(ApiKey::OffsetCommit, 0, 8),
-    // v8+ batches several groups in one request; clients fall back to one group per request.
-    api(ApiKey::OffsetFetch, 0, 7),
     api(ApiKey::FindCoordinator, 0, 4),
-    api(ApiKey::JoinGroup, 0, 9),
-    api(ApiKey::Heartbeat, 0, 4),
-    api(ApiKey::LeaveGroup, 0, 5),
-    api(ApiKey::SyncGroup, 0, 5),
-    api(ApiKey::DescribeGroups, 0, 5),
-    api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::ApiVersions, 0, 3),
-    api(ApiKey::CreateTopics, 0, 2),
-    api(ApiKey::DeleteTopics, 0, 2),
     api(ApiKey::OffsetForLeaderEpoch, 0, 4),
-    api(ApiKey::DescribeConfigs, 0, 4),
-    api(ApiKey::AlterConfigs, 0, 2),
-    api(ApiKey::CreatePartitions, 0, 3),
-    api(ApiKey::DeleteGroups, 0, 2),
-    api(ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 /// APIs this broker will not serve (replication and controller internals, transactions,
@@ -73,9 +58,14 @@ pub const REFUSED: &[ApiKey] = &[
     ApiKey::AllocateProducerIds,
 ];
 
+/// Every API served, data plane first.
+pub fn served() -> impl Iterator<Item = &'static SupportedApi> {
+    DATA_PLANE.iter().chain(crate::control::SERVED)
+}
+
 /// The supported range of `key`, if this broker serves it at all.
 pub fn supported(key: ApiKey) -> Option<&'static SupportedApi> {
-    SUPPORTED.iter().find(|s| s.key == key)
+    served().find(|s| s.key == key)
 }
 
 pub fn is_supported(key: ApiKey, version: i16) -> bool {
@@ -97,7 +87,7 @@ mod tests {
                 assert!(!is_supported(key, version));
             }
         }
-        let mut keys: Vec<i16> = SUPPORTED.iter().map(|api| api.key as i16).collect();
+        let mut keys: Vec<i16> = served().map(|api| api.key as i16).collect();
         keys.extend(REFUSED.iter().map(|&key| key as i16));
         let count = keys.len();
         keys.sort_unstable();

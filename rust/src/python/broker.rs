@@ -1,25 +1,22 @@
-//! The `Broker` handle Python holds: start, serve, answer control requests, shut down.
+//! The `Broker` handle Python holds: start and stop a `broker::running::Running`, hand control
+//! requests to Python, and the topic calls the admin handlers make.
 //! Blocking work runs with the GIL released; async methods return Python awaitables whose work
 //! runs on the broker's own runtime.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::control::ControlRequest;
+use super::errors::{api_error, start_error};
+use super::group_store::GroupStore;
 use super::runtime::on_runtime;
-use super::store::GroupStore;
-use super::KafkaApiError;
-use crate::broker::{Broker as Core, Topic};
+use crate::broker::running::Running;
+use crate::broker::Topic;
 use crate::config::BrokerConfig;
-use crate::error::ApiError;
 use crate::metrics::{GroupSnapshot, GroupState};
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
@@ -41,14 +38,6 @@ impl From<&Topic> for TopicInfo {
     }
 }
 
-struct Running {
-    core: Arc<Core>,
-    listen_addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    /// The accept loop; after the stop it ends once every connection sent what it owes.
-    server: Mutex<Option<JoinHandle<()>>>,
-}
-
 /// `(group_id, state, member count, [(topic, partition, committed offset)])`
 type ReportedGroup = (String, String, i64, Vec<(String, i32, i64)>);
 
@@ -57,10 +46,6 @@ pub struct Broker {
     config: BrokerConfig,
     runtime: Arc<Runtime>,
     running: Mutex<Option<Arc<Running>>>,
-}
-
-fn api_error(e: ApiError) -> PyErr {
-    KafkaApiError::new_err((e.code.code(), e.message))
 }
 
 impl Broker {
@@ -94,41 +79,11 @@ impl Broker {
     }
 
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let mut config = self.config.clone();
+        let config = self.config.clone();
         let runtime = self.runtime.clone();
-        let running = py.detach(move || {
-            runtime.block_on(async move {
-                let listener = TcpListener::bind(&config.broker_addr).await.map_err(|e| {
-                    format!(
-                        "KAFSCALE_BROKER_ADDR {}: cannot listen: {e}",
-                        config.broker_addr
-                    )
-                })?;
-                let listen_addr = listener.local_addr().map_err(|e| e.to_string())?;
-                if config.broker_port == 0 {
-                    config.broker_port = i32::from(listen_addr.port());
-                }
-                let metrics_listener = match &config.metrics_addr {
-                    Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
-                        format!("KAFSCALE_METRICS_ADDR {addr}: cannot listen: {e}")
-                    })?),
-                    None => None,
-                };
-                let core = Core::open(config).await?;
-                let (stop, stopped) = watch::channel(false);
-                let server = tokio::spawn(crate::server::serve(core.clone(), listener, stopped));
-                if let Some(metrics_listener) = metrics_listener {
-                    tokio::spawn(crate::metrics::http::serve(metrics_listener, core.clone()));
-                }
-                Ok::<_, String>(Running {
-                    core,
-                    listen_addr,
-                    stop,
-                    server: Mutex::new(Some(server)),
-                })
-            })
-        });
-        let running = running.map_err(PyRuntimeError::new_err)?;
+        let running = py
+            .detach(move || runtime.block_on(Running::start(config)))
+            .map_err(start_error)?;
         *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(running));
         Ok(())
     }
@@ -276,21 +231,7 @@ impl Broker {
             return Ok(());
         };
         let runtime = self.runtime.clone();
-        py.detach(move || {
-            runtime.block_on(async move {
-                let _ = running.stop.send(true);
-                running.core.shutdown().await;
-                let server = running
-                    .server
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take();
-                if let Some(server) = server {
-                    let _ = server.await;
-                }
-                running.core.leave().await;
-            })
-        });
+        py.detach(move || runtime.block_on(running.stop()));
         Ok(())
     }
 }

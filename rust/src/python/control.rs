@@ -4,19 +4,14 @@
 
 use std::sync::Mutex;
 
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsResponse as WireCreateTopics, DeleteTopicsResponse as WireDeleteTopics,
-};
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::PyClass;
 use tokio::sync::oneshot;
 
-use super::groups::{answers, requests};
-use super::ops::{configs, groups, partitions};
-use super::topics;
 use crate::broker::control::{ControlBody, ControlCall, ControlReply};
+use crate::control::control_apis;
 use crate::protocol::header::encode_response;
 
 #[pyclass(frozen, module = "kafscale._core")]
@@ -49,13 +44,6 @@ impl From<ControlCall> for ControlRequest {
     }
 }
 
-fn object<T: PyClass + Into<PyClassInitializer<T>>>(
-    py: Python<'_>,
-    value: T,
-) -> PyResult<Py<PyAny>> {
-    Ok(Py::new(py, value)?.into_any())
-}
-
 /// Python's answer as `T`, or a TypeError that says which attribute is missing or mistyped
 /// (pyo3 reports the path one level per exception cause; this puts it in one message).
 fn answer<'a, 'py, T: FromPyObject<'a, 'py>>(
@@ -75,82 +63,68 @@ fn answer<'a, 'py, T: FromPyObject<'a, 'py>>(
     })
 }
 
-impl ControlRequest {
-    /// The response frame for Python's answer: Err(TypeError) if the answer does not fit the
-    /// request, Ok(Err) if it fits but cannot be encoded (the connection is then closed).
-    fn encode(&self, response: &Bound<'_, PyAny>) -> PyResult<ControlReply> {
-        let v = self.api_version;
-        Ok(match &self.body {
-            ControlBody::CreateTopics(_) => {
-                let r: topics::CreateTopicsResponse = answer(response, "CreateTopicsResponse")?;
-                self.frame(&WireCreateTopics::from(r))
-            }
-            ControlBody::DeleteTopics(_) => {
-                let r: topics::DeleteTopicsResponse = answer(response, "DeleteTopicsResponse")?;
-                self.frame(&WireDeleteTopics::from(r))
-            }
-            ControlBody::JoinGroup(_) => self.frame(&answers::join_group(
-                answer(response, "JoinGroupResponse")?,
-                v,
-            )),
-            ControlBody::SyncGroup(_) => {
-                self.frame(&answers::sync_group(answer(response, "SyncGroupResponse")?))
-            }
-            ControlBody::Heartbeat(_) => {
-                self.frame(&answers::heartbeat(answer(response, "HeartbeatResponse")?))
-            }
-            ControlBody::LeaveGroup(_) => self.frame(&answers::leave_group(
-                answer(response, "LeaveGroupResponse")?,
-                v,
-            )),
-            ControlBody::OffsetCommit(_) => self.frame(&answers::offset_commit(answer(
-                response,
-                "OffsetCommitResponse",
-            )?)),
-            ControlBody::OffsetFetch(request) => {
-                let a = answer(response, "OffsetFetchResponse")?;
-                self.frame(&answers::offset_fetch(a, request, v))
-            }
-            ControlBody::DescribeGroups(_) => self.frame(&groups::describe_groups(
-                answer(response, "DescribeGroupsResponse")?,
-                v,
-            )),
-            ControlBody::ListGroups(_) => self.frame(&groups::list_groups(
-                answer(response, "ListGroupsResponse")?,
-                v,
-            )),
-            ControlBody::DeleteGroups(_) => self.frame(&groups::delete_groups(answer(
-                response,
-                "DeleteGroupsResponse",
-            )?)),
-            ControlBody::DescribeConfigs(_) => self.frame(&configs::describe_configs(
-                answer(response, "DescribeConfigsResponse")?,
-                v,
-            )),
-            ControlBody::AlterConfigs(_) => self.frame(&configs::alter_configs(answer(
-                response,
-                "AlterConfigsResponse",
-            )?)),
-            // IncrementalAlterConfigs is answered with the same answer type as AlterConfigs.
-            ControlBody::IncrementalAlterConfigs(_) => self.frame(
-                &configs::incremental_alter_configs(answer(response, "AlterConfigsResponse")?),
-            ),
-            ControlBody::CreatePartitions(_) => self.frame(&partitions::create_partitions(answer(
-                response,
-                "CreatePartitionsResponse",
-            )?)),
-        })
-    }
+/// The bridge's per-API code, from the rows of `control_apis!`: the object Python receives for
+/// each request, the answer it must give and how that is encoded, and the classes to register.
+macro_rules! bridge {
+    ($($key:ident {
+        versions: $min:literal..=$max:literal,
+        request: $request:ident,
+        python: |$wire:pat_param, $version:pat_param| $python:expr,
+        answer: |$answer:ident: $answer_type:ty, $answer_wire:pat_param, $answer_version:pat_param| $encode:expr,
+        classes: [$($class:ty),* $(,)?] $(,)?
+    })*) => {
+        /// Registers the request classes of every control API, and `CONTROL_API_KEYS`: the
+        /// keys Python must answer (its router checks that it covers them all at start-up).
+        pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            $($(m.add_class::<$class>()?;)*)*
+            m.add(
+                "CONTROL_API_KEYS",
+                vec![$(kafka_protocol::messages::ApiKey::$key as i16),*],
+            )?;
+            Ok(())
+        }
 
+        impl ControlRequest {
+            fn python_body(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+                match &self.body {
+                    $(ControlBody::$key(wire) => {
+                        let $wire = wire;
+                        let $version = self.api_version;
+                        Ok(Py::new(py, $python)?.into_any())
+                    })*
+                }
+            }
+
+            /// The response frame for Python's answer: Err(TypeError) if the answer does not
+            /// fit the request, Ok(Err) if it fits but cannot be encoded (the connection is
+            /// then closed).
+            fn encode(&self, response: &Bound<'_, PyAny>) -> PyResult<ControlReply> {
+                Ok(match &self.body {
+                    $(ControlBody::$key(wire) => {
+                        let $answer: $answer_type = answer(response, type_name(stringify!($answer_type)))?;
+                        let $answer_wire = wire;
+                        let $answer_version = self.api_version;
+                        self.frame(&$encode)
+                    })*
+                })
+            }
+        }
+    };
+}
+
+control_apis!(bridge);
+
+/// The last segment of a type path as `stringify!` spells it (`a :: b :: Name` is `Name`).
+fn type_name(path: &'static str) -> &'static str {
+    path.rsplit("::").next().unwrap_or(path).trim()
+}
+
+impl ControlRequest {
     fn frame<T: Encodable + HeaderVersion>(&self, response: &T) -> ControlReply {
-        encode_response(self.correlation_id, self.api_version, response).map_err(|e| {
+        encode_response(self.correlation_id, self.api_version, response).inspect_err(|e| {
             let api = ApiKey::try_from(self.api_key).map_err(|()| self.api_key);
-            let reason = format!(
-                "the {api:?} v{} answer cannot be encoded: {e}",
-                self.api_version
-            );
-            tracing::warn!("{reason}; closing the client's connection");
-            reason
+            let version = self.api_version;
+            tracing::warn!(?api, version, %e, "closing the client's connection");
         })
     }
 }
@@ -159,28 +133,7 @@ impl ControlRequest {
 impl ControlRequest {
     #[getter]
     fn body(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let v = self.api_version;
-        match &self.body {
-            ControlBody::CreateTopics(r) => object(py, topics::CreateTopicsRequest::from(r)),
-            ControlBody::DeleteTopics(r) => object(py, topics::DeleteTopicsRequest::from(r)),
-            ControlBody::JoinGroup(r) => object(py, requests::JoinGroupRequest::new(r, v)),
-            ControlBody::SyncGroup(r) => object(py, requests::SyncGroupRequest::new(r)),
-            ControlBody::Heartbeat(r) => object(py, requests::HeartbeatRequest::new(r)),
-            ControlBody::LeaveGroup(r) => object(py, requests::LeaveGroupRequest::new(r, v)),
-            ControlBody::OffsetCommit(r) => object(py, requests::OffsetCommitRequest::new(r)),
-            ControlBody::OffsetFetch(r) => object(py, requests::OffsetFetchRequest::new(r, v)),
-            ControlBody::DescribeGroups(r) => object(py, groups::DescribeGroupsRequest::new(r)),
-            ControlBody::ListGroups(r) => object(py, groups::ListGroupsRequest::new(r)),
-            ControlBody::DeleteGroups(r) => object(py, groups::DeleteGroupsRequest::new(r)),
-            ControlBody::DescribeConfigs(r) => object(py, configs::DescribeConfigsRequest::new(r)),
-            ControlBody::AlterConfigs(r) => object(py, configs::AlterConfigsRequest::new(r)),
-            ControlBody::IncrementalAlterConfigs(r) => {
-                object(py, configs::AlterConfigsRequest::incremental(r))
-            }
-            ControlBody::CreatePartitions(r) => {
-                object(py, partitions::CreatePartitionsRequest::new(r))
-            }
-        }
+        self.python_body(py)
     }
 
     /// Encodes the answer and sends it; a second call is an error. An answer of the wrong

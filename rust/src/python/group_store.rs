@@ -5,23 +5,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
+use super::errors::store_error;
 use super::runtime::on_runtime;
-use crate::meta::kv::{Compare, KeyValue, KvStore, MetaError, Op};
-
-pyo3::create_exception!(
-    _core,
-    MetadataStoreError,
-    PyException,
-    "The metadata store could not be reached or answered with an error."
-);
-
-fn store_error(e: MetaError) -> PyErr {
-    MetadataStoreError::new_err(e.to_string())
-}
+use crate::meta::kv::{Compare, KeyValue, KvStore, Op};
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 pub struct StoredEntry {

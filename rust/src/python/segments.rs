@@ -7,11 +7,12 @@ use std::sync::{Arc, OnceLock};
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::{Array, RecordBatch, StructArray};
-use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use tokio::runtime::Runtime;
 
+use super::errors::read_error;
 use crate::analytics::bounds::committed_bounds as read_committed_bounds;
 use crate::analytics::columns::kafka_schema;
 use crate::analytics::error::ReadError;
@@ -19,13 +20,6 @@ use crate::analytics::reader::TopicReader;
 use crate::analytics::scan::{BatchLimits, PartitionScan};
 use crate::analytics::verify::verify_segment;
 use crate::store::{S3Credentials, SegmentObject, SegmentStore, StorageLocation};
-
-pyo3::create_exception!(
-    _core,
-    SegmentError,
-    PyException,
-    "A segment object is corrupt or truncated: no row of it is returned."
-);
 
 /// What `SegmentSource.verify` returns (see there).
 type VerifiedSegment = (
@@ -48,13 +42,6 @@ fn runtime() -> &'static Runtime {
             .build()
             .expect("the segment reader runtime starts")
     })
-}
-
-fn read_error(location: &str, e: ReadError) -> PyErr {
-    match e {
-        ReadError::Corrupt { .. } => SegmentError::new_err(format!("{location}: {e}")),
-        ReadError::Storage(_) => PyOSError::new_err(format!("{location}: {e}")),
-    }
 }
 
 /// `s3://bucket/namespace` or a local `<data dir>/<namespace>` (optionally `file://`).

@@ -295,7 +295,7 @@ async fn write_answers(
                 let closing = match reply {
                     Reply::Response(bytes) => write_response(&mut socket, &bytes, idle).await.err(),
                     Reply::None => None,
-                    Reply::Close(reason) => Some(reason),
+                    Reply::Close(reason) => Some(reason.to_string()),
                 };
                 // Written: its bytes leave the budgets, a Fetch passes on its turn.
                 drop((charge, fetch_turn));

@@ -15,8 +15,9 @@ use tokio::task::JoinHandle;
 
 use super::budget::{Budgets, Charge};
 use super::handlers;
+use crate::broker::control::ControlBody;
 use crate::broker::Broker;
-use crate::protocol::header::Request;
+use crate::protocol::header::{Request, WireError};
 use crate::protocol::versions::is_supported;
 
 /// What goes back on the wire for one request.
@@ -25,11 +26,11 @@ pub enum Reply {
     /// acks=0 produce: no response at all.
     None,
     /// Undecodable or unanswerable: close the connection.
-    Close(String),
+    Close(WireError),
 }
 
-impl From<Result<Bytes, String>> for Reply {
-    fn from(result: Result<Bytes, String>) -> Self {
+impl From<Result<Bytes, WireError>> for Reply {
+    fn from(result: Result<Bytes, WireError>) -> Self {
         match result {
             Ok(bytes) => Reply::Response(bytes),
             Err(reason) => Reply::Close(reason),
@@ -126,21 +127,7 @@ fn handler(
             async move { handlers::offset_for_leader_epoch::handle(&broker, &request).into() }
                 .boxed()
         }
-        ApiKey::CreateTopics
-        | ApiKey::DeleteTopics
-        | ApiKey::JoinGroup
-        | ApiKey::SyncGroup
-        | ApiKey::Heartbeat
-        | ApiKey::LeaveGroup
-        | ApiKey::OffsetCommit
-        | ApiKey::OffsetFetch
-        | ApiKey::DescribeGroups
-        | ApiKey::ListGroups
-        | ApiKey::DeleteGroups
-        | ApiKey::DescribeConfigs
-        | ApiKey::AlterConfigs
-        | ApiKey::IncrementalAlterConfigs
-        | ApiKey::CreatePartitions => async move {
+        key if ControlBody::serves(key) => async move {
             handlers::control::handle(&broker, request, peer)
                 .await
                 .into()

@@ -6,6 +6,7 @@ pub mod connection;
 pub mod dispatch;
 mod fd_limit;
 pub mod handlers;
+pub(crate) mod ops_endpoint;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -18,8 +18,8 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use super::gauges::BrokerGauges;
-use super::traffic::TopicTrafficCollector;
+use crate::broker::gauges::BrokerGauges;
+use crate::broker::traffic::TopicTrafficCollector;
 use crate::broker::Broker;
 
 const TEXT: &str = "text/plain; charset=utf-8";

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{self as wire, OffsetFetchRequest as WireFetchRequ
 use kafka_protocol::protocol::StrBytes;
 use pyo3::FromPyObject;
 
-use crate::python::text::{wire as text, wire_opt as optional};
+use crate::control::text::{wire as text, wire_opt as optional};
 use crate::server::handlers::topic_name;
 
 #[derive(Debug, Clone, FromPyObject)]
@@ -251,7 +251,7 @@ mod tests {
     use kafka_protocol::ResponseError;
 
     use super::*;
-    use crate::python::testing::{advertised, on_the_wire};
+    use crate::control::testing::{advertised, on_the_wire};
 
     fn s(text: &str) -> String {
         text.to_string()

@@ -1,5 +1,5 @@
-//! The consumer-group APIs on the Python side of the control bridge: requests as typed objects
-//! for the coordinator, and its answers encoded at the request's version.
+//! The consumer-group protocol's APIs: requests as typed objects for the Python coordinator,
+//! and its answers encoded at the request's version.
 
-pub mod answers;
-pub mod requests;
+pub(crate) mod answers;
+pub(crate) mod requests;

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{
 };
 use pyo3::prelude::*;
 
-use crate::python::text::{read as text, read_opt as optional};
+use crate::control::text::{read as text, read_opt as optional};
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
@@ -271,9 +271,8 @@ mod tests {
 
     use super::*;
     use crate::broker::control::ControlBody;
+    use crate::control::testing::decoded;
     use crate::protocol::header::testing::request;
-    use crate::python::testing::decoded;
-    use crate::server::handlers::control::decode;
     use crate::server::handlers::topic_name;
 
     fn s(text: &'static str) -> StrBytes {
@@ -482,13 +481,19 @@ mod tests {
         for cut in 0..whole.body.len() {
             let mut truncated = whole.clone();
             truncated.body = whole.body.slice(..cut);
-            assert!(decode(&truncated).is_err(), "{cut} bytes decoded");
+            assert!(
+                ControlBody::decode(&truncated).is_err(),
+                "{cut} bytes decoded"
+            );
         }
         let mut garbage = whole.clone();
         garbage.body = bytes::Bytes::from_static(&[0xff; 64]);
-        assert!(decode(&garbage).is_err());
+        assert!(ControlBody::decode(&garbage).is_err());
         let mut other = whole;
         other.api_key = ApiKey::Produce;
-        assert!(decode(&other).is_err(), "not a control-plane API");
+        assert!(
+            ControlBody::decode(&other).is_err(),
+            "not a control-plane API"
+        );
     }
 }

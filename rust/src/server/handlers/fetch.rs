@@ -25,7 +25,7 @@ use super::{check_leader_epoch, topic_name};
 use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::log::reader;
-use crate::protocol::header::{encode_response, Request};
+use crate::protocol::header::{encode_response, Request, WireError};
 use crate::server::budget::Charge;
 
 struct Wanted {
@@ -44,7 +44,7 @@ pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: Request,
     mut room: Charge,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, WireError> {
     let body: FetchRequest = request.body()?;
     let by_id = request.api_version >= 13;
     let wanted = resolve(broker, &body, by_id);
@@ -187,7 +187,7 @@ fn count_fetch(broker: &Broker, responses: &[(String, Uuid, PartitionData)]) {
     let mut per_topic: Vec<(&str, u64, u64)> = Vec::new();
     for (topic, _, data) in responses {
         let (records, bytes) = data.records.as_ref().map_or((0, 0), |r| {
-            (crate::metrics::count_records(r), r.len() as u64)
+            (crate::log::segment::count_records(r), r.len() as u64)
         });
         match per_topic.iter_mut().find(|(t, ..)| t == topic) {
             Some(entry) => {

@@ -15,12 +15,12 @@ use kafka_protocol::ResponseError;
 use crate::broker::Broker;
 use crate::cluster::state::ClusterState;
 use crate::error::ApiError;
-use crate::protocol::header::{encode_response, Request};
+use crate::protocol::header::{encode_response, Request, WireError};
 
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
-pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, String> {
+pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
     let body: FindCoordinatorRequest = request.body()?;
     let response = answer(&broker.cluster(), &body, request.api_version);
     encode_response(request.correlation_id, request.api_version, &response)

@@ -12,12 +12,12 @@ use kafka_protocol::ResponseError;
 use super::{check_leader_epoch, find_partition};
 use crate::broker::Broker;
 use crate::log::reader::offset_for_timestamp;
-use crate::protocol::header::{encode_response, Request};
+use crate::protocol::header::{encode_response, Request, WireError};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, String> {
+pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, WireError> {
     let body: ListOffsetsRequest = request.body()?;
     let v0 = request.api_version == 0;
     let mut topics = Vec::with_capacity(body.topics.len());

@@ -15,12 +15,12 @@ use uuid::Uuid;
 
 use super::{code, topic_name};
 use crate::broker::{Broker, Topic};
-use crate::protocol::header::{encode_response, Request};
+use crate::protocol::header::{encode_response, Request, WireError};
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
 const OPERATIONS_UNKNOWN: i32 = i32::MIN;
 
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, String> {
+pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, WireError> {
     let body: MetadataRequest = request.body()?;
     let version = request.api_version;
     let may_create =
@@ -101,7 +101,7 @@ async fn lookup(
     if let Some(topic) = broker.topic(&name) {
         return describe(&topic, broker);
     }
-    if let Err(e) = crate::broker::topics::validate_topic_name(&name) {
+    if let Err(e) = crate::broker::topic_rules::validate_topic_name(&name) {
         return failed(Some(name), e.code, Uuid::nil());
     }
     if !may_create {

@@ -14,12 +14,12 @@ use kafka_protocol::ResponseError;
 use super::{check_leader_epoch, find_partition};
 use crate::broker::Broker;
 use crate::meta::catalog::PartitionRecord;
-use crate::protocol::header::{encode_response, Request};
+use crate::protocol::header::{encode_response, Request, WireError};
 
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: (i32, i64) = (-1, -1);
 
-pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, String> {
+pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
     let body: OffsetForLeaderEpochRequest = request.body()?;
     let version = request.api_version;
     let topics = body.topics.into_iter().map(|topic| {

@@ -11,7 +11,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
 use kafka_protocol::ResponseError;
 
-use crate::protocol::header::{encode_response, Request};
+use crate::protocol::header::{encode_response, Request, WireError};
 use crate::server::dispatch::Reply;
 
 fn with_error<T>(request: &Request, mut response: T, set: impl FnOnce(&mut T, i16)) -> Reply
@@ -49,10 +49,10 @@ pub fn handle(request: &Request) -> Reply {
             })
         }
         other => per_item(request).unwrap_or_else(|| {
-            Reply::Close(format!(
-                "{other:?} v{} is not supported",
-                request.api_version
-            ))
+            Reply::Close(WireError::Unsupported {
+                api: other,
+                version: request.api_version,
+            })
         }),
     }
 }
