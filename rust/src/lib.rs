@@ -2,20 +2,20 @@
 //! metadata lives in a key-value store (embedded, or etcd), exposed to Python as
 //! `kafscale._core`.
 
-pub mod alloc;
+pub(crate) mod alloc;
 pub mod analytics;
-pub mod broker;
-pub mod cluster;
-pub mod config;
+pub(crate) mod broker;
+pub(crate) mod cluster;
+pub(crate) mod config;
 pub(crate) mod control;
-pub mod error;
+pub(crate) mod error;
 pub mod log;
-pub mod meta;
-pub mod metrics;
+pub(crate) mod meta;
+pub(crate) mod metrics;
 pub mod protocol;
-pub mod python;
-pub mod server;
-pub mod store;
+pub(crate) mod python;
+pub(crate) mod server;
+pub(crate) mod store;
 
 #[global_allocator]
 static ALLOCATOR: alloc::GuardedAllocator = alloc::GuardedAllocator;

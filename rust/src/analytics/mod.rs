@@ -6,13 +6,13 @@
 //! committed high watermarks from etcd, `verify` checks a segment end to end (the CLI's
 //! `segments verify`).
 
-pub mod bounds;
+pub(crate) mod bounds;
 pub mod columns;
-pub mod error;
-pub mod reader;
+pub(crate) mod error;
+pub(crate) mod reader;
 pub mod records;
-pub mod scan;
-pub mod verify;
+pub(crate) mod scan;
+pub(crate) mod verify;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use kafka_protocol::messages::{self as wire};
 use pyo3::prelude::*;
 
 use crate::control::text::{read, wire_opt};
-use crate::server::handlers::topic_name;
+use crate::protocol::topic_name;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use crate::broker::control::ControlBody;
 use crate::protocol::header::encode_response;
 use crate::protocol::header::testing::{read_response, request};
-use crate::protocol::versions::supported;
+use crate::server::handlers::api_versions::supported;
 
 /// The versions this broker advertises for `key`.
 pub fn advertised(key: ApiKey) -> RangeInclusive<i16> {

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use pyo3::prelude::*;
 
-use crate::server::handlers::topic_name;
+use crate::protocol::topic_name;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Clone)]

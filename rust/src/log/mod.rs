@@ -1,21 +1,21 @@
 //! Partition logs: write buffer and group commit, segment/index formats, the read path.
 
 pub mod batch;
-pub mod cache;
+pub(crate) mod cache;
 pub mod checksum;
 pub mod decompress;
-pub mod index;
-pub mod limits;
-pub mod occupant;
-pub mod partition;
-pub mod reader;
+pub(crate) mod index;
+pub(crate) mod limits;
+pub(crate) mod occupant;
+pub(crate) mod partition;
+pub(crate) mod reader;
 mod record_reader;
-pub mod retention;
-pub mod segment;
+pub(crate) mod retention;
+pub(crate) mod segment;
 #[cfg(test)]
 mod tests;
 pub mod validate;
-pub mod wal;
+pub(crate) mod wal;
 
 use std::sync::Arc;
 use std::time::Duration;

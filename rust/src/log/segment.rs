@@ -130,8 +130,6 @@ pub enum SegmentError {
 #[derive(Debug, Clone)]
 pub struct ParsedSegment {
     pub base_offset: i64,
-    pub message_count: i32,
-    pub created_ms: i64,
     pub last_offset: i64,
     /// The batch bytes between header and footer.
     pub batches: Bytes,
@@ -162,8 +160,6 @@ impl ParsedSegment {
         }
         Ok(ParsedSegment {
             base_offset: i64::from_be_bytes(object[8..16].try_into().unwrap()),
-            message_count: i32::from_be_bytes(object[16..20].try_into().unwrap()),
-            created_ms: i64::from_be_bytes(object[20..28].try_into().unwrap()),
             last_offset: i64::from_be_bytes(footer[4..12].try_into().unwrap()),
             batches,
         })
@@ -280,7 +276,8 @@ pub(crate) mod tests {
             let parsed = ParsedSegment::parse(built.object.clone()).unwrap();
             prop_assert_eq!(parsed.base_offset, 1000);
             prop_assert_eq!(parsed.last_offset, offset - 1);
-            prop_assert_eq!(parsed.message_count as i64, offset - 1000);
+            let message_count = i32::from_be_bytes(built.object[16..20].try_into().unwrap());
+            prop_assert_eq!(message_count as i64, offset - 1000);
             let walked: Vec<_> = BatchWalker::new(&parsed.batches).map(|r| r.unwrap()).collect();
             prop_assert_eq!(walked.len(), batches.len());
             let index = SparseIndex::parse(&built.index).unwrap();

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -85,11 +85,13 @@ impl Mirror {
         Ok(mirror)
     }
 
+    #[cfg(test)]
     pub fn get(&self, key: &str) -> Option<KeyValue> {
         self.read().entries.get(key).cloned()
     }
 
     /// Every mirrored key starting with `prefix`, in key order.
+    #[cfg(test)]
     pub fn range(&self, prefix: &str) -> Vec<KeyValue> {
         entries_under(&self.read().entries, prefix)
     }
@@ -121,6 +123,7 @@ impl Mirror {
     }
 
     /// The store revision the copy reflects (for the keys it copies).
+    #[cfg(test)]
     pub fn revision(&self) -> i64 {
         self.read().revision
     }
@@ -151,7 +154,8 @@ impl Mirror {
         }
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, State> {
+    #[cfg(test)]
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         // A poisoned lock means a panic between two map updates of one batch at worst; the
         // next re-list replaces the map anyway.
         self.state.read().unwrap_or_else(|p| p.into_inner())

@@ -2,4 +2,12 @@
 
 pub mod frame;
 pub mod header;
-pub mod versions;
+pub(crate) mod versions;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+/// A topic name as the codec's messages carry it.
+pub fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}

@@ -1,5 +1,6 @@
-//! The APIs and versions this broker advertises in ApiVersions: only versions that work, and
-//! the APIs it will not serve, listed as such.
+//! The data-plane APIs' served versions, and the APIs this broker will not serve (listed as
+//! such). With the control-plane rows (`control::SERVED`) they make what ApiVersions
+//! advertises (`server::handlers::api_versions`).
 
 use kafka_protocol::messages::ApiKey;
 
@@ -57,41 +58,3 @@ pub const REFUSED: &[ApiKey] = &[
     ApiKey::ListTransactions,
     ApiKey::AllocateProducerIds,
 ];
-
-/// Every API served, data plane first.
-pub fn served() -> impl Iterator<Item = &'static SupportedApi> {
-    DATA_PLANE.iter().chain(crate::control::SERVED)
-}
-
-/// The supported range of `key`, if this broker serves it at all.
-pub fn supported(key: ApiKey) -> Option<&'static SupportedApi> {
-    served().find(|s| s.key == key)
-}
-
-pub fn is_supported(key: ApiKey, version: i16) -> bool {
-    supported(key).is_some_and(|s| (s.min..=s.max).contains(&version))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refused_apis_are_not_served_at_any_version() {
-        for &key in REFUSED {
-            assert!(
-                supported(key).is_none(),
-                "{key:?} is both served and refused"
-            );
-            for version in -1..=20 {
-                assert!(!is_supported(key, version));
-            }
-        }
-        let mut keys: Vec<i16> = served().map(|api| api.key as i16).collect();
-        keys.extend(REFUSED.iter().map(|&key| key as i16));
-        let count = keys.len();
-        keys.sort_unstable();
-        keys.dedup();
-        assert_eq!(keys.len(), count, "an API is listed twice");
-    }
-}

@@ -23,7 +23,8 @@ use tokio::time::Instant;
 
 use super::admission::Admitted;
 use super::budget::{Budgets, ByteBudget, Charge};
-use super::dispatch::{dispatch, Answer, ConnectionContext, Reply};
+use super::dispatch::{dispatch, Answer, ConnectionContext};
+use super::handlers::Reply;
 use crate::broker::Broker;
 use crate::protocol::frame::{FrameReader, FRAME_HEADER_LEN};
 use crate::protocol::header::Request;

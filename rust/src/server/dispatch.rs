@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
@@ -14,29 +13,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::budget::{Budgets, Charge};
-use super::handlers;
+use super::handlers::{self, Reply};
 use crate::broker::control::ControlBody;
 use crate::broker::Broker;
-use crate::protocol::header::{Request, WireError};
-use crate::protocol::versions::is_supported;
-
-/// What goes back on the wire for one request.
-pub enum Reply {
-    Response(Bytes),
-    /// acks=0 produce: no response at all.
-    None,
-    /// Undecodable or unanswerable: close the connection.
-    Close(WireError),
-}
-
-impl From<Result<Bytes, WireError>> for Reply {
-    fn from(result: Result<Bytes, WireError>) -> Self {
-        match result {
-            Ok(bytes) => Reply::Response(bytes),
-            Err(reason) => Reply::Close(reason),
-        }
-    }
-}
+use crate::protocol::header::Request;
+use crate::server::handlers::api_versions::is_supported;
 
 /// What a request's task hands the connection's writer.
 pub(crate) struct Answer {

@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 use pyo3::FromPyObject;
 
 use crate::control::text::{wire as text, wire_opt as optional};
-use crate::server::handlers::topic_name;
+use crate::protocol::topic_name;
 
 #[derive(Debug, Clone, FromPyObject)]
 pub struct JoinGroupMember {

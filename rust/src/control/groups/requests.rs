@@ -273,7 +273,7 @@ mod tests {
     use crate::broker::control::ControlBody;
     use crate::control::testing::decoded;
     use crate::protocol::header::testing::request;
-    use crate::server::handlers::topic_name;
+    use crate::protocol::topic_name;
 
     fn s(text: &'static str) -> StrBytes {
         StrBytes::from_static_str(text)

@@ -7,7 +7,21 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
 use crate::protocol::header::{encode_response, Request, WireError};
-use crate::protocol::versions::{served, supported, REFUSED};
+use crate::protocol::versions::{SupportedApi, DATA_PLANE, REFUSED};
+
+/// Every API served: the data plane's, then the control plane's.
+pub(crate) fn served() -> impl Iterator<Item = &'static SupportedApi> {
+    DATA_PLANE.iter().chain(crate::control::SERVED)
+}
+
+/// The supported range of `key`, if this broker serves it at all.
+pub(crate) fn supported(key: ApiKey) -> Option<&'static SupportedApi> {
+    served().find(|s| s.key == key)
+}
+
+pub(crate) fn is_supported(key: ApiKey, version: i16) -> bool {
+    supported(key).is_some_and(|s| (s.min..=s.max).contains(&version))
+}
 
 pub fn handle(request: &Request) -> Result<bytes::Bytes, WireError> {
     let listed = |key: ApiKey, min, max| {
@@ -59,5 +73,24 @@ mod tests {
             );
             assert_eq!(response.api_keys.len(), served().count() + REFUSED.len());
         }
+    }
+
+    #[test]
+    fn refused_apis_are_not_served_at_any_version() {
+        for &key in REFUSED {
+            assert!(
+                supported(key).is_none(),
+                "{key:?} is both served and refused"
+            );
+            for version in -1..=20 {
+                assert!(!is_supported(key, version));
+            }
+        }
+        let mut keys: Vec<i16> = served().map(|api| api.key as i16).collect();
+        keys.extend(REFUSED.iter().map(|&key| key as i16));
+        let count = keys.len();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), count, "an API is listed twice");
     }
 }

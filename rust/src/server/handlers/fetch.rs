@@ -21,11 +21,12 @@ use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::{check_leader_epoch, topic_name};
+use super::check_leader_epoch;
 use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::log::reader;
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::topic_name;
 use crate::server::budget::Charge;
 
 struct Wanted {

@@ -103,7 +103,7 @@ mod tests {
     use super::*;
     use crate::meta::catalog::BrokerRecord;
     use crate::protocol::header::testing::read_response;
-    use crate::protocol::versions::supported;
+    use crate::server::handlers::api_versions::supported;
 
     fn cluster(brokers: &[i32]) -> ClusterState {
         let mut state = ClusterState::default();

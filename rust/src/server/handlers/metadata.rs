@@ -13,9 +13,10 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::{code, topic_name};
+use super::code;
 use crate::broker::{Broker, Topic};
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::topic_name;
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
 const OPERATIONS_UNKNOWN: i32 = i32::MIN;

@@ -10,16 +10,31 @@ pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod unsupported;
 
-use kafka_protocol::messages::TopicName;
-use kafka_protocol::protocol::StrBytes;
+use std::sync::Arc;
+
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
 use crate::log::partition::Partition;
-use std::sync::Arc;
+use crate::protocol::header::WireError;
 
-pub fn topic_name(name: &str) -> TopicName {
-    TopicName(StrBytes::from_string(name.to_string()))
+/// What goes back on the wire for one request.
+pub enum Reply {
+    Response(Bytes),
+    /// acks=0 produce: no response at all.
+    None,
+    /// Undecodable or unanswerable: close the connection.
+    Close(WireError),
+}
+
+impl From<Result<Bytes, WireError>> for Reply {
+    fn from(result: Result<Bytes, WireError>) -> Self {
+        match result {
+            Ok(bytes) => Reply::Response(bytes),
+            Err(reason) => Reply::Close(reason),
+        }
+    }
 }
 
 pub fn code(error: Option<ResponseError>) -> i16 {

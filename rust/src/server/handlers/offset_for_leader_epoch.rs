@@ -107,8 +107,8 @@ mod tests {
     use crate::broker::tests::{broker, produce};
     use crate::meta::catalog::EpochStart;
     use crate::protocol::header::testing::{read_response, request};
-    use crate::protocol::versions::supported;
-    use crate::server::handlers::topic_name;
+    use crate::protocol::topic_name;
+    use crate::server::handlers::api_versions::supported;
 
     /// (topic, partition, error, epoch, end offset) of every answer to the asked partitions
     /// (topic, partition, current leader epoch, leader epoch), at `version`.

@@ -16,11 +16,11 @@ use kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
 
 use super::find_partition;
+use super::Reply;
 use crate::broker::Broker;
 use crate::log::partition::{AppendResult, Partition};
 use crate::log::validate::{validate_produce, Rejection};
 use crate::protocol::header::{encode_response, Request};
-use crate::server::dispatch::Reply;
 
 /// A partition's outcome: decided now (an error), or once its flush completes.
 enum Pending {
@@ -74,7 +74,7 @@ pub fn start(broker: &Arc<Broker>, request: Request) -> BoxFuture<'static, Reply
             }
             responses.push(
                 TopicProduceResponse::default()
-                    .with_name(super::topic_name(&name))
+                    .with_name(crate::protocol::topic_name(&name))
                     .with_partition_responses(partition_responses),
             );
         }

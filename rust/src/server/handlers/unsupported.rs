@@ -11,8 +11,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
 use kafka_protocol::ResponseError;
 
+use super::Reply;
 use crate::protocol::header::{encode_response, Request, WireError};
-use crate::server::dispatch::Reply;
 
 fn with_error<T>(request: &Request, mut response: T, set: impl FnOnce(&mut T, i16)) -> Reply
 where
