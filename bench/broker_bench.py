@@ -26,23 +26,19 @@ import json
 import math
 import multiprocessing as mp
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The tests' process helpers (free ports, etcd, moto), shared with every bench.
+# The tests' process helpers (broker, etcd and moto processes, free ports), shared with every
+# bench.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from support.procs import free_port
+from support import procs
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -51,8 +47,6 @@ TOPIC = "kafscale-bench"
 DEFAULT_SEGMENT_BYTES = 4 * MIB  # the broker's default --segment-bytes
 VALUE_POOL = 64  # distinct pre-generated values, cycled (no per-message value generation)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-LISTEN_RE = re.compile(r"listening on (\S+):(\d+)")
 
 Ranges = dict[int, tuple[int, int]]  # partition -> [start, end) offsets
 
@@ -103,20 +97,29 @@ class BrokerOptions:
     extra_args: list[str]
 
 
-@dataclass
-class Broker:
-    proc: subprocess.Popen[str]
-    addr: str
-    data_dir: Path
-    store: str
-    lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+class Broker(procs.Broker):
+    """A broker for the benches: the tests' process helper (output in a log file beside its
+    data dir, the same start-up check and teardown) with the broker's own defaults, plus
+    its CPU and memory from /proc."""
+
+    def __init__(self, opts: BrokerOptions, data_dir: Path) -> None:
+        super().__init__(
+            data_dir,
+            data_dir.parent / f"{data_dir.name}.log",
+            args=broker_args(opts),
+            env={"NO_COLOR": "1"},
+            flush_interval_ms=opts.flush_interval_ms,
+            python=opts.python,
+            compact_at_once=False,
+        )
+        self.store = opts.store
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def addr(self) -> str:
+        return self.bootstrap
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.running
 
     def cpu_seconds(self) -> float:
         return proc_cpu_seconds(self.pid)
@@ -128,26 +131,22 @@ class Broker:
         return proc_status_kib(self.pid, "VmHWM") / 1024
 
     def tail(self, n: int = 20) -> str:
-        return "\n".join(list(self.lines)[-n:])
+        return procs.tail(self.log_path, n)
 
     def stop(self, timeout: float = 120.0) -> int | None:
-        """SIGTERM (flush, exit 0 expected); SIGKILL if it does not exit in time."""
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log(f"broker pid {self.pid} ignored SIGTERM for {timeout}s; killing it")
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        return self.proc.returncode
+        """SIGTERM (flush, exit 0 expected); None if it had to be killed."""
+        if self.proc is None:
+            return self.exit_codes[-1] if self.exit_codes else None
+        try:
+            return self.terminate(timeout)
+        except AssertionError:
+            log(f"broker ignored SIGTERM for {timeout}s; killed it")
+            return None
 
 
-def broker_command(opts: BrokerOptions, addr: str, data_dir: Path) -> list[str]:
-    cmd = [opts.python, "-m", "kafscale.broker", "--broker-addr", addr]
-    cmd += ["--data-dir", str(data_dir), "--flush-interval-ms", str(opts.flush_interval_ms)]
-    cmd += ["--cache-bytes", str(opts.cache_bytes), "--log-level", opts.log_level]
+def broker_args(opts: BrokerOptions) -> list[str]:
+    """The flags after --broker-addr, --data-dir and --flush-interval-ms."""
+    cmd = ["--cache-bytes", str(opts.cache_bytes), "--log-level", opts.log_level]
     if opts.store == "memory":
         cmd.append("--use-memory-s3")
     if opts.segment_bytes is not None:
@@ -157,45 +156,16 @@ def broker_command(opts: BrokerOptions, addr: str, data_dir: Path) -> list[str]:
     return cmd + opts.extra_args
 
 
-def broker_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-    env["NO_COLOR"] = "1"
-    return env
-
-
-def _drain(broker: Broker, ready: threading.Event) -> None:
-    assert broker.proc.stderr is not None
-    for raw in broker.proc.stderr:
-        line = ANSI_RE.sub("", raw.rstrip("\n"))
-        broker.lines.append(line)
-        if not ready.is_set() and LISTEN_RE.search(line):
-            ready.set()
-
-
 def start_broker(opts: BrokerOptions, data_dir: Path, timeout: float = 90.0) -> Broker:
-    addr = f"127.0.0.1:{free_port()}"
-    cmd = broker_command(opts, addr, data_dir)
-    log(f"starting broker: {' '.join(cmd)}")
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-        env=broker_env(),
-    )
-    broker = Broker(proc=proc, addr=addr, data_dir=data_dir, store=opts.store)
-    ready = threading.Event()
-    threading.Thread(target=_drain, args=(broker, ready), daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not ready.wait(0.1):
-        if not broker.alive() or time.monotonic() > deadline:
-            broker.stop(5)
-            raise RuntimeError(
-                f"broker did not report 'listening on' (exit {proc.returncode}):\n{broker.tail()}"
-            )
-    log(f"broker pid {proc.pid} listening on {addr} ({opts.store} store)")
+    broker = Broker(opts, data_dir)
+    log(f"starting broker: {' '.join(broker.argv())}")
+    broker.start(wait=False)
+    try:
+        broker.wait_ready(timeout)
+    except AssertionError as exc:
+        broker.cleanup()
+        raise RuntimeError(f"broker did not start: {exc}") from None
+    log(f"broker pid {broker.pid} listening on {broker.addr} ({opts.store} store)")
     return broker
 
 
@@ -500,7 +470,7 @@ def _collect(
         if time.monotonic() > deadline:
             raise RuntimeError(f"driver workers {sorted(waiting)} gave no {kind} in {timeout:.0f}s")
         if not broker.alive():
-            raise RuntimeError(f"broker exited ({broker.proc.returncode}):\n{broker.tail()}")
+            raise RuntimeError(f"broker exited:\n{broker.tail()}")
         try:
             tag, wid, payload = queue.get(timeout=0.5)
         except queue_mod.Empty:
@@ -761,12 +731,13 @@ class Suite:
         return broker
 
     def stop(self, broker: Broker, rss_key: str) -> None:
+        pid = broker.pid if broker.alive() else None
         if broker.alive():
             self.out[rss_key] = round(broker.peak_rss_mib(), 1)
         code = broker.stop()
         self.exit_codes.append(code)
         self.live.remove(broker)
-        log(f"broker pid {broker.pid} stopped, exit code {code}")
+        log(f"broker pid {pid} stopped, exit code {code}")
         if code != 0:
             self.error(f"broker exit code {code} after SIGTERM:\n{broker.tail()}")
 

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
@@ -102,7 +101,7 @@ def s3_requests(moto: Service, since: int) -> dict[str, int]:
 
 class Members:
     """The cluster's broker processes. Quacks like broker_bench.Broker (addr, alive,
-    cpu_seconds, rss_mib, tail, proc) so that its produce and latency runs work unchanged:
+    cpu_seconds, rss_mib, tail) so that its produce and latency runs work unchanged:
     CPU and RSS are summed over the brokers."""
 
     def __init__(self, opts: bb.BrokerOptions, root: Path, etcd: Service, moto: Service, args):
@@ -126,8 +125,7 @@ class Members:
     def remove(self, broker_id: int, how: str) -> None:
         broker = self.by_id.pop(broker_id)
         if how == "kill":
-            broker.proc.kill()
-            broker.proc.wait()
+            broker.kill()
         else:
             self.exit_codes.append(broker.stop())
 
@@ -138,11 +136,6 @@ class Members:
     @property
     def addr(self) -> str:
         return ",".join(b.addr for b in self.by_id.values())
-
-    @property
-    def proc(self) -> subprocess.Popen[str]:
-        dead = [b.proc for b in self.by_id.values() if not b.alive()]
-        return (dead or [b.proc for b in self.by_id.values()])[0]
 
     def alive(self) -> bool:
         return all(b.alive() for b in self.by_id.values())

@@ -38,6 +38,7 @@ import broker_bench as bb
 import cluster_bench as cb
 import partition_takeover as pt
 from support import kafka_wire as kw
+from support.procs import free_port  # on the path broker_bench set
 
 BROKERS = (1, 2, 3)
 
@@ -49,7 +50,7 @@ class Cluster:
         self.root, self.args = root, args
         os.environ.update(cb.S3_CREDENTIALS)  # the brokers' environment comes from ours
         self.etcd, self.moto = cb.start_etcd(root), cb.start_moto(root)
-        self.metrics = {i: f"127.0.0.1:{bb.free_port()}" for i in BROKERS}
+        self.metrics = {i: f"127.0.0.1:{free_port()}" for i in BROKERS}
         self.brokers: dict[int, bb.Broker] = {}
         for broker_id in BROKERS:
             self.start(broker_id)
@@ -146,8 +147,7 @@ def failover(cluster: Cluster, broker_id: int, total: int) -> dict:
     victim = cluster.brokers.pop(broker_id)
     had = pt.owned_partitions(cluster.metrics[broker_id])
     t0 = time.monotonic()
-    victim.proc.kill()
-    victim.proc.wait()
+    victim.kill()
     taken = cluster.wait_owned(total)
     return {
         "partitions_of_the_killed_broker": had,

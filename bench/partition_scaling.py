@@ -44,6 +44,7 @@ from typing import Any
 
 import broker_bench as bb
 import cluster_bench as cb
+from support.procs import free_port  # on the path broker_bench set
 
 WAL_OBJECTS = "kafscale_wal_objects_written_total"
 COMPACTED_SEGMENTS = "kafscale_compaction_segments_written_total"
@@ -68,7 +69,7 @@ WAL_SIZE_CAP = 8 * bb.MIB
 
 
 def metered(opts: bb.BrokerOptions) -> tuple[bb.BrokerOptions, str]:
-    addr = f"127.0.0.1:{bb.free_port()}"
+    addr = f"127.0.0.1:{free_port()}"
     return dataclasses.replace(opts, extra_args=[*opts.extra_args, "--metrics-addr", addr]), addr
 
 
@@ -81,7 +82,6 @@ class Single:
         self.by_id = {1: self.broker}
         self.metrics_addrs = [self.metrics]
         self.addr = self.broker.addr
-        self.proc = self.broker.proc
         self.data_dir = self.broker.data_dir
 
     def alive(self) -> bool:

@@ -39,6 +39,7 @@ from typing import Any
 
 import broker_bench as bb
 import cluster_bench as cb
+from support.procs import free_port  # on the path broker_bench set
 
 OWNED = re.compile(r"^kafscale_owned_partitions (\d+)", re.MULTILINE)
 TOPICS_PER_REQUEST = 20
@@ -75,7 +76,7 @@ class Subject:
         self.root = root
         self.args = args
         self.services: list[cb.Service] = []
-        self.metrics_addr = f"127.0.0.1:{bb.free_port()}"
+        self.metrics_addr = f"127.0.0.1:{free_port()}"
         extra = ["--metrics-addr", self.metrics_addr, "--lease-ttl-ms", str(args.lease_ttl_ms)]
         if store == "etcd":
             os.environ.update(cb.S3_CREDENTIALS)  # the brokers' environment comes from ours
@@ -160,8 +161,7 @@ def restart(subject: Subject, how: str, total: int, sample: list[tuple[str, int]
     old = subject.broker
     t_stop = time.monotonic()
     if how == "kill":
-        old.proc.kill()
-        old.proc.wait()
+        old.kill()
     else:
         old.stop()
     stopped_s = time.monotonic() - t_stop

@@ -213,8 +213,15 @@ class Broker(ManagedProcess):
         env: dict[str, str] | None = None,
         flush_interval_ms: int = 20,
         name: str = "broker",
+        python: str = sys.executable,
+        compact_at_once: bool = True,
     ) -> None:
+        """``python``: the interpreter that runs the broker (a benchmark may compare builds).
+        ``compact_at_once``: the test setting ``COMPACT_AT_ONCE_ENV``; benchmarks run the
+        broker's defaults."""
         super().__init__(name, log_path)
+        self.python = python
+        self.compact_at_once = compact_at_once
         self.data_dir = data_dir
         self.host = "127.0.0.1"
         self.port = port or free_port()
@@ -230,7 +237,7 @@ class Broker(ManagedProcess):
 
     def argv(self) -> list[str]:
         return [
-            sys.executable,
+            self.python,
             "-m",
             "kafscale.broker",
             "--broker-addr",
@@ -245,7 +252,8 @@ class Broker(ManagedProcess):
     def start(self, wait: bool = True) -> Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-        env.update(COMPACT_AT_ONCE_ENV)
+        if self.compact_at_once:
+            env.update(COMPACT_AT_ONCE_ENV)
         env.update(self.env)
         env.setdefault("RUST_BACKTRACE", "1")
         self._spawn(self.argv(), env, self.data_dir.parent)
