@@ -261,6 +261,14 @@ class ListGroupsRequest:
 class DeleteGroupsRequest:
     groups_names: list[str]
 
+class OffsetDeleteTopic:
+    name: str
+    partitions: list[int]
+
+class OffsetDeleteRequest:
+    group_id: str
+    topics: list[OffsetDeleteTopic]
+
 class DescribeConfigsResource:
     resource_type: int
     resource_name: str

@@ -34,6 +34,7 @@ from kafscale.groups.protocol import (
     DescribedGroup,
     DescribeGroupsResponse,
     ListGroupsResponse,
+    OffsetDeleteResponse,
 )
 
 __all__ = ["ControlPlane", "ControlRequestLike"]
@@ -126,6 +127,10 @@ class ControlPlane:
                     lambda req, code: DeleteGroupsResponse(
                         [DeletableGroupResult(g, code) for g in req.body.groups_names]
                     ),
+                ),
+                ApiKey.OFFSET_DELETE: _Route(
+                    lambda req: groups.delete_offsets(req.body),
+                    lambda req, code: OffsetDeleteResponse(code),
                 ),
                 ApiKey.DESCRIBE_CONFIGS: _Route(
                     lambda req: describe_configs(core, settings, req.body),

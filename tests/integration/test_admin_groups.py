@@ -241,3 +241,61 @@ def test_delete_groups(genv, client):
             assert first == {0: 0, 1: 0}, f"the new member started at {first}, not at 0"
         finally:
             close_all([member, again])
+
+
+def test_offset_delete(genv):
+    """OffsetDelete (KIP-496) through kafka-python's admin client, unchanged: while a member
+    consumes the topic, its partitions answer GROUP_SUBSCRIBED_TO_TOPIC and keep their offsets,
+    while an offset of a topic the group does not consume goes (and an unknown partition is
+    UNKNOWN_TOPIC_OR_PARTITION); once the group is Empty, any partition's offset goes; an
+    unknown group is GROUP_ID_NOT_FOUND for the whole request."""
+    from confluent_kafka import TopicPartition
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as Partition
+    from kafka.errors import GroupIdNotFoundError
+
+    topic = genv.new_topic(unique("offdel"), 2)
+    other = genv.new_topic(unique("offdel-other"), 1)
+    produce(genv, topic, 2, 10, "offdel")
+    group = unique("offdel")
+    member = ConfluentMember(f"offdel-{group[-4:]}", genv.bootstrap(), group, topic)
+
+    def committed(name: str, partitions: int) -> dict[int, int]:
+        return {p: o.offset for p, o in genv.offsets(group, name, range(partitions)).items()}
+
+    admin = KafkaAdminClient(bootstrap_servers=genv.bootstrap())
+    try:
+        member.start()
+        wait_split([member], 2, [2])
+        wait_records([member], 20)
+        offsets = [TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)]
+        offsets.append(TopicPartition(other, 0, 3))
+        done = member.call(lambda c: c.commit(offsets=offsets, asynchronous=False))
+        assert all(tp.error is None for tp in done), done
+
+        asked = [Partition(topic, 0), Partition(other, 0), Partition(other, 9)]
+        got = {tp: error.errno for tp, error in admin.delete_group_offsets(group, asked).items()}
+        assert got == {
+            Partition(topic, 0): gw.GROUP_SUBSCRIBED_TO_TOPIC,
+            Partition(other, 0): gw.NONE,
+            Partition(other, 9): gw.UNKNOWN_TOPIC_OR_PARTITION,
+        }, got
+        assert committed(topic, 2) == {0: 5, 1: 7}, "a subscribed topic lost offsets"
+        assert committed(other, 1) == {0: gw.NO_OFFSET}
+
+        member.close()
+        with open_admin(genv, "kafka-python") as views:
+            wait_for(
+                lambda: views.describe_groups([group])[group].state == "Empty",
+                HANG_GUARD,
+                f"{group} Empty after its member left",
+            )
+        got = admin.delete_group_offsets(group, [Partition(topic, 0)])
+        assert {tp: error.errno for tp, error in got.items()} == {Partition(topic, 0): gw.NONE}
+        assert committed(topic, 2) == {0: gw.NO_OFFSET, 1: 7}
+
+        with pytest.raises(GroupIdNotFoundError):
+            admin.delete_group_offsets(unique("offdel-nobody"), [Partition(topic, 0)])
+    finally:
+        admin.close()
+        close_all([member])

@@ -26,7 +26,7 @@ REQUIRED_RANGES = {
 }
 # the spec's "not supported" table (transactions, replication internals, DeleteRecords, ...):
 # listed with MinVersion = MaxVersion = -1, as the ops spec says
-NOT_SUPPORTED = [4, 5, 6, 7, 21, 22, 24, 25, 26, 46, 47, 48, 49, *range(50, 57), 57, 65, 66, 67]
+NOT_SUPPORTED = [4, 5, 6, 7, 21, 22, 24, 25, 26, 46, 48, 49, *range(50, 57), 57, 65, 66, 67]
 
 
 @pytest.fixture(scope="module")

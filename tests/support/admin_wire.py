@@ -27,6 +27,7 @@ ALTER_CONFIGS = ApiKey.ALTER_CONFIGS
 CREATE_PARTITIONS = ApiKey.CREATE_PARTITIONS
 DELETE_GROUPS = ApiKey.DELETE_GROUPS
 INCREMENTAL_ALTER_CONFIGS = ApiKey.INCREMENTAL_ALTER_CONFIGS
+OFFSET_DELETE = ApiKey.OFFSET_DELETE
 
 # error codes
 NONE = ErrorCode.NONE
@@ -48,6 +49,7 @@ OPS_APIS = {
     DESCRIBE_GROUPS: 5,
     LIST_GROUPS: 5,
     DELETE_GROUPS: 2,
+    OFFSET_DELETE: 0,
     OFFSET_FOR_LEADER_EPOCH: 3,  # v4 too where advertised
     DESCRIBE_CONFIGS: 4,
     ALTER_CONFIGS: 2,
@@ -61,7 +63,7 @@ OPS_APIS = {
 # internals (4-7), DeleteRecords (21), idempotence and transactions (22, 24-26, 65-67),
 # partition reassignments, OffsetDelete and client quotas (46-49), SCRAM credentials and KRaft
 # quorum/partition internals (50-56), UpdateFeatures (57)
-UNSUPPORTED_KEYS = [4, 5, 6, 7, 21, 22, 24, 25, 26, 46, 47, 48, 49, *range(50, 58), 65, 66, 67]
+UNSUPPORTED_KEYS = [4, 5, 6, 7, 21, 22, 24, 25, 26, 46, 48, 49, *range(50, 58), 65, 66, 67]
 
 # ConfigResource types and DescribeConfigs config sources
 TOPIC_RESOURCE = 2

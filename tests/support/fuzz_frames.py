@@ -23,7 +23,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from . import segment_format as sf
 
-# What rust/src/protocol/versions.rs serves: api key -> (min version, max version).
+# What the broker serves (ApiVersions): api key -> (min version, max version).
 SERVED = {
     0: (0, 9),  # Produce
     1: (4, 13),  # Fetch
@@ -47,6 +47,7 @@ SERVED = {
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
+    47: (0, 0),  # OffsetDelete
 }
 # APIs whose answer may legitimately wait (a long poll, a rebalance, durability) or never come
 # (Produce with acks=0): silence from them is not a hang.

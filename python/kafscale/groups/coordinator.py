@@ -28,6 +28,7 @@ from kafscale.groups.limits import (
 )
 from kafscale.groups.membership import Client, Membership
 from kafscale.groups.model import Group, GroupState
+from kafscale.groups.offset_delete import OffsetDeleteRequestLike, delete_offsets
 from kafscale.groups.offsets import Offsets, TopicLike, commit_error_answer
 from kafscale.groups.protocol import (
     DeletableGroupResult,
@@ -40,6 +41,7 @@ from kafscale.groups.protocol import (
     LeaveGroupResponse,
     ListedGroup,
     ListGroupsResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -182,6 +184,19 @@ class GroupCoordinator:
         for group_id in dict.fromkeys(group_ids):
             results.append(DeletableGroupResult(group_id, await self._delete_one(group_id)))
         return DeleteGroupsResponse(results)
+
+    async def delete_offsets(self, req: OffsetDeleteRequestLike) -> OffsetDeleteResponse:
+        """OffsetDelete: see :mod:`kafscale.groups.offset_delete`."""
+        group = await self._acquire(req.group_id)
+        if isinstance(group, int):
+            return OffsetDeleteResponse(group)
+        try:
+            return await delete_offsets(group, req, self._core.topic, self._storage)
+        except Fenced:
+            self._lose(group, ErrorCode.NOT_COORDINATOR)
+            return OffsetDeleteResponse(ErrorCode.NOT_COORDINATOR)
+        except StoreUnavailable:
+            return OffsetDeleteResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     async def _delete_one(self, group_id: str) -> int:
         group = await self._acquire(group_id)

@@ -161,3 +161,24 @@ class DeletableGroupResult:
 class DeleteGroupsResponse:
     results: list[DeletableGroupResult]
     throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True)
+class OffsetDeletePartitionResult:
+    partition_index: int
+    error_code: int
+
+
+@dataclass(frozen=True)
+class OffsetDeleteTopicResult:
+    name: str
+    partitions: list[OffsetDeletePartitionResult]
+
+
+@dataclass(frozen=True)
+class OffsetDeleteResponse:
+    """A group-level ``error_code`` comes with no topics, as Kafka answers it."""
+
+    error_code: int
+    topics: list[OffsetDeleteTopicResult] = field(default_factory=list)
+    throttle_time_ms: int = 0

@@ -259,6 +259,19 @@ class GroupStorage:
         for batch in _transactions(puts):
             await self._commit(group, batch)
 
+    async def delete_offsets(self, group: Group, partitions: list[tuple[str, int]]) -> None:
+        """Removes these partitions' committed offsets, fenced on the group record, in as many
+        transactions as etcd's operation limit takes (each fenced)."""
+        keys = [_offset_key(group.group_id, topic, partition) for topic, partition in partitions]
+        record = _group_key(group.group_id)
+        for start in range(0, len(keys), _MAX_OPS_PER_TXN):
+            batch = keys[start : start + _MAX_OPS_PER_TXN]
+            revision = await self._call(
+                self._store.commit([(record, group.revision)], [], batch, [])
+            )
+            if revision is None:
+                raise Fenced(group.group_id)
+
     async def delete(self, group: Group) -> None:
         """Removes the record and every committed offset (a group is gone only as a whole)."""
         key = _group_key(group.group_id)

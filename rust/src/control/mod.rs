@@ -20,9 +20,10 @@
 pub(crate) mod configs;
 pub(crate) mod group_admin;
 pub(crate) mod groups;
+pub(crate) mod offset_delete;
 pub(crate) mod partitions;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod text;
 pub(crate) mod topics;
 
@@ -151,6 +152,19 @@ macro_rules! control_apis {
                     crate::control::group_admin::delete_groups(a)
                 },
                 classes: [crate::control::group_admin::DeleteGroupsRequest],
+            }
+            // KIP-496: committed offsets of partitions a group no longer consumes.
+            OffsetDelete {
+                versions: 0..=0,
+                request: OffsetDeleteRequest,
+                python: |wire, _| crate::control::offset_delete::OffsetDeleteRequest::new(wire),
+                answer: |a: crate::control::offset_delete::OffsetDeleteResponse, _, _| {
+                    crate::control::offset_delete::offset_delete(a)
+                },
+                classes: [
+                    crate::control::offset_delete::OffsetDeleteTopic,
+                    crate::control::offset_delete::OffsetDeleteRequest,
+                ],
             }
             DescribeConfigs {
                 versions: 0..=4,

@@ -43,7 +43,6 @@ pub const REFUSED: &[ApiKey] = &[
     ApiKey::AddOffsetsToTxn,
     ApiKey::EndTxn,
     ApiKey::ListPartitionReassignments,
-    ApiKey::OffsetDelete,
     ApiKey::DescribeClientQuotas,
     ApiKey::AlterClientQuotas,
     ApiKey::DescribeUserScramCredentials,

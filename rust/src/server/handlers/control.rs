@@ -31,3 +31,69 @@ pub async fn handle(
         .await
         .ok_or(WireError::NoControlAnswer)?
 }
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::{ApiKey, ListGroupsRequest, ListGroupsResponse};
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::control::group_admin::{self, ListedGroup};
+    use crate::control::testing::advertised;
+    use crate::protocol::header::encode_response;
+    use crate::protocol::header::testing::{read_response, request};
+
+    /// Python's side of the bridge played in Rust: it answers every ListGroups with one
+    /// group, through the same conversion the extension uses.
+    fn answer_list_groups(broker: Arc<Broker>) {
+        tokio::spawn(async move {
+            while let Some(call) = broker.control.next().await {
+                let ControlBody::ListGroups(asked) = &call.body else {
+                    panic!("not a ListGroups");
+                };
+                let state = asked.states_filter.first().map(|s| s.to_string());
+                let answer = group_admin::ListGroupsResponse {
+                    error_code: 0,
+                    throttle_time_ms: 0,
+                    groups: vec![ListedGroup {
+                        group_id: "g".into(),
+                        protocol_type: "consumer".into(),
+                        group_state: state.unwrap_or_else(|| "Stable".into()),
+                        group_type: "classic".into(),
+                    }],
+                };
+                let wire = group_admin::list_groups(answer, call.api_version);
+                let frame = encode_response(call.correlation_id, call.api_version, &wire);
+                let _ = call.reply.send(frame);
+            }
+        });
+    }
+
+    #[tokio::test]
+    async fn a_row_is_served_at_every_version_through_the_bridge_of_the_test_broker() {
+        let t = crate::broker::tests::broker(1 << 20).await;
+        answer_list_groups(t.broker.clone());
+        let peer: SocketAddr = "[::ffff:10.0.0.7]:5000".parse().unwrap();
+        for v in advertised(ApiKey::ListGroups) {
+            let filter = if v >= 4 {
+                vec![StrBytes::from_static_str("Empty")]
+            } else {
+                vec![]
+            };
+            let asked = request(
+                ApiKey::ListGroups,
+                v,
+                &ListGroupsRequest::default().with_states_filter(filter),
+            );
+            let frame = handle(&t.broker, asked, peer).await.unwrap();
+            let (_, read): (_, ListGroupsResponse) = read_response(frame, v);
+            let listed = &read.groups[0];
+            assert_eq!(listed.group_id.0.as_str(), "g", "v{v}");
+            // The state is on the wire from v4 (and the filter reached Python), the type from v5.
+            let state = if v >= 4 { "Empty" } else { "" };
+            assert_eq!(listed.group_state.as_str(), state, "v{v}");
+            let kind = if v >= 5 { "classic" } else { "" };
+            assert_eq!(listed.group_type.as_str(), kind, "v{v}");
+        }
+    }
+}
