@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafscale.admin.protocol import (
     AlterConfigsResourceResult,
@@ -29,12 +29,16 @@ from kafscale.admin.protocol import (
 )
 from kafscale.admin.topic_configs import (
     CONFIG_RULES,
-    BrokerDefaults,
     Rejected,
     default_value,
     normalise,
 )
 from kafscale.errors import ErrorCode
+
+if TYPE_CHECKING:
+    # What the config handlers read of the settings: the topic defaults (described for a
+    # topic without an override) and the read-only broker keys.
+    from kafscale._core import BrokerSettings
 
 __all__ = ["alter_configs", "describe_configs"]
 
@@ -47,31 +51,6 @@ class ConfigCore(Protocol):
 
     def topic(self, name: str) -> Awaitable[Any | None]: ...
     def alter_topic_configs(self, name: str, configs: dict[str, str]) -> Awaitable[Any]: ...
-
-
-class BrokerSettings(BrokerDefaults, Protocol):
-    """What the config handlers read of the broker's settings: the topic defaults (described
-    for a topic without an override) and the read-only broker keys. Properties: read, never
-    written (``kafscale.config.Settings`` is frozen)."""
-
-    @property
-    def broker_id(self) -> int: ...
-    @property
-    def broker_host(self) -> str: ...
-    @property
-    def broker_port(self) -> int: ...
-    @property
-    def s3_bucket(self) -> str | None: ...
-    @property
-    def s3_region(self) -> str | None: ...
-    @property
-    def s3_endpoint(self) -> str | None: ...
-    @property
-    def cache_bytes(self) -> int: ...
-    @property
-    def readahead_segments(self) -> int: ...
-    @property
-    def flush_interval_ms(self) -> int: ...
 
 
 def _broker_configs(s: BrokerSettings) -> dict[str, tuple[str | None, ConfigType]]:

@@ -143,6 +143,25 @@ fn base_offsets(records: &bytes::Bytes) -> Vec<i64> {
     walked.map(|b| b.unwrap().1.base_offset).collect()
 }
 
+/// Runs a due compaction of partition 0 and commits it; the caller applies it to the
+/// partition (`compacted`) when the test wants this broker's view to learn of it.
+async fn compact_and_commit(
+    f: &Fixture,
+    p: &Partition,
+    now_ms: i64,
+) -> (super::partition::Compacted, i64) {
+    let due = p.compact(&f.ctx, now_ms).await.expect("due");
+    let (owned, record) = (due.owned.clone(), due.record.clone());
+    let revision = f
+        .ctx
+        .catalog
+        .commit_owned_records(&[("orders", 0, &owned, &record)])
+        .await
+        .unwrap()
+        .expect("committed");
+    (due, revision)
+}
+
 async fn wal_objects(f: &Fixture) -> usize {
     f.ctx.store.list_wal().await.unwrap().len()
 }
@@ -204,18 +223,7 @@ async fn a_fetch_fills_its_bytes_across_many_objects_and_segments() {
     }
     assert_eq!(wal_objects(&f).await, 40);
     // compaction: due by size, as many segments as rounds run
-    let due = p
-        .compact(&f.ctx, super::partition::now_ms())
-        .await
-        .expect("due");
-    let (owned, record) = (due.owned.clone(), due.record.clone());
-    let revision = f
-        .ctx
-        .catalog
-        .commit_owned_records(&[("orders", 0, &owned, &record)])
-        .await
-        .unwrap()
-        .expect("committed");
+    let (due, revision) = compact_and_commit(&f, &p, super::partition::now_ms()).await;
     p.compacted(&f.ctx, due, revision);
     let segment_end = p.owned().unwrap().record.segment_end();
     assert!(
@@ -258,15 +266,7 @@ async fn a_read_whose_object_was_collected_meanwhile_reads_the_segment_once_it_i
     // Compaction commits a segment and the object is collected, all before this view of the
     // partition learns of the segment (as a broker's mirror of the store lags a moment).
     let later = super::partition::now_ms() + 7_200_000;
-    let due = p.compact(&f.ctx, later).await.expect("due");
-    let (owned, record) = (due.owned.clone(), due.record.clone());
-    let revision = f
-        .ctx
-        .catalog
-        .commit_owned_records(&[("orders", 0, &owned, &record)])
-        .await
-        .unwrap()
-        .expect("committed");
+    let (due, revision) = compact_and_commit(&f, &p, later).await;
     for (path, _) in f.ctx.store.list_wal().await.unwrap() {
         f.ctx.store.delete(&path).await.unwrap();
     }
