@@ -5,6 +5,8 @@ partitions, and consumer groups (:mod:`kafscale.groups`).
 Each route names its API, the handler that answers it and the answer that reports an error
 code for every item of the request (what the client gets when the handler fails). Every
 answer is a plain dataclass the core reads by attribute and encodes at the request's version.
+A body is cast to the stub's class for its API (``_core.pyi``), so the type checker holds each
+handler's parameter types against what the core really hands over.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from kafscale import admin, replies
 from kafscale.admin.configs import alter_configs, describe_configs
@@ -36,6 +38,9 @@ from kafscale.groups.protocol import (
     ListGroupsResponse,
     OffsetDeleteResponse,
 )
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 __all__ = ["ControlPlane", "ControlRequestLike"]
 
@@ -88,7 +93,9 @@ class ControlPlane:
 
         def alter_configs_route() -> _Route:
             return _Route(
-                lambda req: alter_configs(core, req.body, api_error=api_error),
+                lambda req: alter_configs(
+                    core, cast("_core.AlterConfigsRequest", req.body), api_error=api_error
+                ),
                 lambda req, code: AlterConfigsResponse(
                     [
                         AlterConfigsResourceResult(
@@ -103,12 +110,20 @@ class ControlPlane:
         self._routes.update(
             {
                 ApiKey.CREATE_TOPICS: _Route(
-                    lambda req: admin.create_topics(core, settings, req.body, api_error),
-                    lambda req, code: admin.create_topics_failure(req.body, code, _INTERNAL),
+                    lambda req: admin.create_topics(
+                        core, settings, cast("_core.CreateTopicsRequest", req.body), api_error
+                    ),
+                    lambda req, code: admin.create_topics_failure(
+                        cast("_core.CreateTopicsRequest", req.body), code, _INTERNAL
+                    ),
                 ),
                 ApiKey.DELETE_TOPICS: _Route(
-                    lambda req: admin.delete_topics(core, req.body, api_error),
-                    lambda req, code: admin.delete_topics_failure(req.body, code),
+                    lambda req: admin.delete_topics(
+                        core, cast("_core.DeleteTopicsRequest", req.body), api_error
+                    ),
+                    lambda req, code: admin.delete_topics_failure(
+                        cast("_core.DeleteTopicsRequest", req.body), code
+                    ),
                 ),
                 ApiKey.DESCRIBE_GROUPS: _Route(
                     lambda req: groups.describe(list(req.body.groups)),
@@ -129,11 +144,13 @@ class ControlPlane:
                     ),
                 ),
                 ApiKey.OFFSET_DELETE: _Route(
-                    lambda req: groups.delete_offsets(req.body),
+                    lambda req: groups.delete_offsets(cast("_core.OffsetDeleteRequest", req.body)),
                     lambda req, code: OffsetDeleteResponse(code),
                 ),
                 ApiKey.DESCRIBE_CONFIGS: _Route(
-                    lambda req: describe_configs(core, settings, req.body),
+                    lambda req: describe_configs(
+                        core, settings, cast("_core.DescribeConfigsRequest", req.body)
+                    ),
                     lambda req, code: DescribeConfigsResponse(
                         [
                             DescribeConfigsResult(code, _INTERNAL, r.resource_type, r.resource_name)
@@ -144,7 +161,9 @@ class ControlPlane:
                 ApiKey.ALTER_CONFIGS: alter_configs_route(),
                 ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs_route(),
                 ApiKey.CREATE_PARTITIONS: _Route(
-                    lambda req: create_partitions(core, req.body, api_error=api_error),
+                    lambda req: create_partitions(
+                        core, cast("_core.CreatePartitionsRequest", req.body), api_error=api_error
+                    ),
                     lambda req, code: CreatePartitionsResponse(
                         [
                             CreatePartitionsTopicResult(t.name, code, _INTERNAL)

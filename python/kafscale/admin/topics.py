@@ -60,22 +60,34 @@ class TopicStore(Protocol):
 
 
 class CreatableTopicLike(Protocol):
-    name: str
-    num_partitions: int
-    replication_factor: int
-    assignments: Sequence[tuple[int, Sequence[int]]]
-    configs: Mapping[str, str | None]
+    """Read-only, like the core's request objects (``_core.CreatableTopic``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_partitions(self) -> int: ...
+    @property
+    def replication_factor(self) -> int: ...
+    @property
+    def assignments(self) -> Sequence[tuple[int, Sequence[int]]]: ...
+    @property
+    def configs(self) -> Mapping[str, str | None]: ...
 
 
 class CreateTopicsRequestLike(Protocol):
-    topics: Sequence[CreatableTopicLike]
-    timeout_ms: int
-    validate_only: bool
+    @property
+    def topics(self) -> Sequence[CreatableTopicLike]: ...
+    @property
+    def timeout_ms(self) -> int: ...
+    @property
+    def validate_only(self) -> bool: ...
 
 
 class DeleteTopicsRequestLike(Protocol):
-    topic_names: Sequence[str]
-    timeout_ms: int
+    @property
+    def topic_names(self) -> Sequence[str]: ...
+    @property
+    def timeout_ms(self) -> int: ...
 
 
 @dataclass(frozen=True)

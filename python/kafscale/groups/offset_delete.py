@@ -14,6 +14,7 @@ An offset that was never committed is deleted without complaint, as in Kafka.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Protocol
 
 from kafscale.errors import ErrorCode
@@ -34,14 +35,14 @@ class OffsetDeleteTopicLike(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def partitions(self) -> list[int]: ...
+    def partitions(self) -> Sequence[int]: ...
 
 
 class OffsetDeleteRequestLike(Protocol):
     @property
     def group_id(self) -> str: ...
     @property
-    def topics(self) -> list[OffsetDeleteTopicLike]: ...
+    def topics(self) -> Sequence[OffsetDeleteTopicLike]: ...
 
 
 class OffsetDeleter(Protocol):
