@@ -60,14 +60,19 @@ fn decode_body(request: &Request) {
         CreatePartitions => CreatePartitionsRequest,
         DeleteGroups => DeleteGroupsRequest,
         IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
+        OffsetDelete => OffsetDeleteRequest,
         InitProducerId => InitProducerIdRequest,
     }
 }
 
 fuzz_target!(|data: &[u8]| {
     let mut frames = FrameReader::new(data, MAX_REQUEST_BYTES);
-    // The server closes the connection at the first bad frame; so does this loop.
-    while let Ok(Some(frame)) = futures::executor::block_on(frames.read_frame()) {
+    // The whole input arrives at once. The server closes the connection at the first bad
+    // frame; so does this loop.
+    if futures::executor::block_on(frames.fill(data.len())).is_err() {
+        return;
+    }
+    while let Ok(Some(frame)) = frames.next_frame() {
         if let Ok(request) = Request::decode(frame) {
             decode_body(&request);
         }
