@@ -313,6 +313,7 @@ OpsRequest = (
     DescribeGroupsRequest
     | ListGroupsRequest
     | DeleteGroupsRequest
+    | OffsetDeleteRequest
     | DescribeConfigsRequest
     | AlterConfigsRequest
     | CreatePartitionsRequest

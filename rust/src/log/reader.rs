@@ -80,9 +80,8 @@ pub async fn read(
         match read_once(ctx, partition, offset, max_bytes, must_progress).await {
             Ok(result) => return Ok(result),
             Err(ReadFailure::Error(e)) => return Err(e),
-            Err(ReadFailure::Stale(stale)) => {
-                if attempts == STALE_VIEW_RETRIES
-                    || !view_moved_past(partition, stale.segment_end).await
+            Err(ReadFailure::Stale { segment_end }) => {
+                if attempts == STALE_VIEW_RETRIES || !view_moved_past(partition, segment_end).await
                 {
                     tracing::warn!(topic = %partition.topic, partition = partition.id, offset,
                         "a write-ahead object this read needs is gone and the partition's \
@@ -101,11 +100,6 @@ const STALE_VIEW_RETRIES: usize = 3;
 /// it missed (the metadata store's watch delivers it within moments).
 const VIEW_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The view a read was made from no longer matches storage: its segment end was this.
-struct Stale {
-    segment_end: i64,
-}
-
 /// Whether the partition's segment end moves past `segment_end` within `VIEW_CATCH_UP`.
 async fn view_moved_past(partition: &Partition, segment_end: i64) -> bool {
     let deadline = tokio::time::Instant::now() + VIEW_CATCH_UP;
@@ -120,9 +114,10 @@ async fn view_moved_past(partition: &Partition, segment_end: i64) -> bool {
     }
 }
 
-/// Why one read attempt failed: its view was outdated, or an error for the client.
+/// Why one read attempt failed: the view it was made from (with this segment end) no longer
+/// matches storage, or an error for the client.
 enum ReadFailure {
-    Stale(Stale),
+    Stale { segment_end: i64 },
     Error(ResponseError),
 }
 
@@ -170,9 +165,9 @@ async fn read_once(
             let (run, bytes) = match loaded {
                 Ok(loaded) => loaded,
                 Err(RunLoadError::Collected) => {
-                    return Err(ReadFailure::Stale(Stale {
+                    return Err(ReadFailure::Stale {
                         segment_end: view.segment_end,
-                    }))
+                    })
                 }
                 Err(RunLoadError::Failed(e)) => return Err(e.into()),
             };
