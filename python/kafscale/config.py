@@ -604,6 +604,15 @@ class Settings:
         default_doc=_size_doc(128 * _MIB),
         metavar="SIZE",
     )
+    producer_id_expiration_ms: int = _setting(
+        86_400_000,
+        "How long a partition remembers an idempotent producer that wrote nothing "
+        "(Kafka's producer.id.expiration.ms): a retry after that is no longer recognised "
+        "as one.",
+        _parse_int,
+        check=_in_range(1, _INT64_MAX, "milliseconds, e.g. 86400000"),
+        metavar="MS",
+    )
     # Consumer groups (read by the Python control plane only; names follow Kafka's broker
     # configs group.initial.rebalance.delay.ms, group.min/max.session.timeout.ms).
     group_initial_rebalance_delay_ms: int = _setting(

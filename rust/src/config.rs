@@ -51,6 +51,7 @@ pub struct BrokerConfig {
     pub message_timestamp_before_max_ms: i64,
     pub message_timestamp_after_max_ms: i64,
     pub max_uncompressed_batch_bytes: usize,
+    pub producer_id_expiration_ms: i64,
 }
 
 impl BrokerConfig {
@@ -106,6 +107,7 @@ impl BrokerConfig {
             message_timestamp_before_max_ms: self.message_timestamp_before_max_ms,
             message_timestamp_after_max_ms: self.message_timestamp_after_max_ms,
             max_uncompressed_batch_bytes: self.max_uncompressed_batch_bytes,
+            producer_id_expiration_ms: self.producer_id_expiration_ms,
             flush_interval: Duration::from_millis(self.flush_interval_ms.max(1)),
             readahead_segments: self.readahead_segments,
             index_interval: DEFAULT_INDEX_INTERVAL,

@@ -193,11 +193,11 @@ def test_unknown_api_key_closes_connection(strict_broker, bystander, api_key):
 
 
 def test_unimplemented_api_gets_unsupported_version(strict_broker, bystander):
-    """InitProducerId is a known API the broker does not serve: an error response, not a close."""
+    """EndTxn is a known API the broker does not serve: an error response, not a close."""
     with open_raw(strict_broker) as conn:
-        r = conn.request(kw.INIT_PRODUCER_ID, 0, kw.init_producer_id_v0_body())
-        error, _ = kw.parse_init_producer_id_v0(r)
-        assert error == kw.UNSUPPORTED_VERSION
+        r = conn.request(kw.END_TXN, 0, kw.end_txn_v0_body())
+        r.i32()  # throttle
+        assert r.i16() == kw.UNSUPPORTED_VERSION
         # the connection goes on serving
         assert kw.api_versions(conn).error_code == kw.NONE
     assert_healthy(strict_broker, bystander)

@@ -56,9 +56,17 @@ def counts(msgs: Iterable[Msg]) -> dict[int, int]:
 
 
 def confluent_produce(
-    bootstrap: str, topic: str, msgs: list[Msg], *, compression="none", acks="all", extra=None
+    bootstrap: str,
+    topic: str,
+    msgs: list[Msg],
+    *,
+    compression="none",
+    acks="all",
+    idempotent: bool | None = None,
+    extra=None,
 ) -> list[tuple[int, int]]:
-    """Produce and wait for every delivery report; returns (partition, offset) per message."""
+    """Produce and wait for every delivery report; returns (partition, offset) per message.
+    ``idempotent=None`` leaves librdkafka's default (off)."""
     from confluent_kafka import KafkaException, Producer
 
     conf = {
@@ -66,9 +74,10 @@ def confluent_produce(
         "compression.type": compression,
         "acks": str(acks),
         "linger.ms": 5,
-        "enable.idempotence": False,
         "message.timeout.ms": int(HANG_GUARD * 1000),
     }
+    if idempotent is not None:
+        conf["enable.idempotence"] = idempotent
     conf.update(extra or {})
     producer = Producer(conf)
     results: list[tuple[int, int] | None] = [None] * len(msgs)
@@ -152,17 +161,25 @@ def confluent_consume(
 
 
 def kafka_python_produce(
-    bootstrap: str, topic: str, msgs: list[Msg], *, compression="none", acks="all"
+    bootstrap: str,
+    topic: str,
+    msgs: list[Msg],
+    *,
+    compression="none",
+    acks="all",
+    idempotent: bool | None = None,
 ) -> list[tuple[int, int]]:
+    """``idempotent=None`` leaves kafka-python's default: idempotent with acks=all (3.0+)."""
     from kafka import KafkaProducer
 
+    options = {} if idempotent is None else {"enable_idempotence": idempotent}
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         compression_type=None if compression == "none" else compression,
         acks=acks,
         linger_ms=5,
-        enable_idempotence=False,  # no InitProducerId: the broker has no idempotence by design
         request_timeout_ms=int(HANG_GUARD * 1000),
+        **options,
     )
     try:
         futures = [
@@ -227,16 +244,17 @@ def kafka_python_consume(bootstrap: str, topic: str, expected: dict[int, int]) -
 # aiokafka
 
 
-async def _aiokafka_produce(bootstrap, topic, msgs, compression, acks):
+async def _aiokafka_produce(bootstrap, topic, msgs, compression, acks, idempotent):
     from aiokafka import AIOKafkaProducer
 
+    options = {} if idempotent is None else {"enable_idempotence": idempotent}
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         compression_type=None if compression == "none" else compression,
         acks=acks,
         linger_ms=5,
-        enable_idempotence=False,
         request_timeout_ms=int(HANG_GUARD * 1000),
+        **options,
     )
     await producer.start()
     try:
@@ -262,9 +280,16 @@ async def _aiokafka_produce(bootstrap, topic, msgs, compression, acks):
 
 
 def aiokafka_produce(
-    bootstrap: str, topic: str, msgs: list[Msg], *, compression="none", acks="all"
+    bootstrap: str,
+    topic: str,
+    msgs: list[Msg],
+    *,
+    compression="none",
+    acks="all",
+    idempotent: bool | None = None,
 ) -> list[tuple[int, int]]:
-    return asyncio.run(_aiokafka_produce(bootstrap, topic, msgs, compression, acks))
+    """``idempotent=None`` leaves aiokafka's default (off)."""
+    return asyncio.run(_aiokafka_produce(bootstrap, topic, msgs, compression, acks, idempotent))
 
 
 async def _aiokafka_consume(bootstrap, topic, expected):

@@ -34,6 +34,11 @@ KAFKA_STORAGE_ERROR = ErrorCode.KAFKA_STORAGE_ERROR
 FENCED_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH
 UNKNOWN_LEADER_EPOCH = ErrorCode.UNKNOWN_LEADER_EPOCH
 INVALID_RECORD = ErrorCode.INVALID_RECORD
+# idempotent producers and transactions (answered by the data plane only)
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 # api keys
 PRODUCE = ApiKey.PRODUCE
@@ -44,6 +49,7 @@ API_VERSIONS = ApiKey.API_VERSIONS
 CREATE_TOPICS = ApiKey.CREATE_TOPICS
 DELETE_TOPICS = ApiKey.DELETE_TOPICS
 INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
+END_TXN = 26  # transactions: not served
 
 
 class Writer:
@@ -744,15 +750,68 @@ def list_offsets(
 
 
 # ---------------------------------------------------------------------------------------------
-# InitProducerId v0: a known API the broker does not implement (no transactions/idempotence)
+# InitProducerId v0 (idempotent producers), EndTxn v0 (a known API the broker does not serve)
 
 
-def init_producer_id_v0_body() -> bytes:
-    return Writer().string(None).i32(60000).done()
+def init_producer_id_v0_body(transactional_id: str | None = None) -> bytes:
+    return Writer().string(transactional_id).i32(60000).done()
 
 
-def parse_init_producer_id_v0(r: Reader) -> tuple[int, int]:
+def parse_init_producer_id_v0(r: Reader) -> tuple[int, int, int]:
+    """(error, producer id, epoch)"""
     r.i32()  # throttle
     error = r.i16()
     producer_id = r.i64()
-    return error, producer_id
+    epoch = r.i16()
+    return error, producer_id, epoch
+
+
+def end_txn_v0_body() -> bytes:
+    return Writer().string("tx").i64(0).i16(0).i8(1).done()
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeProducers v0 (flexible)
+
+DESCRIBE_PRODUCERS = 61
+
+
+@dataclass
+class ActiveProducer:
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+
+
+def describe_producers(
+    conn: RawConnection, topic: str, partition: int
+) -> tuple[int, list[ActiveProducer]]:
+    """(error code, active producers) of one partition."""
+    body = (
+        Writer()
+        .uvarint(2)  # one topic
+        .compact_string(topic)
+        .uvarint(2)  # one partition index
+        .i32(partition)
+        .tagged_fields()
+        .tagged_fields()
+        .done()
+    )
+    conn.send(DESCRIBE_PRODUCERS, 0, body, flexible_header=True)
+    _, r = conn.recv_response(flexible_header=True)
+    r.i32()  # throttle
+    assert r.compact_array_len() == 1
+    assert r.compact_string() == topic
+    assert r.compact_array_len() == 1
+    assert r.i32() == partition
+    error = r.i16()
+    r.compact_string()  # error message
+    producers = []
+    for _ in range(r.compact_array_len()):
+        pid, epoch, last_seq, last_ts = r.i64(), r.i32(), r.i32(), r.i64()
+        r.i32()  # coordinator epoch
+        r.i64()  # current transaction's start offset
+        r.skip_tagged_fields()
+        producers.append(ActiveProducer(pid, epoch, last_seq, last_ts))
+    return error, producers

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import json
 import re
 import struct
 import time
@@ -41,8 +42,10 @@ BATCH_CRC_START = 21  # the CRC covers attributes .. end of batch
 BATCH_LENGTH_OVERHEAD = 12  # base offset + batch length fields, not counted in batch length
 DEFAULT_INDEX_INTERVAL = 100
 SEGMENT_NAME = re.compile(r"^segment-(\d{20})\.(kfs|index)$")
+PRODUCER_SNAPSHOT_NAME = re.compile(r"^producers-(\d{20})\.json$")
 
 COMPRESSION_NONE = 0
+TRANSACTIONAL_FLAG = 0x10  # attributes bit 4
 COMPRESSION_GZIP = 1
 COMPRESSION_SNAPPY = 2
 COMPRESSION_LZ4 = 3
@@ -284,8 +287,11 @@ def build_record_batch(
     base_offset: int = 0,
     partition_leader_epoch: int = -1,
     corrupt_crc: bool = False,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+    transactional: bool = False,
 ) -> bytes:
-    """Build a RecordBatch v2 (magic 2) from (key, value, headers) triples."""
+    """Build a RecordBatch v2 (magic 2) from (key, value, headers) triples. ``producer`` is
+    the producer id, epoch and base sequence of an idempotent producer's batch."""
     if not records:
         raise ValueError("a batch needs at least one record")
     if timestamps is None:
@@ -313,13 +319,11 @@ def build_record_batch(
     after_crc = (
         struct.pack(
             ">hiqqqhii",
-            compression,
+            compression | (TRANSACTIONAL_FLAG if transactional else 0),
             len(records) - 1,
             first_ts,
             max(timestamps),
-            -1,
-            -1,
-            -1,
+            *producer,
             len(records),
         )
         + payload
@@ -488,6 +492,20 @@ class PartitionLog:
         return self.segments[-1][1].last_offset + 1 if self.segments else 0
 
 
+def check_producer_snapshot(end: int, data: bytes) -> None:
+    """An idempotent-producer snapshot as compaction stores it next to the segments: JSON with
+    the offset it is valid at (its name's) and, per producer id, its epoch and last batches."""
+    snapshot = json.loads(data)
+    if snapshot.get("end") != end:
+        raise FormatError(f"producer snapshot {end} says it ends at {snapshot.get('end')}")
+    for producer_id, entry in snapshot["producers"].items():
+        batches = entry["batches"]
+        if int(producer_id) < 0 or not 1 <= len(batches) <= 5:
+            raise FormatError(f"producer {producer_id} in snapshot {end}: {entry}")
+        if any(b["last_offset"] >= end for b in batches):
+            raise FormatError(f"producer {producer_id}: a batch at or past the snapshot's end")
+
+
 def check_partition(
     objects: dict[str, bytes], interval: int = DEFAULT_INDEX_INTERVAL
 ) -> PartitionLog:
@@ -499,6 +517,10 @@ def check_partition(
     kfs = {}
     idx = {}
     for name, data in objects.items():
+        snapshot = PRODUCER_SNAPSHOT_NAME.match(name)
+        if snapshot:
+            check_producer_snapshot(int(snapshot.group(1)), data)
+            continue
         match = SEGMENT_NAME.match(name)
         if not match:
             raise FormatError(f"unexpected object name {name!r}")

@@ -47,6 +47,7 @@ pub struct Broker {
     pub wal: Arc<WalWriter>,
     pub control: ControlBridge,
     pub metrics: Arc<Metrics>,
+    pub(crate) producer_ids: crate::meta::producer_ids::ProducerIds,
     /// Everything under the cluster's metadata prefix, kept current by a watch.
     pub mirror: Arc<Mirror>,
     state: watch::Sender<Arc<ClusterState>>,
@@ -130,6 +131,7 @@ impl Broker {
         });
         let broker = Arc::new(Broker {
             wal: WalWriter::start(log.clone(), log.wal.clone(), config.broker_id),
+            producer_ids: crate::meta::producer_ids::ProducerIds::new(log.catalog.clone()),
             log,
             metrics,
             cluster_id,

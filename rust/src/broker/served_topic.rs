@@ -39,10 +39,10 @@ impl Slot {
             .clone()
     }
 
-    pub fn replace(&self, partition: Partition) {
+    pub fn replace(&self, partition: impl Into<Arc<Partition>>) {
         let old = std::mem::replace(
             &mut *self.current.write().unwrap_or_else(|p| p.into_inner()),
-            Arc::new(partition),
+            partition.into(),
         );
         // Fetches long-polling the old log would otherwise sleep out their whole wait.
         old.wake_readers();

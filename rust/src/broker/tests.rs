@@ -62,6 +62,7 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
         message_timestamp_before_max_ms: i64::MAX,
         message_timestamp_after_max_ms: 3_600_000,
         max_uncompressed_batch_bytes: 128 << 20,
+        producer_id_expiration_ms: 86_400_000,
     };
     let broker = Broker::open(config).await.unwrap();
     TestBroker { broker, _dir: dir }
@@ -80,7 +81,7 @@ pub async fn produce(broker: &Broker, topic: &str, partition: i32, records: usiz
     let log = slot.current();
     let batch = encoded_batch(records, 100, Compression::None);
     let batches = validate_batches(&batch, log.max_message_bytes()).unwrap();
-    let (ack, buffered) = log.append(batches, true).unwrap();
+    let (ack, buffered) = log.append(batches, true).unwrap().buffered();
     broker.wal.note_append(&log, buffered);
     let ack = tokio::time::timeout(Duration::from_secs(10), ack.unwrap());
     ack.await.expect("no ack").unwrap().unwrap()

@@ -192,7 +192,10 @@ impl Broker {
                 "took over the partition"
             );
             let limits = topic.limits.clone();
-            let log = claimed_partition(&topic.record, id, limits, owned);
+            let log = Arc::new(claimed_partition(&topic.record, id, limits, owned));
+            let ctx = self.log.clone();
+            let loading = log.clone();
+            tokio::spawn(async move { loading.load_producers(&ctx).await });
             topic.partitions[id as usize].replace(log);
             self.ownership.claims.succeeded(&topic.record.name, id);
         }

@@ -603,7 +603,7 @@ mod tests {
         let log = slot.current();
         let batch = encoded_batch(1, 10, Compression::None);
         let batches = validate_batches(&batch, 1 << 20).unwrap();
-        let (ack, appended) = log.append(batches, true).unwrap();
+        let (ack, appended) = log.append(batches, true).unwrap().buffered();
         b.wal.note_append(&log, appended);
         let acked = tokio::time::timeout(Duration::from_secs(10), ack.unwrap()).await;
         assert_eq!(

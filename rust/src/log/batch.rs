@@ -35,6 +35,10 @@ pub struct BatchHeader {
     pub last_offset_delta: i32,
     pub base_timestamp: i64,
     pub max_timestamp: i64,
+    /// -1 unless an idempotent producer wrote the batch.
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
     pub record_count: i32,
 }
 
@@ -59,6 +63,9 @@ impl BatchHeader {
             last_offset_delta: i32_at(buf, 23),
             base_timestamp: i64_at(buf, 27),
             max_timestamp: i64_at(buf, 35),
+            producer_id: i64_at(buf, 43),
+            producer_epoch: i16::from_be_bytes(buf[51..53].try_into().unwrap()),
+            base_sequence: i32_at(buf, 53),
             record_count: i32_at(buf, 57),
         })
     }

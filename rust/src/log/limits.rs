@@ -18,8 +18,9 @@ pub struct TopicLimits {
     max_message_bytes: AtomicUsize,
     timestamp_before_max_ms: AtomicI64,
     timestamp_after_max_ms: AtomicI64,
-    /// A broker setting, not a topic config: fixed for the broker's life.
+    /// Broker settings, not topic configs: fixed for the broker's life.
     max_uncompressed_batch_bytes: usize,
+    producer_id_expiration_ms: i64,
 }
 
 /// A positive size set in the topic's configs, or the broker default.
@@ -60,6 +61,7 @@ impl TopicLimits {
                 settings.message_timestamp_after_max_ms,
             )),
             max_uncompressed_batch_bytes: settings.max_uncompressed_batch_bytes,
+            producer_id_expiration_ms: settings.producer_id_expiration_ms,
         }
     }
 
@@ -88,6 +90,10 @@ impl TopicLimits {
         self.max_message_bytes.load(Ordering::Relaxed)
     }
 
+    pub fn producer_id_expiration_ms(&self) -> i64 {
+        self.producer_id_expiration_ms
+    }
+
     /// What a produce arriving now is checked against.
     pub fn produce_rules(&self, now_ms: i64) -> ProduceRules {
         ProduceRules {
@@ -113,6 +119,7 @@ mod tests {
             message_timestamp_before_max_ms: i64::MAX,
             message_timestamp_after_max_ms: 3_600_000,
             max_uncompressed_batch_bytes: 128 << 20,
+            producer_id_expiration_ms: 86_400_000,
             flush_interval: Duration::from_millis(10),
             readahead_segments: 1,
             index_interval: 100,

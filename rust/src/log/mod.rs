@@ -4,10 +4,13 @@ pub mod batch;
 pub(crate) mod cache;
 pub mod checksum;
 pub mod decompress;
+#[cfg(test)]
+mod idempotence_tests;
 pub(crate) mod index;
 pub(crate) mod limits;
 pub(crate) mod occupant;
 pub(crate) mod partition;
+pub(crate) mod producers;
 pub(crate) mod reader;
 mod record_reader;
 pub(crate) mod retention;
@@ -39,6 +42,8 @@ pub struct LogSettings {
     pub message_timestamp_after_max_ms: i64,
     /// Largest size a compressed batch may expand to (a broker setting only).
     pub max_uncompressed_batch_bytes: usize,
+    /// How long a partition remembers an idempotent producer that wrote nothing.
+    pub producer_id_expiration_ms: i64,
     pub flush_interval: Duration,
     pub readahead_segments: usize,
     pub index_interval: i32,

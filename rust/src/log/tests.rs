@@ -20,17 +20,17 @@ use crate::meta::kv::Op;
 use crate::store::faulty::FaultyStore;
 use crate::store::SegmentStore;
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
-    ctx: Arc<LogContext>,
-    topic: TopicRecord,
+    pub(super) ctx: Arc<LogContext>,
+    pub(super) topic: TopicRecord,
     /// The topic's limits, as the broker keeps them in line with the topic record.
-    limits: Arc<TopicLimits>,
-    objects: Arc<FaultyStore>,
-    writer: Arc<WalWriter>,
+    pub(super) limits: Arc<TopicLimits>,
+    pub(super) objects: Arc<FaultyStore>,
+    pub(super) writer: Arc<WalWriter>,
 }
 
-async fn fixture(segment_bytes: usize) -> Fixture {
+pub(super) async fn fixture(segment_bytes: usize) -> Fixture {
     fixture_flushing_every(segment_bytes, Duration::from_millis(10)).await
 }
 
@@ -58,6 +58,7 @@ async fn fixture_with(
             message_timestamp_before_max_ms: i64::MAX,
             message_timestamp_after_max_ms: 3_600_000,
             max_uncompressed_batch_bytes: 128 << 20,
+            producer_id_expiration_ms: 86_400_000,
             flush_interval,
             readahead_segments: 1,
             index_interval: 100,
@@ -85,13 +86,13 @@ async fn fixture_with(
     }
 }
 
-async fn open(f: &Fixture) -> Arc<Partition> {
+pub(super) async fn open(f: &Fixture) -> Arc<Partition> {
     open_id(f, 0).await
 }
 
 /// Claims the partition for broker 1, as the ownership reconciler does (the committed end
 /// taken over from the write-ahead index).
-async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
+pub(super) async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
     let mut claimed = f
         .ctx
         .catalog
@@ -104,7 +105,7 @@ async fn open_id(f: &Fixture, id: i32) -> Arc<Partition> {
 }
 
 /// Gives the partition up the way a hand-off does, so it can be opened again.
-async fn release(f: &Fixture, p: &Partition) {
+pub(super) async fn release(f: &Fixture, p: &Partition) {
     let owned = p.owned().unwrap();
     f.ctx
         .catalog
@@ -123,12 +124,12 @@ fn append_buffered(
 ) {
     let batch = encoded_batch(records, 100, Compression::None);
     let batches = validate_batches(&batch, 1 << 20).unwrap();
-    let (ack, buffered) = p.append(batches, true).unwrap();
+    let (ack, buffered) = p.append(batches, true).unwrap().buffered();
     (ack.unwrap(), buffered)
 }
 
 /// Appends like Produce does: the writer hears of it.
-fn produce(
+pub(super) fn produce(
     f: &Fixture,
     p: &Arc<Partition>,
     records: usize,
@@ -145,7 +146,7 @@ fn base_offsets(records: &bytes::Bytes) -> Vec<i64> {
 
 /// Runs a due compaction of partition 0 and commits it; the caller applies it to the
 /// partition (`compacted`) when the test wants this broker's view to learn of it.
-async fn compact_and_commit(
+pub(super) async fn compact_and_commit(
     f: &Fixture,
     p: &Partition,
     now_ms: i64,

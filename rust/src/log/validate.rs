@@ -27,11 +27,10 @@ use super::decompress::{describe, Codec, Decompressed};
 use super::record_reader::Records;
 
 const LOG_APPEND_TIME: i16 = 0x08;
+const TRANSACTIONAL_BATCH: i16 = 0x10;
 const CONTROL_BATCH: i16 = 0x20;
 /// A record without a timestamp (Kafka's RecordBatch.NO_TIMESTAMP): not range-checked.
 const NO_TIMESTAMP: i64 = -1;
-const PRODUCER_ID_AT: usize = 43;
-const BASE_SEQUENCE_AT: usize = 53;
 /// Large enough that one read of a decompressor usually holds several records.
 const STREAM_BUFFER: usize = 32 * 1024;
 
@@ -110,8 +109,16 @@ pub fn validate_records(
              bit 5",
         ));
     }
-    let producer_id = i64::from_be_bytes(batch[PRODUCER_ID_AT..][..8].try_into().unwrap());
-    let base_sequence = i32::from_be_bytes(batch[BASE_SEQUENCE_AT..][..4].try_into().unwrap());
+    if header.attributes & TRANSACTIONAL_BATCH != 0 {
+        return Err(Rejection {
+            error: ResponseError::InvalidTxnState,
+            message: "transactions are not supported by KafScale; produce without a \
+                      transactional.id (idempotent producers are supported)"
+                .to_string(),
+            record: None,
+        });
+    }
+    let (producer_id, base_sequence) = (header.producer_id, header.base_sequence);
     if producer_id >= 0 && base_sequence < 0 {
         return Err(invalid_record(
             None,

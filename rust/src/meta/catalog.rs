@@ -48,6 +48,11 @@ pub struct PartitionRecord {
     /// whole log was in segments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment_end: Option<i64>,
+    /// The offset of the idempotent producers' state the last compaction stored (at or above
+    /// `segment_end`; see `log::partition::idempotence`). None while no producer state is
+    /// stored: the write-ahead runs above the segment end hold all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer_snapshot: Option<i64>,
 }
 
 impl PartitionRecord {
@@ -68,6 +73,7 @@ impl PartitionRecord {
             log_start_offset: 0,
             high_watermark: 0,
             segment_end: Some(0),
+            producer_snapshot: None,
         }
     }
 }

@@ -8,6 +8,7 @@ mod etcd_limits;
 pub mod kv;
 pub mod metered;
 pub mod mirror;
+pub(crate) mod producer_ids;
 #[cfg(test)]
 mod test_etcd;
 pub mod wal;

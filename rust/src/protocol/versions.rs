@@ -1,6 +1,5 @@
-//! The data-plane APIs' served versions, and the APIs this broker will not serve (listed as
-//! such). With the control-plane rows (`control::SERVED`) they make what ApiVersions
-//! advertises (`server::handlers::api_versions`).
+//! The data-plane APIs' served versions. With the control-plane rows (`control::SERVED`) they
+//! make what ApiVersions advertises (`server::handlers::api_versions`).
 
 use kafka_protocol::messages::ApiKey;
 
@@ -26,34 +25,7 @@ pub const DATA_PLANE: &[SupportedApi] = &[
     api(ApiKey::FindCoordinator, 0, 4),
     api(ApiKey::ApiVersions, 0, 3),
     api(ApiKey::OffsetForLeaderEpoch, 0, 4),
-];
-
-/// APIs this broker will not serve (replication and controller internals, transactions,
-/// quotas, KRaft): ApiVersions lists them with MinVersion = MaxVersion = -1, so tools see them
-/// as known and refused. A request for one is answered UNSUPPORTED_VERSION like any other
-/// version that is not served.
-pub const REFUSED: &[ApiKey] = &[
-    ApiKey::LeaderAndIsr,
-    ApiKey::StopReplica,
-    ApiKey::UpdateMetadata,
-    ApiKey::ControlledShutdown,
-    ApiKey::DeleteRecords,
-    ApiKey::InitProducerId,
-    ApiKey::AddPartitionsToTxn,
-    ApiKey::AddOffsetsToTxn,
-    ApiKey::EndTxn,
-    ApiKey::ListPartitionReassignments,
-    ApiKey::DescribeClientQuotas,
-    ApiKey::AlterClientQuotas,
-    ApiKey::DescribeUserScramCredentials,
-    ApiKey::AlterUserScramCredentials,
-    ApiKey::Vote,
-    ApiKey::BeginQuorumEpoch,
-    ApiKey::EndQuorumEpoch,
-    ApiKey::DescribeQuorum,
-    ApiKey::AlterPartition,
-    ApiKey::UpdateFeatures,
-    ApiKey::DescribeTransactions,
-    ApiKey::ListTransactions,
-    ApiKey::AllocateProducerIds,
+    // Idempotent producers only (no transactional id).
+    api(ApiKey::InitProducerId, 0, 5),
+    api(ApiKey::DescribeProducers, 0, 0),
 ];

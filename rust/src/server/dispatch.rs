@@ -101,6 +101,15 @@ fn handler(
         ApiKey::FindCoordinator => {
             async move { handlers::find_coordinator::handle(&broker, &request).into() }.boxed()
         }
+        ApiKey::DescribeProducers => {
+            async move { handlers::describe_producers::handle(&broker, &request).into() }.boxed()
+        }
+        ApiKey::InitProducerId => async move {
+            handlers::init_producer_id::handle(&broker, &request)
+                .await
+                .into()
+        }
+        .boxed(),
         ApiKey::Metadata => {
             async move { handlers::metadata::handle(&broker, request).await.into() }.boxed()
         }

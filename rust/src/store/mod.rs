@@ -205,6 +205,15 @@ impl SegmentStore {
         ))
     }
 
+    /// Where a partition's idempotent-producer state as of offset `end` lives (next to its
+    /// segments; partition listings skip it, topic deletion removes it).
+    pub fn producer_snapshot_path(&self, topic: &str, partition: i32, end: i64) -> Path {
+        Path::from(format!(
+            "{}/{topic}/{partition}/producers-{end:020}.json",
+            self.namespace
+        ))
+    }
+
     /// Where a write-ahead object lives. `!` is no topic name's character, so the folder
     /// never meets a topic's.
     pub fn wal_path(&self, broker: i32, name: &str) -> Path {

@@ -42,8 +42,9 @@ impl Partition {
     pub async fn compact(&self, ctx: &LogContext, now_ms: i64) -> Option<Compacted> {
         let lock = self.record_lock.clone().lock_owned().await;
         // A log that stopped taking writes (handed off, shutting down) is no longer this
-        // broker's to compact, even while its owner key is.
-        if !self.is_leader() {
+        // broker's to compact, even while its owner key is; nor one whose producer state is
+        // not rebuilt yet (the next snapshot is made from it).
+        if !self.is_leader() || !self.state().producers.loaded {
             return None;
         }
         let owned = self.owned()?;
@@ -59,10 +60,18 @@ impl Partition {
                 None => break,
             }
         }
+        if segments.is_empty() {
+            return None;
+        }
         let mut record = owned.record.clone();
         record.segment_end = Some(from);
         record.high_watermark = record.high_watermark.max(from);
-        (!segments.is_empty()).then_some(Compacted {
+        // The segment end must not pass the stored producer state: store it anew.
+        record.producer_snapshot = self
+            .store_producer_snapshot(ctx, record.producer_snapshot)
+            .await
+            .ok()?;
+        Some(Compacted {
             owned,
             record,
             segments,
@@ -142,6 +151,11 @@ impl Partition {
                     .insert(self.object_key(segment.base_offset), cached);
             }
         }
+        if let Some(old) = owned.record.producer_snapshot {
+            if record.producer_snapshot != Some(old) {
+                self.drop_producer_snapshot(ctx, old);
+            }
+        }
         let mut state = self.state();
         state.committed = VersionedPartition {
             record,
@@ -156,7 +170,7 @@ impl Partition {
     /// The committed batches from `from` through the one holding `last`, from the write-ahead
     /// runs (all there: runs above the segment end are never deleted). None if a run cannot be
     /// read now, or is malformed or leaves a gap (logged).
-    async fn committed_batches(
+    pub(super) async fn committed_batches(
         &self,
         ctx: &LogContext,
         from: i64,

@@ -9,9 +9,11 @@
 //! so offsets never have gaps.
 
 mod compaction;
+mod idempotence;
 mod roles;
 
 pub use compaction::Compacted;
+pub use idempotence::Recorded;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,7 @@ use super::segment::{SegmentMeta, StoredBatch};
 use super::LogContext;
 use crate::meta::catalog::{CatalogError, VersionedPartition};
 use crate::store::SegmentObject;
+use idempotence::{Admission, Idempotence};
 
 /// Result of a produce once its flush finished: the base offset of its first batch.
 pub type AppendResult = Result<i64, ResponseError>;
@@ -37,6 +40,8 @@ pub type Reply = (Option<oneshot::Sender<AppendResult>>, i64);
 pub struct Taken {
     pub batches: Vec<StoredBatch>,
     pub replies: Vec<Reply>,
+    /// The idempotent producers' batches among them.
+    pub recorded: Vec<Recorded>,
     pub bytes: usize,
     pub leader_epoch: i32,
 }
@@ -46,6 +51,28 @@ struct Chunk {
     bytes: usize,
     /// `None` for acks=0 produce requests.
     waiter: Option<oneshot::Sender<AppendResult>>,
+    /// The idempotent producers' batches among `batches`.
+    recorded: Vec<Recorded>,
+}
+
+/// What an append did.
+pub enum Appended {
+    /// Buffered: the receiver completes once the batches are durable (None for acks=0); the
+    /// bytes buffered.
+    Buffered(Option<oneshot::Receiver<AppendResult>>, usize),
+    /// A producer's retry of batches stored already, at this base offset.
+    Stored(i64),
+}
+
+#[cfg(test)]
+impl Appended {
+    /// What a batch without producer id gets: buffered.
+    pub fn buffered(self) -> (Option<oneshot::Receiver<AppendResult>>, usize) {
+        match self {
+            Appended::Buffered(ack, bytes) => (ack, bytes),
+            Appended::Stored(at) => panic!("a retry answered with offset {at}"),
+        }
+    }
 }
 
 struct State {
@@ -58,6 +85,7 @@ struct State {
     segments: Option<Vec<SegmentMeta>>,
     /// Set when the partition stops taking writes (topic deleted, broker shutting down).
     closed: Option<ResponseError>,
+    producers: Idempotence,
 }
 
 pub struct Partition {
@@ -100,6 +128,14 @@ impl Partition {
         let high_watermark = committed_end.max(committed.record.high_watermark);
         // Without an owner key this broker only serves reads of what others committed.
         let closed = (committed.owner_revision == 0).then_some(ResponseError::NotLeaderOrFollower);
+        // A log with nothing in it, and none in a snapshot, has no producer state to rebuild.
+        let producers = if high_watermark <= committed.record.log_start_offset
+            && committed.record.producer_snapshot.is_none()
+        {
+            Idempotence::empty_log(high_watermark)
+        } else {
+            Idempotence::default()
+        };
         Partition {
             topic,
             topic_id,
@@ -112,6 +148,7 @@ impl Partition {
                 pending_bytes: 0,
                 segments,
                 closed,
+                producers,
             }),
             high_watermark: watch::Sender::new(high_watermark),
             record_lock: Arc::default(),
@@ -171,25 +208,47 @@ impl Partition {
         self.state().committed.record.log_start_offset
     }
 
-    /// Takes validated batches into the write buffer, assigning their offsets. Returns the
-    /// receiver that completes when they are durable (if an ack is wanted) and the bytes
-    /// appended, for the write-ahead writer's accounting.
+    /// Takes validated batches into the write buffer, assigning their offsets, once the
+    /// producer state admits them. Returns the receiver that completes when they are durable
+    /// (if an ack is wanted) and the bytes appended, for the write-ahead writer's accounting;
+    /// or, for a retry of stored batches, where they are.
     pub fn append(
         &self,
         batches: Vec<IncomingBatch>,
         want_ack: bool,
-    ) -> Result<(Option<oneshot::Receiver<AppendResult>>, usize), ResponseError> {
+    ) -> Result<Appended, ResponseError> {
         let mut state = self.state();
         if let Some(error) = state.closed {
             return Err(error);
         }
+        let expiration_ms = self.limits.producer_id_expiration_ms();
+        let admitted = state
+            .producers
+            .admit(batches.iter().map(|b| b.header), expiration_ms)?;
+        let mut producer_batches = match admitted {
+            Admission::Append(producer_batches) => producer_batches.into_iter().peekable(),
+            Admission::Duplicate(place)
+                if place.last_offset < self.high_watermark() || !want_ack =>
+            {
+                return Ok(Appended::Stored(place.base_offset));
+            }
+            Admission::Duplicate(place) => {
+                let receiver = state.producers.await_original(place);
+                return Ok(Appended::Buffered(Some(receiver), 0));
+            }
+        };
         let epoch = state.committed.record.leader_epoch;
         let mut stored = Vec::with_capacity(batches.len());
+        let mut recorded = Vec::new();
         let mut bytes = 0;
-        for batch in batches {
+        for (i, batch) in batches.into_iter().enumerate() {
             let base_offset = state.next_offset;
             state.next_offset += batch.header.offset_count();
             bytes += batch.header.size;
+            if let Some((_, producer)) = producer_batches.next_if(|(at, _)| *at == i) {
+                let last_offset = batch.header.last_offset_delta as i64 + base_offset;
+                recorded.push(state.producers.record(producer, base_offset, last_offset));
+            }
             stored.push(StoredBatch {
                 prefix: rewritten_prefix(base_offset, batch.header.size, epoch),
                 body: batch.bytes.slice(REWRITTEN_PREFIX_LEN..),
@@ -208,9 +267,10 @@ impl Partition {
             batches: stored,
             bytes,
             waiter,
+            recorded,
         });
         state.pending_bytes += bytes;
-        Ok((receiver, bytes))
+        Ok(Appended::Buffered(receiver, bytes))
     }
 
     /// Puts the partition on the writer's list; true if it was not on it (the caller adds it).
@@ -243,6 +303,7 @@ impl Partition {
             .await?;
         let mut state = self.state();
         state.committed = next;
+        state.producers.truncate_below(log_start);
         let Some(segments) = state.segments.as_mut() else {
             return Ok(Vec::new());
         };
@@ -261,6 +322,7 @@ impl Partition {
             let mut state = self.state();
             state.closed = Some(error);
             state.pending_bytes = 0;
+            state.producers.roll_back(error);
             std::mem::take(&mut state.pending)
         };
         for chunk in chunks {
@@ -303,21 +365,25 @@ impl Partition {
         state.pending_bytes -= bytes;
         let mut batches = Vec::new();
         let mut replies = Vec::with_capacity(chunks.len());
+        let mut recorded = Vec::new();
         for chunk in chunks {
             replies.push((chunk.waiter, chunk.batches[0].base_offset));
             batches.extend(chunk.batches);
+            recorded.extend(chunk.recorded);
         }
         Some(Taken {
             batches,
             replies,
+            recorded,
             bytes,
             leader_epoch: state.committed.record.leader_epoch,
         })
     }
 
     /// The taken batches are committed: the log ends after them now; answers their producers.
-    pub fn complete_flush(&self, replies: Vec<Reply>, end: i64) {
+    pub fn complete_flush(&self, replies: Vec<Reply>, recorded: &[Recorded], end: i64) {
         self.raise_high_watermark(end);
+        self.state().producers.commit(recorded, end);
         for (waiter, base_offset) in replies {
             if let Some(waiter) = waiter {
                 let _ = waiter.send(Ok(base_offset));
@@ -333,18 +399,28 @@ impl Partition {
                 let _ = waiter.send(Err(error));
             }
         }
-        self.rebase_after_failure(fenced);
+        self.rebase_after_failure(error, fenced);
     }
 
     /// After a failed flush the offsets it held were never committed: buffered batches that
-    /// were appended meanwhile move down to start at the committed end again.
-    fn rebase_after_failure(&self, fenced: bool) {
+    /// were appended meanwhile move down to start at the committed end again. Those of
+    /// idempotent producers fail instead: their producers resend them after the failed ones.
+    fn rebase_after_failure(&self, error: ResponseError, fenced: bool) {
         if fenced {
             // This broker may not commit for the partition any more: nothing buffered can.
             self.abandon(ResponseError::NotLeaderOrFollower);
             return;
         }
         let mut state = self.state();
+        state.producers.roll_back(error);
+        let (failed, kept): (Vec<Chunk>, Vec<Chunk>) = std::mem::take(&mut state.pending)
+            .into_iter()
+            .partition(|chunk| !chunk.recorded.is_empty());
+        state.pending = kept;
+        state.pending_bytes -= failed.iter().map(|c| c.bytes).sum::<usize>();
+        for waiter in failed.into_iter().filter_map(|c| c.waiter) {
+            let _ = waiter.send(Err(error));
+        }
         let epoch = state.committed.record.leader_epoch;
         let mut next = self.high_watermark();
         for chunk in &mut state.pending {

@@ -239,8 +239,11 @@ impl WalWriter {
                         bytes: flight.object.slice(start..end),
                     },
                 );
-                part.partition
-                    .complete_flush(part.taken.replies, run.last_offset + 1);
+                part.partition.complete_flush(
+                    part.taken.replies,
+                    &part.taken.recorded,
+                    run.last_offset + 1,
+                );
             }
             through = flight.seq + 1;
         }

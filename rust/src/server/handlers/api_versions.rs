@@ -1,13 +1,13 @@
 //! ApiVersions v0–3. A version newer than we know is answered at v0 with UNSUPPORTED_VERSION
-//! and the list, so the client can pick one (KIP-511). APIs this broker refuses for good are
-//! listed with MinVersion = MaxVersion = -1.
+//! and the list, so the client can pick one (KIP-511). Only what is served is listed, as
+//! Kafka does: clients read an API's absence as "not supported".
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
 use crate::protocol::header::{encode_response, Request, WireError};
-use crate::protocol::versions::{SupportedApi, DATA_PLANE, REFUSED};
+use crate::protocol::versions::{SupportedApi, DATA_PLANE};
 
 /// Every API served: the data plane's, then the control plane's.
 pub(crate) fn served() -> impl Iterator<Item = &'static SupportedApi> {
@@ -30,9 +30,9 @@ pub fn handle(request: &Request) -> Result<bytes::Bytes, WireError> {
             .with_min_version(min)
             .with_max_version(max)
     };
-    let served = served().map(|api| listed(api.key, api.min, api.max));
-    let refused = REFUSED.iter().map(|&key| listed(key, -1, -1));
-    let api_keys = served.chain(refused).collect();
+    let api_keys = served()
+        .map(|api| listed(api.key, api.min, api.max))
+        .collect();
     let mut response = ApiVersionsResponse::default().with_api_keys(api_keys);
     let range = supported(request.api_key).expect("ApiVersions is always supported");
     let version = if (range.min..=range.max).contains(&request.api_version) {
@@ -52,7 +52,7 @@ mod tests {
     use crate::protocol::header::testing::{read_response, request};
 
     #[test]
-    fn lists_served_apis_with_their_versions_and_refused_ones_with_minus_one() {
+    fn lists_the_served_apis_with_their_versions_and_nothing_else() {
         for version in 0..=3 {
             let asked = request(ApiKey::ApiVersions, version, &ApiVersionsRequest::default());
             let (_, response): (_, ApiVersionsResponse) =
@@ -64,30 +64,16 @@ mod tests {
             };
             assert_eq!(listed(ApiKey::DescribeConfigs), Some((0, 4)), "v{version}");
             assert_eq!(listed(ApiKey::OffsetForLeaderEpoch), Some((0, 4)));
-            assert_eq!(listed(ApiKey::InitProducerId), Some((-1, -1)));
-            assert_eq!(listed(ApiKey::AllocateProducerIds), Some((-1, -1)));
-            assert_eq!(
-                listed(ApiKey::DescribeCluster),
-                None,
-                "neither served nor refused"
-            );
-            assert_eq!(response.api_keys.len(), served().count() + REFUSED.len());
+            assert_eq!(listed(ApiKey::InitProducerId), Some((0, 5)));
+            assert_eq!(listed(ApiKey::AllocateProducerIds), None);
+            assert_eq!(listed(ApiKey::EndTxn), None);
+            assert_eq!(response.api_keys.len(), served().count());
         }
     }
 
     #[test]
-    fn refused_apis_are_not_served_at_any_version() {
-        for &key in REFUSED {
-            assert!(
-                supported(key).is_none(),
-                "{key:?} is both served and refused"
-            );
-            for version in -1..=20 {
-                assert!(!is_supported(key, version));
-            }
-        }
+    fn no_api_is_listed_twice() {
         let mut keys: Vec<i16> = served().map(|api| api.key as i16).collect();
-        keys.extend(REFUSED.iter().map(|&key| key as i16));
         let count = keys.len();
         keys.sort_unstable();
         keys.dedup();

@@ -1,7 +1,7 @@
 //! FindCoordinator v0–4 (v4 looks up a batch of keys). A group's coordinator is the live
 //! broker that rendezvous hashing of the group id picks from this broker's cluster view, so
-//! every broker names the same one. Transactions are not supported: transactional
-//! coordinators are never available.
+//! every broker names the same one. Transactions are not supported: a transaction key gets
+//! an error every client treats as fatal, with a message saying so.
 //! librdkafka also reads this API's presence as "the broker supports LZ4" (its LZ4 feature
 //! depends on FindCoordinator v0), so answering it is what lets lz4 producers compress.
 
@@ -71,9 +71,12 @@ fn lookup(cluster: &ClusterState, key_type: i8, key: &str) -> Found {
                 "no live broker is known yet; retry shortly",
             )
         }),
+        // Fatal in every client (COORDINATOR_NOT_AVAILABLE is retried until max.block.ms);
+        // librdkafka prints the message.
         TRANSACTION => Err(ApiError::new(
-            ResponseError::CoordinatorNotAvailable,
-            "transactions are not supported by KafScale",
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "transactions are not supported by KafScale; produce without a transactional.id \
+             (idempotent producers are supported)",
         )),
         other => Err(ApiError::new(
             ResponseError::InvalidRequest,
@@ -166,9 +169,13 @@ mod tests {
     }
 
     #[test]
-    fn no_live_broker_or_a_transaction_key_is_not_available() {
+    fn no_live_broker_is_retried_and_a_transaction_key_refused_with_a_reason() {
         let unavailable = ResponseError::CoordinatorNotAvailable.code();
-        for (state, key_type) in [(cluster(&[]), GROUP), (cluster(&[1]), TRANSACTION)] {
+        let no_transactions = ResponseError::TransactionalIdAuthorizationFailed.code();
+        for (state, key_type, error) in [
+            (cluster(&[]), GROUP, unavailable),
+            (cluster(&[1]), TRANSACTION, no_transactions),
+        ] {
             for version in 0..=4 {
                 let wire = on_the_wire(
                     &answer(&state, &request(key_type, &["g"]), version),
@@ -178,7 +185,7 @@ mod tests {
                     Some(c) => (c.error_code, c.node_id.0, c.error_message.clone()),
                     None => (wire.error_code, wire.node_id.0, wire.error_message),
                 };
-                assert_eq!((code, node), (unavailable, -1), "v{version}");
+                assert_eq!((code, node), (error, -1), "v{version}");
                 // v0 has no message field
                 assert_eq!(
                     message.is_some_and(|m| !m.is_empty()),

@@ -2,8 +2,10 @@
 
 pub mod api_versions;
 pub mod control;
+pub mod describe_producers;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;

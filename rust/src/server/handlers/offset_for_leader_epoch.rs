@@ -225,6 +225,7 @@ mod tests {
             log_start_offset: 0,
             high_watermark,
             segment_end: None,
+            producer_snapshot: None,
         }
     }
 

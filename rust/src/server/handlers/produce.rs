@@ -18,13 +18,15 @@ use tokio::sync::oneshot;
 use super::find_partition;
 use super::Reply;
 use crate::broker::Broker;
-use crate::log::partition::{AppendResult, Partition};
+use crate::log::partition::{AppendResult, Appended as AppendOutcome, Partition};
 use crate::log::validate::{validate_produce, Rejection};
 use crate::protocol::header::{encode_response, Request};
 
-/// A partition's outcome: decided now (an error), or once its flush completes.
+/// A partition's outcome: decided now (an error, or a retry of stored batches), or once its
+/// flush completes.
 enum Pending {
     Now(Rejection),
+    Stored(Arc<Partition>, i64),
     Flush(Arc<Partition>, oneshot::Receiver<AppendResult>),
     Unacked,
 }
@@ -124,15 +126,18 @@ fn append(
         )
     });
     match partition.append(batches, want_ack) {
-        Ok((receiver, buffered)) => {
-            appended.records += records;
-            appended.bytes += bytes;
-            broker.wal.note_append(&partition, buffered);
+        Ok(AppendOutcome::Buffered(receiver, buffered)) => {
+            if buffered > 0 {
+                appended.records += records;
+                appended.bytes += bytes;
+                broker.wal.note_append(&partition, buffered);
+            }
             match receiver {
                 Some(receiver) => Pending::Flush(partition, receiver),
                 None => Pending::Unacked,
             }
         }
+        Ok(AppendOutcome::Stored(base_offset)) => Pending::Stored(partition, base_offset),
         Err(error) => Pending::Now(error.into()),
     }
 }
@@ -148,6 +153,8 @@ async fn outcome(
     let (result, log_start) = match pending {
         Pending::Now(rejection) => (Err(rejection), -1),
         Pending::Unacked => (Ok(-1), -1),
+        // A retry of a batch stored already: its offset as first answered.
+        Pending::Stored(partition, base_offset) => (Ok(base_offset), partition.log_start_offset()),
         Pending::Flush(partition, receiver) => {
             // A dropped sender means the broker is going away: the write was not acknowledged.
             // Past the request's timeout the answer is REQUEST_TIMED_OUT, as in Kafka: the

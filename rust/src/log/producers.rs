@@ -1,0 +1,388 @@
+//! Idempotent producers' state in one partition, as Kafka keeps it (its ProducerStateManager):
+//! per producer id the epoch and the last batches written, so that a retried batch is answered
+//! with the offsets it got the first time and nothing is stored twice, and a batch that skips
+//! sequence numbers or comes from a fenced epoch is refused.
+//!
+//! Rules (Kafka's `ProducerAppendInfo`): a batch of the remembered epoch whose first and last
+//! sequence match one of the producer's last five batches is a duplicate. An older epoch is
+//! INVALID_PRODUCER_EPOCH. A newer epoch must start at sequence 0. Within an epoch the first
+//! sequence must follow the last one (wrapping after `i32::MAX`), else
+//! OUT_OF_ORDER_SEQUENCE_NUMBER. A producer this partition does not know (never seen, or
+//! expired after `producer.id.expiration.ms`) may start at any sequence, as Kafka accepts it
+//! since 2.5 (KIP-360).
+//!
+//! Pure state; `partition` decides when it applies (appends, commits, failed flushes) and
+//! `producer_snapshots` stores it.
+
+use std::collections::{HashMap, VecDeque};
+
+use kafka_protocol::ResponseError;
+use serde::{Deserialize, Serialize};
+
+use super::batch::BatchHeader;
+
+/// Batches remembered per producer: what Kafka keeps, and the most a client has in flight
+/// (`max.in.flight.requests.per.connection` ≤ 5 with idempotence).
+const REMEMBERED_BATCHES: usize = 5;
+
+/// The producer fields of a batch an idempotent producer wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_seq: i32,
+    pub last_seq: i32,
+}
+
+impl ProducerBatch {
+    /// None for a batch without producer id (a producer without idempotence).
+    pub fn of(header: &BatchHeader) -> Option<ProducerBatch> {
+        (header.producer_id >= 0).then(|| ProducerBatch {
+            producer_id: header.producer_id,
+            epoch: header.producer_epoch,
+            first_seq: header.base_sequence,
+            last_seq: add_sequence(header.base_sequence, header.last_offset_delta),
+        })
+    }
+}
+
+/// Sequence numbers wrap to 0 after `i32::MAX` (Kafka's `DefaultRecordBatch.incrementSequence`).
+fn add_sequence(sequence: i32, increment: i32) -> i32 {
+    let sum = sequence as i64 + increment as i64;
+    if sum > i32::MAX as i64 {
+        (sum - i32::MAX as i64 - 1) as i32
+    } else {
+        sum as i32
+    }
+}
+
+fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
+    next_seq as i64 == last_seq as i64 + 1 || (next_seq == 0 && last_seq == i32::MAX)
+}
+
+/// One stored batch of a producer: its sequence range and where it is in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchPlace {
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerEntry {
+    pub epoch: i16,
+    /// The last batches of this epoch, oldest first.
+    pub batches: VecDeque<BatchPlace>,
+    /// The broker's clock when the producer last wrote (expiry runs from it).
+    pub last_write_ms: i64,
+}
+
+/// What to do with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Append,
+    /// Stored already: answer with where it went.
+    Duplicate(BatchPlace),
+}
+
+/// Every known producer of one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerStates {
+    /// The verdict on `batch` arriving at `now_ms`: append it, answer it as a duplicate, or
+    /// refuse it with the error Kafka gives.
+    pub fn check(
+        &self,
+        batch: &ProducerBatch,
+        now_ms: i64,
+        expiration_ms: i64,
+    ) -> Result<Verdict, ResponseError> {
+        let Some(entry) = self
+            .producers
+            .get(&batch.producer_id)
+            .filter(|entry| now_ms - entry.last_write_ms < expiration_ms)
+        else {
+            return Ok(Verdict::Append);
+        };
+        if batch.epoch == entry.epoch {
+            if let Some(stored) = entry
+                .batches
+                .iter()
+                .find(|b| b.first_seq == batch.first_seq && b.last_seq == batch.last_seq)
+            {
+                return Ok(Verdict::Duplicate(*stored));
+            }
+        }
+        if batch.epoch < entry.epoch {
+            return Err(ResponseError::InvalidProducerEpoch);
+        }
+        let follows = match entry.batches.back() {
+            _ if batch.epoch > entry.epoch => batch.first_seq == 0,
+            Some(last) => in_sequence(last.last_seq, batch.first_seq),
+            None => true,
+        };
+        if follows {
+            Ok(Verdict::Append)
+        } else {
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        }
+    }
+
+    /// Remembers `batch`, stored at `base_offset..=last_offset`.
+    pub fn record(
+        &mut self,
+        batch: &ProducerBatch,
+        base_offset: i64,
+        last_offset: i64,
+        now_ms: i64,
+    ) {
+        let entry = self
+            .producers
+            .entry(batch.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: batch.epoch,
+                batches: VecDeque::new(),
+                last_write_ms: now_ms,
+            });
+        if entry.epoch != batch.epoch {
+            entry.epoch = batch.epoch;
+            entry.batches.clear();
+        }
+        if entry.batches.len() == REMEMBERED_BATCHES {
+            entry.batches.pop_front();
+        }
+        entry.batches.push_back(BatchPlace {
+            first_seq: batch.first_seq,
+            last_seq: batch.last_seq,
+            base_offset,
+            last_offset,
+        });
+        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+    }
+
+    /// Forgets the producers that wrote nothing for `expiration_ms`.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
+        self.producers
+            .retain(|_, entry| now_ms - entry.last_write_ms < expiration_ms);
+    }
+
+    /// Forgets every batch below `log_start` (DeleteRecords, retention): a producer whose
+    /// batches are all gone is forgotten, as Kafka does when it moves the log start.
+    pub fn truncate_below(&mut self, log_start: i64) {
+        self.producers.retain(|_, entry| {
+            entry.batches.retain(|b| b.last_offset >= log_start);
+            !entry.batches.is_empty()
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// Every producer, for DescribeProducers.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, entry)| (*id, entry))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+
+    fn batch(producer_id: i64, epoch: i16, first_seq: i32, count: i32) -> ProducerBatch {
+        ProducerBatch {
+            producer_id,
+            epoch,
+            first_seq,
+            last_seq: add_sequence(first_seq, count - 1),
+        }
+    }
+
+    /// Checks and records like an append would; returns the verdict.
+    fn append(
+        states: &mut ProducerStates,
+        b: ProducerBatch,
+        base: i64,
+        now: i64,
+    ) -> Result<Verdict, ResponseError> {
+        let verdict = states.check(&b, now, DAY)?;
+        if verdict == Verdict::Append {
+            let count = (b.last_seq as i64 - b.first_seq as i64).rem_euclid(1 << 31) + 1;
+            states.record(&b, base, base + count - 1, now);
+        }
+        Ok(verdict)
+    }
+
+    #[test]
+    fn a_retried_batch_is_a_duplicate_with_its_first_place() {
+        let mut states = ProducerStates::default();
+        assert_eq!(
+            append(&mut states, batch(7, 0, 0, 10), 100, 0),
+            Ok(Verdict::Append)
+        );
+        assert_eq!(
+            append(&mut states, batch(7, 0, 10, 5), 110, 0),
+            Ok(Verdict::Append)
+        );
+        let first = BatchPlace {
+            first_seq: 0,
+            last_seq: 9,
+            base_offset: 100,
+            last_offset: 109,
+        };
+        assert_eq!(
+            append(&mut states, batch(7, 0, 0, 10), 500, 0),
+            Ok(Verdict::Duplicate(first))
+        );
+        // The same sequence range from another producer is no duplicate.
+        assert_eq!(
+            append(&mut states, batch(8, 0, 0, 10), 115, 0),
+            Ok(Verdict::Append)
+        );
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered() {
+        let mut states = ProducerStates::default();
+        for i in 0..6 {
+            append(&mut states, batch(1, 0, i, 1), i as i64, 0).unwrap();
+        }
+        // Batch 0 fell out: a retry of it is now out of order, as in Kafka.
+        assert_eq!(
+            append(&mut states, batch(1, 0, 0, 1), 9, 0),
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        );
+        assert!(matches!(
+            append(&mut states, batch(1, 0, 1, 1), 9, 0),
+            Ok(Verdict::Duplicate(_))
+        ));
+    }
+
+    #[test]
+    fn a_gap_or_an_overlap_is_out_of_order() {
+        let mut states = ProducerStates::default();
+        append(&mut states, batch(1, 0, 0, 10), 0, 0).unwrap();
+        for wrong in [batch(1, 0, 11, 1), batch(1, 0, 5, 10), batch(1, 0, 0, 5)] {
+            assert_eq!(
+                append(&mut states, wrong, 10, 0),
+                Err(ResponseError::OutOfOrderSequenceNumber)
+            );
+        }
+        assert_eq!(
+            append(&mut states, batch(1, 0, 10, 1), 10, 0),
+            Ok(Verdict::Append)
+        );
+    }
+
+    #[test]
+    fn sequences_wrap_after_the_largest() {
+        let mut states = ProducerStates::default();
+        append(&mut states, batch(1, 0, i32::MAX - 1, 2), 0, 0).unwrap();
+        assert_eq!(batch(1, 0, i32::MAX, 3).last_seq, 1);
+        assert_eq!(
+            append(&mut states, batch(1, 0, 0, 3), 2, 0),
+            Ok(Verdict::Append)
+        );
+    }
+
+    #[test]
+    fn epochs_fence_older_ones_and_a_new_epoch_starts_at_zero() {
+        let mut states = ProducerStates::default();
+        append(&mut states, batch(1, 3, 0, 10), 0, 0).unwrap();
+        assert_eq!(
+            append(&mut states, batch(1, 2, 10, 1), 10, 0),
+            Err(ResponseError::InvalidProducerEpoch)
+        );
+        assert_eq!(
+            append(&mut states, batch(1, 4, 10, 1), 10, 0),
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(
+            append(&mut states, batch(1, 4, 0, 1), 10, 0),
+            Ok(Verdict::Append)
+        );
+        // The old epoch's batches are forgotten with it: no duplicate across epochs.
+        assert_eq!(
+            append(&mut states, batch(1, 3, 0, 10), 11, 0),
+            Err(ResponseError::InvalidProducerEpoch)
+        );
+    }
+
+    #[test]
+    fn an_unknown_producer_may_start_anywhere() {
+        let mut states = ProducerStates::default();
+        assert_eq!(
+            append(&mut states, batch(9, 5, 1234, 2), 0, 0),
+            Ok(Verdict::Append)
+        );
+        assert_eq!(
+            append(&mut states, batch(9, 5, 1236, 1), 2, 0),
+            Ok(Verdict::Append)
+        );
+    }
+
+    #[test]
+    fn producers_expire_after_the_expiration_time() {
+        let mut states = ProducerStates::default();
+        append(&mut states, batch(1, 0, 0, 10), 0, 0).unwrap();
+        append(&mut states, batch(2, 0, 0, 10), 10, 12 * HOUR).unwrap();
+        // Expired producers count as unknown at once, and are dropped by `expire`.
+        assert_eq!(
+            append(&mut states, batch(1, 0, 50, 1), 20, DAY),
+            Ok(Verdict::Append)
+        );
+        states.expire(DAY + 13 * HOUR, DAY);
+        assert_eq!(states.len(), 1);
+        assert!(states.iter().all(|(id, _)| id == 1));
+    }
+
+    #[test]
+    fn moving_the_log_start_forgets_batches_below_it() {
+        let mut states = ProducerStates::default();
+        append(&mut states, batch(1, 0, 0, 10), 0, 0).unwrap();
+        append(&mut states, batch(2, 0, 0, 10), 10, 0).unwrap();
+        append(&mut states, batch(1, 0, 10, 10), 20, 0).unwrap();
+        states.truncate_below(25);
+        assert_eq!(states.len(), 1);
+        assert_eq!(
+            append(&mut states, batch(1, 0, 0, 10), 30, 0),
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        );
+    }
+
+    #[test]
+    fn headers_give_the_sequence_range() {
+        let header = |producer_id, base_sequence| BatchHeader {
+            base_offset: 0,
+            size: 70,
+            leader_epoch: 0,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: 4,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            producer_id,
+            producer_epoch: 2,
+            base_sequence,
+            record_count: 5,
+        };
+        assert_eq!(ProducerBatch::of(&header(-1, -1)), None);
+        assert_eq!(
+            ProducerBatch::of(&header(42, 10)),
+            Some(batch(42, 2, 10, 5))
+        );
+    }
+}
