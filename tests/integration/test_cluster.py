@@ -176,10 +176,15 @@ def test_fetch_committed_data_from_any_broker(kc):
 
 
 CLIENTS = ["confluent", "kafka-python", "aiokafka", "kcat"]
+# each client's defaults (kafka-python's is idempotent), then idempotence turned on
+IDEMPOTENCE = [(client, None) for client in CLIENTS] + [
+    ("confluent", True),
+    ("aiokafka", True),
+]
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_client_through_one_bootstrap_address(kc, client):
+@pytest.mark.parametrize(("client", "idempotent"), IDEMPOTENCE)
+def test_client_through_one_bootstrap_address(kc, client, idempotent):
     """A real client given one broker's address produces to every partition's owner (spread
     over the brokers) and reads everything back, in order, with keys and headers."""
     topic = new_topic(kc, 12)
@@ -192,7 +197,7 @@ def test_client_through_one_bootstrap_address(kc, client):
     if client == "kcat":
         kcat_produce(bootstrap, topic, msgs)
     else:
-        delivered = PRODUCERS[client](bootstrap, topic, msgs)
+        delivered = PRODUCERS[client](bootstrap, topic, msgs, idempotent=idempotent)
         for p, n in counts(msgs).items():
             assert sorted(off for q, off in delivered if q == p) == list(range(n)), p
     got = by_partition(CONSUMERS[client](bootstrap, topic, counts(msgs)))

@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from support import kafka_wire as kw
+from support import segment_format as sf
 from support.clients import unique
 from support.cluster import create_topic, moved_away, moved_to, read_partition
 from support.load import RETRIABLE, Workload, busiest, wait_for
@@ -150,6 +152,97 @@ def test_frozen_owner_is_fenced(cluster, partitions):
     if partitions == WIDE:
         stats |= check_compacted(c, wl, topic)
     print(stats, "zombie probe answers:", probe.answers, "unanswered:", probe.unanswered)
+
+
+def test_idempotent_producers_through_outage_kill_and_freeze(cluster, moto):
+    """Idempotent producers of two clients (confluent-kafka with enable.idempotence,
+    kafka-python with its defaults) through an S3 outage, a kill -9 of the busiest owner and
+    then a freeze of the next busiest past its lease. During the outage their requests time out
+    (REQUEST_TIMED_OUT, "possibly persisted") while the batches stay buffered, so they resend
+    batches that are then stored: without idempotence that stores hundreds of records twice.
+    After the kill and the freeze their resends reach owners that rebuilt the producer state
+    (from the write-ahead runs and compaction's snapshots, compacting every second here).
+    Every acked record is stored once at its acked offset, each producer's records are in the
+    order it sent them, and no record is stored twice at all."""
+    c = start_cluster(cluster)
+    topic = new_topic(c)
+    with load(c, topic, PARTITIONS, idempotent=True) as wl:
+        wl.wait_acks(10)
+        with paused(moto):
+            time.sleep(OUTAGE_S)
+        wl.wait_acks(20)
+        before = {topic: c.leaders(topic)}
+        victim, _ = busiest(c, topic)
+        victim.kill()
+        c.wait_converged([topic], {topic: PARTITIONS}, until=moved_away(before, victim.broker_id))
+        wl.wait_acks(20)
+        before = {topic: c.leaders(topic)}
+        zombie, moved = busiest(c, topic)
+        with paused(zombie):
+            c.wait_converged(
+                [topic], {topic: PARTITIONS}, until=moved_away(before, zombie.broker_id)
+            )
+            wl.wait_acks(20, partitions=moved)
+        c.wait_converged([topic], {topic: PARTITIONS})
+        wl.wait_acks(20)
+        stats = wl.verify()
+    assert stats["duplicates"] == 0, stats
+    print(stats)
+
+
+def produce_until_owned(bootstrap: str, topic: str, partition: int, batch: bytes):
+    """Produce, retrying while the broker does not take writes for the partition yet (its
+    claim, or the rebuild of the producer state, is under way)."""
+    deadline = time.monotonic() + 30
+    with kw.RawConnection.to(bootstrap) as conn:
+        while True:
+            res = kw.produce(conn, topic, partition, batch)
+            if res.error_code != kw.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+                return res
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["from-runs", "from-snapshot"])
+def test_a_resend_to_the_next_owner_is_stored_once(cluster, compacted):
+    """An idempotent producer's batches, acked by an owner that is then killed, resent to the
+    next owner: each is answered with its first offset and nothing is stored again; the next
+    batch follows. The next owner rebuilt the producer state from the write-ahead runs, or
+    (compacted) from the snapshot compaction stored next to the segments."""
+    c = start_cluster(cluster)
+    topic = new_topic(c)
+    leaders = c.leaders(topic)
+    owner = c.brokers[leaders[0].broker_id]
+    with kw.RawConnection.to(owner.bootstrap) as conn:
+        r = conn.request(kw.INIT_PRODUCER_ID, 0, kw.init_producer_id_v0_body())
+        error, pid, epoch = kw.parse_init_producer_id_v0(r)
+        assert error == kw.NONE
+
+    def batch(seq: int) -> bytes:
+        values = [f"idem-{seq + i}".encode() for i in range(3)]
+        return sf.build_record_batch([(None, v, []) for v in values], producer=(pid, epoch, seq))
+
+    sent = [batch(seq) for seq in (0, 3, 6)]
+    acked = [produce_until_owned(owner.bootstrap, topic, 0, b) for b in sent]
+    assert [(a.error_code, a.base_offset) for a in acked] == [(0, 0), (0, 3), (0, 6)]
+    if compacted:
+
+        def compacted_through_9():
+            record = c.meta.partition(topic, 0)
+            return record is not None and record.segment_end == 9
+
+        wait_for(compacted_through_9, COMPACTION_TIMEOUT, "compaction of partition 0")
+    owner.kill()
+    c.wait_converged(
+        [topic], {topic: PARTITIONS}, until=moved_away({topic: leaders}, owner.broker_id)
+    )
+    heir = c.brokers[c.leaders(topic)[0].broker_id]
+    for b, first in zip(sent, acked, strict=True):
+        again = produce_until_owned(heir.bootstrap, topic, 0, b)
+        assert (again.error_code, again.base_offset) == (kw.NONE, first.base_offset)
+    follows = produce_until_owned(heir.bootstrap, topic, 0, batch(9))
+    assert (follows.error_code, follows.base_offset) == (kw.NONE, 9)
+    records = read_partition(heir.bootstrap, topic, 0, 0, 12)
+    assert [r.value for r in records] == [f"idem-{i}".encode() for i in range(12)]
 
 
 @narrow_and_wide

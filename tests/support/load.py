@@ -66,11 +66,11 @@ RETRIABLE = {
 }
 
 
-def producer_config(bootstrap: str, retries: bool) -> dict:
+def producer_config(bootstrap: str, retries: bool, idempotent: bool = False) -> dict:
     return {
         "bootstrap.servers": bootstrap,
         "acks": "all",
-        "enable.idempotence": False,
+        "enable.idempotence": idempotent,
         "linger.ms": 5,
         # a stalled request fails (single-shot) or is retried (retrying) after 5 s; a message
         # is given up after 30 s, far longer than any fault here lasts
@@ -90,13 +90,22 @@ class LoadProducer:
     """A producer thread sending ``rate`` unique values per second round-robin."""
 
     def __init__(
-        self, bootstrap: str, topic: str, partitions: int, *, name: str, retries: bool, rate: int
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        *,
+        name: str,
+        retries: bool,
+        rate: int,
+        idempotent: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
         self.name = name
         self.retries = retries
+        self.idempotent = idempotent
         self.rate = rate
         self.lock = threading.Lock()
         self.sent: dict[bytes, int] = {}  # value -> partition
@@ -124,7 +133,7 @@ class LoadProducer:
         from confluent_kafka import Producer
 
         try:
-            producer = Producer(producer_config(self.bootstrap, self.retries))
+            producer = Producer(producer_config(self.bootstrap, self.retries, self.idempotent))
             i = 0
             t0 = time.monotonic()
             while not self._stop.is_set():
@@ -132,8 +141,7 @@ class LoadProducer:
                 if due - i > self.rate:  # fell behind (client queue full): do not burst
                     t0 += (due - i - self.rate) / self.rate
                 while i < due:
-                    value = f"{self.name}-{i:07d}".encode()
-                    partition = i % self.partitions
+                    value, partition = self.next_value(i)
                     try:
                         producer.produce(
                             self.topic,
@@ -151,6 +159,10 @@ class LoadProducer:
         except BaseException as exc:  # reported by stop()
             self.crash = exc
 
+    def next_value(self, i: int) -> tuple[bytes, int]:
+        """The ``i``-th value sent and its partition (round-robin)."""
+        return f"{self.name}-{i:07d}".encode(), i % self.partitions
+
     def stop(self) -> None:
         """Stop sending, wait for every delivery report (message.timeout.ms bounds it)."""
         self._stop.set()
@@ -162,6 +174,60 @@ class LoadProducer:
     def counts(self) -> dict[int, int]:
         with self.lock:
             return dict(self.acks_per_partition)
+
+
+class KafkaPythonLoadProducer(LoadProducer):
+    """The same load from kafka-python with its defaults (an idempotent producer since 3.0),
+    and the same fault-tolerance timings as ``producer_config``."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *, name: str, rate: int):
+        super().__init__(
+            bootstrap, topic, partitions, name=name, retries=True, rate=rate, idempotent=True
+        )
+
+    def _acked(self, value: bytes, md) -> None:
+        with self.lock:
+            self.acked[value] = (md.partition, md.offset)
+            self.acks_per_partition[md.partition] += 1
+
+    def _failed(self, value: bytes, exc: BaseException) -> None:
+        with self.lock:
+            self.failed[value] = type(exc).__name__
+
+    def _run(self) -> None:
+        from kafka import KafkaProducer
+
+        try:
+            producer = KafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                linger_ms=5,
+                request_timeout_ms=5000,
+                delivery_timeout_ms=30000,
+                retry_backoff_ms=100,
+                reconnect_backoff_ms=50,
+                reconnect_backoff_max_ms=500,
+                metadata_max_age_ms=1000,
+            )
+            i = 0
+            t0 = time.monotonic()
+            while not self._stop.is_set():
+                due = int((time.monotonic() - t0) * self.rate)
+                if due - i > self.rate:  # fell behind: do not burst
+                    t0 += (due - i - self.rate) / self.rate
+                while i < due:
+                    value, partition = self.next_value(i)
+                    with self.lock:
+                        self.sent[value] = partition
+                    future = producer.send(self.topic, value=value, partition=partition)
+                    future.add_callback(self._acked, value).add_errback(self._failed, value)
+                    i += 1
+                time.sleep(0.005)
+            producer.flush(45)
+            producer.close(timeout=10)
+            with self.lock:
+                self.unresolved = len(self.sent) - len(self.acked) - len(self.failed)
+        except BaseException as exc:  # reported by stop()
+            self.crash = exc
 
 
 @dataclass
@@ -293,6 +359,8 @@ class SegmentWatcher:
             self.hwm[p] = max(self.hwm.get(p, 0), rec.high_watermark)
             self.epoch[p] = max(self.epoch.get(p, 0), rec.leader_epoch)
         for key, (etag, _size) in listing.items():
+            if sf.PRODUCER_SNAPSHOT_NAME.match(key.rsplit("/", 1)[-1]):
+                continue  # replaced by the next compaction's, then deleted
             parsed = segment_base(key)
             if parsed is None:
                 self.violations.append(f"unexpected object {key}")
@@ -382,17 +450,36 @@ class Workload:
         *,
         bootstrap: str | None = None,
         rate: int = 120,
+        idempotent: bool = False,
     ) -> None:
         self.cluster = cluster
         self.topic = topic
         self.partitions = partitions
+        self.idempotent = idempotent
         bootstrap = bootstrap or cluster.bootstrap()
-        self.retrying = LoadProducer(
-            bootstrap, topic, partitions, name="retrying", retries=True, rate=rate
-        )
-        self.single = LoadProducer(
-            bootstrap, topic, partitions, name="single", retries=False, rate=rate
-        )
+        self.retrying: LoadProducer
+        self.single: LoadProducer
+        if idempotent:
+            # Two clients' idempotent producers, both retrying: every value at most once.
+            self.retrying = LoadProducer(
+                bootstrap,
+                topic,
+                partitions,
+                name="confluent",
+                retries=True,
+                rate=rate,
+                idempotent=True,
+            )
+            self.single = KafkaPythonLoadProducer(
+                bootstrap, topic, partitions, name="kafka-python", rate=rate
+            )
+        else:
+            self.retrying = LoadProducer(
+                bootstrap, topic, partitions, name="retrying", retries=True, rate=rate
+            )
+            self.single = LoadProducer(
+                bootstrap, topic, partitions, name="single", retries=False, rate=rate
+            )
         self.consumer = LiveConsumer(bootstrap, topic, partitions)
         self.watcher = SegmentWatcher(cluster, topic)
         self.probes: list[Probe] = []
@@ -493,7 +580,7 @@ class Workload:
 
         sent = {**self.retrying.sent, **self.single.sent}
         acked = self.acked()
-        at_most_once = set(self.single.sent)
+        at_most_once = set(sent) if self.idempotent else set(self.single.sent)
         for probe in self.probes:
             sent.update(probe.sent)
             at_most_once |= set(probe.sent)
@@ -509,6 +596,8 @@ class Workload:
             "live consumer": self._check_consumer(ends, log),
             "records": self._check_values(where, sent, acked, at_most_once, log),
         }
+        if self.idempotent:
+            groups["order per producer"] = self._check_order(log)
 
         retried = self.retrying.sent
         stats = {
@@ -581,6 +670,24 @@ class Workload:
             return [f"{broker.name}: ListOffsets (earliest, latest) {got}, etcd says {ends}"]
         return []
 
+    def _check_order(self, log: dict[int, list[StoredRecord]]) -> list[str]:
+        """Each idempotent producer's values are stored in the order it sent them."""
+        problems = []
+        for p, recs in log.items():
+            last: dict[str, tuple[int, int]] = {}  # producer -> (send index, offset)
+            for r in recs:
+                name, _, index = (r.value or b"").decode().rpartition("-")
+                if not index.isdigit():
+                    continue
+                before = last.get(name)
+                if before is not None and int(index) <= before[0]:
+                    problems.append(
+                        f"partition {p}: {name} value #{index} at offset {r.offset} after "
+                        f"#{before[0]} at {before[1]}"
+                    )
+                last[name] = (int(index), r.offset)
+        return problems
+
     def _check_values(self, where, sent, acked, at_most_once, log) -> list[str]:
         epoch_at = {(p, r.offset): r.leader_epoch for p, recs in log.items() for r in recs}
         problems = []
@@ -596,7 +703,10 @@ class Workload:
             if wrong:
                 problems.append(f"{value!r} sent to partition {sent[value]}, stored at {wrong}")
             if value in at_most_once and len(locs) > 1:
-                if resent_after_broker_left(locs, acked.get(value), epoch_at):
+                # (an idempotent producer's resend is recognised by the broker: no exception)
+                if not self.idempotent and resent_after_broker_left(
+                    locs, acked.get(value), epoch_at
+                ):
                     self.resent += 1
                     continue
                 copies = [f"{p}/{off} (epoch {epoch_at[(p, off)]})" for p, off in locs]

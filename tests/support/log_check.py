@@ -5,7 +5,9 @@ Layout (DESIGN of issue 13, docs/metadata.md; nothing here imports ``kafscale``)
 
 - ``partitions/{topic}/{p}``: ``log_start_offset``, ``high_watermark`` and ``segment_end``
   (absent on older records: = high watermark). Offsets in [log_start, segment_end) are in the
-  ``.kfs`` segments ``{ns}/{topic}/{p}/segment-{base:020}.kfs`` (+ ``.index``).
+  ``.kfs`` segments ``{ns}/{topic}/{p}/segment-{base:020}.kfs`` (+ ``.index``). The record's
+  ``producer_snapshot`` names the one ``{ns}/{topic}/{p}/producers-{end:020}.json`` in use
+  (the idempotent producers' state as of ``end``; checked by segment_format).
 - ``wal/{broker}/{writer}-{seq}``: the manifest (JSON) of one committed write-ahead object
   ``{ns}/!wal/{broker}/{writer}-{seq}.wal``: a 24-byte header (``KWAL``, version 1, flags 0,
   created ms, broker id, reserved 0) and then runs of record batches, one run per partition,
@@ -38,6 +40,7 @@ WAL_HEADER = struct.Struct(">4sHHqiI")  # magic, version, flags, created ms, bro
 WAL_DIR = "!wal"
 WAL_KEY = re.compile(r"^!wal/(\d+)/([0-9a-f]{16})-(\d{12})\.wal$")
 SEGMENT_KEY = re.compile(r"^([^/!][^/]*)/(\d+)/segment-(\d{20})\.(kfs|index)$")
+PRODUCER_SNAPSHOT_KEY = re.compile(r"^([^/!][^/]*)/(\d+)/producers-(\d{20})\.json$")
 # uncommitted write-ahead objects are swept once older than this (DESIGN: 10 minutes)
 WAL_SWEEP_AGE_S = 600.0
 
@@ -79,6 +82,7 @@ class PartitionState:
     segment_end: int
     high_watermark: int
     leader_epoch: int
+    producer_snapshot: int | None = None
 
 
 @dataclass
@@ -107,6 +111,18 @@ def parse_manifest(key: str, raw: bytes) -> Manifest:
     )
 
 
+def check_snapshot(key: str, data: bytes | None) -> list[str]:
+    """The producer snapshot a partition record names is there and well formed."""
+    if data is None:
+        return [f"{key}: the producer snapshot the partition record names is missing"]
+    end = int(key.rsplit("-", 1)[1].split(".")[0])
+    try:
+        sf.check_producer_snapshot(end, data)
+    except (sf.FormatError, ValueError, KeyError) as exc:
+        return [f"{key}: {exc}"]
+    return []
+
+
 def parse_partition_state(raw: bytes) -> PartitionState:
     doc = json.loads(raw)
     hwm = int(doc["high_watermark"])
@@ -115,6 +131,7 @@ def parse_partition_state(raw: bytes) -> PartitionState:
         segment_end=int(doc.get("segment_end", hwm)),
         high_watermark=hwm,
         leader_epoch=int(doc["leader_epoch"]),
+        producer_snapshot=doc.get("producer_snapshot"),
     )
 
 
@@ -363,6 +380,14 @@ class LogChecker:
         for key, obj in listing.items():
             m = SEGMENT_KEY.match(key)
             topic = m.group(1) if m else key.split("/", 1)[0]
+            snapshot = PRODUCER_SNAPSHOT_KEY.match(key)
+            if snapshot and topic in meta.topics:
+                state = meta.partitions.get((topic, int(snapshot.group(2))))
+                if state is None or state.producer_snapshot != int(snapshot.group(3)):
+                    report.unreferenced[prefix + key] = obj
+                elif topic in wanted:
+                    report.problems += check_snapshot(key, self.objects.get(prefix + key))
+                continue
             if WAL_KEY.match(key):
                 if key not in named:
                     report.unreferenced[prefix + key] = obj

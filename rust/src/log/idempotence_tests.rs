@@ -208,7 +208,7 @@ async fn compaction_stores_the_state_and_a_new_owner_starts_from_it() {
     let (due, revision) = compact_and_commit(&f, &p, i64::MAX).await;
     assert_eq!(due.record.producer_snapshot, Some(5));
     p.compacted(&f.ctx, due, revision);
-    let old = f.ctx.store.producer_snapshot_path("orders", 0, 3);
+    let old = p.segment_path(&f.ctx, 3, crate::store::SegmentObject::ProducerSnapshot);
     for _ in 0..100 {
         if f.ctx.store.get(&old).await.is_err() {
             break;

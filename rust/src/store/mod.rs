@@ -58,18 +58,22 @@ pub struct S3Credentials {
     pub session_token: Option<String>,
 }
 
-/// Which of a segment's two objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which of a partition's objects: a segment's two, or the idempotent producers' state as of
+/// an offset (`log::partition::idempotence`), which readers of segments skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SegmentObject {
     Data,
     Index,
+    ProducerSnapshot,
 }
 
 impl SegmentObject {
-    fn extension(self) -> &'static str {
+    /// The object's name prefix and extension.
+    fn naming(self) -> (&'static str, &'static str) {
         match self {
-            SegmentObject::Data => "kfs",
-            SegmentObject::Index => "index",
+            SegmentObject::Data => ("segment", "kfs"),
+            SegmentObject::Index => ("segment", "index"),
+            SegmentObject::ProducerSnapshot => ("producers", "json"),
         }
     }
 }
@@ -198,18 +202,9 @@ impl SegmentStore {
         base: i64,
         kind: SegmentObject,
     ) -> Path {
+        let (prefix, extension) = kind.naming();
         Path::from(format!(
-            "{}/{topic}/{partition}/segment-{base:020}.{}",
-            self.namespace,
-            kind.extension()
-        ))
-    }
-
-    /// Where a partition's idempotent-producer state as of offset `end` lives (next to its
-    /// segments; partition listings skip it, topic deletion removes it).
-    pub fn producer_snapshot_path(&self, topic: &str, partition: i32, end: i64) -> Path {
-        Path::from(format!(
-            "{}/{topic}/{partition}/producers-{end:020}.json",
+            "{}/{topic}/{partition}/{prefix}-{base:020}.{extension}",
             self.namespace
         ))
     }
@@ -298,7 +293,7 @@ impl SegmentStore {
         Ok(names)
     }
 
-    /// Segment objects of one partition, sorted by base offset (data before index).
+    /// The objects of one partition, sorted by base offset (data, index, producer snapshot).
     pub async fn list_partition(
         &self,
         topic: &str,
@@ -309,13 +304,15 @@ impl SegmentStore {
         let mut listed: Vec<ListedSegment> = objects
             .iter()
             .filter_map(|meta| {
-                let name = meta.location.filename()?;
-                let (stem, extension) = name.strip_prefix("segment-")?.split_once('.')?;
-                let kind = match extension {
-                    "kfs" => SegmentObject::Data,
-                    "index" => SegmentObject::Index,
-                    _ => return None,
-                };
+                let (prefix, rest) = meta.location.filename()?.split_once('-')?;
+                let (stem, extension) = rest.split_once('.')?;
+                let kind = [
+                    SegmentObject::Data,
+                    SegmentObject::Index,
+                    SegmentObject::ProducerSnapshot,
+                ]
+                .into_iter()
+                .find(|kind| kind.naming() == (prefix, extension))?;
                 Some(ListedSegment {
                     base_offset: stem.parse().ok()?,
                     kind,
@@ -323,7 +320,7 @@ impl SegmentStore {
                 })
             })
             .collect();
-        listed.sort_by_key(|s| (s.base_offset, s.kind == SegmentObject::Index));
+        listed.sort_by_key(|s| (s.base_offset, s.kind));
         Ok(listed)
     }
 
@@ -395,6 +392,9 @@ mod tests {
                     .unwrap();
             }
         }
+        let snapshot = store.segment_path("t", 1, 10, SegmentObject::ProducerSnapshot);
+        assert!(snapshot.as_ref().ends_with("t/1/producers-00000000000000000010.json"));
+        store.put_new(&snapshot, Bytes::from_static(b"{}")).await.unwrap();
         let other = store.segment_path("t", 11, 0, SegmentObject::Data);
         store
             .put_new(&other, Bytes::from_static(b"x"))
@@ -409,11 +409,12 @@ mod tests {
                 (0, SegmentObject::Index),
                 (10, SegmentObject::Data),
                 (10, SegmentObject::Index),
+                (10, SegmentObject::ProducerSnapshot),
                 (20, SegmentObject::Data),
                 (20, SegmentObject::Index),
             ]
         );
-        assert_eq!(store.delete_topic_objects("t").await.unwrap(), 7);
+        assert_eq!(store.delete_topic_objects("t").await.unwrap(), 8);
         assert!(store.list_partition("t", 1).await.unwrap().is_empty());
     }
 }

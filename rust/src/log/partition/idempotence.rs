@@ -21,6 +21,7 @@ use crate::log::batch::BatchHeader;
 use crate::log::occupant::{self, PutOutcome};
 use crate::log::producers::{BatchPlace, ProducerBatch, ProducerStates, Verdict};
 use crate::log::LogContext;
+use crate::store::SegmentObject;
 
 /// The producer state of a partition this broker owns.
 #[derive(Default)]
@@ -230,7 +231,7 @@ impl Partition {
         let expiration_ms = self.limits.producer_id_expiration_ms();
         let (mut producers, from) = match record.producer_snapshot {
             Some(end) if end >= record.segment_end() => {
-                let path = ctx.store.producer_snapshot_path(&self.topic, self.id, end);
+                let path = self.segment_path(ctx, end, SegmentObject::ProducerSnapshot);
                 let bytes = ctx
                     .store
                     .get(&path)
@@ -303,7 +304,7 @@ impl Partition {
                 Bytes::from(serde_json::to_vec(&snapshot).map_err(|_| ())?),
             )
         };
-        let path = ctx.store.producer_snapshot_path(&self.topic, self.id, end);
+        let path = self.segment_path(ctx, end, SegmentObject::ProducerSnapshot);
         match occupant::put_new(ctx, &path, bytes).await {
             // Occupied: stored by an earlier compaction that did not get to commit, of the
             // same committed log below `end`.
@@ -318,7 +319,7 @@ impl Partition {
     /// The snapshot at `end` was replaced by a newer one that is committed: it can go.
     pub(super) fn drop_producer_snapshot(&self, ctx: &LogContext, end: i64) {
         let store = ctx.store.clone();
-        let path = store.producer_snapshot_path(&self.topic, self.id, end);
+        let path = self.segment_path(ctx, end, SegmentObject::ProducerSnapshot);
         tokio::spawn(async move {
             if let Err(error) = store.delete(&path).await {
                 tracing::debug!(object = %path, %error, "an old producer snapshot stays behind");

@@ -6,6 +6,7 @@ use kafka_protocol::ResponseError;
 use super::Partition;
 use crate::log::{committed_segments, LogContext};
 use crate::meta::catalog::{PartitionRecord, VersionedPartition};
+use crate::store::{ListedSegment, SegmentObject};
 
 impl Partition {
     /// True while this broker owns the partition and takes writes for it.
@@ -108,8 +109,10 @@ impl Partition {
 
     /// An owner's first listing, under the record lock so no compaction or retention moves
     /// the record meanwhile. Objects below the first kept segment are what retention dropped
-    /// when a crash came before it deleted them: they go now. (Objects at or above the segment
-    /// end are compaction's business, see `log::wal::compaction`.)
+    /// when a crash came before it deleted them, and producer snapshots other than the
+    /// record's were replaced by a later one (or never committed): they go now. (Segment
+    /// objects at or above the segment end are compaction's business, see
+    /// `log::partition::compaction`.)
     async fn list_owned(&self, ctx: &LogContext) -> Result<(), ResponseError> {
         let _one_at_a_time = self.record_lock.lock().await;
         let record = {
@@ -132,12 +135,16 @@ impl Partition {
         let first_kept = segments
             .first()
             .map_or(record.segment_end(), |s| s.base_offset);
-        for object in listed.iter().filter(|o| o.base_offset < first_kept) {
+        let stale = |o: &&ListedSegment| match o.kind {
+            SegmentObject::ProducerSnapshot => Some(o.base_offset) != record.producer_snapshot,
+            SegmentObject::Data | SegmentObject::Index => o.base_offset < first_kept,
+        };
+        for object in listed.iter().filter(stale) {
             let path = self.segment_path(ctx, object.base_offset, object.kind);
-            tracing::info!(object = %path, "removing a segment below the log start");
+            tracing::info!(object = %path, "removing an object the log no longer uses");
             if let Err(error) = ctx.store.delete(&path).await {
                 tracing::warn!(object = %path, %error,
-                    "removing a segment below the log start failed; the next owner retries");
+                    "removing an object the log no longer uses failed; the next owner retries");
             }
         }
         self.state().segments = Some(segments);
