@@ -393,8 +393,13 @@ mod tests {
             }
         }
         let snapshot = store.segment_path("t", 1, 10, SegmentObject::ProducerSnapshot);
-        assert!(snapshot.as_ref().ends_with("t/1/producers-00000000000000000010.json"));
-        store.put_new(&snapshot, Bytes::from_static(b"{}")).await.unwrap();
+        assert!(snapshot
+            .as_ref()
+            .ends_with("t/1/producers-00000000000000000010.json"));
+        store
+            .put_new(&snapshot, Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
         let other = store.segment_path("t", 11, 0, SegmentObject::Data);
         store
             .put_new(&other, Bytes::from_static(b"x"))
