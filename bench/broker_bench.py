@@ -175,7 +175,11 @@ def start_broker(opts: BrokerOptions, data_dir: Path, timeout: float = 90.0) -> 
 
 
 def producer_config(
-    bootstrap: str, acks: str, linger_ms: int, compression: str = "none"
+    bootstrap: str,
+    acks: str,
+    linger_ms: int,
+    compression: str = "none",
+    idempotent: bool = False,
 ) -> dict[str, Any]:
     return {
         "bootstrap.servers": bootstrap,
@@ -187,7 +191,7 @@ def producer_config(
         "queue.buffering.max.kbytes": 262_144,
         "queue.buffering.max.messages": 1_000_000,
         "message.timeout.ms": 120_000,
-        "enable.idempotence": False,
+        "enable.idempotence": idempotent,
         "socket.send.buffer.bytes": 4 * MIB,
     }
 
@@ -253,6 +257,7 @@ class ProduceJob:
     acks: str
     linger_ms: int
     compression: str
+    idempotent: bool
     deadline_s: float
 
 
@@ -292,7 +297,7 @@ def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
         if err is not None:
             failed.append(str(err))
 
-    conf = producer_config(job.bootstrap, job.acks, job.linger_ms, job.compression)
+    conf = producer_config(job.bootstrap, job.acks, job.linger_ms, job.compression, job.idempotent)
     conf |= {
         "delivery.report.only.error": True,
         "on_delivery": on_delivery,
@@ -539,6 +544,7 @@ def run_produce(broker: Broker, args: argparse.Namespace, acks: str, label: str)
             acks=acks,
             linger_ms=args.linger_ms,
             compression=args.compression,
+            idempotent=args.idempotence,
             deadline_s=deadline,
         )
         for i in range(procs)
@@ -864,6 +870,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["none", "gzip", "snappy", "lz4", "zstd"],
         help="compression.type of the throughput producers",
     )
+    ap.add_argument(
+        "--idempotence",
+        action="store_true",
+        help="enable.idempotence of the throughput producers (librdkafka then keeps at most 5 "
+        "requests in flight per broker)",
+    )
     ap.add_argument("--latency-rate-mb", type=float, default=10.0, help="offered MB/s")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--latency-warmup", type=float, default=1.0, help="seconds not measured")
@@ -935,6 +947,7 @@ def main(argv: list[str] | None = None) -> int:
         "consumers": args.consumers,
         "linger_ms": args.linger_ms,
         "compression": args.compression,
+        "idempotence": args.idempotence,
         "driver": driver_version(),
         "cpus": os.cpu_count(),
     }

@@ -512,7 +512,7 @@ def check_partition(
     """Verify all objects of one partition directory, given as {file name: bytes}.
 
     Every .kfs has a matching .index and vice versa, names carry the header base offset,
-    and base offsets are contiguous across segments starting at 0.
+    and base offsets are contiguous across segments.
     """
     kfs = {}
     idx = {}
@@ -529,7 +529,8 @@ def check_partition(
     if set(kfs) != set(idx):
         raise FormatError(f"segments {sorted(kfs)} and indexes {sorted(idx)} do not pair up")
     segments = []
-    expected_base = 0
+    # The first segment starts at the log start (0 unless retention or DeleteRecords moved it).
+    expected_base = min(kfs, default=0)
     for base in sorted(kfs):
         name, data = kfs[base]
         try:

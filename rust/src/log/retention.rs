@@ -1,13 +1,18 @@
 //! Retention, applied by a partition's owner: whole segments older than retention.ms, or
-//! beyond retention.bytes counted from the newest, leave the log. The log start offset moves
+//! beyond retention.bytes counted from the newest, leave the log; DeleteRecords moves the log
+//! start where a client asks and removes the segments wholly below it the same way. The log start offset moves
 //! forward in the metadata store first (readers stop asking for those offsets), then the
 //! objects are deleted; a crash in between leaves objects below the log start, which the next
 //! owner removes when it opens the partition.
+
+use kafka_protocol::ResponseError;
 
 use super::partition::Partition;
 use super::reader::segment_max_timestamp;
 use super::segment::SegmentMeta;
 use super::LogContext;
+use crate::meta::catalog::CatalogError;
+use crate::store::SegmentObject;
 
 /// A topic's limits; -1 means none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,21 +60,60 @@ pub async fn enforce(
             return 0;
         }
     };
-    for segment in &removed {
-        for kind in [
-            crate::store::SegmentObject::Data,
-            crate::store::SegmentObject::Index,
-        ] {
-            let path = partition.segment_path(ctx, segment.base_offset, kind);
-            if let Err(error) = ctx.store.delete(&path).await {
-                tracing::warn!(object = %path, %error,
-                    "deleting an expired segment failed; the next owner removes it");
-            }
-        }
-    }
+    remove_segments(ctx, partition, &removed).await;
     tracing::info!(topic = %partition.topic, partition = partition.id, log_start,
         segments = removed.len(), "retention removed old segments");
     removed.len()
+}
+
+/// DeleteRecords (KIP-107): moves an owned partition's log start to `offset` (-1: the high
+/// watermark) and removes the segments wholly below it, as retention does. Returns the new
+/// log start (the partition's low watermark).
+pub async fn delete_records(
+    ctx: &LogContext,
+    partition: &Partition,
+    offset: i64,
+) -> Result<i64, ResponseError> {
+    if !partition.is_leader() {
+        return Err(ResponseError::NotLeaderOrFollower);
+    }
+    let end = partition.high_watermark();
+    let log_start = match offset {
+        -1 => end,
+        offset if offset < 0 || offset > end => return Err(ResponseError::OffsetOutOfRange),
+        offset => offset,
+    };
+    // Listed first, so that the segments below the new start are known and go now.
+    partition.sync_segments(ctx).await?;
+    let removed = partition
+        .advance_log_start(ctx, log_start)
+        .await
+        .map_err(|error| match error {
+            CatalogError::Fenced(..) => ResponseError::NotLeaderOrFollower,
+            error => {
+                tracing::warn!(topic = %partition.topic, partition = partition.id, %error,
+                    "deleting records failed");
+                ResponseError::KafkaStorageError
+            }
+        })?;
+    remove_segments(ctx, partition, &removed).await;
+    tracing::info!(topic = %partition.topic, partition = partition.id, log_start,
+        segments = removed.len(), "records deleted below the new log start");
+    Ok(partition.log_start_offset())
+}
+
+/// Deletes the objects of segments the log start has passed. One that cannot be deleted now
+/// stays below the log start, where the next owner's first listing removes it.
+async fn remove_segments(ctx: &LogContext, partition: &Partition, removed: &[SegmentMeta]) {
+    for segment in removed {
+        for kind in [SegmentObject::Data, SegmentObject::Index] {
+            let path = partition.segment_path(ctx, segment.base_offset, kind);
+            if let Err(error) = ctx.store.delete(&path).await {
+                tracing::warn!(object = %path, %error,
+                    "deleting a segment below the log start failed; the next owner removes it");
+            }
+        }
+    }
 }
 
 /// How many of the oldest segments must go so that the rest fit in `retention_bytes`

@@ -28,4 +28,6 @@ pub const DATA_PLANE: &[SupportedApi] = &[
     // Idempotent producers only (no transactional id).
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::DescribeProducers, 0, 0),
+    api(ApiKey::DeleteRecords, 0, 2),
+    api(ApiKey::DescribeLogDirs, 0, 4),
 ];

@@ -127,6 +127,7 @@ pub(crate) fn context(
             broker_budget.clone(),
         ),
         fetch_turns: Arc::new(Semaphore::new(1)),
+        produce_window: Arc::default(),
     }
 }
 

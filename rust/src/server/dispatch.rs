@@ -37,6 +37,8 @@ pub(crate) struct ConnectionContext {
     /// them (one in flight per broker). A client pipelining Fetches it does not read then
     /// holds one response, not one per request.
     pub(crate) fetch_turns: Arc<Semaphore>,
+    /// The connection's produce requests waiting for their flush.
+    pub(crate) produce_window: Arc<handlers::produce::ProduceWindow>,
 }
 
 /// Each request runs in its own task, timed for the request-latency histogram. `charge`
@@ -87,7 +89,7 @@ fn handler(
     }
     match request.api_key {
         // Appends happen now, in the connection's request order; only the wait is deferred.
-        ApiKey::Produce => handlers::produce::start(&broker, request),
+        ApiKey::Produce => handlers::produce::start(&broker, request, &connection.produce_window),
         ApiKey::Fetch => {
             let room = Charge::new(&connection.budgets);
             async move { handlers::fetch::handle(&broker, request, room).await.into() }.boxed()
@@ -101,6 +103,18 @@ fn handler(
         ApiKey::FindCoordinator => {
             async move { handlers::find_coordinator::handle(&broker, &request).into() }.boxed()
         }
+        ApiKey::DeleteRecords => async move {
+            handlers::delete_records::handle(&broker, &request)
+                .await
+                .into()
+        }
+        .boxed(),
+        ApiKey::DescribeLogDirs => async move {
+            handlers::describe_log_dirs::handle(&broker, &request)
+                .await
+                .into()
+        }
+        .boxed(),
         ApiKey::DescribeProducers => {
             async move { handlers::describe_producers::handle(&broker, &request).into() }.boxed()
         }

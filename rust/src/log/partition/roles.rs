@@ -107,6 +107,15 @@ impl Partition {
         Ok(())
     }
 
+    /// Bytes the log occupies in object storage: its committed segments and the write-ahead
+    /// runs above them (a run shared with other data counts whole).
+    pub async fn stored_bytes(&self, ctx: &LogContext) -> Result<u64, ResponseError> {
+        self.sync_segments(ctx).await?;
+        let segments: u64 = self.segments().iter().map(|s| s.size).sum();
+        let runs = ctx.wal.runs_from((self.topic_id, self.id), self.segment_end());
+        Ok(segments + runs.iter().map(|r| r.run.length).sum::<u64>())
+    }
+
     /// An owner's first listing, under the record lock so no compaction or retention moves
     /// the record meanwhile. Objects below the first kept segment are what retention dropped
     /// when a crash came before it deleted them, and producer snapshots other than the

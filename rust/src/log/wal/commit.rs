@@ -1,8 +1,10 @@
 //! The commit side of write-ahead flushes: one task per broker commits uploaded objects in the
 //! order they were taken. The objects uploaded by the time a commit starts go together, in one
 //! metadata transaction (within etcd's limits), and commits start no faster than `pace` allows
-//! unless the broker is busy with bytes: the metadata writes per second do not grow with the
-//! partitions, and the objects of an interval share commits.
+//! unless the broker is busy with bytes or a producer waits with its window full (see
+//! `server::handlers::produce::ProduceWindow`; such an object holds at least a megabyte): the
+//! metadata writes per second do not grow with the partitions, and the objects of an interval
+//! share commits.
 //!
 //! A commit is conditioned on the broker's writer key (`meta::wal`). When the store's answer is
 //! lost (timeout, connection reset), the commit may or may not have landed: the writer moves
@@ -95,7 +97,8 @@ pub(super) async fn commit_loop(writer: Weak<WalWriter>) {
         let pace = &strong.ctx.meta_writes;
         if let Err(allowed) = pace.try_start(strong.ctx.settings.flush_interval) {
             let busy = BUSY_OBJECTS_PER_INTERVAL * strong.ctx.settings.wal_object_max_bytes;
-            if strong.bytes_taken_lately() < busy {
+            let urgent = strong.pipeline().flights.front().is_some_and(|f| f.urgent);
+            if !urgent && strong.bytes_taken_lately() < busy {
                 let uploaded = strong.uploaded.clone();
                 drop(strong);
                 tokio::select! {

@@ -44,6 +44,8 @@ struct Queue {
     bytes: usize,
     /// When the first of these batches was appended: the flush is due an interval later.
     since: Option<Instant>,
+    /// A producer cannot send more until answered (`flush_soon`): the flush is due now.
+    urgent: bool,
 }
 
 /// What one flush took from one partition.
@@ -65,6 +67,9 @@ pub(super) struct Flight {
     pub started: std::time::Instant,
     /// Set once by the upload: Ok, or why it failed.
     pub upload: Arc<std::sync::OnceLock<Result<(), String>>>,
+    /// Taken because a producer waits for it with its window full: committed without waiting
+    /// for the pace.
+    pub urgent: bool,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -201,6 +206,15 @@ impl WalWriter {
         }
     }
 
+    /// Makes the buffered batches due now (a producer waits for them with its window full).
+    pub fn flush_soon(&self) {
+        let mut queue = self.queue();
+        if queue.since.is_some() && !queue.urgent {
+            queue.urgent = true;
+            self.wake.notify_one();
+        }
+    }
+
     /// Flushes until none of `partitions` has buffered batches and no object on its way holds
     /// any of theirs (hand-off and shutdown; they take no more writes). Gives up after a
     /// bounded number of failed flushes.
@@ -275,13 +289,14 @@ impl WalWriter {
         // Taken under the pipeline's lock: a failure fails every flight taken before it
         // rebases the partitions (see `commit`), never one taken in between.
         let mut pipeline = self.pipeline();
-        let parts = self.take_parts(on_schedule);
+        let (parts, urgent) = self.take_parts(on_schedule);
         if parts.is_empty() {
             return;
         }
         let seq = pipeline.next_seq;
         pipeline.next_seq += 1;
-        let flight = self.flight(seq, parts, slot);
+        let mut flight = self.flight(seq, parts, slot);
+        flight.urgent = urgent;
         pipeline.note_taken(flight.object.len(), self.ctx.settings.flush_interval);
         let (store, path, object) = (
             self.ctx.store.clone(),
@@ -333,6 +348,7 @@ impl WalWriter {
             parts,
             started: std::time::Instant::now(),
             upload: Arc::default(),
+            urgent: false,
             _slot: slot,
         }
     }
@@ -344,14 +360,16 @@ impl WalWriter {
         pipeline.taken_lately.iter().map(|(_, bytes)| bytes).sum()
     }
 
-    /// Takes buffered batches of the queued partitions, within one object's size.
-    fn take_parts(&self, on_schedule: bool) -> Vec<Part> {
-        let (queued, since) = {
+    /// Takes buffered batches of the queued partitions, within one object's size; and whether
+    /// a producer waits for them with its window full.
+    fn take_parts(&self, on_schedule: bool) -> (Vec<Part>, bool) {
+        let (queued, since, urgent) = {
             let mut queue = self.queue();
             let since = queue.since;
             queue.bytes = 0;
             queue.since = if on_schedule { since } else { None };
-            (std::mem::take(&mut queue.partitions), since)
+            let urgent = std::mem::take(&mut queue.urgent);
+            (std::mem::take(&mut queue.partitions), since, urgent)
         };
         let mut budget = self.ctx.settings.wal_object_max_bytes;
         let mut parts = Vec::new();
@@ -389,7 +407,7 @@ impl WalWriter {
             queue.partitions.extend(left);
             self.wake.notify_one();
         }
-        parts
+        (parts, urgent)
     }
 
     /// Fails `failed` and every flight still on its way (they may hold the offsets after its
@@ -468,8 +486,8 @@ fn manifest_of(
 }
 
 /// Starts a flush whenever the oldest queued append is a flush interval old, or at once when
-/// the queue holds an object's worth; after a failure, not before its backoff. Ends with the
-/// writer.
+/// the queue holds an object's worth or a producer waits with its window full; after a
+/// failure, not before its backoff. Ends with the writer.
 async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
     loop {
         let Some(strong) = writer.upgrade() else {
@@ -483,7 +501,7 @@ async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
         }
         let (due, full) = {
             let queue = strong.queue();
-            let full = queue.bytes >= strong.ctx.settings.wal_object_max_bytes;
+            let full = queue.urgent || queue.bytes >= strong.ctx.settings.wal_object_max_bytes;
             let due = queue.since.map(|since| {
                 if full {
                     Instant::now()

@@ -2,6 +2,8 @@
 
 pub mod api_versions;
 pub mod control;
+pub mod delete_records;
+pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod fetch;
 pub mod find_coordinator;
