@@ -91,7 +91,7 @@ def test_kafka_python_delete_records_and_its_errors(rbroker):
     from kafka import KafkaAdminClient, TopicPartition
     from kafka.errors import OffsetOutOfRangeError
 
-    topic, msgs = filled_topic(rbroker, 40)
+    topic, _ = filled_topic(rbroker, 40)
     admin = KafkaAdminClient(bootstrap_servers=rbroker.bootstrap)
     try:
         result = admin.delete_records({TopicPartition(topic, 0): 5})

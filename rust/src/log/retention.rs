@@ -85,17 +85,18 @@ pub async fn delete_records(
     };
     // Listed first, so that the segments below the new start are known and go now.
     partition.sync_segments(ctx).await?;
-    let removed = partition
-        .advance_log_start(ctx, log_start)
-        .await
-        .map_err(|error| match error {
-            CatalogError::Fenced(..) => ResponseError::NotLeaderOrFollower,
-            error => {
-                tracing::warn!(topic = %partition.topic, partition = partition.id, %error,
+    let removed =
+        partition
+            .advance_log_start(ctx, log_start)
+            .await
+            .map_err(|error| match error {
+                CatalogError::Fenced(..) => ResponseError::NotLeaderOrFollower,
+                error => {
+                    tracing::warn!(topic = %partition.topic, partition = partition.id, %error,
                     "deleting records failed");
-                ResponseError::KafkaStorageError
-            }
-        })?;
+                    ResponseError::KafkaStorageError
+                }
+            })?;
     remove_segments(ctx, partition, &removed).await;
     tracing::info!(topic = %partition.topic, partition = partition.id, log_start,
         segments = removed.len(), "records deleted below the new log start");

@@ -112,7 +112,9 @@ impl Partition {
     pub async fn stored_bytes(&self, ctx: &LogContext) -> Result<u64, ResponseError> {
         self.sync_segments(ctx).await?;
         let segments: u64 = self.segments().iter().map(|s| s.size).sum();
-        let runs = ctx.wal.runs_from((self.topic_id, self.id), self.segment_end());
+        let runs = ctx
+            .wal
+            .runs_from((self.topic_id, self.id), self.segment_end());
         Ok(segments + runs.iter().map(|r| r.run.length).sum::<u64>())
     }
 

@@ -36,7 +36,10 @@ pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::By
     for (topic, ids) in wanted {
         let mut partitions = Vec::new();
         for id in ids {
-            let Some(slot) = usize::try_from(id).ok().and_then(|i| topic.partitions.get(i)) else {
+            let Some(slot) = usize::try_from(id)
+                .ok()
+                .and_then(|i| topic.partitions.get(i))
+            else {
                 continue;
             };
             let partition = slot.current();
@@ -62,7 +65,9 @@ pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::By
         }
     }
     let dir = DescribeLogDirsResult::default()
-        .with_log_dir(StrBytes::from_string(broker.log.store.describe().to_string()))
+        .with_log_dir(StrBytes::from_string(
+            broker.log.store.describe().to_string(),
+        ))
         .with_topics(topics)
         .with_total_bytes(-1)
         .with_usable_bytes(-1);

@@ -65,7 +65,10 @@ impl Waiting {
             window: window.clone(),
             bytes,
         };
-        (waiting, requests >= IDEMPOTENT_WINDOW && total >= EARLY_FLUSH_BYTES)
+        (
+            waiting,
+            requests >= IDEMPOTENT_WINDOW && total >= EARLY_FLUSH_BYTES,
+        )
     }
 }
 
@@ -118,9 +121,11 @@ pub fn start(
         waiting_bytes += appended.bytes as usize;
         topics.push((name, partitions));
     }
-    let waits = topics
-        .iter()
-        .any(|(_, partitions)| partitions.iter().any(|(_, p)| matches!(p, Pending::Flush(..))));
+    let waits = topics.iter().any(|(_, partitions)| {
+        partitions
+            .iter()
+            .any(|(_, p)| matches!(p, Pending::Flush(..)))
+    });
     let waiting = waits.then(|| {
         let (waiting, full) = Waiting::enter(window, waiting_bytes);
         if full && idempotent {
