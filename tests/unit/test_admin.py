@@ -203,6 +203,8 @@ def test_configs_whitelisted_and_normalised() -> None:
     ("key", "value"),
     [
         ("cleanup.policy", "compact"),
+        ("cleanup.policy", "none"),
+        ("cleanup.policy", None),
         ("retention.ms", "-2"),
         ("retention.ms", "1h"),
         ("retention.bytes", "9223372036854775808"),
@@ -223,8 +225,26 @@ def test_bad_configs(key: str, value: str | None) -> None:
 
 
 def test_unknown_config_message_lists_supported_keys() -> None:
-    res = create(FakeCore(), CreatableTopic("a", configs={"cleanup.policy": "delete"}))
+    res = create(FakeCore(), CreatableTopic("a", configs={"compression.type": "lz4"}))
+    assert res["a"].error_code == ErrorCode.INVALID_CONFIG
     assert "retention.ms" in (res["a"].error_message or "")
+
+
+@pytest.mark.parametrize("policy", ["delete", " delete", "delete,delete"])
+def test_cleanup_policy_delete_is_accepted(policy: str) -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", configs={"cleanup.policy": policy}))
+    assert res["a"].error_code == ErrorCode.NONE
+    assert core.created[0][2] == {"cleanup.policy": "delete"}
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete, compact"])
+def test_cleanup_policy_compact_is_refused_saying_only_delete_is_supported(policy: str) -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", configs={"cleanup.policy": policy}))
+    assert res["a"].error_code == ErrorCode.INVALID_CONFIG
+    assert "only cleanup.policy=delete is supported" in (res["a"].error_message or "")
+    assert core.created == []
 
 
 def test_validate_only_creates_nothing() -> None:

@@ -193,8 +193,9 @@ def _new_topic_configs(current: dict[str, str], resource: Any, incremental: bool
         else:
             raise Rejected(
                 ErrorCode.INVALID_CONFIG,
-                f"operation {c.config_operation} (APPEND/SUBTRACT) on {c.name!r}: KafScale's "
-                "topic configs are not lists; use SET or DELETE",
+                f"operation {c.config_operation} (APPEND/SUBTRACT) on {c.name!r} is not "
+                "supported: its one list config, cleanup.policy, has one allowed value "
+                "(delete); use SET or DELETE",
             )
     return configs
 

@@ -59,7 +59,8 @@ def register(commands: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="topic config, repeatable (retention.ms, retention.bytes, segment.bytes, "
-        "max.message.bytes, message.timestamp.before.max.ms, message.timestamp.after.max.ms)",
+        "max.message.bytes, message.timestamp.before.max.ms, message.timestamp.after.max.ms, "
+        "cleanup.policy=delete)",
     )
     p.add_argument("--if-not-exists", action="store_true", help="succeed if it exists already")
     add_connection_flags(p)
