@@ -21,8 +21,8 @@ REQUIRED_RANGES = {
     kw.PRODUCE: (3, 9),
     kw.FETCH: (4, 13),
     kw.LIST_OFFSETS: (0, 4),
-    kw.CREATE_TOPICS: (0, 2),
-    kw.DELETE_TOPICS: (0, 2),
+    kw.CREATE_TOPICS: (0, 7),
+    kw.DELETE_TOPICS: (0, 6),
 }
 # the spec's "not supported" table (transactions, replication internals, DeleteRecords, ...):
 # listed with MinVersion = MaxVersion = -1, as the ops spec says

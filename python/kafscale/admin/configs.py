@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kafscale.admin.protocol import (
@@ -29,6 +30,7 @@ from kafscale.admin.protocol import (
 )
 from kafscale.admin.topic_configs import (
     CONFIG_RULES,
+    BrokerDefaults,
     Rejected,
     default_value,
     normalise,
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     # topic without an override) and the read-only broker keys.
     from kafscale._core import BrokerSettings
 
-__all__ = ["alter_configs", "describe_configs"]
+__all__ = ["alter_configs", "describe_configs", "topic_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ def _entry(
     req: Any,
     doc: str | None,
 ) -> DescribedConfig:
+    """``req``: what to include (``include_synonyms``, ``include_documentation``)."""
     return DescribedConfig(
         name=name,
         value=value,
@@ -97,6 +100,30 @@ def _entry(
     )
 
 
+# CreateTopics v5+ list a created topic's configs without synonyms or documentation.
+_BARE = SimpleNamespace(include_synonyms=False, include_documentation=False)
+
+
+def topic_configs(
+    own: Mapping[str, str],
+    settings: BrokerDefaults,
+    keys: Sequence[str] | None = None,
+    req: Any = _BARE,
+) -> list[DescribedConfig]:
+    """The configs of a topic whose overrides are ``own`` (all, or those of ``keys`` that
+    exist), as DescribeConfigs lists them: the override (DYNAMIC_TOPIC_CONFIG) or the broker
+    default (DEFAULT_CONFIG)."""
+    entries = []
+    for key in _wanted(keys, list(CONFIG_RULES)):
+        rule = CONFIG_RULES[key]
+        if key in own:
+            value, source = own[key], ConfigSource.DYNAMIC_TOPIC_CONFIG
+        else:
+            value, source = default_value(key, settings), ConfigSource.DEFAULT_CONFIG
+        entries.append(_entry(key, value, source, False, rule.config_type, req, rule.doc))
+    return entries
+
+
 async def _describe_topic(
     core: ConfigCore, settings: BrokerSettings, resource: Any, req: Any
 ) -> list[DescribedConfig]:
@@ -105,15 +132,7 @@ async def _describe_topic(
         raise Rejected(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
         )
-    entries = []
-    for key in _wanted(resource.configuration_keys, list(CONFIG_RULES)):
-        rule = CONFIG_RULES[key]
-        if key in topic.configs:
-            value, source = topic.configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG
-        else:
-            value, source = default_value(key, settings), ConfigSource.DEFAULT_CONFIG
-        entries.append(_entry(key, value, source, False, rule.config_type, req, rule.doc))
-    return entries
+    return topic_configs(topic.configs, settings, resource.configuration_keys, req)
 
 
 def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[DescribedConfig]:
