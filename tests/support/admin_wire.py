@@ -1,8 +1,8 @@
 """Raw wire requests of the ops/admin APIs, in the style of kafka_wire and group_wire, for what
 the real clients cannot send or do not show: OffsetForLeaderEpoch v0-4, CreateTopics v0-7 with
 duplicate names or -1 defaults (and the v5+ answers), DeleteTopics v0-6 with duplicates or
-topic ids, DescribeConfigs v0-3 against one chosen broker, ApiVersions (the keys listed as
-unsupported).
+topic ids, DescribeConfigs v0-3 against one chosen broker, DescribeCluster v0-1 with any
+endpoint type, ApiVersions (the keys listed as unsupported).
 
 Layouts follow Kafka's message definitions (clients/src/main/resources/common/message/*.json)
 and the protocol guide; nothing here comes from kafscale.
@@ -30,6 +30,7 @@ CREATE_PARTITIONS = ApiKey.CREATE_PARTITIONS
 DELETE_GROUPS = ApiKey.DELETE_GROUPS
 INCREMENTAL_ALTER_CONFIGS = ApiKey.INCREMENTAL_ALTER_CONFIGS
 OFFSET_DELETE = ApiKey.OFFSET_DELETE
+DESCRIBE_CLUSTER = ApiKey.DESCRIBE_CLUSTER
 
 # error codes
 NONE = ErrorCode.NONE
@@ -42,6 +43,8 @@ INVALID_REPLICA_ASSIGNMENT = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 INVALID_CONFIG = ErrorCode.INVALID_CONFIG
 INVALID_REQUEST = ErrorCode.INVALID_REQUEST
 UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
+MISMATCHED_ENDPOINT_TYPE = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 NON_EMPTY_GROUP = ErrorCode.NON_EMPTY_GROUP
 GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
 FENCED_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH
@@ -335,6 +338,46 @@ def delete_topics(
     f.skip_tags(r)
     assert r.remaining() == 0, f"{r.remaining()} bytes after DeleteTopics v{version}"
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeCluster v0-1 (flexible)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    error_code: int
+    error_message: str | None
+    endpoint_type: int | None  # v1
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[tuple[int, str, int, str | None]]  # (id, host, port, rack)
+    authorized_operations: int
+
+
+def describe_cluster(
+    conn: RawConnection, *, version: int = 1, endpoint_type: int = 1
+) -> ClusterDescription:
+    assert 0 <= version <= 1
+    w = Writer().boolean(False)  # include cluster authorized operations
+    if version >= 1:
+        w.i8(endpoint_type)
+    w.tagged_fields()
+    r = conn.request(DESCRIBE_CLUSTER, version, w.done(), flexible=True)
+    r.i32()  # throttle
+    error, message = r.i16(), r.compact_string()
+    endpoint = r.i8() if version >= 1 else None
+    cluster_id, controller = r.compact_string(), r.i32()
+    brokers = []
+    for _ in range(r.compact_array_len()):
+        node, host, port, rack = r.i32(), r.compact_string(), r.i32(), r.compact_string()
+        assert host is not None
+        brokers.append((node, host, port, rack))
+        r.skip_tagged_fields()
+    operations = r.i32()
+    r.skip_tagged_fields()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after DescribeCluster v{version}"
+    return ClusterDescription(error, message, endpoint, cluster_id, controller, brokers, operations)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -104,6 +104,9 @@ fn handler(
         ApiKey::Metadata => {
             async move { handlers::metadata::handle(&broker, request).await.into() }.boxed()
         }
+        ApiKey::DescribeCluster => {
+            async move { handlers::describe_cluster::handle(&broker, &request).into() }.boxed()
+        }
         ApiKey::OffsetForLeaderEpoch => {
             async move { handlers::offset_for_leader_epoch::handle(&broker, &request).into() }
                 .boxed()

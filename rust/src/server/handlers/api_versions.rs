@@ -9,9 +9,20 @@ use kafka_protocol::ResponseError;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::versions::{SupportedApi, DATA_PLANE, REFUSED};
 
-/// Every API served: the data plane's, then the control plane's.
+/// The admin APIs answered in Rust from the cluster view, as Metadata is: what admin clients
+/// ask instead of Metadata to describe the cluster and its topics.
+const DESCRIBE_APIS: &[SupportedApi] = &[SupportedApi {
+    key: ApiKey::DescribeCluster,
+    min: 0,
+    max: 1,
+}];
+
+/// Every API served: the data plane's, the descriptions', then the control plane's.
 pub(crate) fn served() -> impl Iterator<Item = &'static SupportedApi> {
-    DATA_PLANE.iter().chain(crate::control::SERVED)
+    DATA_PLANE
+        .iter()
+        .chain(DESCRIBE_APIS)
+        .chain(crate::control::SERVED)
 }
 
 /// The supported range of `key`, if this broker serves it at all.
@@ -66,8 +77,9 @@ mod tests {
             assert_eq!(listed(ApiKey::OffsetForLeaderEpoch), Some((0, 4)));
             assert_eq!(listed(ApiKey::InitProducerId), Some((-1, -1)));
             assert_eq!(listed(ApiKey::AllocateProducerIds), Some((-1, -1)));
+            assert_eq!(listed(ApiKey::DescribeCluster), Some((0, 1)));
             assert_eq!(
-                listed(ApiKey::DescribeCluster),
+                listed(ApiKey::DescribeAcls),
                 None,
                 "neither served nor refused"
             );
