@@ -11,11 +11,18 @@ use crate::protocol::versions::{SupportedApi, DATA_PLANE, REFUSED};
 
 /// The admin APIs answered in Rust from the cluster view, as Metadata is: what admin clients
 /// ask instead of Metadata to describe the cluster and its topics.
-const DESCRIBE_APIS: &[SupportedApi] = &[SupportedApi {
-    key: ApiKey::DescribeCluster,
-    min: 0,
-    max: 1,
-}];
+const DESCRIBE_APIS: &[SupportedApi] = &[
+    SupportedApi {
+        key: ApiKey::DescribeCluster,
+        min: 0,
+        max: 1,
+    },
+    SupportedApi {
+        key: ApiKey::DescribeTopicPartitions,
+        min: 0,
+        max: 0,
+    },
+];
 
 /// Every API served: the data plane's, the descriptions', then the control plane's.
 pub(crate) fn served() -> impl Iterator<Item = &'static SupportedApi> {

@@ -3,6 +3,7 @@
 pub mod api_versions;
 pub mod control;
 pub mod describe_cluster;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod list_offsets;
