@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kafscale.admin.protocol import (
@@ -85,34 +84,33 @@ def _entry(
     source: ConfigSource,
     read_only: bool,
     config_type: ConfigType,
-    req: Any,
     doc: str | None,
+    *,
+    synonyms: bool,
+    documentation: bool,
 ) -> DescribedConfig:
-    """``req``: what to include (``include_synonyms``, ``include_documentation``)."""
     return DescribedConfig(
         name=name,
         value=value,
         read_only=read_only,
         config_source=source,
-        synonyms=[ConfigSynonym(name, value, source)] if req.include_synonyms else [],
+        synonyms=[ConfigSynonym(name, value, source)] if synonyms else [],
         config_type=config_type,
-        documentation=doc if req.include_documentation else None,
+        documentation=doc if documentation else None,
     )
-
-
-# CreateTopics v5+ list a created topic's configs without synonyms or documentation.
-_BARE = SimpleNamespace(include_synonyms=False, include_documentation=False)
 
 
 def topic_configs(
     own: Mapping[str, str],
     settings: BrokerDefaults,
     keys: Sequence[str] | None = None,
-    req: Any = _BARE,
+    *,
+    synonyms: bool = False,
+    documentation: bool = False,
 ) -> list[DescribedConfig]:
     """The configs of a topic whose overrides are ``own`` (all, or those of ``keys`` that
     exist), as DescribeConfigs lists them: the override (DYNAMIC_TOPIC_CONFIG) or the broker
-    default (DEFAULT_CONFIG)."""
+    default (DEFAULT_CONFIG). CreateTopics v5+ list them without synonyms or documentation."""
     entries = []
     for key in _wanted(keys, list(CONFIG_RULES)):
         rule = CONFIG_RULES[key]
@@ -120,7 +118,18 @@ def topic_configs(
             value, source = own[key], ConfigSource.DYNAMIC_TOPIC_CONFIG
         else:
             value, source = default_value(key, settings), ConfigSource.DEFAULT_CONFIG
-        entries.append(_entry(key, value, source, False, rule.config_type, req, rule.doc))
+        entries.append(
+            _entry(
+                key,
+                value,
+                source,
+                False,
+                rule.config_type,
+                rule.doc,
+                synonyms=synonyms,
+                documentation=documentation,
+            )
+        )
     return entries
 
 
@@ -132,7 +141,13 @@ async def _describe_topic(
         raise Rejected(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
         )
-    return topic_configs(topic.configs, settings, resource.configuration_keys, req)
+    return topic_configs(
+        topic.configs,
+        settings,
+        resource.configuration_keys,
+        synonyms=req.include_synonyms,
+        documentation=req.include_documentation,
+    )
 
 
 def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[DescribedConfig]:
@@ -150,8 +165,9 @@ def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[
             ConfigSource.STATIC_BROKER_CONFIG,
             True,
             configs[key][1],
-            req,
             "read-only: set by the broker's KAFSCALE_* settings at start-up",
+            synonyms=req.include_synonyms,
+            documentation=req.include_documentation,
         )
         for key in _wanted(resource.configuration_keys, list(configs))
     ]
