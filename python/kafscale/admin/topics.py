@@ -347,6 +347,8 @@ async def _target(
             "give a topic's name or its id, not both",
         )
     if topic_id is not None:
+        # The store deletes by name: a topic re-created under that name between this lookup
+        # and the delete would go instead (Kafka deletes by id); the window is one round trip.
         topic = await core.topic_by_id(topic_id)
         if topic is None:
             return DeletedTopic(
@@ -366,13 +368,13 @@ async def delete_topics(
 ) -> list[DeletedTopic]:
     """Handle DeleteTopics; one result per distinct entry, in request order. A topic named
     more than once (by name or id) is deleted once and each entry reports the outcome."""
-    entries = dict.fromkeys((t.name, t.topic_id) for t in req.topics)
-    targets = {entry: await _target(core, *entry) for entry in entries}
-    names = [t[0] for t in targets.values() if not isinstance(t, DeletedTopic)]
+    entries = list(dict.fromkeys((t.name, t.topic_id) for t in req.topics))
+    targets = await asyncio.gather(*(_target(core, *entry) for entry in entries))
+    names = [t[0] for t in targets if not isinstance(t, DeletedTopic)]
     jobs = {name: _delete_one(core, name, api_error) for name in dict.fromkeys(names)}
     results = await run_bounded(jobs, wait_seconds(req.timeout_ms), "deletion")
     out = []
-    for target in targets.values():
+    for target in targets:
         if isinstance(target, DeletedTopic):
             out.append(target)
         else:
