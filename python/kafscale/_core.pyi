@@ -133,9 +133,17 @@ class CreateTopicsRequest:
     topics: list[CreatableTopic]
     timeout_ms: int
     validate_only: bool
+    """v1+; False before."""
+
+class DeletableTopic:
+    """v0-5 name every topic; v6 names each by name or by id (one of the two, when valid)."""
+
+    name: str | None
+    topic_id: str | None
+    """The text of a ``TopicInfo.topic_id``; None for the nil id."""
 
 class DeleteTopicsRequest:
-    topic_names: list[str]
+    topics: list[DeletableTopic]
     timeout_ms: int
 
 # --- consumer groups: requests as the core decodes them (answers: kafscale.groups.protocol) ----
@@ -344,9 +352,7 @@ class ControlRequest:
     def respond(self, response: object) -> None:
         """Encode the response at the request's version and send it. Every answer is read by
         attribute name: the group APIs take the matching answer of ``kafscale.groups.protocol``,
-        the topic, config and partition APIs that of ``kafscale.admin.protocol`` (CreateTopics:
-        ``topics`` of ``name``, ``error_code``, ``error_message``, and ``throttle_time_ms``;
-        DeleteTopics: ``responses`` of ``name``, ``error_code``, and ``throttle_time_ms``).
+        the topic, config and partition APIs that of ``kafscale.admin.protocol``.
         Raises TypeError naming what is missing, RuntimeError when already answered. A request
         dropped without a response closes its connection."""
 
@@ -376,6 +382,8 @@ class Broker:
     def delete_topic(self, name: str) -> asyncio.Future[None]:
         """Delete a topic and its segments. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3)."""
     def topic(self, name: str) -> asyncio.Future[TopicInfo | None]: ...
+    def topic_by_id(self, topic_id: str) -> asyncio.Future[TopicInfo | None]:
+        """The topic whose ``topic_id`` this is. ValueError when it is not a UUID."""
     def list_topics(self) -> asyncio.Future[list[TopicInfo]]: ...
     def alter_topic_configs(self, name: str, configs: dict[str, str]) -> asyncio.Future[TopicInfo]:
         """Replace the topic's configs with ``configs`` (validated by the caller) in the metadata

@@ -15,6 +15,7 @@ from support import admin_env
 from support import admin_wire as aw
 from support import kafka_wire as kw
 from support import segment_format as sf
+from support.admin_clients import TopicSpec
 from support.admin_env import (
     ADMIN_KINDS,
     BAD_TOPIC_CONFIGS,
@@ -31,12 +32,15 @@ from support.admin_env import (
     assert_everywhere,
     assert_override,
     described,
+    everywhere,
     list_offset,
     log,
     make_topic,
     node_ids,
     one_partition_per_owner,
     open_admin,
+    partition_counts,
+    wait_partition_counts,
 )
 from support.clients import Msg, confluent_produce, unique
 from support.cluster import segment_base, whole_batches
@@ -212,6 +216,43 @@ def test_incremental_alter_configs(genv, client):
         nothere = unique("iac-nothere")
         code = admin.incremental_alter_configs(aw.TOPIC_RESOURCE, nothere, {"retention.ms": "1"})
         assert code == aw.UNKNOWN_TOPIC_OR_PARTITION, code
+
+
+@pytest.mark.parametrize("client", ADMIN_KINDS)
+def test_cleanup_policy_is_delete_only(genv, client):
+    """cleanup.policy: a topic without it describes the default delete (DEFAULT_CONFIG); delete
+    is accepted by CreateTopics, AlterConfigs and IncrementalAlterConfigs (then a topic
+    override); compact and compact,delete are INVALID_CONFIG in all three and change nothing."""
+    plain = make_topic(genv, unique(f"cpol-{client}"), 1)
+    with open_admin(genv, client) as admin:
+        assert_default(described(admin, plain), "cleanup.policy", "delete")
+        made = unique(f"cpol-{client}-set")
+        refused = [unique(f"cpol-{client}-c"), unique(f"cpol-{client}-cd")]
+        got = admin.create_topics(
+            [
+                TopicSpec(made, 1, {"cleanup.policy": "delete"}),
+                TopicSpec(refused[0], 1, {"cleanup.policy": "compact"}),
+                TopicSpec(refused[1], 1, {"cleanup.policy": "compact,delete"}),
+            ]
+        )
+        assert dict(got) == {made: 0} | dict.fromkeys(refused, aw.INVALID_CONFIG), got
+        wait_partition_counts(genv, made, 1)
+        assert_override(described(admin, made), "cleanup.policy", "delete")
+        for name in refused:
+            assert partition_counts(genv, name) == everywhere(genv, None), f"{name} created"
+
+        for policy in ("compact", "compact,delete"):
+            change = {"cleanup.policy": policy}
+            assert admin.alter_configs(aw.TOPIC_RESOURCE, plain, change) == aw.INVALID_CONFIG
+            code = admin.incremental_alter_configs(aw.TOPIC_RESOURCE, plain, change)
+            assert code == aw.INVALID_CONFIG, f"{policy}: {code}"
+        assert_default(described(admin, plain), "cleanup.policy", "delete")
+        delete = {"cleanup.policy": "delete"}
+        assert admin.incremental_alter_configs(aw.TOPIC_RESOURCE, plain, delete) == 0
+        assert_everywhere(genv, plain, {"cleanup.policy": ("delete", aw.SOURCE_DYNAMIC_TOPIC)})
+        assert admin.alter_configs(aw.TOPIC_RESOURCE, made, {"retention.ms": "90000"}) == 0
+        assert admin.alter_configs(aw.TOPIC_RESOURCE, made, delete) == 0
+        assert_override(described(admin, made), "cleanup.policy", "delete")
 
 
 # ---------------------------------------------------------------------------------------------

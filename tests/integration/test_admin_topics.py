@@ -1,11 +1,14 @@
 """CreatePartitions, CreateTopics/DeleteTopics (KIP-4) and OffsetForLeaderEpoch, on one broker
 and on a 3-broker cluster: new partitions visible on every broker at once and writable;
 INVALID_PARTITIONS, validate_only, unknown topics, manual assignments refused; batch requests with
-independent results, duplicates and -1 defaults on the raw wire; kcat -L shows each change;
-OffsetForLeaderEpoch v3/v4 across an ownership change.
+independent results, duplicates and -1 defaults on the raw wire; the real clients' KIP-464
+defaults; CreateTopics v5/v7 answers; DeleteTopics by name and by id (v6); kcat -L shows each
+change; OffsetForLeaderEpoch v3/v4 across an ownership change.
 """
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 from support import admin_env
@@ -16,6 +19,7 @@ from support.admin_env import (
     ADMIN_KINDS,
     DEFAULT_PARTITIONS,
     DEFAULT_SEGMENT_BYTES,
+    TOPIC_WHITELIST,
     assert_default,
     assert_everywhere,
     assert_override,
@@ -191,6 +195,117 @@ def test_create_topics_raw_duplicates_and_defaults(genv):
     wait_partition_counts(genv, cfg, None)
     wait_partition_counts(genv, dflt, None)
     assert kcat_partitions(genv.bootstrap(), dflt) is None
+
+
+def test_real_clients_create_topics_with_their_defaults(genv):
+    """KIP-464: confluent-kafka's NewTopic sends replication factor -1 by default (and -1
+    partitions without a count), which it only sends to a broker serving CreateTopics v4+; both
+    topics are created, the second with the brokers' default partition count. kafka-python's
+    KafkaAdminClient creates a topic as before."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
+
+    counted, defaulted, kp = unique("kip464-3"), unique("kip464-d"), unique("kip464-kp")
+    admin = AdminClient({"bootstrap.servers": genv.bootstrap()})
+    futures = admin.create_topics([NewTopic(counted, 3), NewTopic(defaulted)])
+    for name, future in futures.items():
+        assert future.result(30) is None, name
+    wait_partition_counts(genv, counted, 3)
+    wait_partition_counts(genv, defaulted, DEFAULT_PARTITIONS)
+
+    client = KafkaAdminClient(bootstrap_servers=genv.bootstrap())
+    try:
+        client.create_topics([KpNewTopic(kp, num_partitions=2, replication_factor=1)])
+    finally:
+        client.close()
+    wait_partition_counts(genv, kp, 2)
+    assert kcat_partitions(genv.bootstrap(), defaulted) == DEFAULT_PARTITIONS
+
+
+def test_create_topics_v5_and_v7_answer_the_created_topic(genv):
+    """CreateTopics v5+ answer each created topic's partition count (the brokers' default for
+    -1), replication factor 1 and every topic config as DescribeConfigs lists it (the given
+    one DYNAMIC_TOPIC_CONFIG, the others DEFAULT_CONFIG, none read-only or sensitive); v7 adds
+    its id, which DeleteTopics v6 then deletes it by. validate_only answers the same without an
+    id; a failed topic answers -1/-1 and no configs."""
+    for version in (5, 7):
+        tag = unique(f"v{version}")
+        name, checked = f"{tag}-made", f"{tag}-validated"
+        spec = aw.NewTopicSpec(name, configs={"retention.ms": "120000"})
+        with kw.RawConnection.to(genv.live[-1].bootstrap) as conn:
+            (made,) = aw.create_topics(conn, [spec], version=version)
+            (exists,) = aw.create_topics(conn, [spec], version=version)
+            (would,) = aw.create_topics(
+                conn,
+                [aw.NewTopicSpec(checked, 2, 1)],
+                validate_only=True,
+                version=version,
+            )
+        assert (made.name, made.error_code, made.error_message) == (name, 0, None), made
+        assert (made.num_partitions, made.replication_factor) == (DEFAULT_PARTITIONS, 1), made
+        assert made.configs is not None and set(made.configs) == TOPIC_WHITELIST, made
+        for key, config in made.configs.items():
+            source = aw.SOURCE_DYNAMIC_TOPIC if key == "retention.ms" else aw.SOURCE_DEFAULT
+            assert (config.source, config.read_only, config.is_sensitive) == (source, False, False)
+        assert made.configs["retention.ms"].value == "120000"
+        assert made.configs["segment.bytes"].value == str(DEFAULT_SEGMENT_BYTES)
+        assert made.configs["cleanup.policy"].value == "delete"
+        assert (made.topic_id is not None) == (version >= 7), made
+        wait_partition_counts(genv, name, DEFAULT_PARTITIONS)
+
+        assert exists.error_code == aw.TOPIC_ALREADY_EXISTS, exists
+        assert (exists.num_partitions, exists.replication_factor, exists.topic_id) == (-1, -1, None)
+        assert exists.configs == {}, exists
+
+        assert (would.error_code, would.num_partitions, would.topic_id) == (0, 2, None), would
+        assert would.configs is not None and set(would.configs) == TOPIC_WHITELIST, would
+        assert partition_counts(genv, checked) == everywhere(genv, None), "validate_only made it"
+
+        if made.topic_id is not None:
+            with kw.RawConnection.to(genv.live[0].bootstrap) as conn:
+                (gone,) = aw.delete_topics(conn, [made.topic_id], version=6)
+            assert (gone.name, gone.topic_id, gone.error_code) == (name, made.topic_id, 0), gone
+            wait_partition_counts(genv, name, None)
+
+
+def test_delete_topics_by_name_and_by_id(genv):
+    """DeleteTopics v6: a topic named by its name is deleted and answered with its id; one named
+    by its id is deleted and answered with its name; an id no topic has is UNKNOWN_TOPIC_ID
+    (no name), an unknown name UNKNOWN_TOPIC_OR_PARTITION, each with a message (v5+); the other
+    entries of the request are deleted all the same. v4 and v5 (flexible) delete by name."""
+    tag = unique("del6")
+    by_name, by_id, unknown_name = f"{tag}-n", f"{tag}-i", f"{tag}-nothere"
+    old = [f"{tag}-v4", f"{tag}-v5"]
+    via = genv.live[-1]
+    with kw.RawConnection.to(via.bootstrap) as conn:
+        specs = [aw.NewTopicSpec(t, 1) for t in (by_name, by_id, *old)]
+        created = {t.name: t.topic_id for t in aw.create_topics(conn, specs, version=7)}
+    for t in (by_name, by_id, *old):
+        wait_partition_counts(genv, t, 1)
+    unknown_id = uuid.uuid4()
+    with kw.RawConnection.to(genv.live[0].bootstrap) as conn:
+        got = aw.delete_topics(conn, [by_name, created[by_id], unknown_id, unknown_name], version=6)
+        v4 = aw.delete_topics(conn, [old[0]], version=4)
+        v5 = aw.delete_topics(conn, [old[1], unknown_name], version=5)
+    answered = [(t.name, t.topic_id, t.error_code) for t in got]
+    assert answered == [
+        (by_name, created[by_name], 0),
+        (by_id, created[by_id], 0),
+        (None, unknown_id, aw.UNKNOWN_TOPIC_ID),
+        (unknown_name, None, aw.UNKNOWN_TOPIC_OR_PARTITION),
+    ], got
+    assert str(unknown_id) in (got[2].error_message or ""), got[2]
+    assert unknown_name in (got[3].error_message or ""), got[3]
+    assert [(t.name, t.error_code) for t in v4] == [(old[0], 0)], v4
+    assert [(t.name, t.error_code) for t in v5] == [
+        (old[1], 0),
+        (unknown_name, aw.UNKNOWN_TOPIC_OR_PARTITION),
+    ], v5
+    assert v5[1].error_message, v5
+    for t in (by_name, by_id, *old):
+        wait_partition_counts(genv, t, None)
+    assert kcat_partitions(genv.bootstrap(), by_id) is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,9 +44,8 @@ def one_error_line(run: Run) -> str:
 def node(module_broker_factory):
     """One broker with auto-creation on (so a Metadata request naming a topic would create it)
     and no initial rebalance delay."""
-    return SingleNode(
-        module_broker_factory(["--group-initial-rebalance-delay-ms", "0"], name="cli")
-    )
+    args = ["--group-initial-rebalance-delay-ms", "0", "--default-partitions", "3"]
+    return SingleNode(module_broker_factory(args, name="cli"))
 
 
 def bs(env) -> list[str]:
@@ -72,7 +71,6 @@ def test_help_and_usage_errors():
     ):
         assert "usage: kafscale" in ok(*command, "--help").out
     bad = {
-        ("topics", "create", "t"): "--partitions",
         ("topics", "create", "t", "--partitions", "0"): "--partitions",
         ("topics", "create", "t", "--partitions", "1", "--config", "retention.ms"): "KEY=VALUE",
         ("topics", "alter", "t"): "--config",
@@ -193,6 +191,21 @@ def test_topic_lifecycle(node):
     assert ok("topics", "delete", topic, *bs(node)).out.strip() == f"deleted topic {topic}"
     wait_for(lambda: partition_counts(node, topic) == {"cli": None}, HANG_GUARD, f"{topic} gone")
     assert topic not in {t["topic"] for t in ok("topics", "list", "-o", "json", *bs(node)).json()}
+
+
+def test_create_without_partitions_takes_the_brokers_default(node):
+    """`topics create NAME` sends -1 partitions and replication factor (KIP-464): the topic gets
+    the broker's --default-partitions (3 here), with its configs; a replication factor is still
+    accepted."""
+    topic = unique("cli-default")
+    run = ok("topics", "create", topic, "--config", "cleanup.policy=delete", *bs(node))
+    assert run.out.strip() == f"created topic {topic} with 3 partitions"
+    assert partition_counts(node, topic) == {"cli": 3}
+    (configs,) = raw_topic_configs(node, topic).values()
+    assert configs["cleanup.policy"].source == aw.SOURCE_DYNAMIC_TOPIC, configs
+    other = unique("cli-default-rf")
+    ok("topics", "create", other, "--replication-factor", "1", *bs(node))
+    assert partition_counts(node, other) == {"cli": 3}
 
 
 def test_topic_errors_say_what_to_do(node):

@@ -21,8 +21,8 @@ REQUIRED_RANGES = {
     kw.PRODUCE: (3, 9),
     kw.FETCH: (4, 13),
     kw.LIST_OFFSETS: (0, 4),
-    kw.CREATE_TOPICS: (0, 2),
-    kw.DELETE_TOPICS: (0, 2),
+    kw.CREATE_TOPICS: (0, 7),
+    kw.DELETE_TOPICS: (0, 6),
 }
 # APIs this broker does not serve (transactions, replication and KRaft internals): not listed at
 # all, as Kafka leaves out what it does not serve

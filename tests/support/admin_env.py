@@ -58,6 +58,7 @@ TOPIC_WHITELIST = TOPIC_KEYS | {
     "max.message.bytes",
     "message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms",
+    "cleanup.policy",
 }
 BROKER_KEYS = {
     "broker.id",
@@ -73,7 +74,7 @@ BROKER_KEYS = {
 DEFAULT_SOURCES = {"DEFAULT_CONFIG", "STATIC_BROKER_CONFIG"}  # not overridden on the topic
 TOPIC_OVERRIDE = "DYNAMIC_TOPIC_CONFIG"
 BAD_TOPIC_CONFIGS = [
-    {"cleanup.policy": "compact"},  # not in the whitelist
+    {"cleanup.policy": "compact"},  # KafScale has no log compaction
     {"retention.ms": "-5"},
     {"retention.bytes": "-2"},
     {"segment.bytes": "0"},

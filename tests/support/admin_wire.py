@@ -1,7 +1,8 @@
 """Raw wire requests of the ops/admin APIs, in the style of kafka_wire and group_wire, for what
-the real clients cannot send or do not show: OffsetForLeaderEpoch v0-4, CreateTopics v0-2 with
-duplicate names or -1 defaults, DeleteTopics v0-2 with duplicates, DescribeConfigs v0-3
-against one chosen broker, ApiVersions (the keys listed as unsupported).
+the real clients cannot send or do not show: OffsetForLeaderEpoch v0-4, CreateTopics v0-7 with
+duplicate names or -1 defaults (and the v5+ answers), DeleteTopics v0-6 with duplicates or
+topic ids, DescribeConfigs v0-3 against one chosen broker, DescribeCluster v0-1 with any
+endpoint type, ApiVersions (the keys listed as unsupported).
 
 Layouts follow Kafka's message definitions (clients/src/main/resources/common/message/*.json)
 and the protocol guide; nothing here comes from kafscale.
@@ -9,12 +10,13 @@ and the protocol guide; nothing here comes from kafscale.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from kafscale.api_keys import ApiKey
 from kafscale.errors import ErrorCode
 
-from .kafka_wire import RawConnection, Writer
+from .kafka_wire import RawConnection, Reader, Writer
 
 # api keys
 CREATE_TOPICS = ApiKey.CREATE_TOPICS
@@ -28,6 +30,7 @@ CREATE_PARTITIONS = ApiKey.CREATE_PARTITIONS
 DELETE_GROUPS = ApiKey.DELETE_GROUPS
 INCREMENTAL_ALTER_CONFIGS = ApiKey.INCREMENTAL_ALTER_CONFIGS
 OFFSET_DELETE = ApiKey.OFFSET_DELETE
+DESCRIBE_CLUSTER = ApiKey.DESCRIBE_CLUSTER
 
 # error codes
 NONE = ErrorCode.NONE
@@ -39,6 +42,9 @@ INVALID_REPLICATION_FACTOR = ErrorCode.INVALID_REPLICATION_FACTOR
 INVALID_REPLICA_ASSIGNMENT = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 INVALID_CONFIG = ErrorCode.INVALID_CONFIG
 INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
+MISMATCHED_ENDPOINT_TYPE = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 NON_EMPTY_GROUP = ErrorCode.NON_EMPTY_GROUP
 GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
 FENCED_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH
@@ -55,8 +61,8 @@ OPS_APIS = {
     ALTER_CONFIGS: 2,
     INCREMENTAL_ALTER_CONFIGS: 1,
     CREATE_PARTITIONS: 3,
-    CREATE_TOPICS: 2,
-    DELETE_TOPICS: 2,
+    CREATE_TOPICS: 7,
+    DELETE_TOPICS: 6,
 }
 
 # APIs the broker does not serve, listed in ApiVersions with min = max = -1: replication
@@ -160,7 +166,7 @@ def offset_for_leader_epoch(
 
 
 # ---------------------------------------------------------------------------------------------
-# CreateTopics v0-2, DeleteTopics v0-2
+# CreateTopics v0-7, DeleteTopics v0-6
 
 
 @dataclass(frozen=True)
@@ -173,10 +179,65 @@ class NewTopicSpec:
 
 
 @dataclass(frozen=True)
+class CreatedConfig:
+    """One config of a created topic (CreateTopics v5+)."""
+
+    value: str | None
+    read_only: bool
+    source: int
+    is_sensitive: bool
+
+
+@dataclass(frozen=True)
 class TopicError:
-    name: str
+    name: str | None  # None: DeleteTopics v6 for an id no topic has
     error_code: int
     error_message: str | None = None
+    topic_id: uuid.UUID | None = None  # CreateTopics v7, DeleteTopics v6 (None before)
+    num_partitions: int | None = None  # CreateTopics v5+
+    replication_factor: int | None = None  # CreateTopics v5+
+    configs: dict[str, CreatedConfig] | None = None  # CreateTopics v5+
+
+
+class _Wire:
+    """Writes and reads the shapes of one version: compact (flexible) or classic."""
+
+    def __init__(self, flexible: bool) -> None:
+        self.flexible = flexible
+
+    def array(self, w: Writer, n: int) -> None:
+        if self.flexible:
+            w.uvarint(n + 1)
+        else:
+            w.array_len(n)
+
+    def string(self, w: Writer, s: str | None) -> None:
+        if self.flexible:
+            w.compact_string(s)
+        else:
+            w.string(s)
+
+    def tags(self, w: Writer) -> None:
+        if self.flexible:
+            w.tagged_fields()
+
+    def read_array(self, r: Reader) -> int:
+        return r.compact_array_len() if self.flexible else r.array_len()
+
+    def read_string(self, r: Reader) -> str | None:
+        return r.compact_string() if self.flexible else r.string()
+
+    def skip_tags(self, r: Reader) -> None:
+        if self.flexible:
+            r.skip_tagged_fields()
+
+
+def read_uuid(r: Reader) -> uuid.UUID | None:
+    """A UUID field; None for the nil id."""
+    raw = r.data[r.pos : r.pos + 16]
+    r.pos += 16
+    value = uuid.UUID(bytes=bytes(raw))
+    return None if value.int == 0 else value
 
 
 def create_topics(
@@ -187,50 +248,136 @@ def create_topics(
     validate_only: bool = False,
     version: int = 2,
 ) -> list[TopicError]:
-    """One result per entry of the response, in its order (duplicates included as answered)."""
-    assert 0 <= version <= 2, "v5+ is flexible; v3-4 are not needed here"
-    w = Writer().array_len(len(topics))
+    """One result per entry of the response, in its order (duplicates included as answered).
+    v5+ are flexible and answer each topic's partitions, replication factor and configs; v7
+    its id."""
+    assert 0 <= version <= 7
+    f = _Wire(version >= 5)
+    w = Writer()
+    f.array(w, len(topics))
     for t in topics:
-        w.string(t.name).i32(t.num_partitions).i16(t.replication_factor)
-        w.array_len(len(t.assignments))
+        f.string(w, t.name)
+        w.i32(t.num_partitions).i16(t.replication_factor)
+        f.array(w, len(t.assignments))
         for partition, brokers in t.assignments.items():
-            w.i32(partition).array_len(len(brokers))
+            w.i32(partition)
+            f.array(w, len(brokers))
             for b in brokers:
                 w.i32(b)
-        w.array_len(len(t.configs))
+            f.tags(w)
+        f.array(w, len(t.configs))
         for key, value in t.configs.items():
-            w.string(key).string(value)
+            f.string(w, key)
+            f.string(w, value)
+            f.tags(w)
+        f.tags(w)
     w.i32(timeout_ms)
     if version >= 1:
         w.boolean(validate_only)
-    r = conn.request(CREATE_TOPICS, version, w.done())
+    f.tags(w)
+    r = conn.request(CREATE_TOPICS, version, w.done(), flexible=f.flexible)
     if version >= 2:
         r.i32()  # throttle
     out = []
-    for _ in range(r.array_len()):
-        name, error = r.string(), r.i16()
-        message = r.string() if version >= 1 else None
-        out.append(TopicError(name, error, message))
+    for _ in range(f.read_array(r)):
+        name = f.read_string(r)
+        topic_id = read_uuid(r) if version >= 7 else None
+        error = r.i16()
+        message = f.read_string(r) if version >= 1 else None
+        partitions = replication = configs = None
+        if version >= 5:
+            partitions, replication = r.i32(), r.i16()
+            n = r.compact_array_len()
+            configs = None if n < 0 else {}
+            for _ in range(max(n, 0)):
+                key, value = r.compact_string(), r.compact_string()
+                configs[key] = CreatedConfig(value, r.boolean(), r.i8(), r.boolean())
+                r.skip_tagged_fields()
+        f.skip_tags(r)
+        out.append(TopicError(name, error, message, topic_id, partitions, replication, configs))
+    f.skip_tags(r)
     assert r.remaining() == 0, f"{r.remaining()} bytes after CreateTopics v{version}"
     return out
 
 
 def delete_topics(
-    conn: RawConnection, names: list[str], *, timeout_ms: int = 30_000, version: int = 1
+    conn: RawConnection,
+    names: list[str | uuid.UUID],
+    *,
+    timeout_ms: int = 30_000,
+    version: int = 1,
 ) -> list[TopicError]:
-    assert 0 <= version <= 2
-    w = Writer().array_len(len(names))
+    """``names``: topic names, or (v6) topic ids. v4+ are flexible, v5+ answer an error
+    message, v6 names or ids and answers both."""
+    assert 0 <= version <= 6
+    f = _Wire(version >= 4)
+    w = Writer()
+    f.array(w, len(names))
     for n in names:
-        w.string(n)
+        if version >= 6:
+            by_id = isinstance(n, uuid.UUID)
+            w.compact_string(None if by_id else str(n))
+            w.raw(n.bytes if isinstance(n, uuid.UUID) else bytes(16))
+            w.tagged_fields()
+        else:
+            assert isinstance(n, str), "topic ids need DeleteTopics v6"
+            f.string(w, n)
     w.i32(timeout_ms)
-    r = conn.request(DELETE_TOPICS, version, w.done())
+    f.tags(w)
+    r = conn.request(DELETE_TOPICS, version, w.done(), flexible=f.flexible)
     if version >= 1:
         r.i32()  # throttle
     out = []
-    for _ in range(r.array_len()):
-        out.append(TopicError(r.string(), r.i16()))
+    for _ in range(f.read_array(r)):
+        name = f.read_string(r)
+        topic_id = read_uuid(r) if version >= 6 else None
+        error = r.i16()
+        message = r.compact_string() if version >= 5 else None
+        f.skip_tags(r)
+        out.append(TopicError(name, error, message, topic_id))
+    f.skip_tags(r)
     assert r.remaining() == 0, f"{r.remaining()} bytes after DeleteTopics v{version}"
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeCluster v0-1 (flexible)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    error_code: int
+    error_message: str | None
+    endpoint_type: int | None  # v1
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[tuple[int, str, int, str | None]]  # (id, host, port, rack)
+    authorized_operations: int
+
+
+def describe_cluster(
+    conn: RawConnection, *, version: int = 1, endpoint_type: int = 1
+) -> ClusterDescription:
+    assert 0 <= version <= 1
+    w = Writer().boolean(False)  # include cluster authorized operations
+    if version >= 1:
+        w.i8(endpoint_type)
+    w.tagged_fields()
+    r = conn.request(DESCRIBE_CLUSTER, version, w.done(), flexible=True)
+    r.i32()  # throttle
+    error, message = r.i16(), r.compact_string()
+    endpoint = r.i8() if version >= 1 else None
+    cluster_id, controller = r.compact_string(), r.i32()
+    brokers = []
+    for _ in range(r.compact_array_len()):
+        node, host, port, rack = r.i32(), r.compact_string(), r.i32(), r.compact_string()
+        assert host is not None
+        brokers.append((node, host, port, rack))
+        r.skip_tagged_fields()
+    operations = r.i32()
+    r.skip_tagged_fields()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after DescribeCluster v{version}"
+    return ClusterDescription(error, message, endpoint, cluster_id, controller, brokers, operations)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from kafscale.admin import topics
+from kafscale.admin.configs import topic_configs
 from kafscale.admin.protocol import (
-    CreatableTopicResult,
+    ConfigSource,
     CreateTopicsResponse,
     DeletableTopicResult,
     DeleteTopicsResponse,
 )
-from kafscale.admin.topics import TopicResult
+from kafscale.admin.topic_configs import CONFIG_RULES
+from kafscale.admin.topics import DeletedTopic, TopicResult
 from kafscale.api_keys import ApiKey
+from kafscale.config import Settings
 from kafscale.control import ControlPlane
 from kafscale.errors import ErrorCode
 
@@ -48,9 +52,19 @@ class CreateTopicsRequest:
 
 
 @dataclass
+class DeletableTopic:
+    name: str | None
+    topic_id: str | None = None
+
+
+@dataclass
 class DeleteTopicsRequest:
-    topic_names: list[str]
+    topics: list[DeletableTopic]
     timeout_ms: int = 5000
+
+
+def by_name(*names: str) -> list[DeletableTopic]:
+    return [DeletableTopic(n) for n in names]
 
 
 @dataclass
@@ -69,14 +83,24 @@ class ControlRequest:
             raise self.respond_error
 
 
+SETTINGS = Settings(default_partitions=3)
+
+
 @dataclass
-class Settings:
-    default_partitions: int = 3
+class TopicInfo:
+    name: str
+    topic_id: str
+    partitions: int
+    configs: dict[str, str]
+
+
+def id_of(name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
 
 
 class FakeCore:
     def __init__(self) -> None:
-        self.existing: set[str] = set()
+        self.existing: dict[str, TopicInfo] = {}
         self.created: list[tuple[str, int, dict[str, str]]] = []
         self.deleted: list[str] = []
         self.fail: dict[str, Exception] = {}  # name -> exception to raise
@@ -92,19 +116,26 @@ class FakeCore:
         await self._maybe_wait(name)
         if name in self.existing:
             raise FakeKafkaApiError(36, f"topic {name!r} already exists")
-        self.existing.add(name)
+        self.existing[name] = TopicInfo(name, id_of(name), partitions, configs)
         self.created.append((name, partitions, configs))
-        return object()
+        return self.existing[name]
+
+    def add(self, *names: str) -> None:
+        for name in names:
+            self.existing[name] = TopicInfo(name, id_of(name), 1, {})
 
     async def delete_topic(self, name: str) -> None:
         await self._maybe_wait(name)
         if name not in self.existing:
             raise FakeKafkaApiError(3, f"unknown topic {name!r}")
-        self.existing.discard(name)
+        del self.existing[name]
         self.deleted.append(name)
 
-    async def topic(self, name: str) -> Any | None:
-        return object() if name in self.existing else None
+    async def topic(self, name: str) -> TopicInfo | None:
+        return self.existing.get(name)
+
+    async def topic_by_id(self, topic_id: str) -> TopicInfo | None:
+        return next((t for t in self.existing.values() if t.topic_id == topic_id), None)
 
 
 def create(core: FakeCore, *items: CreatableTopic, **kw: Any) -> dict[str, TopicResult]:
@@ -115,8 +146,8 @@ def create(core: FakeCore, *items: CreatableTopic, **kw: Any) -> dict[str, Topic
     return {r.name: r for r in results}
 
 
-def delete(core: FakeCore, *names: str, timeout_ms: int = 5000) -> list[TopicResult]:
-    req = DeleteTopicsRequest(list(names), timeout_ms)
+def delete(core: FakeCore, *entries: DeletableTopic, timeout_ms: int = 5000) -> list[DeletedTopic]:
+    req = DeleteTopicsRequest(list(entries), timeout_ms)
     return asyncio.run(topics.delete_topics(core, req, api_error=FakeKafkaApiError))
 
 
@@ -203,6 +234,8 @@ def test_configs_whitelisted_and_normalised() -> None:
     ("key", "value"),
     [
         ("cleanup.policy", "compact"),
+        ("cleanup.policy", "none"),
+        ("cleanup.policy", None),
         ("retention.ms", "-2"),
         ("retention.ms", "1h"),
         ("retention.bytes", "9223372036854775808"),
@@ -223,13 +256,31 @@ def test_bad_configs(key: str, value: str | None) -> None:
 
 
 def test_unknown_config_message_lists_supported_keys() -> None:
-    res = create(FakeCore(), CreatableTopic("a", configs={"cleanup.policy": "delete"}))
+    res = create(FakeCore(), CreatableTopic("a", configs={"compression.type": "lz4"}))
+    assert res["a"].error_code == ErrorCode.INVALID_CONFIG
     assert "retention.ms" in (res["a"].error_message or "")
+
+
+@pytest.mark.parametrize("policy", ["delete", " delete", "delete,delete"])
+def test_cleanup_policy_delete_is_accepted(policy: str) -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", configs={"cleanup.policy": policy}))
+    assert res["a"].error_code == ErrorCode.NONE
+    assert core.created[0][2] == {"cleanup.policy": "delete"}
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete, compact"])
+def test_cleanup_policy_compact_is_refused_saying_only_delete_is_supported(policy: str) -> None:
+    core = FakeCore()
+    res = create(core, CreatableTopic("a", configs={"cleanup.policy": policy}))
+    assert res["a"].error_code == ErrorCode.INVALID_CONFIG
+    assert "only cleanup.policy=delete is supported" in (res["a"].error_message or "")
+    assert core.created == []
 
 
 def test_validate_only_creates_nothing() -> None:
     core = FakeCore()
-    core.existing.add("old")
+    core.add("old")
     res = create(
         core,
         CreatableTopic("new"),
@@ -245,7 +296,7 @@ def test_validate_only_creates_nothing() -> None:
 
 def test_core_errors_are_mapped_per_topic() -> None:
     core = FakeCore()
-    core.existing.add("dup")
+    core.add("dup")
     core.fail["boom"] = RuntimeError("disk on fire")
     core.fail["bad"] = FakeKafkaApiError(17, "core says no")
     names = ("dup", "boom", "bad", "fine")
@@ -288,23 +339,48 @@ def test_zero_timeout_still_returns_the_final_result() -> None:
 
 def test_delete() -> None:
     core = FakeCore()
-    core.existing |= {"a", "b"}
+    core.add("a", "b")
     core.fail["b"] = RuntimeError("etcd went away")
-    results = delete(core, "a", "missing", "a", "b")
-    assert [(r.name, r.error_code) for r in results] == [
-        ("a", ErrorCode.NONE),
-        ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-        ("b", ErrorCode.UNKNOWN_SERVER_ERROR),
+    results = delete(core, *by_name("a", "missing", "a", "b"))
+    assert [(r.name, r.topic_id, r.error_code) for r in results] == [
+        ("a", id_of("a"), ErrorCode.NONE),
+        ("missing", None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("b", id_of("b"), ErrorCode.UNKNOWN_SERVER_ERROR),
     ]
     assert core.deleted == ["a"]  # duplicates deleted once
 
 
+def test_delete_by_id_as_kafka_checks_it() -> None:
+    core = FakeCore()
+    core.add("a", "b", "c")
+    unknown = str(uuid.uuid4())
+    results = delete(
+        core,
+        DeletableTopic(None, id_of("a")),
+        DeletableTopic(None, unknown),
+        DeletableTopic("b", id_of("b")),
+        DeletableTopic(None, None),
+        DeletableTopic("c"),
+        DeletableTopic(None, id_of("c")),
+    )
+    assert [(r.name, r.topic_id, r.error_code) for r in results] == [
+        ("a", id_of("a"), ErrorCode.NONE),
+        (None, unknown, ErrorCode.UNKNOWN_TOPIC_ID),
+        ("b", id_of("b"), ErrorCode.INVALID_REQUEST),  # a name and an id: neither is used
+        (None, None, ErrorCode.INVALID_REQUEST),
+        ("c", id_of("c"), ErrorCode.NONE),  # named twice, by name and by id: deleted once
+        ("c", id_of("c"), ErrorCode.NONE),
+    ]
+    assert core.deleted == ["a", "c"]
+    assert unknown in (results[1].error_message or "")
+
+
 def test_delete_timeout() -> None:
-    async def scenario() -> list[TopicResult]:
+    async def scenario() -> list[DeletedTopic]:
         core = FakeCore()
-        core.existing.add("a")
+        core.add("a")
         core.gate = asyncio.Event()
-        req = DeleteTopicsRequest(["a"], timeout_ms=10)
+        req = DeleteTopicsRequest(by_name("a"), timeout_ms=10)
         results = await topics.delete_topics(core, req, api_error=FakeKafkaApiError)
         core.gate.set()
         await asyncio.sleep(0)
@@ -318,7 +394,7 @@ def test_delete_timeout() -> None:
 
 def plane(core: FakeCore) -> ControlPlane:
     # Groups are not routed in these tests; the router only keeps a reference.
-    return ControlPlane(core, Settings(), groups=object(), api_error=FakeKafkaApiError)  # type: ignore[arg-type]
+    return ControlPlane(core, SETTINGS, groups=object(), api_error=FakeKafkaApiError)  # type: ignore[arg-type]
 
 
 def route(core: FakeCore, req: ControlRequest) -> None:
@@ -327,14 +403,47 @@ def route(core: FakeCore, req: ControlRequest) -> None:
 
 def test_the_router_answers_topic_requests_with_dataclasses_once() -> None:
     core = FakeCore()
-    req = ControlRequest(ApiKey.CREATE_TOPICS, CreateTopicsRequest([CreatableTopic("t", -1)]))
+    body = CreateTopicsRequest(
+        [CreatableTopic("t", -1, configs={"retention.ms": "60000"}), CreatableTopic("t2", 0)]
+    )
+    req = ControlRequest(ApiKey.CREATE_TOPICS, body)
     route(core, req)
-    assert req.responses == [CreateTopicsResponse([CreatableTopicResult("t", 0, None)])]
-    assert core.created == [("t", 3, {})]  # settings.default_partitions
+    assert core.created == [("t", 3, {"retention.ms": "60000"})]  # settings.default_partitions
+    [answer] = req.responses
+    assert isinstance(answer, CreateTopicsResponse)
+    created, refused = answer.topics
+    # v5+: the topic as created, its configs as DescribeConfigs lists them; v7: its id
+    assert (created.name, created.error_code, created.topic_id) == ("t", 0, id_of("t"))
+    assert (created.num_partitions, created.replication_factor) == (3, 1)
+    assert created.configs == topic_configs({"retention.ms": "60000"}, SETTINGS)
+    assert [c.name for c in created.configs] == list(CONFIG_RULES)
+    assert (refused.name, refused.error_code) == ("t2", ErrorCode.INVALID_PARTITIONS)
+    assert (refused.topic_id, refused.num_partitions, refused.replication_factor) == (None, -1, -1)
+    assert refused.configs == []
 
-    req = ControlRequest(ApiKey.DELETE_TOPICS, DeleteTopicsRequest(["t", "t"]))
+    req = ControlRequest(ApiKey.DELETE_TOPICS, DeleteTopicsRequest(by_name("t", "t")))
     route(core, req)
-    assert req.responses == [DeleteTopicsResponse([DeletableTopicResult("t", 0)])]
+    assert req.responses == [DeleteTopicsResponse([DeletableTopicResult("t", 0, None, id_of("t"))])]
+
+
+def test_validate_only_answers_the_topic_it_would_create() -> None:
+    core = FakeCore()
+    body = CreateTopicsRequest(
+        [CreatableTopic("t", -1, configs={"cleanup.policy": "delete"})], validate_only=True
+    )
+    req = ControlRequest(ApiKey.CREATE_TOPICS, body)
+    route(core, req)
+    [answer] = req.responses
+    [topic] = answer.topics
+    assert (topic.error_code, topic.topic_id, topic.num_partitions) == (0, None, 3)
+    policy = next(c for c in topic.configs if c.name == "cleanup.policy")
+    assert (policy.value, policy.config_source) == ("delete", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    retention = next(c for c in topic.configs if c.name == "retention.ms")
+    assert (retention.value, retention.config_source) == (
+        str(SETTINGS.retention_ms),
+        ConfigSource.DEFAULT_CONFIG,
+    )
+    assert core.created == []
 
 
 def test_the_router_answers_unknown_server_error_when_a_handler_raises(
@@ -355,7 +464,9 @@ def test_the_router_answers_unknown_server_error_when_a_handler_raises(
 
 def test_the_router_survives_a_failing_respond() -> None:
     req = ControlRequest(
-        ApiKey.DELETE_TOPICS, DeleteTopicsRequest(["x"]), respond_error=ConnectionError("gone")
+        ApiKey.DELETE_TOPICS,
+        DeleteTopicsRequest(by_name("x")),
+        respond_error=ConnectionError("gone"),
     )
     route(FakeCore(), req)  # must not raise
     assert len(req.responses) == 1

@@ -80,6 +80,7 @@ def test_describe_topic_shows_overrides_and_defaults_and_ignores_unknown_keys() 
         "max.message.bytes": (str(1024 * 1024), ConfigSource.DEFAULT_CONFIG, False),
         "message.timestamp.before.max.ms": (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG, False),
         "message.timestamp.after.max.ms": ("3600000", ConfigSource.DEFAULT_CONFIG, False),
+        "cleanup.policy": ("delete", ConfigSource.DEFAULT_CONFIG, False),
     }
     (some,) = describe(resource(ResourceType.TOPIC, "t", ["retention.ms", "no.such"])).results
     assert [c.name for c in some.configs] == ["retention.ms"]
@@ -119,6 +120,12 @@ def test_alter_configs_replaces_the_whole_set_and_validates() -> None:
         ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     ]
     assert len(core.altered) == 1
+    delete = configs(ResourceType.TOPIC, "t", ("cleanup.policy", "delete", SET))
+    assert alter(core, delete) == [("t", 0)]
+    assert core.altered[-1] == ("t", {"cleanup.policy": "delete"})
+    compact = configs(ResourceType.TOPIC, "t", ("cleanup.policy", "compact,delete", SET))
+    assert alter(core, compact, incremental=True) == [("t", ErrorCode.INVALID_CONFIG)]
+    assert len(core.altered) == 2
 
 
 def test_incremental_set_and_delete_and_validate_only() -> None:
@@ -132,6 +139,8 @@ def test_incremental_set_and_delete_and_validate_only() -> None:
     assert core.altered == [("t", {"segment.bytes": "1000"})]
     append = configs(ResourceType.TOPIC, "t", ("retention.ms", "1", APPEND))
     assert alter(core, append, incremental=True) == [("t", ErrorCode.INVALID_CONFIG)]
+    policy = configs(ResourceType.TOPIC, "t", ("cleanup.policy", "delete", APPEND))
+    assert alter(core, policy, incremental=True) == [("t", ErrorCode.INVALID_CONFIG)]
     twice = configs(ResourceType.TOPIC, "t", ("retention.ms", "1", SET), ("retention.ms", "2", SET))
     assert alter(core, twice, incremental=True) == [("t", ErrorCode.INVALID_REQUEST)]
 

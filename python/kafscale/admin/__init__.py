@@ -1,26 +1,30 @@
 """Control-plane admin handlers: topics (:mod:`kafscale.admin.topics`), configs and partitions.
 
 The topic handlers work on plain request-shaped values and return
-:class:`~kafscale.admin.topics.TopicResult` lists (unit-tested without the extension); the
-functions here turn those into the CreateTopics and DeleteTopics answers, plain dataclasses of
-:mod:`kafscale.admin.protocol` that the core reads by attribute, as for every other API.
+:class:`~kafscale.admin.topics.TopicResult` and :class:`~kafscale.admin.topics.DeletedTopic`
+lists (unit-tested without the extension); the functions here turn those into the CreateTopics
+and DeleteTopics answers, plain dataclasses of :mod:`kafscale.admin.protocol` that the core
+reads by attribute, as for every other API.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Protocol
 
 from kafscale.admin import topics
+from kafscale.admin.configs import topic_configs
 from kafscale.admin.protocol import (
     CreatableTopicResult,
     CreateTopicsResponse,
     DeletableTopicResult,
     DeleteTopicsResponse,
 )
+from kafscale.admin.topic_configs import BrokerDefaults
 from kafscale.admin.topics import (
     CreateTopicsRequestLike,
+    DeletedTopic,
     DeleteTopicsRequestLike,
     TopicResult,
     TopicStore,
@@ -31,20 +35,38 @@ __all__ = ["create_topics", "create_topics_failure", "delete_topics", "delete_to
 
 log = logging.getLogger(__name__)
 
+# What CreateTopics v5+ report: every partition has one copy, its owner's (as Metadata shows);
+# durability comes from object storage, not replicas.
+_REPLICATION_FACTOR = 1
 
-class AdminSettings(Protocol):
+
+class AdminSettings(BrokerDefaults, Protocol):
     @property
     def default_partitions(self) -> int: ...
 
 
-def _created(results: Iterable[TopicResult]) -> CreateTopicsResponse:
-    return CreateTopicsResponse(
-        [CreatableTopicResult(r.name, int(r.error_code), r.error_message) for r in results]
+def _created(result: TopicResult, settings: BrokerDefaults) -> CreatableTopicResult:
+    topic = result.created
+    if topic is None:
+        return CreatableTopicResult(result.name, int(result.error_code), result.error_message)
+    return CreatableTopicResult(
+        result.name,
+        int(result.error_code),
+        result.error_message,
+        topic_id=topic.topic_id,
+        num_partitions=topic.partitions,
+        replication_factor=_REPLICATION_FACTOR,
+        configs=topic_configs(topic.configs, settings),
     )
 
 
-def _deleted(results: Iterable[TopicResult]) -> DeleteTopicsResponse:
-    return DeleteTopicsResponse([DeletableTopicResult(r.name, int(r.error_code)) for r in results])
+def _deleted(results: Iterable[DeletedTopic]) -> DeleteTopicsResponse:
+    return DeleteTopicsResponse(
+        [
+            DeletableTopicResult(r.name, int(r.error_code), r.error_message, r.topic_id)
+            for r in results
+        ]
+    )
 
 
 async def create_topics(
@@ -56,7 +78,7 @@ async def create_topics(
     results = await topics.create_topics(
         core, body, default_partitions=settings.default_partitions, api_error=api_error
     )
-    return _created(results)
+    return CreateTopicsResponse([_created(r, settings) for r in results])
 
 
 async def delete_topics(
@@ -64,9 +86,15 @@ async def delete_topics(
 ) -> DeleteTopicsResponse:
     results = await topics.delete_topics(core, body, api_error=api_error)
     for r in results:
-        # DeleteTopics v0-2 carries no error message, so the log is the only place for it.
+        # DeleteTopics before v5 carries no error message, so the log is the one place for it.
         if r.error_code != ErrorCode.NONE:
-            log.info("deletion of topic %r: error %d: %s", r.name, r.error_code, r.error_message)
+            log.info(
+                "deletion of topic %r (id %s): error %d: %s",
+                r.name,
+                r.topic_id,
+                r.error_code,
+                r.error_message,
+            )
     return _deleted(results)
 
 
@@ -74,10 +102,11 @@ def create_topics_failure(
     body: CreateTopicsRequestLike, code: int, message: str
 ) -> CreateTopicsResponse:
     """``code`` for every topic named in the request (each name once)."""
-    names: Sequence[str] = list(dict.fromkeys(t.name for t in body.topics))
-    return _created(TopicResult(n, code, message) for n in names)
+    names = dict.fromkeys(t.name for t in body.topics)
+    return CreateTopicsResponse([CreatableTopicResult(n, code, message) for n in names])
 
 
 def delete_topics_failure(body: DeleteTopicsRequestLike, code: int) -> DeleteTopicsResponse:
-    """``code`` for every topic named in the request (each name once)."""
-    return _deleted(TopicResult(n, code) for n in dict.fromkeys(body.topic_names))
+    """``code`` for every entry of the request (each distinct entry once)."""
+    entries = dict.fromkeys((t.name, t.topic_id) for t in body.topics)
+    return _deleted(DeletedTopic(name, topic_id, code) for name, topic_id in entries)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kafscale.admin.protocol import (
@@ -29,6 +29,7 @@ from kafscale.admin.protocol import (
 )
 from kafscale.admin.topic_configs import (
     CONFIG_RULES,
+    BrokerDefaults,
     Rejected,
     default_value,
     normalise,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     # topic without an override) and the read-only broker keys.
     from kafscale._core import BrokerSettings
 
-__all__ = ["alter_configs", "describe_configs"]
+__all__ = ["alter_configs", "describe_configs", "topic_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -83,18 +84,53 @@ def _entry(
     source: ConfigSource,
     read_only: bool,
     config_type: ConfigType,
-    req: Any,
     doc: str | None,
+    *,
+    synonyms: bool,
+    documentation: bool,
 ) -> DescribedConfig:
     return DescribedConfig(
         name=name,
         value=value,
         read_only=read_only,
         config_source=source,
-        synonyms=[ConfigSynonym(name, value, source)] if req.include_synonyms else [],
+        synonyms=[ConfigSynonym(name, value, source)] if synonyms else [],
         config_type=config_type,
-        documentation=doc if req.include_documentation else None,
+        documentation=doc if documentation else None,
     )
+
+
+def topic_configs(
+    own: Mapping[str, str],
+    settings: BrokerDefaults,
+    keys: Sequence[str] | None = None,
+    *,
+    synonyms: bool = False,
+    documentation: bool = False,
+) -> list[DescribedConfig]:
+    """The configs of a topic whose overrides are ``own`` (all, or those of ``keys`` that
+    exist), as DescribeConfigs lists them: the override (DYNAMIC_TOPIC_CONFIG) or the broker
+    default (DEFAULT_CONFIG). CreateTopics v5+ list them without synonyms or documentation."""
+    entries = []
+    for key in _wanted(keys, list(CONFIG_RULES)):
+        rule = CONFIG_RULES[key]
+        if key in own:
+            value, source = own[key], ConfigSource.DYNAMIC_TOPIC_CONFIG
+        else:
+            value, source = default_value(key, settings), ConfigSource.DEFAULT_CONFIG
+        entries.append(
+            _entry(
+                key,
+                value,
+                source,
+                False,
+                rule.config_type,
+                rule.doc,
+                synonyms=synonyms,
+                documentation=documentation,
+            )
+        )
+    return entries
 
 
 async def _describe_topic(
@@ -105,15 +141,13 @@ async def _describe_topic(
         raise Rejected(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
         )
-    entries = []
-    for key in _wanted(resource.configuration_keys, list(CONFIG_RULES)):
-        rule = CONFIG_RULES[key]
-        if key in topic.configs:
-            value, source = topic.configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG
-        else:
-            value, source = default_value(key, settings), ConfigSource.DEFAULT_CONFIG
-        entries.append(_entry(key, value, source, False, rule.config_type, req, rule.doc))
-    return entries
+    return topic_configs(
+        topic.configs,
+        settings,
+        resource.configuration_keys,
+        synonyms=req.include_synonyms,
+        documentation=req.include_documentation,
+    )
 
 
 def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[DescribedConfig]:
@@ -131,8 +165,9 @@ def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[
             ConfigSource.STATIC_BROKER_CONFIG,
             True,
             configs[key][1],
-            req,
             "read-only: set by the broker's KAFSCALE_* settings at start-up",
+            synonyms=req.include_synonyms,
+            documentation=req.include_documentation,
         )
         for key in _wanted(resource.configuration_keys, list(configs))
     ]
@@ -193,8 +228,9 @@ def _new_topic_configs(current: dict[str, str], resource: Any, incremental: bool
         else:
             raise Rejected(
                 ErrorCode.INVALID_CONFIG,
-                f"operation {c.config_operation} (APPEND/SUBTRACT) on {c.name!r}: KafScale's "
-                "topic configs are not lists; use SET or DELETE",
+                f"operation {c.config_operation} (APPEND/SUBTRACT) on {c.name!r} is not "
+                "supported: its one list config, cleanup.policy, has one allowed value "
+                "(delete); use SET or DELETE",
             )
     return configs
 

@@ -119,9 +119,18 @@ class CreatePartitionsResponse:
 
 @dataclass(frozen=True)
 class CreatableTopicResult:
+    """v5+ carry the topic as created (or as validate_only would create it): its partitions,
+    replication factor and every config as DescribeConfigs lists it (read by attribute:
+    ``name``, ``value``, ``read_only``, ``config_source``, ``is_sensitive``); v7 its id.
+    A topic that failed keeps the defaults."""
+
     name: str
     error_code: int
     error_message: str | None = None
+    topic_id: str | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: list[DescribedConfig] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -132,8 +141,12 @@ class CreateTopicsResponse:
 
 @dataclass(frozen=True)
 class DeletableTopicResult:
-    name: str
+    """``name`` is None only for an id no topic has (v6); the message is v5+, the id v6."""
+
+    name: str | None
     error_code: int
+    error_message: str | None = None
+    topic_id: str | None = None
 
 
 @dataclass(frozen=True)

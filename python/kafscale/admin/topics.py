@@ -1,4 +1,4 @@
-"""CreateTopics (v0-2) and DeleteTopics (v0-2) with KIP-4 semantics.
+"""CreateTopics (v0-7) and DeleteTopics (v0-6) with KIP-4 semantics.
 
 The handlers work on plain request-shaped objects and return :class:`TopicResult` values;
 :mod:`kafscale.admin` turns those into the CreateTopics and DeleteTopics answers. That keeps
@@ -8,6 +8,11 @@ Semantics (KIP-4, adapted to KafScale):
 - Every topic gets its own result; one topic's failure never stops another.
 - CreateTopics: a name given more than once is not created at all and gets one INVALID_REQUEST
   result (KIP-4 models the request as a map). DeleteTopics: duplicates are deleted once (a set).
+- CreateTopics with num_partitions -1 (v4+, KIP-464) gets the broker's default partition count.
+  Each result carries the topic as created (as validate_only would create it), which v5+
+  answers report.
+- DeleteTopics v6 names each topic by name or by id, as Kafka checks: both or neither is
+  INVALID_REQUEST, an id no topic has UNKNOWN_TOPIC_ID. A result names the topic and its id.
 - KafScale places partitions itself and durability comes from object storage, so manual replica
   assignments are rejected (INVALID_REPLICA_ASSIGNMENT; INVALID_REQUEST when counts are given
   too, per KIP-4) and the replication factor is validated but otherwise ignored.
@@ -32,6 +37,8 @@ from kafscale.errors import ErrorCode
 
 __all__ = [
     "UNBOUNDED_WAIT_S",
+    "CreatedTopic",
+    "DeletedTopic",
     "TopicResult",
     "create_topics",
     "delete_topics",
@@ -49,14 +56,28 @@ _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # --- shapes of what the handlers read and call (the .pyi types satisfy them) -------------------
 
 
+class TopicInfoLike(Protocol):
+    """What the handlers read of ``_core.TopicInfo``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def topic_id(self) -> str: ...
+    @property
+    def partitions(self) -> int: ...
+    @property
+    def configs(self) -> Mapping[str, str]: ...
+
+
 class TopicStore(Protocol):
     """The part of ``_core.Broker`` the topic handlers use."""
 
     def create_topic(
         self, name: str, partitions: int, configs: dict[str, str]
-    ) -> Awaitable[Any]: ...
+    ) -> Awaitable[TopicInfoLike]: ...
     def delete_topic(self, name: str) -> Awaitable[None]: ...
-    def topic(self, name: str) -> Awaitable[Any | None]: ...
+    def topic(self, name: str) -> Awaitable[TopicInfoLike | None]: ...
+    def topic_by_id(self, topic_id: str) -> Awaitable[TopicInfoLike | None]: ...
 
 
 class CreatableTopicLike(Protocol):
@@ -83,11 +104,29 @@ class CreateTopicsRequestLike(Protocol):
     def validate_only(self) -> bool: ...
 
 
+class DeletableTopicLike(Protocol):
+    """``_core.DeletableTopic``: a name (v0-5 always) or, v6, a topic id."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def topic_id(self) -> str | None: ...
+
+
 class DeleteTopicsRequestLike(Protocol):
     @property
-    def topic_names(self) -> Sequence[str]: ...
+    def topics(self) -> Sequence[DeletableTopicLike]: ...
     @property
     def timeout_ms(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CreatedTopic:
+    """A topic as CreateTopics made it; validate_only: as it would make it (no id yet)."""
+
+    topic_id: str | None
+    partitions: int
+    configs: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -95,6 +134,18 @@ class TopicResult:
     """Outcome for one topic; ``error_message`` reaches clients where the version carries it."""
 
     name: str
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    created: CreatedTopic | None = None
+
+
+@dataclass(frozen=True)
+class DeletedTopic:
+    """Outcome for one entry of DeleteTopics: the topic's name and id where known (an unknown
+    id has no name)."""
+
+    name: str | None
+    topic_id: str | None
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
 
@@ -191,14 +242,15 @@ async def _create_one(
                 return TopicResult(
                     plan.name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {plan.name!r} already exists"
                 )
-            return TopicResult(plan.name)
-        await core.create_topic(plan.name, plan.partitions, plan.configs)
+            return TopicResult(plan.name, created=CreatedTopic(None, plan.partitions, plan.configs))
+        topic = await core.create_topic(plan.name, plan.partitions, plan.configs)
     except api_error as exc:
         return api_error_result(plan.name, exc)
     except Exception:
         return internal_error_result(plan.name, "creation")
     log.info("created topic %r with %d partition(s)", plan.name, plan.partitions)
-    return TopicResult(plan.name)
+    created = CreatedTopic(topic.topic_id, topic.partitions, dict(topic.configs))
+    return TopicResult(plan.name, created=created)
 
 
 async def _delete_one(core: TopicStore, name: str, api_error: type[BaseException]) -> TopicResult:
@@ -282,11 +334,51 @@ async def create_topics(
     return [results[name] for name in counts]  # Counter keeps first-seen order
 
 
+async def _target(
+    core: TopicStore, name: str | None, topic_id: str | None
+) -> tuple[str, str | None] | DeletedTopic:
+    """The name and id (when known) of the topic an entry names, or the outcome that refuses
+    the entry. A name this broker does not know yet is still tried: the store decides."""
+    if name is not None and topic_id is not None:
+        return DeletedTopic(
+            name,
+            topic_id,
+            ErrorCode.INVALID_REQUEST,
+            "give a topic's name or its id, not both",
+        )
+    if topic_id is not None:
+        # The store deletes by name: a topic re-created under that name between this lookup
+        # and the delete would go instead (Kafka deletes by id); the window is one round trip.
+        topic = await core.topic_by_id(topic_id)
+        if topic is None:
+            return DeletedTopic(
+                None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}"
+            )
+        return topic.name, topic_id
+    if name is None:
+        return DeletedTopic(
+            None, None, ErrorCode.INVALID_REQUEST, "give a topic's name or its id (neither given)"
+        )
+    topic = await core.topic(name)
+    return name, None if topic is None else topic.topic_id
+
+
 async def delete_topics(
     core: TopicStore, req: DeleteTopicsRequestLike, *, api_error: type[BaseException]
-) -> list[TopicResult]:
-    """Handle DeleteTopics; one result per distinct name (duplicates are deleted once)."""
-    names = list(dict.fromkeys(req.topic_names))
-    jobs = {name: _delete_one(core, name, api_error) for name in names}
+) -> list[DeletedTopic]:
+    """Handle DeleteTopics; one result per distinct entry, in request order. A topic named
+    more than once (by name or id) is deleted once and each entry reports the outcome."""
+    entries = list(dict.fromkeys((t.name, t.topic_id) for t in req.topics))
+    targets = await asyncio.gather(*(_target(core, *entry) for entry in entries))
+    names = [t[0] for t in targets if not isinstance(t, DeletedTopic)]
+    jobs = {name: _delete_one(core, name, api_error) for name in dict.fromkeys(names)}
     results = await run_bounded(jobs, wait_seconds(req.timeout_ms), "deletion")
-    return [results[name] for name in names]
+    out = []
+    for target in targets:
+        if isinstance(target, DeletedTopic):
+            out.append(target)
+        else:
+            name, topic_id = target
+            r = results[name]
+            out.append(DeletedTopic(name, topic_id, r.error_code, r.error_message))
+    return out

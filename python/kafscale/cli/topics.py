@@ -43,14 +43,19 @@ def register(commands: Any) -> None:
 
     p = sub.add_parser("create", help="create a topic")
     p.add_argument("topic")
-    p.add_argument("--partitions", type=positive_int, required=True, metavar="N")
+    p.add_argument(
+        "--partitions",
+        type=positive_int,
+        metavar="N",
+        help="partition count; default: the brokers' --default-partitions",
+    )
     p.add_argument(
         "--replication-factor",
         type=int,
-        default=1,
+        default=-1,
         metavar="N",
         help="accepted for Kafka compatibility; KafScale keeps no replicas (data is durable "
-        "in object storage), so any value >= 1 or -1 behaves the same",
+        "in object storage), so any value >= 1 or -1 (the default) behaves the same",
     )
     p.add_argument(
         "--config",
@@ -59,7 +64,8 @@ def register(commands: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="topic config, repeatable (retention.ms, retention.bytes, segment.bytes, "
-        "max.message.bytes, message.timestamp.before.max.ms, message.timestamp.after.max.ms)",
+        "max.message.bytes, message.timestamp.before.max.ms, message.timestamp.after.max.ms, "
+        "cleanup.policy=delete)",
     )
     p.add_argument("--if-not-exists", action="store_true", help="succeed if it exists already")
     add_connection_flags(p)
@@ -128,8 +134,10 @@ def cmd_create(args: argparse.Namespace) -> int:
         )
     kafka = Kafka.from_args(args)
     kafka.metadata()  # a clear message when the brokers cannot be reached
-    # librdkafka sends CreateTopics v2, where -1 (KIP-464 broker default) is not allowed
-    topic = NewTopic(args.topic, args.partitions, 1, config=dict(args.config))
+    # -1: the brokers' defaults (KIP-464, CreateTopics v4+)
+    partitions = -1 if args.partitions is None else args.partitions
+    config = dict(args.config)
+    topic = NewTopic(args.topic, partitions, args.replication_factor, config=config)
     future = kafka.admin.create_topics([topic], operation_timeout=kafka.timeout)[args.topic]
     try:
         kafka.result(future, "creating topic", args.topic)
@@ -138,7 +146,13 @@ def cmd_create(args: argparse.Namespace) -> int:
             output.note(f"topic {args.topic} exists already; nothing changed")
             return EXIT_OK
         raise
-    print(f"created topic {args.topic} with {args.partitions} partitions")
+    if args.partitions is not None:
+        print(f"created topic {args.topic} with {args.partitions} partitions")
+        return EXIT_OK
+    count = partition_counts(kafka.metadata()).get(args.topic)
+    # A broker that has not caught up yet may not list it.
+    how = "the brokers' default partition count" if count is None else f"{count} partitions"
+    print(f"created topic {args.topic} with {how}")
     return EXIT_OK
 
 

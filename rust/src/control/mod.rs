@@ -33,8 +33,10 @@ pub(crate) mod topics;
 macro_rules! control_apis {
     ($consumer:ident) => {
         $consumer! {
+            // v4+ may ask for the broker defaults (-1, KIP-464), v5+ answer with the topic's
+            // configs and partitions, v7 with its id.
             CreateTopics {
-                versions: 0..=2,
+                versions: 0..=7,
                 request: CreateTopicsRequest,
                 python: |wire, _| crate::control::topics::CreateTopicsRequest::from(wire),
                 answer: |a: crate::control::topics::CreateTopicsResponse, _, _| {
@@ -45,14 +47,18 @@ macro_rules! control_apis {
                     crate::control::topics::CreateTopicsRequest,
                 ],
             }
+            // v6 names topics by name or by id.
             DeleteTopics {
-                versions: 0..=2,
+                versions: 0..=6,
                 request: DeleteTopicsRequest,
                 python: |wire, _| crate::control::topics::DeleteTopicsRequest::from(wire),
                 answer: |a: crate::control::topics::DeleteTopicsResponse, _, _| {
                     kafka_protocol::messages::DeleteTopicsResponse::from(a)
                 },
-                classes: [crate::control::topics::DeleteTopicsRequest],
+                classes: [
+                    crate::control::topics::DeletableTopic,
+                    crate::control::topics::DeleteTopicsRequest,
+                ],
             }
             JoinGroup {
                 versions: 0..=9,

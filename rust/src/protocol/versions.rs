@@ -13,7 +13,7 @@ const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
     SupportedApi { key, min, max }
 }
 
-/// The data-plane APIs, answered in Rust; the control-plane ones are `control_apis::SERVED`.
+/// The APIs answered in Rust; the control-plane ones (answered in Python) are `control::SERVED`.
 pub const DATA_PLANE: &[SupportedApi] = &[
     // From v0 as Kafka does: librdkafka enables gzip, snappy and lz4 only when the broker
     // lists Produce v0. Clients send v3+ (RecordBatch) when offered; a v0–2 request (legacy
@@ -30,4 +30,8 @@ pub const DATA_PLANE: &[SupportedApi] = &[
     api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::DescribeLogDirs, 0, 4),
+    // Answered from the cluster view, as Metadata: what admin clients ask instead of Metadata
+    // to describe the cluster and its topics.
+    api(ApiKey::DescribeCluster, 0, 1),
+    api(ApiKey::DescribeTopicPartitions, 0, 0),
 ];

@@ -144,6 +144,17 @@ impl Broker {
         })
     }
 
+    /// The topic with this id (`TopicInfo.topic_id`'s text), or None; ValueError when it is
+    /// not a UUID.
+    fn topic_by_id<'py>(&self, py: Python<'py>, topic_id: &str) -> PyResult<Bound<'py, PyAny>> {
+        let id = uuid::Uuid::parse_str(topic_id)
+            .map_err(|e| PyValueError::new_err(format!("topic id {topic_id:?}: {e}")))?;
+        let core = self.running()?.core.clone();
+        on_runtime(&self.runtime, py, async move {
+            Ok(core.topic_by_id(id).map(|t| TopicInfo::from(t.as_ref())))
+        })
+    }
+
     fn list_topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let core = self.running()?.core.clone();
         on_runtime(&self.runtime, py, async move {

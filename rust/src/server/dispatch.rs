@@ -127,6 +127,13 @@ fn handler(
         ApiKey::Metadata => {
             async move { handlers::metadata::handle(&broker, request).await.into() }.boxed()
         }
+        ApiKey::DescribeCluster => {
+            async move { handlers::describe_cluster::handle(&broker, &request).into() }.boxed()
+        }
+        ApiKey::DescribeTopicPartitions => {
+            async move { handlers::describe_topic_partitions::handle(&broker, &request).into() }
+                .boxed()
+        }
         ApiKey::OffsetForLeaderEpoch => {
             async move { handlers::offset_for_leader_epoch::handle(&broker, &request).into() }
                 .boxed()

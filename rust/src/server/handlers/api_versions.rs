@@ -65,6 +65,7 @@ mod tests {
             assert_eq!(listed(ApiKey::DescribeConfigs), Some((0, 4)), "v{version}");
             assert_eq!(listed(ApiKey::OffsetForLeaderEpoch), Some((0, 4)));
             assert_eq!(listed(ApiKey::InitProducerId), Some((0, 5)));
+            assert_eq!(listed(ApiKey::DescribeCluster), Some((0, 1)));
             assert_eq!(listed(ApiKey::AllocateProducerIds), None);
             assert_eq!(listed(ApiKey::EndTxn), None);
             assert_eq!(response.api_keys.len(), served().count());

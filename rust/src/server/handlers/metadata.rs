@@ -15,11 +15,12 @@ use uuid::Uuid;
 
 use super::code;
 use crate::broker::{Broker, Topic};
+use crate::cluster::state::ClusterState;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::topic_name;
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
-const OPERATIONS_UNKNOWN: i32 = i32::MIN;
+pub const OPERATIONS_UNKNOWN: i32 = i32::MIN;
 
 pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, WireError> {
     let body: MetadataRequest = request.body()?;
@@ -51,40 +52,71 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Byt
         }
         described
     };
-    let cluster = broker.cluster();
-    let mut brokers: Vec<_> = cluster
-        .brokers
-        .values()
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host.clone()))
-                .with_port(b.port)
-        })
-        .collect();
-    if !cluster.brokers.contains_key(&broker.config.broker_id) {
-        // Between a lost session and re-registration this broker still answers for itself.
-        brokers.push(
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(broker.config.broker_id))
-                .with_host(StrBytes::from_string(broker.config.broker_host.clone()))
-                .with_port(broker.config.broker_port),
-        );
-    }
-    // The controller is only a name here (no KRaft); the lowest live id is stable and real.
-    let controller = cluster
-        .brokers
-        .keys()
-        .next()
-        .copied()
-        .unwrap_or(broker.config.broker_id);
+    let (brokers, controller) = live_brokers(broker);
+    let brokers = brokers.into_iter().map(|b| {
+        MetadataResponseBroker::default()
+            .with_node_id(BrokerId(b.id))
+            .with_host(StrBytes::from_string(b.host))
+            .with_port(b.port)
+    });
     let response = MetadataResponse::default()
-        .with_brokers(brokers)
+        .with_brokers(brokers.collect())
         .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
         .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(OPERATIONS_UNKNOWN)
         .with_topics(topics);
     encode_response(request.correlation_id, version, &response)
+}
+
+/// A broker as Metadata and DescribeCluster list it.
+pub struct ListedBroker {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+/// The live brokers of this broker's cluster view, in id order, and the id to name as the
+/// controller.
+pub fn live_brokers(broker: &Broker) -> (Vec<ListedBroker>, i32) {
+    let cluster = broker.cluster();
+    let mut brokers: Vec<_> = cluster
+        .brokers
+        .values()
+        .map(|b| ListedBroker {
+            id: b.id,
+            host: b.host.clone(),
+            port: b.port,
+        })
+        .collect();
+    let own = broker.config.broker_id;
+    if !cluster.brokers.contains_key(&own) {
+        // Between a lost session and re-registration this broker still answers for itself.
+        let at = brokers.partition_point(|b| b.id < own);
+        brokers.insert(
+            at,
+            ListedBroker {
+                id: own,
+                host: broker.config.broker_host.clone(),
+                port: broker.config.broker_port,
+            },
+        );
+    }
+    // The controller is only a name here (no KRaft); the lowest live id is stable and real.
+    let controller = cluster.brokers.keys().next().copied().unwrap_or(own);
+    (brokers, controller)
+}
+
+/// The leader of one partition in a cluster view (the owner, or the broker about to claim
+/// it), or LEADER_NOT_AVAILABLE; and its leader epoch.
+pub fn partition_leader(
+    cluster: &ClusterState,
+    topic: &str,
+    partition: i32,
+) -> (Result<i32, ResponseError>, i32) {
+    let leader = cluster
+        .leader(topic, partition)
+        .ok_or(ResponseError::LeaderNotAvailable);
+    (leader, cluster.leader_epoch(topic, partition))
 }
 
 async fn lookup(
@@ -134,17 +166,18 @@ fn describe(topic: &Topic, broker: &Broker) -> MetadataResponseTopic {
     let name = &topic.record.name;
     let partitions = (0..topic.record.partitions)
         .map(|id| {
+            let (leader, epoch) = partition_leader(&cluster, name, id);
             let response = MetadataResponsePartition::default()
                 .with_partition_index(id)
-                .with_leader_epoch(cluster.leader_epoch(name, id));
-            match cluster.leader(name, id) {
-                Some(leader) => response
+                .with_leader_epoch(epoch);
+            match leader {
+                Ok(leader) => response
                     .with_error_code(code(None))
                     .with_leader_id(BrokerId(leader))
                     .with_replica_nodes(vec![BrokerId(leader)])
                     .with_isr_nodes(vec![BrokerId(leader)]),
-                None => response
-                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                Err(e) => response
+                    .with_error_code(e.code())
                     .with_leader_id(BrokerId(-1)),
             }
         })

@@ -3,8 +3,10 @@
 pub mod api_versions;
 pub mod control;
 pub mod delete_records;
+pub mod describe_cluster;
 pub mod describe_log_dirs;
 pub mod describe_producers;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod init_producer_id;
