@@ -16,10 +16,10 @@ from support.procs import free_port
 
 # (min, max) each API must at least cover (the product contract)
 REQUIRED_RANGES = {
-    kw.API_VERSIONS: (0, 3),
+    kw.API_VERSIONS: (0, 4),
     kw.METADATA: (0, 12),
-    kw.PRODUCE: (3, 9),
-    kw.FETCH: (4, 13),
+    kw.PRODUCE: (3, 11),
+    kw.FETCH: (4, 17),
     kw.LIST_OFFSETS: (0, 4),
     kw.CREATE_TOPICS: (0, 7),
     kw.DELETE_TOPICS: (0, 6),

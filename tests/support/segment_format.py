@@ -507,12 +507,13 @@ def check_producer_snapshot(end: int, data: bytes) -> None:
 
 
 def check_partition(
-    objects: dict[str, bytes], interval: int = DEFAULT_INDEX_INTERVAL
+    objects: dict[str, bytes], interval: int = DEFAULT_INDEX_INTERVAL, *, from_zero: bool = True
 ) -> PartitionLog:
     """Verify all objects of one partition directory, given as {file name: bytes}.
 
     Every .kfs has a matching .index and vice versa, names carry the header base offset,
-    and base offsets are contiguous across segments.
+    and base offsets are contiguous across segments, starting at 0 unless ``from_zero`` is
+    False (retention or DeleteRecords moved the log start).
     """
     kfs = {}
     idx = {}
@@ -529,8 +530,7 @@ def check_partition(
     if set(kfs) != set(idx):
         raise FormatError(f"segments {sorted(kfs)} and indexes {sorted(idx)} do not pair up")
     segments = []
-    # The first segment starts at the log start (0 unless retention or DeleteRecords moved it).
-    expected_base = min(kfs, default=0)
+    expected_base = 0 if from_zero else min(kfs, default=0)
     for base in sorted(kfs):
         name, data = kfs[base]
         try:
@@ -570,7 +570,12 @@ def build_index(entries: list[tuple[int, int]], interval: int = DEFAULT_INDEX_IN
 
 
 def read_local_partitions(
-    data_dir, topic: str, namespace: str = "default", interval: int = DEFAULT_INDEX_INTERVAL
+    data_dir,
+    topic: str,
+    namespace: str = "default",
+    interval: int = DEFAULT_INDEX_INTERVAL,
+    *,
+    from_zero: bool = True,
 ) -> dict[int, PartitionLog]:
     """Verify every partition of ``topic`` under ``{data_dir}/{namespace}/{topic}/``."""
     from pathlib import Path
@@ -581,5 +586,5 @@ def read_local_partitions(
         if not part_dir.name.isdigit():
             raise FormatError(f"unexpected entry {part_dir}")
         objects = {f.name: f.read_bytes() for f in part_dir.iterdir()}
-        out[int(part_dir.name)] = check_partition(objects, interval)
+        out[int(part_dir.name)] = check_partition(objects, interval, from_zero=from_zero)
     return out

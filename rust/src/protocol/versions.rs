@@ -18,12 +18,14 @@ pub const DATA_PLANE: &[SupportedApi] = &[
     // From v0 as Kafka does: librdkafka enables gzip, snappy and lz4 only when the broker
     // lists Produce v0. Clients send v3+ (RecordBatch) when offered; a v0–2 request (legacy
     // message sets) is answered with UNSUPPORTED_FOR_MESSAGE_FORMAT per partition.
-    api(ApiKey::Produce, 0, 9),
-    api(ApiKey::Fetch, 4, 13),
+    api(ApiKey::Produce, 0, 11),
+    // v14–17 change only what replicas send (replica state, directory id) and add
+    // leader-discovery hints (KIP-951) a consumer may go without.
+    api(ApiKey::Fetch, 4, 17),
     api(ApiKey::ListOffsets, 0, 4),
     api(ApiKey::Metadata, 0, 12),
     api(ApiKey::FindCoordinator, 0, 4),
-    api(ApiKey::ApiVersions, 0, 3),
+    api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::OffsetForLeaderEpoch, 0, 4),
     // Idempotent producers only (no transactional id).
     api(ApiKey::InitProducerId, 0, 5),

@@ -1,4 +1,4 @@
-//! ApiVersions v0–3. A version newer than we know is answered at v0 with UNSUPPORTED_VERSION
+//! ApiVersions v0–4. A version newer than we know is answered at v0 with UNSUPPORTED_VERSION
 //! and the list, so the client can pick one (KIP-511). Only what is served is listed, as
 //! Kafka does: clients read an API's absence as "not supported".
 
@@ -53,7 +53,7 @@ mod tests {
 
     #[test]
     fn lists_the_served_apis_with_their_versions_and_nothing_else() {
-        for version in 0..=3 {
+        for version in 0..=4 {
             let asked = request(ApiKey::ApiVersions, version, &ApiVersionsRequest::default());
             let (_, response): (_, ApiVersionsResponse) =
                 read_response(handle(&asked).unwrap(), version);

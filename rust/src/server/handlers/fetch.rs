@@ -1,4 +1,4 @@
-//! Fetch v4–13: committed data only. When less than MinBytes is available the request waits
+//! Fetch v4–17: committed data only. When less than MinBytes is available the request waits
 //! for a high-watermark change on any of its partitions (a notification, not a polling loop)
 //! or MaxWaitMs, whichever comes first. The response is bounded by the request's MaxBytes,
 //! the broker's `fetch_max_bytes` and the room left in the connection's and broker's budgets

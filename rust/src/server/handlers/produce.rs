@@ -1,4 +1,4 @@
-//! Produce v3–9. Validation and appends run synchronously in request order; the response waits
+//! Produce v3–11. Validation and appends run synchronously in request order; the response waits
 //! until every partition's segment is durable (acks 1 and -1 alike: durability is the object
 //! store's, there are no followers), at most the request's timeout. acks=0 gets no response
 //! but is flushed the same way.
