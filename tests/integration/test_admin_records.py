@@ -144,3 +144,40 @@ def find_partition_sizes(described, topic: str) -> dict[int, int]:
 
     walk(described, False)
     return sizes
+
+
+def test_confluent_list_offsets_max_timestamp_reads_segments_and_runs(rbroker):
+    """OffsetSpec.max_timestamp() (ListOffsets v7+, KIP-734): the first record with the largest
+    timestamp, wherever it is (compacted segments here), and only from the log start on."""
+    import time
+
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    topic = unique("maxts")
+    kw.ensure_topic(rbroker.bootstrap, topic, PARTITIONS)
+    now = int(time.time() * 1000)
+    stamps = [now - 5000 + (37 * i) % 1000 for i in range(60)]
+    stamps[17] = now  # the largest, twice: the first one is the answer
+    stamps[41] = now
+    msgs = [Msg(0, None, f"m{i}".encode() * 20, (), ts) for i, ts in enumerate(stamps)]
+    for at in range(0, len(msgs), 10):  # several batches, several segments
+        confluent_produce(rbroker.bootstrap, topic, msgs[at : at + 10])
+
+    def compacted() -> None:
+        log = sf.read_local_partitions(rbroker.data_dir, topic, from_zero=False)[0]
+        assert log.next_offset == len(msgs)
+
+    settled(compacted)
+    admin = AdminClient({"bootstrap.servers": rbroker.bootstrap})
+
+    def largest(partition: int) -> tuple[int, int]:
+        tp = TopicPartition(topic, partition)
+        got = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(30)
+        return got.offset, got.timestamp
+
+    assert largest(0) == (17, now)
+    assert largest(1) == (-1, -1), "an empty partition has none"
+    tp = TopicPartition(topic, 0, 20)
+    admin.delete_records([tp], request_timeout=30)[tp].result(30)
+    assert largest(0) == (41, now), "the first copy is below the log start now"

@@ -20,7 +20,7 @@ REQUIRED_RANGES = {
     kw.METADATA: (0, 12),
     kw.PRODUCE: (3, 11),
     kw.FETCH: (4, 17),
-    kw.LIST_OFFSETS: (0, 4),
+    kw.LIST_OFFSETS: (0, 9),
     kw.CREATE_TOPICS: (0, 7),
     kw.DELETE_TOPICS: (0, 6),
 }

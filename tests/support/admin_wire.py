@@ -65,11 +65,11 @@ OPS_APIS = {
     DELETE_TOPICS: 6,
 }
 
-# APIs the broker does not serve, listed in ApiVersions with min = max = -1: replication
-# internals (4-7), DeleteRecords (21), idempotence and transactions (22, 24-26, 65-67),
-# partition reassignments, OffsetDelete and client quotas (46-49), SCRAM credentials and KRaft
-# quorum/partition internals (50-56), UpdateFeatures (57)
-UNSUPPORTED_KEYS = [4, 5, 6, 7, 21, 22, 24, 25, 26, 46, 48, 49, *range(50, 58), 65, 66, 67]
+# APIs the broker does not serve, and so leaves out of ApiVersions (as Kafka does): replication
+# internals (4-7), transactions (24-26, 65-67), partition reassignments and client quotas
+# (45-46, 48-49), SCRAM credentials and KRaft quorum/partition internals (50-56), UpdateFeatures
+# (57)
+NOT_SERVED_KEYS = [4, 5, 6, 7, 24, 25, 26, 45, 46, 48, 49, *range(50, 58), 65, 66, 67]
 
 # ConfigResource types and DescribeConfigs config sources
 TOPIC_RESOURCE = 2

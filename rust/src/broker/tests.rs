@@ -77,10 +77,20 @@ fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// Produces one batch of `records` to the partition the way Produce does; the base offset.
 pub async fn produce(broker: &Broker, topic: &str, partition: i32, records: usize) -> i64 {
+    let batch = encoded_batch(records, 100, Compression::None);
+    produce_batch(broker, topic, partition, &batch).await
+}
+
+/// Produces `batch` to the partition the way Produce does; the base offset.
+pub async fn produce_batch(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    batch: &bytes::Bytes,
+) -> i64 {
     let slot = broker.topic(topic).unwrap().partitions[partition as usize].clone();
     let log = slot.current();
-    let batch = encoded_batch(records, 100, Compression::None);
-    let batches = validate_batches(&batch, log.max_message_bytes()).unwrap();
+    let batches = validate_batches(batch, log.max_message_bytes()).unwrap();
     let (ack, buffered) = log.append(batches, true).unwrap().buffered();
     broker.wal.note_append(&log, buffered);
     let ack = tokio::time::timeout(Duration::from_secs(10), ack.unwrap());

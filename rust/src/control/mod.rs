@@ -105,8 +105,10 @@ macro_rules! control_apis {
                     crate::control::groups::requests::LeaveGroupRequest,
                 ],
             }
+            // v9 (KIP-848) reads the generation as the member epoch of the new consumer
+            // protocol's groups; for classic groups, the only ones here, it is the generation.
             OffsetCommit {
-                versions: 0..=8,
+                versions: 0..=9,
                 request: OffsetCommitRequest,
                 python: |wire, _| crate::control::groups::requests::OffsetCommitRequest::new(wire),
                 answer: |a: crate::control::groups::answers::OffsetCommitResponse, _, _| {

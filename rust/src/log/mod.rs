@@ -17,6 +17,7 @@ pub(crate) mod retention;
 pub(crate) mod segment;
 #[cfg(test)]
 mod tests;
+pub(crate) mod timestamps;
 pub mod validate;
 pub(crate) mod wal;
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use kafka_protocol::records::RecordBatchDecoder;
 use kafka_protocol::ResponseError;
 use object_store::path::Path;
 
@@ -241,7 +240,7 @@ pub(crate) async fn load_run(
     Ok((run, bytes))
 }
 
-fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseError {
+pub(super) fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseError {
     tracing::error!(
         topic = %partition.topic, partition = partition.id, base = segment.base_offset,
         "segment batches are malformed"
@@ -264,7 +263,7 @@ fn concat(mut slices: Vec<Bytes>) -> Bytes {
 }
 
 /// Batch bytes of `segment` that start at or before the batch holding `offset`.
-async fn load_from(
+pub(super) async fn load_from(
     ctx: &LogContext,
     partition: &Partition,
     segment: &SegmentMeta,
@@ -351,98 +350,4 @@ fn readahead(ctx: &Arc<LogContext>, partition: &Arc<Partition>, following: &[Seg
             ctx.cache.end_loading(&key);
         });
     }
-}
-
-/// A segment's largest batch timestamp (read once, then remembered on the partition).
-pub async fn segment_max_timestamp(
-    ctx: &LogContext,
-    partition: &Partition,
-    segment: &SegmentMeta,
-) -> Result<i64, ResponseError> {
-    if let Some(known) = segment.max_timestamp {
-        return Ok(known);
-    }
-    let batches = load_from(ctx, partition, segment, segment.base_offset).await?;
-    let mut max = i64::MIN;
-    for item in BatchWalker::new(&batches.bytes) {
-        let (_, header) = item.map_err(|_| corrupt(partition, segment))?;
-        max = max.max(header.max_timestamp);
-    }
-    partition.learn_max_timestamp(segment.base_offset, max);
-    Ok(max)
-}
-
-/// The first offset whose record timestamp is at or after `timestamp`, with that record's
-/// timestamp; `None` if every record is older.
-pub async fn offset_for_timestamp(
-    ctx: &Arc<LogContext>,
-    partition: &Arc<Partition>,
-    timestamp: i64,
-) -> Result<Option<(i64, i64)>, ResponseError> {
-    partition.sync_segments(ctx).await?;
-    let log_start = partition.log_start_offset();
-    let mut segment_end = log_start;
-    for segment in partition.segments() {
-        segment_end = segment.last_offset + 1;
-        if segment.max_timestamp.is_some_and(|max| max < timestamp) {
-            continue;
-        }
-        let batches = load_from(ctx, partition, &segment, segment.base_offset).await?;
-        let (hit, segment_max) = first_at_or_after(partition, &batches.bytes, timestamp, log_start)
-            .map_err(|()| corrupt(partition, &segment))?;
-        if hit.is_some() {
-            return Ok(hit);
-        }
-        partition.learn_max_timestamp(segment.base_offset, segment_max);
-    }
-    let end = partition.high_watermark();
-    let runs = ctx
-        .wal
-        .runs_from((partition.topic_id, partition.id), segment_end);
-    for run in runs {
-        if run.run.max_timestamp < timestamp || run.run.base_offset >= end {
-            continue;
-        }
-        let (run, bytes) = load_run(ctx, run).await?;
-        let (hit, _) =
-            first_at_or_after(partition, &bytes, timestamp, log_start).map_err(|()| {
-                tracing::error!(object = %run.object, "write-ahead run is malformed");
-                ResponseError::KafkaStorageError
-            })?;
-        if hit.is_some() {
-            return Ok(hit);
-        }
-    }
-    Ok(None)
-}
-
-/// The first record of `batches` at or after `timestamp` (and the log start), with its
-/// timestamp; and the largest batch timestamp seen.
-fn first_at_or_after(
-    partition: &Partition,
-    batches: &Bytes,
-    timestamp: i64,
-    log_start: i64,
-) -> Result<(Option<(i64, i64)>, i64), ()> {
-    let mut max = i64::MIN;
-    for item in BatchWalker::new(batches) {
-        let (position, header) = item.map_err(|_| ())?;
-        max = max.max(header.max_timestamp);
-        if header.max_timestamp < timestamp || header.last_offset() < log_start {
-            continue;
-        }
-        let mut batch = batches.slice(position..position + header.size);
-        let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| {
-            tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
-                "batch could not be decoded for a timestamp search");
-        })?;
-        let hit = set
-            .records
-            .iter()
-            .find(|r| r.timestamp >= timestamp && r.offset >= log_start);
-        if let Some(record) = hit {
-            return Ok((Some((record.offset, record.timestamp)), max));
-        }
-    }
-    Ok((None, max))
 }

@@ -8,8 +8,8 @@
 use kafka_protocol::ResponseError;
 
 use super::partition::Partition;
-use super::reader::segment_max_timestamp;
 use super::segment::SegmentMeta;
+use super::timestamps::segment_max_timestamp;
 use super::LogContext;
 use crate::meta::catalog::CatalogError;
 use crate::store::SegmentObject;

@@ -22,9 +22,10 @@ pub const DATA_PLANE: &[SupportedApi] = &[
     // v14–17 change only what replicas send (replica state, directory id) and add
     // leader-discovery hints (KIP-951) a consumer may go without.
     api(ApiKey::Fetch, 4, 17),
-    api(ApiKey::ListOffsets, 0, 4),
+    api(ApiKey::ListOffsets, 0, 9),
     api(ApiKey::Metadata, 0, 12),
-    api(ApiKey::FindCoordinator, 0, 4),
+    // v5 only adds an error code of transactions (KIP-890); v6 adds share groups (KIP-932).
+    api(ApiKey::FindCoordinator, 0, 5),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::OffsetForLeaderEpoch, 0, 4),
     // Idempotent producers only (no transactional id).

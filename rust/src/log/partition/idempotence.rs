@@ -287,7 +287,11 @@ impl Partition {
             if !producers.loaded {
                 return Err(());
             }
-            producers.committed.expire(now_ms(), expiration_ms);
+            // Each compaction also bounds the memory the state holds to the producers that wrote
+            // within the expiration time.
+            let now = now_ms();
+            producers.committed.expire(now, expiration_ms);
+            producers.current.expire(now, expiration_ms);
             if producers.committed.is_empty() {
                 return Ok(None);
             }

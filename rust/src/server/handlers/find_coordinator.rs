@@ -1,4 +1,4 @@
-//! FindCoordinator v0–4 (v4 looks up a batch of keys). A group's coordinator is the live
+//! FindCoordinator v0–5 (v4+ look up a batch of keys). A group's coordinator is the live
 //! broker that rendezvous hashing of the group id picks from this broker's cluster view, so
 //! every broker names the same one. Transactions are not supported: a transaction key gets
 //! an error every client treats as fatal, with a message saying so.
@@ -176,7 +176,7 @@ mod tests {
             (cluster(&[]), GROUP, unavailable),
             (cluster(&[1]), TRANSACTION, no_transactions),
         ] {
-            for version in 0..=4 {
+            for version in 0..=5 {
                 let wire = on_the_wire(
                     &answer(&state, &request(key_type, &["g"]), version),
                     version,

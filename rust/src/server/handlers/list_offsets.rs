@@ -1,5 +1,8 @@
-//! ListOffsets v0–4: earliest (-2), latest (-1, the high watermark), or the first offset whose
-//! record timestamp is at or after the given one.
+//! ListOffsets v0–9: earliest (-2), latest (-1, the high watermark), the first offset whose
+//! record timestamp is at or after the given one, and from v7 the first record with the largest
+//! timestamp (-3, KIP-734). v8's earliest local offset (-4, KIP-405) is the log start: every
+//! offset is in object storage alike. v9's earliest offset pending upload to remote storage (-5,
+//! KIP-1005) does not exist here, as on a Kafka topic without tiered storage: -1.
 
 use std::sync::Arc;
 
@@ -11,11 +14,14 @@ use kafka_protocol::ResponseError;
 
 use super::{check_leader_epoch, find_partition};
 use crate::broker::Broker;
-use crate::log::reader::offset_for_timestamp;
+use crate::log::timestamps::{max_timestamp_record, offset_for_timestamp};
 use crate::protocol::header::{encode_response, Request, WireError};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const EARLIEST_PENDING_UPLOAD: i64 = -5;
 
 pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, WireError> {
     let body: ListOffsetsRequest = request.body()?;
@@ -35,6 +41,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Byt
                 p.partition_index,
                 p.current_leader_epoch,
                 p.timestamp,
+                request.api_version,
             )
             .await;
             partitions.push(match found {
@@ -67,16 +74,130 @@ async fn lookup(
     index: i32,
     client_epoch: i32,
     timestamp: i64,
+    version: i16,
 ) -> Result<(i64, i64, i32), ResponseError> {
     let partition = find_partition(broker, topic, index)?;
     check_leader_epoch(broker, &partition, client_epoch)?;
     let epoch = partition.leader_epoch();
+    let found = |hit: Option<(i64, i64)>| hit.map_or((-1, -1, -1), |(o, ts)| (o, ts, epoch));
     match timestamp {
         LATEST => Ok((partition.high_watermark(), -1, epoch)),
         EARLIEST => Ok((partition.log_start_offset(), -1, epoch)),
-        t if t >= 0 => Ok(offset_for_timestamp(&broker.log, &partition, t)
-            .await?
-            .map_or((-1, -1, -1), |(offset, ts)| (offset, ts, epoch))),
+        MAX_TIMESTAMP if version >= 7 => {
+            Ok(found(max_timestamp_record(&broker.log, &partition).await?))
+        }
+        EARLIEST_LOCAL if version >= 8 => Ok((partition.log_start_offset(), -1, epoch)),
+        EARLIEST_PENDING_UPLOAD if version >= 9 => Ok((-1, -1, -1)),
+        t if t >= 0 => Ok(found(
+            offset_for_timestamp(&broker.log, &partition, t).await?,
+        )),
         _ => Err(ResponseError::InvalidRequest),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ApiKey, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    use kafka_protocol::records::{Compression, Record, TimestampType};
+
+    use super::*;
+    use crate::broker::tests::{broker, produce, produce_batch};
+    use crate::log::batch::tests::encode_records;
+    use crate::log::retention::delete_records;
+    use crate::protocol::header::testing::{read_response, request};
+
+    /// (error, offset, timestamp) of one ListOffsets lookup of partition 0 of "t".
+    async fn ask(broker: &Arc<Broker>, version: i16, timestamp: i64) -> (i16, i64, i64) {
+        let partition = ListOffsetsPartition::default()
+            .with_partition_index(0)
+            .with_timestamp(timestamp)
+            .with_max_num_offsets(1)
+            .with_current_leader_epoch(-1);
+        let topic = ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![partition]);
+        let body = ListOffsetsRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_topics(vec![topic]);
+        let asked = request(ApiKey::ListOffsets, version, &body);
+        let frame = handle(broker, asked).await.unwrap();
+        let (_, answer): (_, ListOffsetsResponse) = read_response(frame, version);
+        let got = &answer.topics[0].partitions[0];
+        let offset = match version {
+            0 => got.old_style_offsets.first().copied().unwrap_or(-1),
+            _ => got.offset,
+        };
+        (got.error_code, offset, got.timestamp)
+    }
+
+    /// A batch of records with these timestamps.
+    fn stamped(timestamps: &[i64]) -> bytes::Bytes {
+        let records: Vec<Record> = timestamps
+            .iter()
+            .enumerate()
+            .map(|(i, &timestamp)| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp,
+                key: None,
+                value: Some(bytes::Bytes::from_static(b"v")),
+                headers: Default::default(),
+            })
+            .collect();
+        encode_records(&records, Compression::None)
+    }
+
+    #[tokio::test]
+    async fn the_largest_timestamp_counts_only_records_from_the_log_start() {
+        let t = broker(1 << 20).await;
+        t.broker
+            .create_topic("t", 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let now = crate::log::partition::now_ms();
+        // offsets 0..=2, then 3..=4: the largest timestamp is at offset 1
+        produce_batch(&t.broker, "t", 0, &stamped(&[now - 30, now - 10, now - 20])).await;
+        produce_batch(&t.broker, "t", 0, &stamped(&[now - 25, now - 22])).await;
+        assert_eq!(ask(&t.broker, 7, MAX_TIMESTAMP).await, (0, 1, now - 10));
+        // older versions know no -3
+        assert_eq!(
+            ask(&t.broker, 6, MAX_TIMESTAMP).await.0,
+            ResponseError::InvalidRequest.code()
+        );
+        assert_eq!(ask(&t.broker, 8, EARLIEST_LOCAL).await.1, 0);
+        assert_eq!(
+            ask(&t.broker, 9, EARLIEST_PENDING_UPLOAD).await,
+            (0, -1, -1)
+        );
+        // The log now starts inside the first batch, past its largest record.
+        let log = t.broker.topic("t").unwrap().partitions[0].current();
+        assert_eq!(delete_records(&t.broker.log, &log, 2).await, Ok(2));
+        assert_eq!(ask(&t.broker, 9, MAX_TIMESTAMP).await, (0, 2, now - 20));
+        assert_eq!(ask(&t.broker, 9, EARLIEST_LOCAL).await.1, 2);
+    }
+
+    #[tokio::test]
+    async fn earliest_and_latest_at_every_served_version() {
+        let t = broker(1 << 20).await;
+        t.broker
+            .create_topic("t", 1, BTreeMap::new())
+            .await
+            .unwrap();
+        produce(&t.broker, "t", 0, 5).await;
+        for version in 0..=9 {
+            assert_eq!(ask(&t.broker, version, LATEST).await.1, 5, "v{version}");
+            assert_eq!(ask(&t.broker, version, EARLIEST).await.1, 0, "v{version}");
+        }
     }
 }
