@@ -6,13 +6,13 @@ use arrow_array::{Array, RecordBatch};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, TimestampType};
+use kafka_protocol::records::{Compression, Record};
 
 use super::error::ReadError;
 use super::reader::TopicReader;
 use super::scan::{BatchLimits, PartitionScan};
 use super::verify::{verify_segment, SegmentCheck};
-use crate::log::batch::tests::encode_records;
+use crate::log::batch::tests::{encode_records, record_at};
 use crate::log::batch::{rewritten_prefix, BatchHeader, REWRITTEN_PREFIX_LEN};
 use crate::log::segment::{build_segment, StoredBatch};
 use crate::store::{SegmentObject, SegmentStore, StorageLocation};
@@ -38,18 +38,11 @@ fn record(offset: i64) -> Record {
         headers.insert(StrBytes::from_static_str("none"), None);
     }
     Record {
-        transactional: false,
-        control: false,
-        partition_leader_epoch: 0,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset,
         sequence: offset as i32,
-        timestamp: 1_000 + offset,
         key: (offset % 3 != 0).then(|| Bytes::from(format!("k{offset}"))),
         value: (offset % 5 != 0).then(|| Bytes::from(format!("value-{offset}"))),
         headers,
+        ..record_at(offset, 1_000 + offset, Bytes::new())
     }
 }
 

@@ -160,22 +160,36 @@ pub(crate) mod tests {
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
 
+    /// A plain record (no producer id, no key, no headers) at `offset` with `timestamp`; tests
+    /// change the fields they need with struct update syntax.
+    pub fn record_at(offset: i64, timestamp: i64, value: Bytes) -> Record {
+        Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: -1,
+            timestamp,
+            key: None,
+            value: Some(value),
+            headers: Default::default(),
+        }
+    }
+
     /// Encodes a real v2 batch with the codec crate (what a client would send).
     pub fn encoded_batch(count: usize, value_len: usize, compression: Compression) -> Bytes {
         let records: Vec<Record> = (0..count)
             .map(|i| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
                 sequence: i as i32,
-                timestamp: 1_700_000_000_000 + i as i64,
                 key: Some(Bytes::from(format!("k{i}"))),
-                value: Some(Bytes::from(vec![b'v'; value_len])),
-                headers: Default::default(),
+                ..record_at(
+                    i as i64,
+                    1_700_000_000_000 + i as i64,
+                    Bytes::from(vec![b'v'; value_len]),
+                )
             })
             .collect();
         encode_records(&records, compression)

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::records::{Compression, Record, TimestampType};
+use kafka_protocol::records::{Compression, Record};
 use kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
 
-use super::batch::tests::encode_records;
+use super::batch::tests::{encode_records, record_at};
 use super::batch::validate_batches;
 use super::partition::{AppendResult, Appended, Partition};
 use super::tests::{compact_and_commit, fixture, open, produce, release, Fixture};
@@ -17,18 +17,10 @@ use super::tests::{compact_and_commit, fixture, open, produce, release, Fixture}
 fn batch(id: i64, epoch: i16, first_seq: i32, count: usize) -> Bytes {
     let records: Vec<Record> = (0..count)
         .map(|i| Record {
-            transactional: false,
-            control: false,
-            partition_leader_epoch: 0,
             producer_id: id,
             producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
             sequence: first_seq + i as i32,
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(Bytes::from_static(b"v")),
-            headers: Default::default(),
+            ..record_at(i as i64, 1_700_000_000_000, Bytes::from_static(b"v"))
         })
         .collect();
     encode_records(&records, Compression::None)

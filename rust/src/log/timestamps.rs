@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::records::{RecordBatchDecoder, RecordSet};
 use kafka_protocol::ResponseError;
 
 use super::partition::Partition;
@@ -93,11 +93,7 @@ fn first_at_or_after(
         if header.max_timestamp < timestamp || header.last_offset() < log_start {
             continue;
         }
-        let mut batch = batches.slice(position..position + header.size);
-        let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| {
-            tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
-                "batch could not be decoded for a timestamp search");
-        })?;
+        let set = decode(partition, batches.slice(position..position + header.size))?;
         let hit = set
             .records
             .iter()
@@ -165,13 +161,17 @@ fn largest_from(partition: &Partition, batches: &Bytes, log_start: i64) -> Resul
             max = max.max(header.max_timestamp);
             continue;
         }
-        let mut batch = batches.slice(position..position + header.size);
-        let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| {
-            tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
-                "batch could not be decoded for a timestamp search");
-        })?;
+        let set = decode(partition, batches.slice(position..position + header.size))?;
         let kept = set.records.iter().filter(|r| r.offset >= log_start);
         max = max.max(kept.map(|r| r.timestamp).max().unwrap_or(i64::MIN));
     }
     Ok(max)
+}
+
+/// The records of one batch (its bytes); a batch that does not decode is logged.
+fn decode(partition: &Partition, mut batch: Bytes) -> Result<RecordSet, ()> {
+    RecordBatchDecoder::decode(&mut batch).map_err(|e| {
+        tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
+            "batch could not be decoded for a timestamp search");
+    })
 }

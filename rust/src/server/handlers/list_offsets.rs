@@ -103,11 +103,11 @@ mod tests {
     use kafka_protocol::messages::{ApiKey, TopicName};
     use kafka_protocol::protocol::StrBytes;
 
-    use kafka_protocol::records::{Compression, Record, TimestampType};
+    use kafka_protocol::records::Compression;
 
     use super::*;
     use crate::broker::tests::{broker, produce, produce_batch};
-    use crate::log::batch::tests::encode_records;
+    use crate::log::batch::tests::{encode_records, record_at};
     use crate::log::retention::delete_records;
     use crate::protocol::header::testing::{read_response, request};
 
@@ -137,23 +137,11 @@ mod tests {
 
     /// A batch of records with these timestamps.
     fn stamped(timestamps: &[i64]) -> bytes::Bytes {
-        let records: Vec<Record> = timestamps
+        let value = bytes::Bytes::from_static(b"v");
+        let records: Vec<_> = timestamps
             .iter()
             .enumerate()
-            .map(|(i, &timestamp)| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp,
-                key: None,
-                value: Some(bytes::Bytes::from_static(b"v")),
-                headers: Default::default(),
-            })
+            .map(|(i, &timestamp)| record_at(i as i64, timestamp, value.clone()))
             .collect();
         encode_records(&records, Compression::None)
     }
