@@ -280,6 +280,7 @@ def test_etcd_outage(cluster, etcd, partitions):
     with load(c, topic, partitions) as wl:
         wl.wait_acks(10)
         committed = c.end_offsets(topic, partitions)
+        c.wait_seen_everywhere(topic, {p: end for p, (_start, end) in committed.items()})
         owners = {b.broker_id: c.partitions_of(topic, b.broker_id) for b in c.live}
         etcd.stop()
         until = time.monotonic() + OUTAGE_S

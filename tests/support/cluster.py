@@ -211,6 +211,24 @@ class Cluster:
                 out[p] = (lo.offset, hi.offset)
         return out
 
+    def wait_seen_everywhere(self, topic: str, ends: dict[int, int], timeout: float = 30) -> None:
+        """Waits until every live broker answers ListOffsets latest with at least ``ends``:
+        a broker that does not own a partition learns its commits through the metadata
+        store's watch, a moment after the owner."""
+        deadline = time.monotonic() + timeout
+        for b in self.live:
+            behind = dict(ends)
+            while behind:
+                with kw.RawConnection.to(b.bootstrap) as conn:
+                    for p in list(behind):
+                        res = kw.list_offsets(conn, topic, p, kw.LATEST)
+                        if res.error_code == kw.NONE and res.offset >= behind[p]:
+                            del behind[p]
+                if behind and time.monotonic() > deadline:
+                    raise AssertionError(f"{b.name} has not seen the commits of {behind}")
+                if behind:
+                    time.sleep(0.05)
+
     def objects(self, topic: str, client=None) -> dict[str, tuple[str, int]]:
         """{key: (ETag, size)} of every object of ``topic`` in the bucket."""
         return self.moto.listing(self.bucket, f"{self.namespace}/{topic}/", client)

@@ -3,6 +3,7 @@
 //! write-ahead runs (ranged GETs, several at once) – and timestamp search for ListOffsets.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
@@ -66,7 +67,7 @@ impl Collected {
 ///
 /// A run whose object is gone was compacted into a segment, and its object collected, after
 /// this broker's view of the log was taken (the view follows the metadata store a moment
-/// behind). The read then waits for the view to move past it and reads again.
+/// behind). The read then brings the view up to date and reads again.
 pub async fn read(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
@@ -80,8 +81,7 @@ pub async fn read(
             Ok(result) => return Ok(result),
             Err(ReadFailure::Error(e)) => return Err(e),
             Err(ReadFailure::Stale { segment_end }) => {
-                if attempts == STALE_VIEW_RETRIES || !view_moved_past(partition, segment_end).await
-                {
+                if attempts == STALE_VIEW_RETRIES || !catch_up(ctx, partition, segment_end).await {
                     tracing::warn!(topic = %partition.topic, partition = partition.id, offset,
                         "a write-ahead object this read needs is gone and the partition's \
                          segments did not catch up; answering KAFKA_STORAGE_ERROR");
@@ -95,13 +95,33 @@ pub async fn read(
 
 /// How often a read starts again after finding its view of the log outdated.
 const STALE_VIEW_RETRIES: usize = 3;
-/// How long a read waits for this broker's view of a partition to catch up with a compaction
-/// it missed (the metadata store's watch delivers it within moments).
-const VIEW_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a read waits for the metadata store's watch to bring the compaction it missed
+/// before asking the store itself (a busy broker's watch can lag behind, e.g. when every
+/// broker compacts at once after an outage).
+const WATCH_CATCH_UP: Duration = Duration::from_millis(300);
 
-/// Whether the partition's segment end moves past `segment_end` within `VIEW_CATCH_UP`.
-async fn view_moved_past(partition: &Partition, segment_end: i64) -> bool {
-    let deadline = tokio::time::Instant::now() + VIEW_CATCH_UP;
+/// Whether the partition's segment end moves past `segment_end`: through the watch, or else
+/// from the partition record read from the metadata store (a follower takes it in as it would
+/// from the watch; an owner's view moves only with its own compactions).
+async fn catch_up(ctx: &LogContext, partition: &Partition, segment_end: i64) -> bool {
+    if moved_past(partition, segment_end, WATCH_CATCH_UP).await {
+        return true;
+    }
+    match ctx.catalog.partition(&partition.topic, partition.id).await {
+        Ok(Some(current)) => partition.follow(&current.record, current.revision),
+        Ok(None) => return false,
+        Err(e) => {
+            tracing::warn!(topic = %partition.topic, partition = partition.id, error = %e,
+                "reading the partition record to catch up a stale read failed");
+            return false;
+        }
+    }
+    moved_past(partition, segment_end, WATCH_CATCH_UP).await
+}
+
+/// Whether the partition's segment end moves past `segment_end` within `wait`.
+async fn moved_past(partition: &Partition, segment_end: i64, wait: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         if partition.segment_end() > segment_end {
             return true;
@@ -109,7 +129,7 @@ async fn view_moved_past(partition: &Partition, segment_end: i64) -> bool {
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

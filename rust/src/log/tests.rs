@@ -286,6 +286,39 @@ async fn a_read_whose_object_was_collected_meanwhile_reads_the_segment_once_it_i
 }
 
 #[tokio::test]
+async fn a_follower_whose_watch_lags_reads_the_segment_the_store_records() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let ack = produce(&f, &p, 5);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(0));
+    let (record, revision) = p.committed_record();
+    let follower = Arc::new(super::follower_partition(
+        &f.topic,
+        0,
+        f.limits.clone(),
+        record,
+        revision,
+        p.high_watermark(),
+    ));
+    let first = reader::read(&f.ctx, &follower, 0, 1 << 20, true)
+        .await
+        .unwrap();
+    assert_eq!(base_offsets(&first.records), vec![0]);
+    // The owner compacts and the object is collected; the follower's watch never tells it.
+    let later = super::partition::now_ms() + 7_200_000;
+    let (due, revision) = compact_and_commit(&f, &p, later).await;
+    p.compacted(&f.ctx, due, revision);
+    for (path, _) in f.ctx.store.list_wal().await.unwrap() {
+        f.ctx.store.delete(&path).await.unwrap();
+    }
+    let read = reader::read(&f.ctx, &follower, 0, 1 << 20, true)
+        .await
+        .expect("the follower reads the partition record and then the segment");
+    assert_eq!(read.records, first.records);
+}
+
+#[tokio::test]
 async fn compaction_takes_an_identical_leftover_and_removes_a_foreign_one() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
