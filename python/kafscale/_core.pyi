@@ -217,10 +217,14 @@ class OffsetFetchTopic:
     name: str
     partition_indexes: list[int]
 
-class OffsetFetchRequest:
+class OffsetFetchGroup:
     group_id: str
     topics: list[OffsetFetchTopic] | None
     """None (v2+): every partition the group has committed."""
+
+class OffsetFetchRequest:
+    groups: list[OffsetFetchGroup]
+    """One group before v8; v8+ may ask for several."""
     require_stable: bool
 
 class StoredEntry:

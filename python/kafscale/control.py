@@ -29,7 +29,7 @@ from kafscale.admin.protocol import (
 )
 from kafscale.api_keys import ApiKey
 from kafscale.errors import ErrorCode
-from kafscale.groups import GROUP_APIS, GroupCoordinator, error_answer
+from kafscale.groups import GROUP_APIS, GroupCoordinator, error_answer, fetch_offsets_failure
 from kafscale.groups.protocol import (
     DeletableGroupResult,
     DeleteGroupsResponse,
@@ -124,6 +124,10 @@ class ControlPlane:
                     lambda req, code: admin.delete_topics_failure(
                         cast("_core.DeleteTopicsRequest", req.body), code
                     ),
+                ),
+                ApiKey.OFFSET_FETCH: _Route(
+                    lambda req: groups.fetch_offsets(cast("_core.OffsetFetchRequest", req.body)),
+                    lambda req, code: fetch_offsets_failure(req.body, code),
                 ),
                 ApiKey.DESCRIBE_GROUPS: _Route(
                     lambda req: groups.describe(list(req.body.groups)),

@@ -178,12 +178,32 @@ def test_group_requests_on_the_wire(genv):
         1: (gw.NO_OFFSET, gw.NONE),
     }
 
+    # v8-9: several groups in one request, each answered on its own
+    for version in (8, 9):
+        with kw.RawConnection.to(coordinator.bootstrap, timeout=30) as conn:
+            asked: dict[str, dict[str, list[int]] | None] = {group: {topic: [0, 1]}}
+            if genv.coordinator(nothing) is coordinator:
+                asked[nothing] = None
+            got = gw.offset_fetch_groups(conn, asked, version=version)
+        assert list(got) == list(asked), got
+        p0, p1 = got[group].partitions[(topic, 0)], got[group].partitions[(topic, 1)]
+        assert (got[group].error_code, p0.offset, p0.metadata, p1.offset) == (
+            gw.NONE,
+            1,
+            "wire-0",
+            gw.NO_OFFSET,
+        ), got
+        if nothing in got:
+            assert (got[nothing].error_code, got[nothing].partitions) == (gw.NONE, {}), got
+
     if genv.kind != "cluster":
         return
     for b in genv.live:
         if b is coordinator:
             continue
         with kw.RawConnection.to(b.bootstrap, timeout=30) as conn:
+            elsewhere = gw.offset_fetch_groups(conn, {group: {topic: [0]}}, version=9)
+            assert elsewhere[group].error_code == gw.NOT_COORDINATOR, elsewhere
             res = gw.join_group(conn, group, protocols=protocols, version=4)
             assert res.error_code == gw.NOT_COORDINATOR, f"JoinGroup at {b.name}: {res}"
             res = gw.join_group(conn, group, member, protocols=protocols, version=4)

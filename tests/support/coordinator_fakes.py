@@ -72,10 +72,12 @@ class FakeCore:
     def __init__(self, store: FakeStore, coordinator: int = 1) -> None:
         self.store = store
         self.coordinator: int | None = coordinator
+        # groups coordinated by another broker than ``coordinator``
+        self.elsewhere: dict[str, int | None] = {}
         self.topics = {"t": SimpleNamespace(partitions=6)}
 
     def coordinator_for(self, group_id: str) -> int | None:
-        return self.coordinator
+        return self.elsewhere.get(group_id, self.coordinator)
 
     def group_store(self) -> FakeStore:
         return self.store
@@ -172,14 +174,24 @@ def commit_req(offsets: dict[tuple[str, int], int], generation=-1, member_id="",
     )
 
 
-def fetch_req(topics: dict[str, list[int]] | None) -> Any:
-    return SimpleNamespace(
-        group_id=GROUP,
-        topics=None
+def fetch_req(topics: dict[str, list[int]] | None, *groups: str) -> Any:
+    """An OffsetFetch of ``topics`` (None: all committed) for each of ``groups`` (GROUP if
+    none named)."""
+    wanted = (
+        None
         if topics is None
-        else [SimpleNamespace(name=t, partition_indexes=ps) for t, ps in topics.items()],
+        else [SimpleNamespace(name=t, partition_indexes=ps) for t, ps in topics.items()]
+    )
+    return SimpleNamespace(
+        groups=[SimpleNamespace(group_id=g, topics=wanted) for g in groups or (GROUP,)],
         require_stable=False,
     )
+
+
+async def fetch(c: GroupCoordinator, topics: dict[str, list[int]] | None) -> Any:
+    """GROUP's result of an OffsetFetch."""
+    (result,) = (await c.fetch_offsets(fetch_req(topics))).groups
+    return result
 
 
 async def join(c: GroupCoordinator, req: Any, version: int = 5) -> JoinGroupResponse:

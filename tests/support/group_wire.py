@@ -3,7 +3,8 @@
 FindCoordinator v0-2, JoinGroup v1-5, SyncGroup v1-3, Heartbeat v1-3, LeaveGroup v1-3,
 OffsetCommit v2-7, OffsetFetch v1-5 and DescribeGroups v0-4: every non-flexible version from the
 first one with a throttle time (or the rebalance timeout) on; also a new member's JoinGroup v6
-(flexible), which can carry names of any length. The layouts follow Kafka's message definitions
+(flexible), which can carry names of any length, and OffsetFetch v8-9 (flexible), which asks
+for several groups at once. The layouts follow Kafka's message definitions
 (clients/src/main/resources/common/message/*.json); nothing here comes from kafscale. Also the
 "consumer" protocol's subscription and assignment (ConsumerProtocolSubscription/Assignment v0),
 the bytes a JoinGroup carries as protocol metadata and a SyncGroup as an assignment.
@@ -405,6 +406,51 @@ def offset_fetch(
     top = r.i16() if version >= 2 else NONE
     assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetFetch v{version}"
     return OffsetFetchResult(top, out)
+
+
+def offset_fetch_groups(
+    conn: RawConnection, groups: dict[str, dict[str, list[int]] | None], *, version: int = 8
+) -> dict[str, OffsetFetchResult]:
+    """OffsetFetch v8-9 (flexible): several groups in one request, each answered on its own.
+    v9 sends a member id and epoch as a classic consumer does (none, -1)."""
+    assert version in (8, 9)
+    w = Writer().uvarint(len(groups) + 1)
+    for group, partitions in groups.items():
+        w.compact_string(group)
+        if version >= 9:
+            w.compact_string(None).i32(-1)
+        if partitions is None:
+            w.uvarint(0)
+        else:
+            w.uvarint(len(partitions) + 1)
+            for topic, parts in partitions.items():
+                w.compact_string(topic).uvarint(len(parts) + 1)
+                for p in parts:
+                    w.i32(p)
+                w.tagged_fields()
+        w.tagged_fields()
+    w.boolean(False).tagged_fields()  # require_stable
+    r = conn.request(OFFSET_FETCH, version, w.done(), flexible=True)
+    r.i32()  # throttle
+    out = {}
+    for _ in range(r.compact_array_len()):
+        group = r.compact_string()
+        offsets = {}
+        for _ in range(r.compact_array_len()):
+            topic = r.compact_string()
+            for _ in range(r.compact_array_len()):
+                partition, offset, epoch = r.i32(), r.i64(), r.i32()
+                metadata, error = r.compact_string(), r.i16()
+                r.skip_tagged_fields()
+                offsets[(topic, partition)] = FetchedOffset(offset, epoch, metadata, error)
+            r.skip_tagged_fields()
+        error = r.i16()
+        r.skip_tagged_fields()
+        assert group is not None
+        out[group] = OffsetFetchResult(error, offsets)
+    r.skip_tagged_fields()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetFetch v{version}"
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

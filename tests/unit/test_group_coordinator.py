@@ -13,6 +13,7 @@ from support.coordinator_fakes import (
     FakeStore,
     commit_req,
     coordinator,
+    fetch,
     fetch_req,
     hb_req,
     join,
@@ -236,7 +237,7 @@ def test_simple_consumer_commits_and_fetches_offsets() -> None:
     async def go() -> None:
         c, core = coordinator()
         store = core.store
-        empty = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req({"t": [0, 1]}), CLIENT)
+        empty = await fetch(c, {"t": [0, 1]})
         assert [(p.partition_index, p.committed_offset) for p in empty.topics[0].partitions] == [
             (0, -1),
             (1, -1),
@@ -252,7 +253,7 @@ def test_simple_consumer_commits_and_fetches_offsets() -> None:
             ("t", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         }
-        everything = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req(None), CLIENT)
+        everything = await fetch(c, None)
         assert [
             (t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata)
             for t in everything.topics
@@ -260,7 +261,7 @@ def test_simple_consumer_commits_and_fetches_offsets() -> None:
         ] == [("t", 0, 10, 3, "m"), ("t", 1, 20, 3, "m")]
         # a second coordinator (after failover) reads the same offsets from the store
         c2, _ = coordinator(store)
-        again = await c2.handle(ApiKey.OFFSET_FETCH, 5, fetch_req({"t": [1, 2]}), CLIENT)
+        again = await fetch(c2, {"t": [1, 2]})
         assert [p.committed_offset for p in again.topics[0].partitions] == [20, -1]
 
     run(go())
@@ -298,6 +299,28 @@ def test_large_commits_are_split_into_transactions_etcd_accepts() -> None:
     run(go())
 
 
+def test_offset_fetch_answers_each_group_on_its_own() -> None:
+    """v8+ ask for several groups at once: each gets its offsets or its own error."""
+
+    async def go() -> None:
+        c, core = coordinator()
+        core.elsewhere.update({"theirs": 2, "orphan": None})
+        await c.handle(ApiKey.OFFSET_COMMIT, 3, commit_req({("t", 0): 10}), CLIENT)
+        answer = await c.fetch_offsets(fetch_req({"t": [0]}, GROUP, "theirs", "orphan", "fresh"))
+        got = [
+            (g.group_id, g.error_code, [p.committed_offset for t in g.topics for p in t.partitions])
+            for g in answer.groups
+        ]
+        assert got == [
+            (GROUP, ErrorCode.NONE, [10]),
+            ("theirs", ErrorCode.NOT_COORDINATOR, []),
+            ("orphan", ErrorCode.COORDINATOR_NOT_AVAILABLE, []),
+            ("fresh", ErrorCode.NONE, [-1]),
+        ]
+
+    run(go())
+
+
 # --- placement and fencing ---------------------------------------------------------------------
 
 
@@ -306,7 +329,7 @@ def test_other_brokers_answer_not_coordinator() -> None:
         c, core = coordinator()
         core.coordinator = 2
         assert (await join(c, join_req())).error_code == ErrorCode.NOT_COORDINATOR
-        fetched = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req(None), CLIENT)
+        fetched = await fetch(c, None)
         assert fetched.error_code == ErrorCode.NOT_COORDINATOR
         core.coordinator = None
         assert (await join(c, join_req())).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -444,7 +467,7 @@ def test_describe_list_and_delete_groups() -> None:
         await c.handle(ApiKey.LEAVE_GROUP, 3, leave_req(ja.member_id, jb.member_id), CLIENT)
         assert [r.error_code for r in (await c.delete([GROUP])).results] == [0]
         assert core.store.data == {}, "the record and its offsets are gone"
-        fetched = await c.handle(ApiKey.OFFSET_FETCH, 5, fetch_req({"t": [0]}), CLIENT)
+        fetched = await fetch(c, {"t": [0]})
         assert fetched.topics[0].partitions[0].committed_offset == -1
         core.coordinator = 2
         (elsewhere,) = (await c.describe([GROUP])).groups

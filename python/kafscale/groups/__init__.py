@@ -5,6 +5,11 @@ See :mod:`kafscale.groups.coordinator` for placement and loading,
 committed offsets and :mod:`kafscale.groups.store` for what is stored where.
 """
 
-from kafscale.groups.coordinator import GROUP_APIS, GroupCoordinator, error_answer
+from kafscale.groups.coordinator import (
+    GROUP_APIS,
+    GroupCoordinator,
+    error_answer,
+    fetch_offsets_failure,
+)
 
-__all__ = ["GROUP_APIS", "GroupCoordinator", "error_answer"]
+__all__ = ["GROUP_APIS", "GroupCoordinator", "error_answer", "fetch_offsets_failure"]

@@ -42,6 +42,7 @@ from kafscale.groups.protocol import (
     ListedGroup,
     ListGroupsResponse,
     OffsetDeleteResponse,
+    OffsetFetchGroupResult,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -55,7 +56,6 @@ log = logging.getLogger(__name__)
 GROUP_APIS = frozenset(
     {
         ApiKey.OFFSET_COMMIT,
-        ApiKey.OFFSET_FETCH,
         ApiKey.JOIN_GROUP,
         ApiKey.HEARTBEAT,
         ApiKey.LEAVE_GROUP,
@@ -96,9 +96,12 @@ def error_answer(api_key: ApiKey, body: Any, code: int) -> Any:
         return HeartbeatResponse(code)
     if api_key == ApiKey.LEAVE_GROUP:
         return LeaveGroupResponse(code)
-    if api_key == ApiKey.OFFSET_COMMIT:
-        return commit_error_answer(body, code)
-    return OffsetFetchResponse(code)
+    return commit_error_answer(body, code)
+
+
+def fetch_offsets_failure(body: Any, code: int) -> OffsetFetchResponse:
+    """``code`` for every group of an OffsetFetch."""
+    return OffsetFetchResponse([OffsetFetchGroupResult(g.group_id, code) for g in body.groups])
 
 
 class GroupCoordinator:
@@ -134,9 +137,19 @@ class GroupCoordinator:
             return self._membership.heartbeat(group, body)
         if api_key == ApiKey.LEAVE_GROUP:
             return await self._membership.leave(group, body.members)
-        if api_key == ApiKey.OFFSET_COMMIT:
-            return await self._offsets.commit(group, body)
-        return self._offsets.fetch(group, body)
+        return await self._offsets.commit(group, body)
+
+    async def fetch_offsets(self, req: Any) -> OffsetFetchResponse:
+        """OffsetFetch: each group's committed offsets, or the error that says why this
+        broker cannot serve that group (v8+ name several groups, each answered on its own)."""
+        results = []
+        for wanted in req.groups:
+            group = await self._acquire(wanted.group_id)
+            if isinstance(group, int):
+                results.append(OffsetFetchGroupResult(wanted.group_id, group))
+            else:
+                results.append(self._offsets.fetch(group, wanted))
+        return OffsetFetchResponse(results)
 
     # --- ops: DescribeGroups, ListGroups, DeleteGroups ------------------------------------------
 

@@ -18,8 +18,8 @@ from kafscale.groups.protocol import (
     OffsetCommitPartitionResult,
     OffsetCommitResponse,
     OffsetCommitTopicResult,
+    OffsetFetchGroupResult,
     OffsetFetchPartitionResult,
-    OffsetFetchResponse,
     OffsetFetchTopicResult,
 )
 from kafscale.groups.store import Fenced, StoreUnavailable
@@ -126,7 +126,9 @@ class Offsets:
         )
 
     @staticmethod
-    def fetch(group: Group, req: Any) -> OffsetFetchResponse:
+    def fetch(group: Group, req: Any) -> OffsetFetchGroupResult:
+        """The offsets one group of an OffsetFetch asks for (``req.topics``; None: every
+        partition the group committed)."""
         if req.topics is None:
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(group.offsets):
@@ -147,7 +149,7 @@ class Offsets:
                         )
                     )
             topics.append(OffsetFetchTopicResult(name, results))
-        return OffsetFetchResponse(ErrorCode.NONE, topics)
+        return OffsetFetchGroupResult(group.group_id, ErrorCode.NONE, topics)
 
 
 def _partition_error(topic: TopicLike | None, p: Any) -> int:

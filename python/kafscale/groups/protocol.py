@@ -97,9 +97,17 @@ class OffsetFetchTopicResult:
 
 
 @dataclass(frozen=True)
-class OffsetFetchResponse:
+class OffsetFetchGroupResult:
+    group_id: str
     error_code: int
     topics: list[OffsetFetchTopicResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OffsetFetchResponse:
+    """One result per requested group, in the request's order (v8+ ask for several)."""
+
+    groups: list[OffsetFetchGroupResult]
     throttle_time_ms: int = 0
 
 

@@ -120,10 +120,9 @@ macro_rules! control_apis {
                     crate::control::groups::requests::OffsetCommitRequest,
                 ],
             }
-            // v8+ batches several groups in one request; clients fall back to one group per
-            // request.
+            // v8+ batch several groups in one request, each answered on its own.
             OffsetFetch {
-                versions: 0..=7,
+                versions: 0..=9,
                 request: OffsetFetchRequest,
                 python: |wire, v| crate::control::groups::requests::OffsetFetchRequest::new(wire, v),
                 answer: |a: crate::control::groups::answers::OffsetFetchResponse, wire, v| {
@@ -131,6 +130,7 @@ macro_rules! control_apis {
                 },
                 classes: [
                     crate::control::groups::requests::OffsetFetchTopic,
+                    crate::control::groups::requests::OffsetFetchGroup,
                     crate::control::groups::requests::OffsetFetchRequest,
                 ],
             }

@@ -8,10 +8,12 @@ use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::offset_fetch_response::{
-    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
-use kafka_protocol::messages::{self as wire, OffsetFetchRequest as WireFetchRequest};
+use kafka_protocol::messages::{self as wire, GroupId, OffsetFetchRequest as WireFetchRequest};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use pyo3::FromPyObject;
 
 use crate::control::text::{wire as text, wire_opt as optional};
@@ -181,21 +183,71 @@ pub struct OffsetFetchTopicResult {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetFetchResponse {
+pub struct OffsetFetchGroupResult {
+    pub group_id: String,
     pub error_code: i16,
     pub topics: Vec<OffsetFetchTopicResult>,
+}
+
+/// One result per requested group, in the request's order.
+#[derive(Debug, Clone, FromPyObject)]
+pub struct OffsetFetchResponse {
+    pub groups: Vec<OffsetFetchGroupResult>,
     pub throttle_time_ms: i32,
 }
 
-/// `request` is what was asked: v0–1 have no group-level error field, so a group error goes
-/// into every partition result, and into one per requested partition if the answer has none.
+/// A partition result as the wire type of one version range (v0–7 and v8+ name the same
+/// fields by different types).
+macro_rules! fetched_partition {
+    ($wire:ty, $p:expr) => {{
+        let p = $p;
+        <$wire>::default()
+            .with_partition_index(p.partition_index)
+            .with_committed_offset(p.committed_offset)
+            .with_committed_leader_epoch(p.committed_leader_epoch)
+            .with_metadata(optional(p.metadata))
+            .with_error_code(p.error_code)
+    }};
+}
+
+/// `request` is what was asked. From v8 each group has its own result; before, the one group's
+/// result is the response. v0–1 have no group-level error field, so a group error goes into
+/// every partition result, and into one per requested partition if the answer has none.
 pub fn offset_fetch(
     answer: OffsetFetchResponse,
     request: &WireFetchRequest,
     version: i16,
 ) -> wire::OffsetFetchResponse {
-    let group_error = answer.error_code;
-    let mut topics = answer.topics;
+    let response =
+        wire::OffsetFetchResponse::default().with_throttle_time_ms(answer.throttle_time_ms);
+    if version >= 8 {
+        let groups = answer.groups.into_iter().map(|g| {
+            let topics = g.topics.into_iter().map(|t| {
+                let partitions = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| fetched_partition!(OffsetFetchResponsePartitions, p));
+                OffsetFetchResponseTopics::default()
+                    .with_name(topic_name(&t.name))
+                    .with_partitions(partitions.collect())
+            });
+            OffsetFetchResponseGroup::default()
+                .with_group_id(GroupId(text(g.group_id)))
+                .with_error_code(g.error_code)
+                .with_topics(topics.collect())
+        });
+        return response.with_groups(groups.collect());
+    }
+    let group = answer.groups.into_iter().next().unwrap_or_else(|| {
+        tracing::error!("the coordinator answered an OffsetFetch without its group");
+        OffsetFetchGroupResult {
+            group_id: String::new(),
+            error_code: ResponseError::UnknownServerError.code(),
+            topics: vec![],
+        }
+    });
+    let group_error = group.error_code;
+    let mut topics = group.topics;
     if version < 2 && group_error != 0 {
         if topics.is_empty() {
             topics = unanswered(request);
@@ -205,20 +257,15 @@ pub fn offset_fetch(
         }
     }
     let topics = topics.into_iter().map(|t| {
-        let partitions = t.partitions.into_iter().map(|p| {
-            OffsetFetchResponsePartition::default()
-                .with_partition_index(p.partition_index)
-                .with_committed_offset(p.committed_offset)
-                .with_committed_leader_epoch(p.committed_leader_epoch)
-                .with_metadata(optional(p.metadata))
-                .with_error_code(p.error_code)
-        });
+        let partitions = t
+            .partitions
+            .into_iter()
+            .map(|p| fetched_partition!(OffsetFetchResponsePartition, p));
         OffsetFetchResponseTopic::default()
             .with_name(topic_name(&t.name))
             .with_partitions(partitions.collect())
     });
-    wire::OffsetFetchResponse::default()
-        .with_throttle_time_ms(answer.throttle_time_ms)
+    response
         .with_error_code(group_error)
         .with_topics(topics.collect())
 }
@@ -439,66 +486,119 @@ mod tests {
         }
     }
 
-    /// (partition, offset, error) of every partition result.
-    fn results(wire: &wire::OffsetFetchResponse) -> Vec<(i32, i64, i16)> {
+    fn one_group(error_code: i16, topics: Vec<OffsetFetchTopicResult>) -> OffsetFetchResponse {
+        OffsetFetchResponse {
+            groups: vec![OffsetFetchGroupResult {
+                group_id: s("g"),
+                error_code,
+                topics,
+            }],
+            throttle_time_ms: 5,
+        }
+    }
+
+    fn orders(partitions: Vec<OffsetFetchPartitionResult>) -> Vec<OffsetFetchTopicResult> {
+        vec![OffsetFetchTopicResult {
+            name: s("orders"),
+            partitions,
+        }]
+    }
+
+    /// (partition, offset, error, leader epoch) of every partition result of the response
+    /// (v0–7) or of its first group (v8+), with the group's error.
+    fn results(wire: &wire::OffsetFetchResponse, v: i16) -> (i16, Vec<(i32, i64, i16, i32)>) {
+        if v >= 8 {
+            let group = &wire.groups[0];
+            assert_eq!(group.group_id.as_str(), "g");
+            let partitions = group.topics.iter().flat_map(|t| &t.partitions);
+            let partitions = partitions.map(|p| {
+                assert_eq!(p.metadata.as_deref(), Some("meta"));
+                let epoch = p.committed_leader_epoch;
+                (p.partition_index, p.committed_offset, p.error_code, epoch)
+            });
+            return (group.error_code, partitions.collect());
+        }
         let partitions = wire.topics.iter().flat_map(|t| &t.partitions);
-        partitions
-            .map(|p| (p.partition_index, p.committed_offset, p.error_code))
-            .collect()
+        let partitions = partitions.map(|p| {
+            let epoch = p.committed_leader_epoch;
+            (p.partition_index, p.committed_offset, p.error_code, epoch)
+        });
+        (wire.error_code, partitions.collect())
     }
 
     #[test]
     fn offset_fetch_at_every_version() {
-        let answer = OffsetFetchResponse {
-            error_code: 0,
-            topics: vec![OffsetFetchTopicResult {
-                name: s("orders"),
-                partitions: vec![fetched(0, 42), fetched(1, -1)],
-            }],
-            throttle_time_ms: 5,
-        };
+        let answer = one_group(0, orders(vec![fetched(0, 42), fetched(1, -1)]));
         for v in advertised(ApiKey::OffsetFetch) {
             let wire = on_the_wire(&offset_fetch(answer.clone(), &fetch_request(), v), v);
             assert_eq!(wire.throttle_time_ms, if v >= 3 { 5 } else { 0 });
-            assert_eq!(wire.topics[0].name.as_str(), "orders");
-            assert_eq!(results(&wire), [(0, 42, 0), (1, -1, 0)]);
-            let first = &wire.topics[0].partitions[0];
-            assert_eq!(first.committed_leader_epoch, if v >= 5 { 4 } else { -1 });
-            assert_eq!(first.metadata.as_deref(), Some("meta"));
+            let epoch = if v >= 5 { 4 } else { -1 };
+            let expected = vec![(0, 42, 0, epoch), (1, -1, 0, epoch)];
+            assert_eq!(results(&wire, v), (0, expected), "v{v}");
         }
     }
 
     #[test]
     fn offset_fetch_group_error_goes_into_partitions_before_v2() {
         let loading = ResponseError::CoordinatorLoadInProgress.code();
-        let without_topics = OffsetFetchResponse {
-            error_code: loading,
-            topics: vec![],
-            throttle_time_ms: 0,
-        };
-        let with_topics = OffsetFetchResponse {
-            topics: vec![OffsetFetchTopicResult {
-                name: s("orders"),
-                partitions: vec![fetched(0, 42)],
-            }],
-            ..without_topics.clone()
-        };
+        let without_topics = one_group(loading, vec![]);
+        let with_topics = one_group(loading, orders(vec![fetched(0, 42)]));
         for v in advertised(ApiKey::OffsetFetch) {
             let wire = on_the_wire(
                 &offset_fetch(without_topics.clone(), &fetch_request(), v),
                 v,
             );
             let wire_with = on_the_wire(&offset_fetch(with_topics.clone(), &fetch_request(), v), v);
+            let epoch = if v >= 5 { 4 } else { -1 };
             if v < 2 {
-                // the requested partitions, each with the error
-                assert_eq!(results(&wire), [(0, -1, loading), (1, -1, loading)], "v{v}");
-                assert_eq!(results(&wire_with), [(0, 42, loading)], "v{v}");
+                // the requested partitions, each with the error (v0-1 have no group error)
+                let none = vec![(0, -1, loading, -1), (1, -1, loading, -1)];
+                assert_eq!(results(&wire, v), (0, none), "v{v}");
+                let with = vec![(0, 42, loading, epoch)];
+                assert_eq!(results(&wire_with, v), (0, with), "v{v}");
             } else {
-                assert_eq!(wire.error_code, loading, "v{v}");
-                assert!(wire.topics.is_empty());
-                assert_eq!(wire_with.error_code, loading, "v{v}");
-                assert_eq!(results(&wire_with), [(0, 42, 0)], "v{v}");
+                assert_eq!(results(&wire, v), (loading, vec![]), "v{v}");
+                let with = vec![(0, 42, 0, epoch)];
+                assert_eq!(results(&wire_with, v), (loading, with), "v{v}");
             }
+        }
+    }
+
+    #[test]
+    fn offset_fetch_answers_each_group_from_v8() {
+        let not_coordinator = ResponseError::NotCoordinator.code();
+        let answer = OffsetFetchResponse {
+            groups: vec![
+                OffsetFetchGroupResult {
+                    group_id: s("a"),
+                    error_code: 0,
+                    topics: orders(vec![fetched(3, 7)]),
+                },
+                OffsetFetchGroupResult {
+                    group_id: s("b"),
+                    error_code: not_coordinator,
+                    topics: vec![],
+                },
+            ],
+            throttle_time_ms: 0,
+        };
+        for v in [8, 9] {
+            let wire = on_the_wire(&offset_fetch(answer.clone(), &fetch_request(), v), v);
+            let groups: Vec<_> = wire
+                .groups
+                .iter()
+                .map(|g| {
+                    let offsets = g.topics.iter().flat_map(|t| &t.partitions);
+                    let offsets = offsets.map(|p| (p.partition_index, p.committed_offset));
+                    (
+                        g.group_id.as_str(),
+                        g.error_code,
+                        offsets.collect::<Vec<_>>(),
+                    )
+                })
+                .collect();
+            let expected = [("a", 0, vec![(3, 7)]), ("b", not_coordinator, vec![])];
+            assert_eq!(groups, expected, "v{v}");
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Group requests as the Python coordinator sees them: one shape per API whatever the version,
 //! with what an old version lacks filled in the way Kafka reads it.
 
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     HeartbeatRequest as WireHeartbeat, JoinGroupRequest as WireJoin,
     LeaveGroupRequest as WireLeave, OffsetCommitRequest as WireCommit,
-    OffsetFetchRequest as WireFetch, SyncGroupRequest as WireSync,
+    OffsetFetchRequest as WireFetch, SyncGroupRequest as WireSync, TopicName,
 };
 use pyo3::prelude::*;
 
@@ -225,33 +226,59 @@ pub struct OffsetFetchTopic {
     partition_indexes: Vec<i32>,
 }
 
+/// One group's part of an OffsetFetch (v8+ ask for several groups in one request).
+#[pyclass(frozen, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffsetFetchGroup {
+    group_id: String,
+    topics: Option<Vec<OffsetFetchTopic>>,
+}
+
+/// v9's member id and epoch are left out: they fence the new consumer protocol's (KIP-848)
+/// members, and a classic group, the only kind here, ignores them as Kafka's does.
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
 pub struct OffsetFetchRequest {
-    group_id: String,
-    topics: Option<Vec<OffsetFetchTopic>>,
+    groups: Vec<OffsetFetchGroup>,
     require_stable: bool,
 }
 
 impl OffsetFetchRequest {
     pub fn new(wire: &WireFetch, version: i16) -> Self {
-        let topics = wire.topics.as_ref().map(|topics| {
-            topics
-                .iter()
-                .map(|t| OffsetFetchTopic {
-                    name: text(&t.name),
-                    partition_indexes: t.partition_indexes.clone(),
-                })
-                .collect()
-        });
-        OffsetFetchRequest {
-            group_id: text(&wire.group_id),
-            // "Every committed partition" (null) exists from v2; before, null means none.
-            topics: if version < 2 {
-                Some(topics.unwrap_or_default())
-            } else {
+        let topic = |name: &TopicName, partition_indexes: &Vec<i32>| OffsetFetchTopic {
+            name: text(name),
+            partition_indexes: partition_indexes.clone(),
+        };
+        let groups = if version >= 8 {
+            let group = |g: &OffsetFetchRequestGroup| OffsetFetchGroup {
+                group_id: text(&g.group_id),
+                topics: g.topics.as_ref().map(|topics| {
+                    topics
+                        .iter()
+                        .map(|t| topic(&t.name, &t.partition_indexes))
+                        .collect()
+                }),
+            };
+            wire.groups.iter().map(group).collect()
+        } else {
+            let topics = wire.topics.as_ref().map(|topics| {
                 topics
-            },
+                    .iter()
+                    .map(|t| topic(&t.name, &t.partition_indexes))
+                    .collect()
+            });
+            vec![OffsetFetchGroup {
+                group_id: text(&wire.group_id),
+                // "Every committed partition" (null) exists from v2; before, null means none.
+                topics: if version < 2 {
+                    Some(topics.unwrap_or_default())
+                } else {
+                    topics
+                },
+            }]
+        };
+        OffsetFetchRequest {
+            groups,
             require_stable: wire.require_stable,
         }
     }
@@ -264,7 +291,9 @@ mod tests {
     use kafka_protocol::messages::offset_commit_request::{
         OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     };
-    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{ApiKey, GroupId};
     use kafka_protocol::protocol::StrBytes;
@@ -440,13 +469,20 @@ mod tests {
         }
     }
 
+    fn orders(partition_indexes: Vec<i32>) -> OffsetFetchTopic {
+        OffsetFetchTopic {
+            name: "orders".into(),
+            partition_indexes,
+        }
+    }
+
     #[test]
     fn offset_fetch_of_every_partition_only_from_v2() {
-        let orders = OffsetFetchRequestTopic::default()
+        let orders_wire = OffsetFetchRequestTopic::default()
             .with_name(topic_name("orders"))
             .with_partition_indexes(vec![0, 2]);
         for v in [0, 1, 2, 6, 7] {
-            for topics in [Some(vec![orders.clone()]), None] {
+            for topics in [Some(vec![orders_wire.clone()]), None] {
                 let wire = WireFetch::default()
                     .with_group_id(GroupId(s("g")))
                     .with_topics(topics.clone())
@@ -455,18 +491,56 @@ mod tests {
                     panic!("v{v} decoded as another API");
                 };
                 let request = OffsetFetchRequest::new(&body, v);
-                assert_eq!(request.group_id, "g");
                 assert_eq!(request.require_stable, v >= 7);
                 let expected = match topics {
-                    Some(_) => Some(vec![OffsetFetchTopic {
-                        name: "orders".into(),
-                        partition_indexes: vec![0, 2],
-                    }]),
+                    Some(_) => Some(vec![orders(vec![0, 2])]),
                     None if v < 2 => Some(vec![]),
                     None => None,
                 };
-                assert_eq!(request.topics, expected, "v{v}");
+                let group = OffsetFetchGroup {
+                    group_id: "g".into(),
+                    topics: expected,
+                };
+                assert_eq!(request.groups, [group], "v{v}");
             }
+        }
+    }
+
+    #[test]
+    fn offset_fetch_asks_for_several_groups_from_v8() {
+        let orders_wire = OffsetFetchRequestTopics::default()
+            .with_name(topic_name("orders"))
+            .with_partition_indexes(vec![1]);
+        let groups = vec![
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s("a")))
+                .with_topics(Some(vec![orders_wire])),
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s("b")))
+                .with_member_id(Some(s("member-1")))
+                .with_member_epoch(3)
+                .with_topics(None),
+        ];
+        for v in [8, 9] {
+            let wire = WireFetch::default()
+                .with_groups(groups.clone())
+                .with_require_stable(true);
+            let ControlBody::OffsetFetch(body) = decoded(ApiKey::OffsetFetch, v, &wire) else {
+                panic!("v{v} decoded as another API");
+            };
+            let request = OffsetFetchRequest::new(&body, v);
+            assert!(request.require_stable);
+            let expected = [
+                OffsetFetchGroup {
+                    group_id: "a".into(),
+                    topics: Some(vec![orders(vec![1])]),
+                },
+                OffsetFetchGroup {
+                    group_id: "b".into(),
+                    topics: None,
+                },
+            ];
+            assert_eq!(request.groups, expected, "v{v}");
         }
     }
 
