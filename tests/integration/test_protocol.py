@@ -211,6 +211,31 @@ def test_pipelined_requests_answered_in_order(pbroker):
         assert kw.list_offsets(conn, topic, 0, kw.LATEST).offset == 10
 
 
+def test_a_producer_with_its_window_full_is_answered_before_the_flush_interval(broker_factory):
+    """Clients keep at most 5 Produce requests in flight per connection by default (idempotent
+    producers, the Java client and kafka-python even without idempotence). Once a connection has
+    5 waiting with at least 1 MiB between them, the broker flushes at once rather than holding
+    them for the flush interval (10 minutes here: they would time out). A request alone waits
+    for the interval as always; it is stored with the next flush although it timed out, as in
+    Kafka."""
+    b = broker_factory(flush_interval_ms=600_000)
+    topic = unique("window")
+    kw.ensure_topic(b.bootstrap, topic)
+    big = batch([bytes(250_000)])
+    with kw.RawConnection.to(b.bootstrap, timeout=60) as conn:
+        alone = conn.request(kw.PRODUCE, 3, kw.produce_body(topic, 0, batch([b"alone"]), -1, 1000))
+        assert kw.parse_produce_v3(alone)[(topic, 0)].error_code == kw.REQUEST_TIMED_OUT
+        sent = [
+            conn.send(kw.PRODUCE, 3, kw.produce_body(topic, 0, big, -1, 30_000)) for _ in range(5)
+        ]
+        answers = []
+        for cid in sent:
+            got, reader = conn.recv_response()
+            assert got == cid
+            answers.append(kw.parse_produce_v3(reader)[(topic, 0)])
+    assert [(a.error_code, a.base_offset) for a in answers] == [(kw.NONE, i) for i in range(1, 6)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Fetch
 
