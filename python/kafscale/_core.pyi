@@ -383,8 +383,10 @@ class Broker:
     ) -> asyncio.Future[TopicInfo]:
         """Create a topic in the metadata store. Raises KafkaApiError with
         TOPIC_ALREADY_EXISTS (36), INVALID_TOPIC_EXCEPTION (17), INVALID_PARTITIONS (37)."""
-    def delete_topic(self, name: str) -> asyncio.Future[None]:
-        """Delete a topic and its segments. KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3)."""
+    def delete_topic(self, name: str, topic_id: str | None = None) -> asyncio.Future[None]:
+        """Delete a topic and its segments; with ``topic_id``, only if the topic has that id.
+        KafkaApiError UNKNOWN_TOPIC_OR_PARTITION (3), or UNKNOWN_TOPIC_ID (100) when
+        ``topic_id`` is given."""
     def topic(self, name: str) -> asyncio.Future[TopicInfo | None]: ...
     def topic_by_id(self, topic_id: str) -> asyncio.Future[TopicInfo | None]:
         """The topic whose ``topic_id`` this is. ValueError when it is not a UUID."""

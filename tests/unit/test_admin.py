@@ -105,6 +105,8 @@ class FakeCore:
         self.deleted: list[str] = []
         self.fail: dict[str, Exception] = {}  # name -> exception to raise
         self.gate: asyncio.Event | None = None  # when set, operations wait for it
+        # names re-created (a new id) by another client just before this broker deletes them
+        self.recreated: set[str] = set()
 
     async def _maybe_wait(self, name: str) -> None:
         if self.gate is not None:
@@ -124,8 +126,12 @@ class FakeCore:
         for name in names:
             self.existing[name] = TopicInfo(name, id_of(name), 1, {})
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, topic_id: str | None = None) -> None:
         await self._maybe_wait(name)
+        if name in self.recreated:
+            self.existing[name] = TopicInfo(name, str(uuid.uuid4()), 1, {})
+        if topic_id is not None and getattr(self.existing.get(name), "topic_id", None) != topic_id:
+            raise FakeKafkaApiError(100, f"no topic has the id {topic_id}")
         if name not in self.existing:
             raise FakeKafkaApiError(3, f"unknown topic {name!r}")
         del self.existing[name]
@@ -373,6 +379,19 @@ def test_delete_by_id_as_kafka_checks_it() -> None:
     ]
     assert core.deleted == ["a", "c"]
     assert unknown in (results[1].error_message or "")
+
+
+def test_delete_by_id_never_takes_a_topic_recreated_under_the_name() -> None:
+    core = FakeCore()
+    core.add("a", "b")
+    core.recreated = {"a", "b"}
+    results = delete(core, DeletableTopic(None, id_of("a")), DeletableTopic("b"))
+    assert [(r.name, r.error_code) for r in results] == [
+        ("a", ErrorCode.UNKNOWN_TOPIC_ID),
+        ("b", ErrorCode.NONE),  # by name: whatever topic has the name goes
+    ]
+    assert core.deleted == ["b"]
+    assert core.existing["a"].topic_id != id_of("a")
 
 
 def test_delete_timeout() -> None:

@@ -75,7 +75,7 @@ class TopicStore(Protocol):
     def create_topic(
         self, name: str, partitions: int, configs: dict[str, str]
     ) -> Awaitable[TopicInfoLike]: ...
-    def delete_topic(self, name: str) -> Awaitable[None]: ...
+    def delete_topic(self, name: str, topic_id: str | None = None) -> Awaitable[None]: ...
     def topic(self, name: str) -> Awaitable[TopicInfoLike | None]: ...
     def topic_by_id(self, topic_id: str) -> Awaitable[TopicInfoLike | None]: ...
 
@@ -253,9 +253,11 @@ async def _create_one(
     return TopicResult(plan.name, created=created)
 
 
-async def _delete_one(core: TopicStore, name: str, api_error: type[BaseException]) -> TopicResult:
+async def _delete_one(
+    core: TopicStore, name: str, topic_id: str | None, api_error: type[BaseException]
+) -> TopicResult:
     try:
-        await core.delete_topic(name)
+        await core.delete_topic(name, topic_id)
     except api_error as exc:
         return api_error_result(name, exc)
     except Exception:
@@ -334,11 +336,18 @@ async def create_topics(
     return [results[name] for name in counts]  # Counter keeps first-seen order
 
 
+@dataclass(frozen=True)
+class _Target:
+    name: str
+    topic_id: str | None  # as far as this broker knows
+    by_id: bool  # the entry named the id: the delete must not take another topic of the name
+
+
 async def _target(
     core: TopicStore, name: str | None, topic_id: str | None
-) -> tuple[str, str | None] | DeletedTopic:
-    """The name and id (when known) of the topic an entry names, or the outcome that refuses
-    the entry. A name this broker does not know yet is still tried: the store decides."""
+) -> _Target | DeletedTopic:
+    """The topic an entry names, or the outcome that refuses the entry. A name this broker
+    does not know yet is still tried: the store decides."""
     if name is not None and topic_id is not None:
         return DeletedTopic(
             name,
@@ -347,20 +356,18 @@ async def _target(
             "give a topic's name or its id, not both",
         )
     if topic_id is not None:
-        # The store deletes by name: a topic re-created under that name between this lookup
-        # and the delete would go instead (Kafka deletes by id); the window is one round trip.
         topic = await core.topic_by_id(topic_id)
         if topic is None:
             return DeletedTopic(
                 None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}"
             )
-        return topic.name, topic_id
+        return _Target(topic.name, topic_id, by_id=True)
     if name is None:
         return DeletedTopic(
             None, None, ErrorCode.INVALID_REQUEST, "give a topic's name or its id (neither given)"
         )
     topic = await core.topic(name)
-    return name, None if topic is None else topic.topic_id
+    return _Target(name, None if topic is None else topic.topic_id, by_id=False)
 
 
 async def delete_topics(
@@ -370,15 +377,20 @@ async def delete_topics(
     more than once (by name or id) is deleted once and each entry reports the outcome."""
     entries = list(dict.fromkeys((t.name, t.topic_id) for t in req.topics))
     targets = await asyncio.gather(*(_target(core, *entry) for entry in entries))
-    names = [t[0] for t in targets if not isinstance(t, DeletedTopic)]
-    jobs = {name: _delete_one(core, name, api_error) for name in dict.fromkeys(names)}
+    # One delete per topic; named by id (by any entry), it deletes only the topic of that id.
+    by_name: dict[str, str | None] = {}
+    for t in targets:
+        if not isinstance(t, DeletedTopic):
+            by_name[t.name] = by_name.get(t.name) or (t.topic_id if t.by_id else None)
+    jobs = {
+        name: _delete_one(core, name, topic_id, api_error) for name, topic_id in by_name.items()
+    }
     results = await run_bounded(jobs, wait_seconds(req.timeout_ms), "deletion")
     out = []
     for target in targets:
         if isinstance(target, DeletedTopic):
             out.append(target)
         else:
-            name, topic_id = target
-            r = results[name]
-            out.append(DeletedTopic(name, topic_id, r.error_code, r.error_message))
+            r = results[target.name]
+            out.append(DeletedTopic(target.name, target.topic_id, r.error_code, r.error_message))
     return out

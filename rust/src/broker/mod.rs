@@ -402,14 +402,18 @@ impl Broker {
         }
     }
 
-    /// Removes the topic at once; its objects are deleted in the background, to completion,
-    /// and resumed after a restart.
-    pub async fn delete_topic(self: &Arc<Self>, name: &str) -> Result<(), ApiError> {
+    /// Removes the topic at once (only if it has this `id`, when given); its objects are
+    /// deleted in the background, to completion, and resumed after a restart.
+    pub async fn delete_topic(
+        self: &Arc<Self>,
+        name: &str,
+        id: Option<uuid::Uuid>,
+    ) -> Result<(), ApiError> {
         let _admin = self.admin.lock().await;
         let revision = self
             .log
             .catalog
-            .delete_topic(name)
+            .delete_topic(name, id)
             .await
             .map_err(catalog_error)?;
         let removed = self.topic(name);
@@ -538,6 +542,7 @@ fn catalog_error(e: CatalogError) -> ApiError {
             ResponseError::TopicAlreadyExists
         }
         CatalogError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+        CatalogError::UnknownTopicId(_) => ResponseError::UnknownTopicId,
         CatalogError::PartitionCount { .. } => ResponseError::InvalidPartitions,
         CatalogError::Fenced(..) => ResponseError::NotLeaderOrFollower,
         // Kafka answers a request beyond its own metadata limits (more than 10,000 partitions

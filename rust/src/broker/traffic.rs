@@ -76,7 +76,7 @@ mod tests {
         }
         let names = b.metrics.topic_traffic.topic_names();
         assert_eq!(names, ["served"]);
-        b.delete_topic("served").await.unwrap();
+        b.delete_topic("served", None).await.unwrap();
         assert!(b.metrics.topic_traffic.topic_names().is_empty());
     }
 }

@@ -124,6 +124,8 @@ pub enum CatalogError {
     TopicBeingDeleted(String),
     #[error("topic '{0}' does not exist")]
     UnknownTopic(String),
+    #[error("no topic has the id {0}")]
+    UnknownTopicId(Uuid),
     /// A partition count a topic cannot grow to.
     #[error("topic '{topic}' has {current} partitions; {reason}")]
     PartitionCount {
@@ -385,11 +387,20 @@ impl Catalog {
 
     /// Removes the topic from the metadata and records that its objects are still to be
     /// deleted (the caller deletes them, then calls `finish_deletion`). Returns the revision.
-    pub async fn delete_topic(&self, name: &str) -> Result<i64, CatalogError> {
+    /// With `id`, only the topic of that id goes: a topic re-created under the name since the
+    /// caller looked the id up stays.
+    pub async fn delete_topic(&self, name: &str, id: Option<Uuid>) -> Result<i64, CatalogError> {
+        let missing = || match id {
+            Some(id) => CatalogError::UnknownTopicId(id),
+            None => CatalogError::UnknownTopic(name.to_string()),
+        };
         let Some(kv) = self.kv.get(&self.topic_key(name)).await? else {
-            return Err(CatalogError::UnknownTopic(name.to_string()));
+            return Err(missing());
         };
         let record: TopicRecord = parse(&kv)?;
+        if id.is_some_and(|id| id != record.id) {
+            return Err(missing());
+        }
         let pending = PendingDeletion {
             topic: name.to_string(),
             topic_id: record.id,
@@ -402,7 +413,7 @@ impl Catalog {
         let compares = vec![Compare::ModRevision(self.topic_key(name), kv.mod_revision)];
         match self.kv.txn(compares, ops).await? {
             Some(revision) => Ok(revision),
-            None => Err(CatalogError::UnknownTopic(name.to_string())),
+            None => Err(missing()),
         }
     }
 

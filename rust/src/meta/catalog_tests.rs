@@ -22,7 +22,7 @@ async fn topics_are_created_once_and_deleted_with_their_partitions() {
     ));
     assert_eq!(catalog.topics().await.unwrap(), vec![created.clone()]);
     catalog.claim_partition("orders", 2, 1).await.unwrap();
-    catalog.delete_topic("orders").await.unwrap();
+    catalog.delete_topic("orders", None).await.unwrap();
     assert!(catalog.partition("orders", 2).await.unwrap().is_none());
     let owner = catalog.kv().get(&catalog.owner_key("orders", 2)).await;
     assert!(owner.unwrap().is_none());
@@ -37,6 +37,17 @@ async fn topics_are_created_once_and_deleted_with_their_partitions() {
         .await
         .unwrap();
     assert_ne!(again.id, created.id);
+    // by id: the old id no longer deletes the topic re-created under its name
+    assert!(matches!(
+        catalog.delete_topic("orders", Some(created.id)).await,
+        Err(CatalogError::UnknownTopicId(id)) if id == created.id
+    ));
+    assert_eq!(catalog.topics().await.unwrap(), vec![again.clone()]);
+    catalog
+        .delete_topic("orders", Some(again.id))
+        .await
+        .unwrap();
+    assert!(catalog.topics().await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -144,7 +155,7 @@ async fn no_record_is_created_for_a_topic_changed_or_deleted_meanwhile() {
     catalog.add_partitions("t", 4, 8).await.unwrap();
     assert!(catalog.claim_partitions(&seen, 1).await.unwrap().is_none());
     let seen = targets(&catalog, &[0, 1]).await;
-    catalog.delete_topic("t").await.unwrap();
+    catalog.delete_topic("t", None).await.unwrap();
     assert!(catalog.claim_partitions(&seen, 1).await.unwrap().is_none());
     let left = catalog.kv().range(&catalog.partition_key("t", 0)).await;
     assert!(left.unwrap().kvs.is_empty());

@@ -130,10 +130,18 @@ impl Broker {
         })
     }
 
-    fn delete_topic<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
+    /// Deletes the topic, only if it has `topic_id` when one is given.
+    #[pyo3(signature = (name, topic_id=None))]
+    fn delete_topic<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        topic_id: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let id = topic_id.map(parse_topic_id).transpose()?;
         let core = self.running()?.core.clone();
         on_runtime(&self.runtime, py, async move {
-            core.delete_topic(&name).await.map_err(api_error)
+            core.delete_topic(&name, id).await.map_err(api_error)
         })
     }
 
@@ -147,8 +155,7 @@ impl Broker {
     /// The topic with this id (`TopicInfo.topic_id`'s text), or None; ValueError when it is
     /// not a UUID.
     fn topic_by_id<'py>(&self, py: Python<'py>, topic_id: &str) -> PyResult<Bound<'py, PyAny>> {
-        let id = uuid::Uuid::parse_str(topic_id)
-            .map_err(|e| PyValueError::new_err(format!("topic id {topic_id:?}: {e}")))?;
+        let id = parse_topic_id(topic_id)?;
         let core = self.running()?.core.clone();
         on_runtime(&self.runtime, py, async move {
             Ok(core.topic_by_id(id).map(|t| TopicInfo::from(t.as_ref())))
@@ -245,4 +252,10 @@ impl Broker {
         py.detach(move || runtime.block_on(running.stop()));
         Ok(())
     }
+}
+
+/// A topic id as `TopicInfo.topic_id` gives it; ValueError when it is not a UUID.
+fn parse_topic_id(topic_id: &str) -> PyResult<uuid::Uuid> {
+    uuid::Uuid::parse_str(topic_id)
+        .map_err(|e| PyValueError::new_err(format!("topic id {topic_id:?}: {e}")))
 }
