@@ -319,6 +319,43 @@ async fn a_follower_whose_watch_lags_reads_the_segment_the_store_records() {
 }
 
 #[tokio::test]
+async fn records_deleted_before_compaction_are_not_compacted() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    for base in [0, 5, 10, 15] {
+        let ack = produce(&f, &p, 5);
+        assert!(f.writer.flush().await);
+        assert_eq!(ack.await.unwrap(), Ok(base));
+    }
+    // the log start moves into the write-ahead data, inside the batch at 10
+    let deleted = super::retention::delete_records(&f.ctx, &p, 12).await;
+    assert_eq!(deleted, Ok(12));
+    let later = super::partition::now_ms() + 7_200_000;
+    let (due, revision) = compact_and_commit(&f, &p, later).await;
+    p.compacted(&f.ctx, due, revision);
+    let segments: Vec<_> = p
+        .segments()
+        .iter()
+        .map(|s| (s.base_offset, s.last_offset))
+        .collect();
+    assert_eq!(
+        segments,
+        [(10, 19)],
+        "the batch holding the log start begins the log"
+    );
+    let listed = f.ctx.store.list_partition("orders", 0).await.unwrap();
+    let data = crate::store::SegmentObject::Data;
+    let stored: Vec<_> = listed
+        .iter()
+        .filter(|s| s.kind == data)
+        .map(|s| s.base_offset)
+        .collect();
+    assert_eq!(stored, [10], "nothing below the log start was written");
+    let read = reader::read(&f.ctx, &p, 12, 1 << 20, true).await.unwrap();
+    assert_eq!(base_offsets(&read.records), vec![10, 15]);
+}
+
+#[tokio::test]
 async fn compaction_takes_an_identical_leftover_and_removes_a_foreign_one() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;

@@ -49,7 +49,12 @@ impl Partition {
         }
         let owned = self.owned()?;
         let end = self.high_watermark();
-        let mut from = owned.record.segment_end();
+        // Records deleted before they were compacted (DeleteRecords past the segment end) are
+        // not written again: segments go on from the batch that holds the log start.
+        let mut from = owned
+            .record
+            .segment_end()
+            .max(owned.record.log_start_offset);
         let mut segments = Vec::new();
         while segments.len() < SEGMENTS_PER_COMPACTION {
             match self.next_segment(ctx, from, end, now_ms).await {
@@ -126,7 +131,10 @@ impl Partition {
             .await?
         {
             true => Some((built.meta.clone(), built.batches())),
-            false => Some((self.take_occupant(ctx, from, end).await?, Bytes::new())),
+            false => {
+                let occupant = self.take_occupant(ctx, built.meta.base_offset, end).await?;
+                Some((occupant, Bytes::new()))
+            }
         }
     }
 
@@ -167,9 +175,9 @@ impl Partition {
         }
     }
 
-    /// The committed batches from `from` through the one holding `last`, from the write-ahead
-    /// runs (all there: runs above the segment end are never deleted). None if a run cannot be
-    /// read now, or is malformed or leaves a gap (logged).
+    /// The committed batches from the one holding `from` through the one holding `last`, from
+    /// the write-ahead runs (all there: runs above the segment end are never deleted). None if
+    /// a run cannot be read now, or is malformed or leaves a gap (logged).
     pub(super) async fn committed_batches(
         &self,
         ctx: &LogContext,
@@ -191,7 +199,9 @@ impl Partition {
                 if header.last_offset() < next {
                     continue;
                 }
-                if header.base_offset != next {
+                // The first batch may begin below `from` (a log start inside a batch).
+                let first_holds_from = batches.is_empty() && header.base_offset < next;
+                if header.base_offset != next && !first_holds_from {
                     tracing::error!(topic = %self.topic, partition = self.id, expected = next,
                         found = header.base_offset, "write-ahead runs have a gap; not compacting");
                     return None;
