@@ -23,10 +23,14 @@ import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from kafscale import listeners as _listeners
 
 __all__ = [
     "CONTROL_PLANE_SETTINGS",
+    "LISTENER_SETTINGS",
     "LOG_FORMATS",
     "LOG_LEVELS",
     "Settings",
@@ -45,6 +49,20 @@ CONTROL_PLANE_SETTINGS = (
     "group_max_size",
 )
 LOG_FORMATS = ("text", "json")
+# Settings the core reads through the derived ``Settings.listener_specs`` and ``Settings.tls``
+# (the first two properties of ``_core.BrokerSettings``); they come first.
+LISTENER_SETTINGS = (
+    "broker_addr",
+    "broker_host",
+    "broker_port",
+    "listeners",
+    "advertised_listeners",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cafile",
+    "ssl_client_auth",
+    "ssl_reload_interval_ms",
+)
 
 _KIB = 1024
 _MIB = 1024 * _KIB
@@ -220,6 +238,16 @@ def _check_advertised_host(value: str) -> str | None:
     return None
 
 
+def _check_token_file(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        token = Path(value).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        return f"cannot be read ({value}: {exc.strerror})"
+    return None if token else f"is empty ({value}); put the bearer token in it"
+
+
 def _check_endpoint(value: str | None) -> str | None:
     if value is None or re.match(r"https?://[^/\s]+", value):
         return None
@@ -299,6 +327,64 @@ class Settings:
         check=_in_range(0, 65535, "a port number"),
         default_doc="port of --broker-addr",
         metavar="PORT",
+    )
+    listeners: str | None = _setting(
+        None,
+        "Kafka listeners (Kafka's listeners): comma-separated NAME://HOST:PORT, the name being "
+        "the listener's security protocol (PLAINTEXT or SSL), e.g. "
+        "PLAINTEXT://0.0.0.0:9092,SSL://0.0.0.0:9093. An empty host binds every interface. "
+        "Replaces --broker-addr.",
+        _parse_optional_str,
+        check=_listeners.check_listeners,
+        default_doc="one PLAINTEXT listener on --broker-addr",
+        metavar="LISTENERS",
+    )
+    advertised_listeners: str | None = _setting(
+        None,
+        "What clients that come in on each listener are told (Kafka's advertised.listeners): "
+        "comma-separated NAME://HOST:PORT for some or all listeners; port 0 advertises the "
+        "port bound.",
+        _parse_optional_str,
+        check=_listeners.check_advertised,
+        default_doc="each listener's own host (--broker-host for a wildcard one) and port",
+        metavar="LISTENERS",
+    )
+    ssl_certfile: str | None = _setting(
+        None,
+        "PEM file with the SSL listeners' certificate (and its chain); read again when it changes.",
+        _parse_optional_str,
+        default_doc="unset",
+        metavar="PATH",
+    )
+    ssl_keyfile: str | None = _setting(
+        None,
+        "PEM file with the certificate's private key (PKCS#8, PKCS#1 or SEC1).",
+        _parse_optional_str,
+        default_doc="unset",
+        metavar="PATH",
+    )
+    ssl_cafile: str | None = _setting(
+        None,
+        "PEM file with the CAs that client certificates must be signed by.",
+        _parse_optional_str,
+        default_doc="unset",
+        metavar="PATH",
+    )
+    ssl_client_auth: str = _setting(
+        "none",
+        "Client certificates on SSL listeners (Kafka's ssl.client.auth): none, requested "
+        "(checked if sent) or required. A client's certificate subject is its principal.",
+        _parse_lower,
+        check=_one_of(("none", "requested", "required")),
+        metavar="MODE",
+    )
+    ssl_reload_interval_ms: int = _setting(
+        10_000,
+        "How often the certificate, key and CA files are checked for changes; changed files "
+        "serve new connections without a restart.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 10000"),
+        metavar="MS",
     )
     broker_id: int = _setting(
         0,
@@ -512,6 +598,22 @@ class Settings:
         default_doc="unset: not served",
         metavar="HOST:PORT",
     )
+    metrics_tls: bool = _setting(
+        False,
+        "Serve the operations endpoint over TLS with --ssl-certfile and --ssl-keyfile; it "
+        "never asks for a client certificate (probes present none).",
+        _parse_bool,
+    )
+    metrics_token_file: str | None = _setting(
+        None,
+        "File holding a bearer token that /metrics requires (Authorization: Bearer TOKEN); "
+        "read on every request, so a rotated token applies at once. /healthz and /readyz "
+        "stay open for probes.",
+        _parse_optional_str,
+        check=_check_token_file,
+        default_doc="unset: /metrics is open",
+        metavar="PATH",
+    )
     # Limits that keep one client from exhausting the broker (names follow Kafka's broker
     # configs where Kafka has one).
     max_connections: int = _setting(
@@ -674,6 +776,7 @@ class Settings:
             if problem:
                 raise SettingsError(f"{_both(f.name)} {problem}")
         self._check_storage()
+        self._check_listeners()
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise SettingsError(
                 f"{_both('group_min_session_timeout_ms')} ({self.group_min_session_timeout_ms}) "
@@ -687,6 +790,54 @@ class Settings:
                 f"{_both('max_request_bytes')} ({self.max_request_bytes}), so no such message "
                 "could ever arrive; lower the first or raise the second"
             )
+
+    def _check_listeners(self) -> None:
+        try:
+            specs = self.listener_specs
+        except ValueError as exc:
+            raise SettingsError(f"{_both('advertised_listeners')}: {exc}") from None
+        if any(spec.name == "SSL" for spec in specs) and not (
+            self.ssl_certfile and self.ssl_keyfile
+        ):
+            raise SettingsError(
+                f"an SSL listener needs a certificate: set {_both('ssl_certfile')} and "
+                f"{_both('ssl_keyfile')} (PEM files)"
+            )
+        if self.metrics_tls and not (self.ssl_certfile and self.ssl_keyfile):
+            raise SettingsError(
+                f"{_both('metrics_tls')} needs a certificate: set {_both('ssl_certfile')} and "
+                f"{_both('ssl_keyfile')} (PEM files)"
+            )
+        if self.ssl_client_auth != "none" and not self.ssl_cafile:
+            raise SettingsError(
+                f"{_both('ssl_client_auth')} {self.ssl_client_auth} needs {_both('ssl_cafile')}: "
+                "the CAs client certificates must be signed by"
+            )
+
+    @property
+    def listener_specs(self) -> list[_listeners.ListenerSpec]:
+        """Every listener the core binds, the first one --broker-addr's when --listeners is
+        unset."""
+        return _listeners.resolve(
+            self.listeners,
+            self.advertised_listeners,
+            self.broker_addr,
+            self.broker_host,
+            self.broker_port,
+        )
+
+    @property
+    def tls(self) -> _listeners.TlsFiles | None:
+        """The SSL listeners' files, when a certificate is set."""
+        if not (self.ssl_certfile and self.ssl_keyfile):
+            return None
+        return _listeners.TlsFiles(
+            self.ssl_certfile,
+            self.ssl_keyfile,
+            self.ssl_cafile,
+            self.ssl_client_auth,
+            self.ssl_reload_interval_ms,
+        )
 
     def _check_storage(self) -> None:
         # Contradictory storage choices are errors: silently preferring one would put data

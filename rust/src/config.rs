@@ -8,13 +8,45 @@ use pyo3::FromPyObject;
 
 use crate::log::index::DEFAULT_INDEX_INTERVAL;
 use crate::log::LogSettings;
+use crate::meta::catalog::{BrokerRecord, Endpoint};
 use crate::store::StorageLocation;
+
+/// One Kafka listener (Kafka's `listeners` and `advertised.listeners`): its name, which is
+/// also its security protocol (PLAINTEXT or SSL), the address it binds and the endpoint
+/// clients that come in on it are given for every broker.
+#[derive(Debug, Clone, FromPyObject)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub bind: String,
+    pub advertised_host: String,
+    /// 0: the port the listener bound.
+    pub advertised_port: i32,
+}
+
+impl ListenerConfig {
+    pub fn is_tls(&self) -> bool {
+        self.name == "SSL"
+    }
+}
+
+/// The TLS listeners' certificate, key and client authentication (Kafka's `ssl.*`), read
+/// from PEM files and read again when they change.
+#[derive(Debug, Clone, FromPyObject)]
+pub struct TlsFiles {
+    pub certfile: PathBuf,
+    pub keyfile: PathBuf,
+    /// CAs trusted for client certificates.
+    pub cafile: Option<PathBuf>,
+    /// `none`, `requested` or `required` (Kafka's `ssl.client.auth`).
+    pub client_auth: String,
+    pub reload_interval_ms: u64,
+}
 
 #[derive(Debug, Clone, FromPyObject)]
 pub struct BrokerConfig {
-    pub broker_addr: String,
-    pub broker_host: String,
-    pub broker_port: i32,
+    /// The first one is the listener other settings' addresses describe (the start-up line).
+    pub listener_specs: Vec<ListenerConfig>,
+    pub tls: Option<TlsFiles>,
     pub broker_id: i32,
     pub data_dir: String,
     pub s3_bucket: Option<String>,
@@ -41,6 +73,10 @@ pub struct BrokerConfig {
     pub retention_bytes: i64,
     pub retention_check_interval_ms: u64,
     pub metrics_addr: Option<String>,
+    /// The operations endpoint speaks TLS with the SSL listeners' certificate.
+    pub metrics_tls: bool,
+    /// A file holding the bearer token `/metrics` requires.
+    pub metrics_token_file: Option<PathBuf>,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
     pub connections_max_idle_ms: u64,
@@ -55,6 +91,29 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// This broker as it registers: every listener's advertised endpoint (ports bound by
+    /// now), the first one's also as its host and port.
+    pub fn broker_record(&self) -> BrokerRecord {
+        let endpoints: Vec<Endpoint> = self
+            .listener_specs
+            .iter()
+            .map(|l| Endpoint {
+                listener: l.name.clone(),
+                host: l.advertised_host.clone(),
+                port: l.advertised_port,
+            })
+            .collect();
+        let (host, port) = endpoints
+            .first()
+            .map_or((String::new(), 0), |e| (e.host.clone(), e.port));
+        BrokerRecord {
+            id: self.broker_id,
+            host,
+            port,
+            endpoints,
+        }
+    }
+
     /// Where segments go. Contradictory settings are an error, never a silent choice.
     pub fn storage(&self) -> Result<StorageLocation, String> {
         match (&self.s3_bucket, self.use_memory_s3) {

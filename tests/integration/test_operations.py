@@ -3,7 +3,9 @@ format settings, against real brokers, etcd and moto."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +22,7 @@ from support import segment_format as sf
 from support.admin_clients import ConfluentAdmin
 from support.kafka_wire import RawConnection
 from support.procs import free_port, paused
+from support.tls import make_pki
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -270,3 +273,38 @@ def test_metrics_escape_names_and_keep_series_only_for_what_exists(broker_factor
 
 def one_record() -> bytes:
     return sf.build_record_batch([(None, b"v", [])])
+
+
+def test_the_endpoint_over_tls_with_a_bearer_token(broker_factory, tmp_path):
+    """--metrics-tls serves the endpoint with the SSL listeners' certificate; with
+    --metrics-token-file, /metrics wants the token (read on each request, so a rotation
+    applies at once) while the probes stay open; plain HTTP gets no answer."""
+    pki = make_pki(tmp_path / "pki")
+    token = tmp_path / "metrics-token"
+    token.write_text("s3cret\n")
+    port = free_port()
+    args = ["--metrics-addr", f"127.0.0.1:{port}", "--metrics-tls"]
+    broker_factory([*args, "--metrics-token-file", str(token), *pki.broker_args()])
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+
+    def fetch(path: str, bearer: str | None = None) -> tuple[int, str]:
+        request = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+        if bearer is not None:
+            request.add_header("Authorization", f"Bearer {bearer}")
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    assert fetch("/healthz") == (200, "ok\n")
+    assert fetch("/readyz")[0] in (200, 503)  # answered without a token either way
+    assert fetch("/metrics")[0] == 401
+    assert fetch("/metrics", "wrong")[0] == 401
+    status, body = fetch("/metrics", "s3cret")
+    assert status == 200 and "kafscale_" in body, body[:200]
+    token.write_text("rotated\n")
+    assert fetch("/metrics", "s3cret")[0] == 401
+    assert fetch("/metrics", "rotated")[0] == 200
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 
 import pytest
 
 from kafscale.cli.errors import CliError
+from kafscale.cli.kafka import read_command_config
 from kafscale.cli.reset import Strategy, plan
 from kafscale.cli.verify import joins
 
@@ -136,3 +138,35 @@ def test_datetime_later_than_every_record_is_the_end():
         (17, None),
         (10, None),
     ]
+
+
+def test_command_config_reads_client_properties(tmp_path):
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "# TLS to the SSL listener\n"
+        "security.protocol=SSL\n"
+        "ssl.ca.location = /etc/kafscale/ca.pem\n"
+        "! a comment too\n"
+        "ssl.key.location: /etc/kafscale/client.key\n"
+    )
+    assert read_command_config(str(path)) == {
+        "security.protocol": "SSL",
+        "ssl.ca.location": "/etc/kafscale/ca.pem",
+        "ssl.key.location": "/etc/kafscale/client.key",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("security.protocol SSL\n", "line 1"),
+        ("ok=1\nbootstrap.servers=elsewhere:9092\n", "set by the command itself"),
+    ],
+)
+def test_command_config_mistakes_are_explained(tmp_path, text, expected):
+    path = tmp_path / "client.properties"
+    path.write_text(text)
+    with pytest.raises(argparse.ArgumentTypeError, match=expected):
+        read_command_config(str(path))
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot read"):
+        read_command_config(str(tmp_path / "missing.properties"))

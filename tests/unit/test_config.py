@@ -11,6 +11,7 @@ import pytest
 
 from kafscale.config import (
     CONTROL_PLANE_SETTINGS,
+    LISTENER_SETTINGS,
     Settings,
     SettingsError,
     env_var,
@@ -52,14 +53,16 @@ def test_defaults() -> None:
 
 
 def test_fields_match_core_contract() -> None:
-    """Settings carry exactly the attributes _core.BrokerSettings declares, in its order,
-    followed by the settings only the Python control plane reads."""
+    """Settings carry exactly the attributes _core.BrokerSettings declares, in its order: the
+    listener settings first (the core reads them as the derived listener_specs and tls), the
+    settings only the Python control plane reads last."""
     tree = ast.parse(PYI.read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BrokerSettings")
     # read-only properties: the core only reads them (and Settings is frozen)
     declared = [n.name for n in cls.body if isinstance(n, ast.FunctionDef)]
+    assert declared[:2] == ["listener_specs", "tls"]
     names = [f.name for f in dataclasses.fields(Settings)]
-    assert names == declared + list(CONTROL_PLANE_SETTINGS)
+    assert names == list(LISTENER_SETTINGS) + declared[2:] + list(CONTROL_PLANE_SETTINGS)
 
 
 def test_flag_beats_env_beats_default() -> None:
@@ -266,3 +269,64 @@ def test_settings_are_frozen_and_validated_when_built_directly() -> None:
         s.broker_id = 1  # type: ignore[misc]
     with pytest.raises(SettingsError, match="KAFSCALE_DEFAULT_PARTITIONS"):
         Settings(default_partitions=0)
+
+
+# --- listeners ------------------------------------------------------------------------------
+
+
+def test_without_listeners_one_plaintext_listener_on_the_broker_address() -> None:
+    s = load(["--broker-addr", "0.0.0.0:9000", "--broker-host", "kafka.example"])
+    assert [(x.name, x.bind, x.advertised_host, x.advertised_port) for x in s.listener_specs] == [
+        ("PLAINTEXT", "0.0.0.0:9000", "kafka.example", 9000)
+    ]
+    assert s.tls is None
+
+
+def test_listeners_advertise_their_own_host_or_the_broker_host_or_what_is_given() -> None:
+    s = load(
+        [
+            "--listeners",
+            "PLAINTEXT://127.0.0.1:9092, ssl://:9093",
+            "--advertised-listeners",
+            "PLAINTEXT://kafka.example:19092",
+            "--broker-host",
+            "node-1.example",
+            "--ssl-certfile",
+            "server.pem",
+            "--ssl-keyfile",
+            "server.key",
+        ]
+    )
+    assert [(x.name, x.bind, x.advertised_host, x.advertised_port) for x in s.listener_specs] == [
+        ("PLAINTEXT", "127.0.0.1:9092", "kafka.example", 19092),
+        ("SSL", "0.0.0.0:9093", "node-1.example", 9093),
+    ]
+    assert s.tls is not None
+    assert (s.tls.certfile, s.tls.client_auth, s.tls.reload_interval_ms) == (
+        "server.pem",
+        "none",
+        10_000,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--listeners", "PLAINTEXT://127.0.0.1"], "has no port number"),
+        (["--listeners", "FOO://:9092"], "unknown listener 'FOO'"),
+        (["--listeners", "SASL_SSL://:9092"], "not supported yet"),
+        (["--listeners", "SSL://:1,SSL://:2"], "named twice"),
+        (
+            ["--listeners", "PLAINTEXT://:1", "--advertised-listeners", "SSL://h:1"],
+            "not in listeners",
+        ),
+        (
+            ["--listeners", "PLAINTEXT://:1", "--advertised-listeners", "PLAINTEXT://0.0.0.0:1"],
+            "host clients can reach",
+        ),
+        (["--listeners", "SSL://:9093"], "needs a certificate"),
+        (["--ssl-client-auth", "required"], "needs --ssl-cafile"),
+    ],
+)
+def test_listener_mistakes_are_explained(argv: list[str], expected: str) -> None:
+    assert expected in error_of(argv)

@@ -1,9 +1,11 @@
 """deploy/: the Kubernetes manifests and the container image agree with what the broker reads.
 
 Each overlay is rendered by ``kubectl kustomize`` (kubectl ships with this machine kind; its
-kustomize is v5), once per session. Every rendered object is validated against the Kubernetes
-JSON schemas (kubernetes-validate, strict: unknown fields are errors) of the oldest and newest
-Kubernetes versions checked.
+kustomize is v5), once per session, and so is the overlay deploy/README.md shows for the opt-in
+component components/tls (bundled-etcd plus the component, with and without its mTLS patch),
+built from the README's own text in a copy of deploy/kubernetes. Every rendered object is
+validated against the Kubernetes JSON schemas (kubernetes-validate, strict: unknown fields are
+errors) of the oldest and newest Kubernetes versions checked.
 
 The cross-checks are functions returning a list of problems, so that the last tests can show
 that each one catches a broken manifest (a misspelled variable, a probe on the wrong port...).
@@ -20,6 +22,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -30,12 +33,17 @@ import yaml
 from packaging.requirements import Requirement
 
 from kafscale.config import Settings, SettingsError, env_var, load_settings, split_host_port
+from kafscale.listeners import parse_endpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBE = DEPLOY / "kubernetes"
 DOCKERFILE = DEPLOY / "Dockerfile"
+README = DEPLOY / "README.md"
 OVERLAYS = {name: KUBE / "overlays" / name for name in ("bundled-etcd", "external-etcd")}
+TLS_COMPONENT = KUBE / "components" / "tls"
+# deploy/README.md's overlay with the TLS component ("TLS for clients"), and with its mTLS patch.
+TLS, MTLS = "bundled-etcd+tls", "bundled-etcd+tls+mtls"
 # The oldest (autoscaling/v2 and policy/v1 are GA since 1.23 and 1.21) and the newest schemas
 # the pinned kubernetes-validate ships.
 K8S_VERSIONS = ("1.25.0", "1.37.0")
@@ -67,6 +75,15 @@ SECRET_EXAMPLES = {
     ("kafscale-etcd-auth", "username"): "kafscale",
     ("kafscale-etcd-auth", "password"): "secret",
 }
+# The Secret components/tls mounts (the shape cert-manager writes: kubernetes.io/tls plus
+# ca.crt), the key each SSL setting reads, and the container port of each listener.
+TLS_SECRET = "kafscale-tls"
+TLS_SECRET_KEYS = {
+    "KAFSCALE_SSL_CERTFILE": "tls.crt",
+    "KAFSCALE_SSL_KEYFILE": "tls.key",
+    "KAFSCALE_SSL_CAFILE": "ca.crt",
+}
+LISTENER_PORTS = {"PLAINTEXT": "kafka", "SSL": "kafka-tls"}
 
 Docs = list[dict]
 
@@ -93,10 +110,46 @@ def render(directory: Path) -> Docs:
     return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
 
 
+def readme_section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n### {title}\n") + 1
+    end = re.compile(r"^##+ ", re.MULTILINE).search(text, text.index("\n", start))
+    return text[start : end.start() if end else len(text)]
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def readme_tls_overlay() -> tuple[str, str, str]:
+    """(its path from the repository root, the kustomization, the mTLS patches to add to it)
+    as deploy/README.md's "TLS for clients" shows them."""
+    blocks = code_blocks(readme_section("TLS for clients"), "yaml")
+    (overlay,) = [b for b in blocks if "kind: Kustomization" in b]
+    (patches,) = [b for b in blocks if b.startswith("patches:")]
+    path = overlay.splitlines()[0].removeprefix("# ")
+    return path, overlay, patches
+
+
+def render_readme_tls_overlay(mtls: bool) -> Docs:
+    """The README's overlay, written where it says into a copy of deploy/kubernetes."""
+    path, overlay, patches = readme_tls_overlay()
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(KUBE, Path(tmp, KUBE.relative_to(ROOT)))
+        target = Path(tmp, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(overlay + patches if mtls else overlay)
+        return render(target.parent)
+
+
 @functools.cache
 def rendered(name: str) -> tuple[str, ...]:
     """Each overlay is rendered once per session (as JSON, so callers get fresh copies)."""
-    return tuple(json.dumps(d) for d in render(OVERLAYS[name]))
+    if name in OVERLAYS:
+        docs = render(OVERLAYS[name])
+    else:
+        docs = render_readme_tls_overlay(mtls={TLS: False, MTLS: True}[name])
+    return tuple(json.dumps(d) for d in docs)
 
 
 def overlay_docs(name: str) -> Docs:
@@ -107,7 +160,7 @@ def all_kustomization_dirs() -> list[Path]:
     return sorted(p.parent for p in KUBE.rglob("kustomization.yaml"))
 
 
-@pytest.fixture(scope="module", params=sorted(OVERLAYS))
+@pytest.fixture(scope="module", params=[*sorted(OVERLAYS), TLS])
 def overlay(request) -> tuple[str, Docs]:
     return request.param, overlay_docs(request.param)
 
@@ -183,24 +236,50 @@ def env_name_problems(docs: Docs) -> list[str]:
     return problems
 
 
+def listen_addresses(env: dict[str, str]) -> tuple[list[str], dict[str, tuple[str, str, int]]]:
+    """(problems, {container port name: (the setting, host, port)}) for what the broker binds:
+    each of KAFSCALE_LISTENERS (which replaces KAFSCALE_BROKER_ADDR) or KAFSCALE_BROKER_ADDR,
+    and KAFSCALE_METRICS_ADDR."""
+    problems, out = [], {}
+    if "KAFSCALE_LISTENERS" in env:
+        if "KAFSCALE_BROKER_ADDR" in env:
+            problems.append("KAFSCALE_BROKER_ADDR is set, but KAFSCALE_LISTENERS replaces it")
+        try:
+            endpoints = parse_endpoints(env["KAFSCALE_LISTENERS"])
+        except ValueError as exc:
+            problems.append(f"KAFSCALE_LISTENERS: {exc}")
+            endpoints = {}
+        for name, (host, port) in endpoints.items():
+            out[LISTENER_PORTS[name]] = (f"KAFSCALE_LISTENERS {name}", host or "0.0.0.0", port)
+    elif "KAFSCALE_BROKER_ADDR" in env:
+        out["kafka"] = ("KAFSCALE_BROKER_ADDR", *split_host_port(env["KAFSCALE_BROKER_ADDR"]))
+    else:
+        problems.append("KAFSCALE_BROKER_ADDR (or KAFSCALE_LISTENERS) is not set")
+    if "KAFSCALE_METRICS_ADDR" in env:
+        out["metrics"] = ("KAFSCALE_METRICS_ADDR", *split_host_port(env["KAFSCALE_METRICS_ADDR"]))
+    else:
+        problems.append("KAFSCALE_METRICS_ADDR is not set")
+    return problems, out
+
+
 def port_problems(docs: Docs) -> list[str]:
     """Container ports, probes, Prometheus annotations and Services use the ports the broker
-    listens on (KAFSCALE_BROKER_ADDR, KAFSCALE_METRICS_ADDR)."""
+    listens on (KAFSCALE_BROKER_ADDR or KAFSCALE_LISTENERS, KAFSCALE_METRICS_ADDR), and every
+    container port is one of them."""
     sts = one(docs, "StatefulSet", BROKER)
     container = broker_container(docs)
     env = env_values(docs, container)
-    problems = []
+    problems, addresses = listen_addresses(env)
     listen = {}
-    for port_name, var in (("kafka", "KAFSCALE_BROKER_ADDR"), ("metrics", "KAFSCALE_METRICS_ADDR")):
-        if var not in env:
-            problems.append(f"{var} is not set")
-            continue
-        host, port = split_host_port(env[var])
+    for port_name, (var, host, port) in addresses.items():
         listen[port_name] = port
         if host != "0.0.0.0":
-            problems.append(f"{var}={env[var]} is not reachable from outside the pod")
+            problems.append(f"{var} binds {host}, not reachable from outside the pod")
         if container_port(container, port_name) != port:
             problems.append(f"container port {port_name!r} is not {var}'s port {port}")
+    for p in container.get("ports", []):
+        if p["containerPort"] not in listen.values():
+            problems.append(f"nothing listens on container port {p}")
     metrics = listen.get("metrics")
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         get = container.get(probe, {}).get("httpGet")
@@ -228,6 +307,63 @@ def port_problems(docs: Docs) -> list[str]:
             target = container_port(container, p.get("targetPort", p["port"]))
             if target not in listen.values():
                 problems.append(f"Service {svc['metadata']['name']} port {p} targets {target}")
+    return problems
+
+
+def tls_volume(docs: Docs) -> tuple[list[str], dict | None, dict | None]:
+    """(problems, the volume of the Secret kafscale-tls, its mount in the broker container)."""
+    pod = one(docs, "StatefulSet", BROKER)["spec"]["template"]["spec"]
+    volumes = [
+        v for v in pod.get("volumes", []) if v.get("secret", {}).get("secretName") == TLS_SECRET
+    ]
+    if len(volumes) != 1:
+        return [f"want one volume of the Secret {TLS_SECRET}, found {len(volumes)}"], None, None
+    (volume,) = volumes
+    mounts = [
+        m for m in broker_container(docs).get("volumeMounts", []) if m["name"] == volume["name"]
+    ]
+    if len(mounts) != 1:
+        return [f"want one mount of the volume {volume['name']}, found {len(mounts)}"], volume, None
+    return [], volume, mounts[0]
+
+
+def tls_problems(docs: Docs) -> list[str]:
+    """components/tls: an SSL listener whose certificate, key and CA are keys of the Secret
+    kafscale-tls (the keys TLS_SECRET_KEYS gives each setting), mounted whole, read-only, as a
+    directory (a subPath mount is never updated by the kubelet, so a renewed certificate would
+    not reach the broker); its port is container port kafka-tls and a port of both Services
+    clients use."""
+    container = broker_container(docs)
+    env = env_values(docs, container)
+    problems, volume, mount = tls_volume(docs)
+    try:
+        endpoints = parse_endpoints(env.get("KAFSCALE_LISTENERS", ""))
+    except ValueError as exc:
+        return [*problems, f"KAFSCALE_LISTENERS: {exc}"]
+    if "SSL" not in endpoints:
+        problems.append(f"no SSL listener in KAFSCALE_LISTENERS={env['KAFSCALE_LISTENERS']}")
+    if volume is not None:
+        secret = volume["secret"]
+        if secret.get("optional") or "items" in secret:
+            problems.append(f"the Secret is optional or only partly mounted: {secret}")
+    if mount is not None:
+        if {"subPath", "subPathExpr"} & set(mount):
+            problems.append(f"{mount} uses subPath: renewed files would never reach the broker")
+        if mount.get("readOnly") is not True:
+            problems.append(f"{mount} is not read-only")
+        for var, key in TLS_SECRET_KEYS.items():
+            want = f"{mount['mountPath'].rstrip('/')}/{key}"
+            if env.get(var) != want:
+                problems.append(f"{var}={env.get(var)}, want {want} (key {key} of {TLS_SECRET})")
+    ssl_port = endpoints.get("SSL", ("", None))[1]
+    if container_port(container, "kafka-tls") != ssl_port:
+        problems.append(f"container port 'kafka-tls' is not the SSL listener's port {ssl_port}")
+    headless = one(docs, "StatefulSet", BROKER)["spec"]["serviceName"]
+    for name in ("kafscale", headless):
+        ports = one(docs, "Service", name)["spec"]["ports"]
+        want_port = {"name": "kafka-tls", "port": ssl_port, "targetPort": "kafka-tls"}
+        if not any(want_port.items() <= p.items() for p in ports):
+            problems.append(f"Service {name} has no port {want_port}")
     return problems
 
 
@@ -295,11 +431,18 @@ def image_problems(docs: Docs) -> list[str]:
 # --- kustomize structure and schemas ----------------------------------------------------------
 
 
+def kustomization_entries(directory: Path) -> list[str]:
+    """Resources, components and patch files a kustomization (or component) uses."""
+    k = kustomization(directory)
+    patches = [p["path"] for p in k.get("patches", []) if "path" in p]
+    return [*k.get("resources", []), *k.get("components", []), *patches]
+
+
 def test_every_manifest_file_is_part_of_a_kustomization():
     listed = {
         (d / entry).resolve()
         for d in all_kustomization_dirs()
-        for entry in kustomization(d)["resources"]
+        for entry in kustomization_entries(d)
     }
     for entry in list(listed):
         assert entry.exists(), f"listed but missing: {entry}"
@@ -346,10 +489,16 @@ def test_broker_env_is_accepted_by_the_broker(overlay):
     except SettingsError as exc:
         pytest.fail(f"{name}: the broker would refuse this environment: {exc}")
     sts = one(docs, "StatefulSet", BROKER)
-    # Clients reach each broker under its own name in the headless Service.
+    # Clients reach each broker under its own name in the headless Service, on every listener
+    # at the port it binds, which both Services carry.
     headless = sts["spec"]["serviceName"]
     assert settings.broker_host == f"kafscale-broker-2.{headless}.streaming.svc"
-    assert settings.broker_port == split_host_port(settings.broker_addr)[1]
+    for spec in settings.listener_specs:
+        assert spec.advertised_host == settings.broker_host, spec
+        assert spec.advertised_port == split_host_port(spec.bind)[1], spec
+        for service in (headless, "kafscale"):
+            ports = one(docs, "Service", service)["spec"]["ports"]
+            assert spec.advertised_port in [p["port"] for p in ports], (service, spec)
     assert settings.etcd_endpoints and settings.s3_bucket and settings.s3_region
     # The secrets' keys are what deploy/README.md tells operators to create.
     readme = (DEPLOY / "README.md").read_text()
@@ -473,6 +622,122 @@ def test_external_etcd_overlay_brings_no_etcd():
     assert env_values(docs, broker_container(docs))["KAFSCALE_ETCD_ENDPOINTS"]
 
 
+# --- TLS for clients (components/tls) ----------------------------------------------------------
+
+
+def test_tls_component_is_opt_in():
+    component = kustomization(TLS_COMPONENT)
+    assert (component["apiVersion"], component["kind"]) == (
+        "kustomize.config.k8s.io/v1alpha1",
+        "Component",
+    )
+    # No shipped overlay uses it, and what they render has no trace of it.
+    for name, directory in OVERLAYS.items():
+        assert "components" not in kustomization(directory), name
+        docs = overlay_docs(name)
+        env = env_values(docs, broker_container(docs))
+        assert not {"KAFSCALE_LISTENERS", *TLS_SECRET_KEYS} & set(env), name
+        assert tls_volume(docs)[1] is None, name
+        assert "9093" not in json.dumps(docs) and "kafka-tls" not in json.dumps(docs), name
+    # With it, only the objects it has to change change.
+    plain = {(d["kind"], d["metadata"]["name"]): d for d in overlay_docs("bundled-etcd")}
+    tls = {(d["kind"], d["metadata"]["name"]): d for d in overlay_docs(TLS)}
+    assert plain.keys() == tls.keys()
+    assert {k for k in plain if plain[k] != tls[k]} == {
+        ("StatefulSet", BROKER),
+        ("Service", "kafscale"),
+        ("Service", "kafscale-broker-headless"),
+        ("NetworkPolicy", BROKER),
+    }
+
+
+def test_readme_tls_overlay_is_bundled_etcd_plus_the_component():
+    path, overlay, _ = readme_tls_overlay()
+    directory = ROOT / Path(path).parent
+    assert Path(path).name == "kustomization.yaml" and directory.parent == KUBE / "overlays"
+    k = yaml.safe_load(overlay)
+    assert [(directory / r).resolve() for r in k["resources"]] == [OVERLAYS["bundled-etcd"]]
+    assert [(directory / c).resolve() for c in k["components"]] == [TLS_COMPONENT]
+    assert f"apply -k {directory.relative_to(ROOT)}\n" in readme_section("TLS for clients")
+
+
+def test_tls_listener_serves_the_mounted_secret():
+    docs = overlay_docs(TLS)
+    assert tls_problems(docs) == []
+    env = env_values(docs, broker_container(docs))
+    # PLAINTEXT stays on 9092 next to SSL on 9093; both bind every interface.
+    assert parse_endpoints(env["KAFSCALE_LISTENERS"]) == {
+        "PLAINTEXT": ("0.0.0.0", 9092),
+        "SSL": ("0.0.0.0", 9093),
+    }
+    assert "KAFSCALE_ADVERTISED_LISTENERS" not in env  # the default: KAFSCALE_BROKER_HOST
+    assert env["KAFSCALE_SSL_CLIENT_AUTH"] == "none"
+    _, volume, mount = tls_volume(docs)
+    assert mount == {"name": volume["name"], "mountPath": "/etc/kafscale/tls", "readOnly": True}
+    # The private key is readable by the broker's group (fsGroup) only.
+    assert volume["secret"]["defaultMode"] & 0o007 == 0
+    settings = load_settings([], {**env, "KAFSCALE_BROKER_ID": "2"})
+    specs = {s.name: s for s in settings.listener_specs}
+    assert (specs["SSL"].bind, specs["SSL"].advertised_port) == ("0.0.0.0:9093", 9093)
+    assert settings.tls is not None and settings.tls.client_auth == "none"
+    assert settings.tls.reload_interval_ms > 0
+    assert settings.metrics_tls is False  # probes and scrapes stay plain HTTP
+    port = {p["name"]: p for p in broker_container(docs)["ports"]}["kafka-tls"]
+    assert (port["containerPort"], port["protocol"]) == (9093, "TCP")
+
+
+def test_readme_mtls_patch_requires_client_certificates():
+    tls, mtls = overlay_docs(TLS), overlay_docs(MTLS)
+    env = env_values(mtls, broker_container(mtls))
+    assert env["KAFSCALE_SSL_CLIENT_AUTH"] == "required"
+    assert tls_problems(mtls) == [] and port_problems(mtls) == []
+    settings = load_settings([], {**env, "KAFSCALE_BROKER_ID": "2"})
+    assert settings.tls.client_auth == "required"
+    assert settings.tls.cafile == env["KAFSCALE_SSL_CAFILE"]
+    # Nothing else changes (the patch moves the entry to the front, no matter: no $(VAR) in it).
+    _env(mtls, "KAFSCALE_SSL_CLIENT_AUTH").update(value="none")
+    for docs in (tls, mtls):
+        broker_container(docs)["env"].sort(key=lambda e: e["name"])
+    assert mtls == tls
+
+
+def test_readme_tls_secret_has_the_keys_the_component_reads():
+    section = readme_section("TLS for clients")
+    # "kubectl create secret": the name, the type and exactly the keys the settings read.
+    (command,) = [c for c in code_blocks(section, "sh") if "create secret" in c]
+    args = shlex.split(command.replace("\\\n", " "))
+    assert args[args.index("generic") + 1] == TLS_SECRET
+    assert "--type=kubernetes.io/tls" in args
+    keys = [
+        a.removeprefix("--from-file=").split("=")[0] for a in args if a.startswith("--from-file=")
+    ]
+    assert sorted(keys) == sorted(TLS_SECRET_KEYS.values())
+    for key in TLS_SECRET_KEYS.values():
+        assert f"`{key}`" in section, key
+    assert f"`{TLS_SECRET}`" in section and "`kubernetes.io/tls`" in section
+    # cert-manager's Certificate writes that Secret, for the names clients connect to: the
+    # bootstrap Service and every broker's advertised name.
+    (certificate,) = [yaml.safe_load(b) for b in code_blocks(section, "yaml") if "Certificate" in b]
+    assert certificate["kind"] == "Certificate"
+    assert certificate["spec"]["secretName"] == TLS_SECRET
+    names = certificate["spec"]["dnsNames"]
+    assert "kafscale.kafscale.svc" in names and "*.kafscale-broker-headless.kafscale.svc" in names
+    # And the manifest mounts that Secret.
+    assert tls_volume(overlay_docs(TLS))[1]["secret"]["secretName"] == TLS_SECRET
+
+
+def test_readme_tells_clients_to_use_ssl_with_the_ca():
+    section = readme_section("TLS for clients")
+    (client,) = code_blocks(section, "properties")
+    props = dict(
+        line.split("=", 1) for line in client.splitlines() if line and not line.startswith("#")
+    )
+    assert props["security.protocol"] == "SSL"
+    assert props["bootstrap.servers"] == "kafscale.kafscale.svc:9093"
+    assert props["ssl.ca.location"] == TLS_SECRET_KEYS["KAFSCALE_SSL_CAFILE"]
+    assert "KAFSCALE_SSL_CLIENT_AUTH" in section and "required" in section
+
+
 # --- the image ---------------------------------------------------------------------------------
 
 
@@ -584,6 +849,90 @@ BREAKAGES: dict[str, tuple[Callable[[Docs], None], Callable[[Docs], list[str]]]]
 def test_checks_catch_a_broken_manifest(breakage):
     docs = overlay_docs("bundled-etcd")
     mutate, check = BREAKAGES[breakage]
+    before = set(check(docs))
+    broken = copy.deepcopy(docs)
+    mutate(broken)
+    assert set(check(broken)) - before, f"{check.__name__} missed: {breakage}"
+
+
+def _tls_mount(docs: Docs) -> dict:
+    return tls_volume(docs)[2]
+
+
+def _service_tls_port(docs: Docs, name: str) -> dict:
+    (port,) = [p for p in one(docs, "Service", name)["spec"]["ports"] if p["name"] == "kafka-tls"]
+    return port
+
+
+TLS_BREAKAGES: dict[str, tuple[Callable[[Docs], None], Callable[[Docs], list[str]]]] = {
+    "Secret mounted with subPath": (
+        lambda d: _tls_mount(d).update(mountPath="/etc/kafscale/tls/tls.crt", subPath="tls.crt"),
+        tls_problems,
+    ),
+    "writable mount": (lambda d: _tls_mount(d).pop("readOnly"), tls_problems),
+    "optional Secret": (
+        lambda d: _tls_secret(d).update(optional=True),
+        tls_problems,
+    ),
+    "certificate outside the mount": (
+        lambda d: _env(d, "KAFSCALE_SSL_CERTFILE").update(value="/etc/tls/tls.crt"),
+        tls_problems,
+    ),
+    "a key the Secret does not have": (
+        lambda d: _env(d, "KAFSCALE_SSL_KEYFILE").update(value="/etc/kafscale/tls/key.pem"),
+        tls_problems,
+    ),
+    "another Secret": (
+        lambda d: _tls_secret(d).update(secretName="kafscale-certs"),
+        tls_problems,
+    ),
+    "no SSL listener": (
+        lambda d: _env(d, "KAFSCALE_LISTENERS").update(value="PLAINTEXT://0.0.0.0:9092"),
+        tls_problems,
+    ),
+    "SSL listener on another port": (
+        lambda d: _env(d, "KAFSCALE_LISTENERS").update(
+            value="PLAINTEXT://0.0.0.0:9092,SSL://0.0.0.0:9094"
+        ),
+        port_problems,
+    ),
+    "client Service without the TLS port": (
+        lambda d: one(d, "Service", "kafscale")["spec"]["ports"].remove(
+            _service_tls_port(d, "kafscale")
+        ),
+        tls_problems,
+    ),
+    "headless Service port to the wrong target": (
+        lambda d: _service_tls_port(d, "kafscale-broker-headless").update(targetPort="kafka"),
+        tls_problems,
+    ),
+    "a stale TLS container port": (
+        lambda d: _env(d, "KAFSCALE_LISTENERS").update(value="PLAINTEXT://0.0.0.0:9092"),
+        port_problems,
+    ),
+    "broker address next to the listeners": (
+        lambda d: broker_container(d)["env"].append(
+            {"name": "KAFSCALE_BROKER_ADDR", "value": "0.0.0.0:9092"}
+        ),
+        port_problems,
+    ),
+    "loopback SSL listener": (
+        lambda d: _env(d, "KAFSCALE_LISTENERS").update(
+            value="PLAINTEXT://0.0.0.0:9092,SSL://127.0.0.1:9093"
+        ),
+        port_problems,
+    ),
+}
+
+
+def _tls_secret(docs: Docs) -> dict:
+    return tls_volume(docs)[1]["secret"]
+
+
+@pytest.mark.parametrize("breakage", sorted(TLS_BREAKAGES))
+def test_checks_catch_a_broken_tls_manifest(breakage):
+    docs = overlay_docs(TLS)
+    mutate, check = TLS_BREAKAGES[breakage]
     before = set(check(docs))
     broken = copy.deepcopy(docs)
     mutate(broken)

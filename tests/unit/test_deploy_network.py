@@ -2,6 +2,7 @@
 ship is selected by an Ingress policy (so everything not allowed is denied), and each of its
 ports is open to exactly the peers deploy/README.md promises: Kafka to every client, metrics
 to the monitoring namespace, etcd's client port to the brokers, its peer port to its members.
+With components/tls, Kafka over TLS (9093) is open in the very rule that opens 9092.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from test_deploy import BROKER, Docs, container_port, find, one, overlay_docs
+from test_deploy import BROKER, TLS, Docs, broker_container, container_port, find, one, overlay_docs
 
 MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
 ANYONE = None  # a rule without "from"
@@ -67,7 +68,21 @@ def peer_problems(docs: Docs, statefulset: str, want: dict[str, list]) -> list[s
 
 
 def broker_policy_problems(docs: Docs) -> list[str]:
-    return peer_problems(docs, BROKER, {"kafka": ANYONE, "metrics": MONITORING})
+    want = {"kafka": ANYONE, "metrics": MONITORING}
+    if container_port(broker_container(docs), "kafka-tls") is not None:
+        want["kafka-tls"] = want["kafka"]
+    return peer_problems(docs, BROKER, want)
+
+
+def tls_rule_problems(docs: Docs) -> list[str]:
+    """Every rule of the broker policy that opens kafka opens kafka-tls, and no other rule
+    does: whoever narrows the Kafka rule narrows both."""
+    problems = []
+    for i, rule in enumerate(one(docs, "NetworkPolicy", BROKER)["spec"]["ingress"]):
+        ports = {p["port"] for p in rule.get("ports", [])}
+        if ("kafka" in ports) != ("kafka-tls" in ports):
+            problems.append(f"rule {i} opens {sorted(ports)}: kafka and kafka-tls go together")
+    return problems
 
 
 def etcd_policy_problems(docs: Docs) -> list[str]:
@@ -76,9 +91,15 @@ def etcd_policy_problems(docs: Docs) -> list[str]:
     return peer_problems(docs, ETCD, {"client": brokers, "peer": members, "metrics": MONITORING})
 
 
-@pytest.mark.parametrize("name", ["bundled-etcd", "external-etcd"])
+@pytest.mark.parametrize("name", ["bundled-etcd", "external-etcd", TLS])
 def test_brokers_take_kafka_from_anyone_and_metrics_from_monitoring_only(name):
     assert broker_policy_problems(overlay_docs(name)) == []
+
+
+def test_tls_port_is_opened_by_the_kafka_rule():
+    docs = overlay_docs(TLS)
+    assert 9093 in allowed_peers(docs, BROKER)[1]
+    assert tls_rule_problems(docs) == []
 
 
 def test_bundled_etcd_takes_clients_from_the_brokers_and_peers_from_its_members():
@@ -123,6 +144,41 @@ BREAKAGES = {
 def test_policy_checks_catch_a_broken_policy(breakage):
     docs = overlay_docs("bundled-etcd")
     mutate, check = BREAKAGES[breakage]
+    broken = copy.deepcopy(docs)
+    mutate(broken)
+    assert set(check(broken)) - set(check(docs)), f"{check.__name__} missed: {breakage}"
+
+
+def _move_tls_port(docs: Docs, rule: dict) -> None:
+    """Take kafka-tls out of the Kafka rule (the first) and put it in ``rule``."""
+    kafka_rule = _rules(docs, BROKER)[0]
+    kafka_rule["ports"] = [p for p in kafka_rule["ports"] if p["port"] != "kafka-tls"]
+    rule.setdefault("ports", []).append({"port": "kafka-tls", "protocol": "TCP"})
+
+
+def _tls_rule_of_its_own(docs: Docs) -> None:
+    rule: dict = {}
+    _move_tls_port(docs, rule)
+    _rules(docs, BROKER).append(rule)
+
+
+TLS_BREAKAGES = {
+    "TLS port not opened": (
+        lambda d: _move_tls_port(d, {}),
+        broker_policy_problems,
+    ),
+    "TLS port open to monitoring only": (
+        lambda d: _move_tls_port(d, _rules(d, BROKER)[1]),
+        broker_policy_problems,
+    ),
+    "TLS port in a rule of its own": (_tls_rule_of_its_own, tls_rule_problems),
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(TLS_BREAKAGES))
+def test_policy_checks_catch_a_broken_tls_policy(breakage):
+    docs = overlay_docs(TLS)
+    mutate, check = TLS_BREAKAGES[breakage]
     broken = copy.deepcopy(docs)
     mutate(broken)
     assert set(check(broken)) - set(check(docs)), f"{check.__name__} missed: {breakage}"

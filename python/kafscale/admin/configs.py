@@ -62,7 +62,13 @@ def _broker_configs(s: BrokerSettings) -> dict[str, tuple[str | None, ConfigType
 
     return {
         "broker.id": (str(s.broker_id), ConfigType.INT),
-        "advertised.listeners": (f"PLAINTEXT://{s.broker_host}:{s.broker_port}", ConfigType.STRING),
+        "advertised.listeners": (
+            ",".join(
+                f"{spec.name}://{spec.advertised_host}:{spec.advertised_port}"
+                for spec in s.listener_specs
+            ),
+            ConfigType.STRING,
+        ),
         "kafscale.s3.bucket": (text(s.s3_bucket), ConfigType.STRING),
         "kafscale.s3.region": (text(s.s3_region), ConfigType.STRING),
         "kafscale.s3.endpoint": (text(s.s3_endpoint), ConfigType.STRING),

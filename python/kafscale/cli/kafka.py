@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from kafscale.errors import ErrorCode
@@ -75,12 +76,48 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
         help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        type=read_command_config,
+        default={},
+        help="client properties for the connection, one key=value per line as in Kafka's "
+        "tools, with librdkafka's names: security.protocol=SSL, ssl.ca.location=ca.pem, "
+        "ssl.certificate.location=client.pem, ssl.key.location=client.key",
+    )
+    parser.add_argument(
         "--timeout",
         metavar="SECONDS",
         type=positive_float,
         default=DEFAULT_TIMEOUT_S,
         help=f"how long to wait for the brokers' answers (default {DEFAULT_TIMEOUT_S:g})",
     )
+
+
+# Properties the CLI sets itself: a command config may not change them.
+_OWN_PROPERTIES = ("bootstrap.servers", "client.id", "logger", "error_cb", "socket.timeout.ms")
+
+
+def read_command_config(path: str) -> dict[str, str]:
+    """argparse type of --command-config: a properties file (``key=value`` or ``key: value``
+    lines; ``#`` and ``!`` start comments) of librdkafka client properties."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror}") from None
+    properties: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=") if "=" in line else line.partition(":")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"{path} line {number}: {raw!r} is not key=value")
+        if key.strip() in _OWN_PROPERTIES:
+            raise argparse.ArgumentTypeError(
+                f"{path} line {number}: {key.strip()} is set by the command itself"
+            )
+        properties[key.strip()] = value.strip()
+    return properties
 
 
 def positive_float(value: str) -> float:
@@ -115,7 +152,9 @@ class _Collect(logging.Handler):
 class Kafka:
     """An AdminClient for one command, plus what librdkafka reported on the side."""
 
-    def __init__(self, bootstrap: str, timeout: float) -> None:
+    def __init__(
+        self, bootstrap: str, timeout: float, properties: dict[str, str] | None = None
+    ) -> None:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
@@ -133,18 +172,19 @@ class Kafka:
             "error_cb": self.errors.append,
             # librdkafka's bounds for socket.timeout.ms: 10 ms .. 5 minutes
             "socket.timeout.ms": min(max(int(timeout * 1000), 10), 300_000),
+            **(properties or {}),
         }
         try:
             self.admin = AdminClient(config)
         except KafkaException as exc:
             raise CliError(
                 f"cannot set up a Kafka client for {bootstrap}: {exc.args[0].str()}",
-                "check --bootstrap-server",
+                "check --bootstrap-server and --command-config",
             ) from None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Kafka:
-        return cls(args.bootstrap_server, args.timeout)
+        return cls(args.bootstrap_server, args.timeout, args.command_config)
 
     # --- reaching the cluster ------------------------------------------------------------------
 

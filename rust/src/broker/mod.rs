@@ -29,7 +29,7 @@ use crate::log::cache::SegmentCache;
 use crate::log::partition::Partition;
 use crate::log::wal::writer::WalWriter;
 use crate::log::LogContext;
-use crate::meta::catalog::{BrokerRecord, Catalog, CatalogError, TopicRecord};
+use crate::meta::catalog::{Catalog, CatalogError, TopicRecord};
 use crate::meta::embedded::EmbeddedStore;
 use crate::meta::etcd::EtcdStore;
 use crate::meta::kv::{KvStore, MetaError};
@@ -216,11 +216,7 @@ impl Broker {
     /// Announces this broker under its session. A restarted broker may find its previous
     /// registration until that session's lease runs out, so it waits that long before giving up.
     pub(crate) async fn register(&self) -> Result<(), String> {
-        let record = BrokerRecord {
-            id: self.config.broker_id,
-            host: self.config.broker_host.clone(),
-            port: self.config.broker_port,
-        };
+        let record = self.config.broker_record();
         let deadline = tokio::time::Instant::now() + self.config.lease_ttl() * 2;
         loop {
             match self.log.catalog.register_broker(&record).await {

@@ -10,13 +10,16 @@ use tokio::task::JoinHandle;
 
 use super::Broker;
 use crate::config::BrokerConfig;
+use crate::server::connection::Entry;
+use crate::server::tls::Tls;
+use crate::server::BoundListener;
 
 /// Why a broker did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("{setting} {addr}: cannot listen: {source}")]
     Listen {
-        setting: &'static str,
+        setting: String,
         addr: String,
         source: std::io::Error,
     },
@@ -26,51 +29,99 @@ pub enum StartError {
 
 pub struct Running {
     pub core: Arc<Broker>,
-    pub listen_addr: SocketAddr,
+    /// Where each listener of `core.config.listener_specs` is bound, in their order.
+    pub listen_addrs: Vec<SocketAddr>,
     stop: watch::Sender<bool>,
     /// The accept loop; after the stop it ends once every connection sent what it owes.
     server: Mutex<Option<JoinHandle<()>>>,
 }
 
-async fn listen(setting: &'static str, addr: &str) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Listen {
-            setting,
-            addr: addr.to_string(),
-            source,
-        })
+async fn listen(setting: &str, addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
+    let failed = |source| StartError::Listen {
+        setting: setting.to_string(),
+        addr: addr.to_string(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
+}
+
+/// Binds every Kafka listener; one whose advertised port is 0 advertises the port it bound.
+/// The TLS files are read here too, so that a wrong one fails the start.
+async fn bind_listeners(
+    config: &mut BrokerConfig,
+    tls: Option<&Arc<Tls>>,
+) -> Result<Vec<BoundListener>, StartError> {
+    let mut bound = Vec::new();
+    for spec in &mut config.listener_specs {
+        let setting = format!("listener {}", spec.name);
+        let (listener, addr) = listen(&setting, &spec.bind).await?;
+        if spec.advertised_port == 0 {
+            spec.advertised_port = i32::from(addr.port());
+        }
+        let tls = match (spec.is_tls(), tls) {
+            (false, _) => None,
+            (true, Some(tls)) => Some(tls.clone()),
+            (true, None) => {
+                return Err(StartError::Open(format!(
+                    "{setting} needs a certificate: set --ssl-certfile and --ssl-keyfile"
+                )))
+            }
+        };
+        let entry = Entry {
+            listener: spec.name.as_str().into(),
+            tls,
+        };
+        bound.push(BoundListener { listener, entry });
+    }
+    Ok(bound)
 }
 
 impl Running {
-    /// Binds the Kafka listener (and the operations endpoint's, if configured) before opening
+    /// Binds the Kafka listeners (and the operations endpoint's, if configured) before opening
     /// the core, so a taken port fails fast; an ephemeral port (0) is advertised as bound.
     pub async fn start(mut config: BrokerConfig) -> Result<Running, StartError> {
-        let listener = listen("KAFSCALE_BROKER_ADDR", &config.broker_addr).await?;
-        let listen_addr = listener.local_addr().map_err(|source| StartError::Listen {
-            setting: "KAFSCALE_BROKER_ADDR",
-            addr: config.broker_addr.clone(),
-            source,
-        })?;
-        if config.broker_port == 0 {
-            config.broker_port = i32::from(listen_addr.port());
-        }
+        let tls = match &config.tls {
+            Some(files)
+                if config.metrics_tls || config.listener_specs.iter().any(|l| l.is_tls()) =>
+            {
+                let tls = Tls::load(files.clone()).map_err(StartError::Open)?;
+                tls.spawn_reloads();
+                Some(tls)
+            }
+            _ => None,
+        };
+        let listeners = bind_listeners(&mut config, tls.as_ref()).await?;
+        let listen_addrs = listeners
+            .iter()
+            .map(|l| l.listener.local_addr())
+            .collect::<Result<_, _>>()
+            .map_err(|e| StartError::Open(e.to_string()))?;
         let ops_listener = match &config.metrics_addr {
-            Some(addr) => Some(listen("KAFSCALE_METRICS_ADDR", addr).await?),
+            Some(addr) => Some(listen("KAFSCALE_METRICS_ADDR", addr).await?.0),
             None => None,
         };
+        let ops_tls = if config.metrics_tls {
+            tls.clone()
+        } else {
+            None
+        };
+        let token_file = config.metrics_token_file.clone();
         let core = Broker::open(config).await.map_err(StartError::Open)?;
         let (stop, stopped) = watch::channel(false);
-        let server = tokio::spawn(crate::server::serve(core.clone(), listener, stopped));
+        let server = tokio::spawn(crate::server::serve(core.clone(), listeners, stopped));
         if let Some(ops_listener) = ops_listener {
             tokio::spawn(crate::server::ops_endpoint::serve(
                 ops_listener,
                 core.clone(),
+                ops_tls,
+                token_file,
             ));
         }
         Ok(Running {
             core,
-            listen_addr,
+            listen_addrs,
             stop,
             server: Mutex::new(Some(server)),
         })

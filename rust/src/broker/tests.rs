@@ -10,7 +10,7 @@ use kafka_protocol::ResponseError;
 
 use super::topic_rules::MAX_PARTITIONS;
 use super::Broker;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, ListenerConfig};
 use crate::log::batch::tests::encoded_batch;
 use crate::log::batch::validate_batches;
 
@@ -23,9 +23,13 @@ pub struct TestBroker {
 pub async fn broker(segment_bytes: usize) -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
     let config = BrokerConfig {
-        broker_addr: "127.0.0.1:0".into(),
-        broker_host: "127.0.0.1".into(),
-        broker_port: 9092,
+        listener_specs: vec![ListenerConfig {
+            name: "PLAINTEXT".into(),
+            bind: "127.0.0.1:0".into(),
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: 9092,
+        }],
+        tls: None,
         broker_id: 1,
         data_dir: dir.path().to_string_lossy().into_owned(),
         s3_bucket: None,
@@ -52,6 +56,8 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
         retention_bytes: -1,
         retention_check_interval_ms: 60_000,
         metrics_addr: None,
+        metrics_tls: false,
+        metrics_token_file: None,
         max_connections: 1000,
         max_connections_per_ip: 1000,
         connections_max_idle_ms: 600_000,

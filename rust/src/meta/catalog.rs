@@ -100,12 +100,36 @@ impl VersionedPartition {
     }
 }
 
-/// A live broker, as registered under its session.
+/// A live broker, as registered under its session: `host` and `port` are its first
+/// listener's advertised endpoint, `endpoints` every listener's (none in a record written
+/// before listeners: that one has only PLAINTEXT).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRecord {
     pub id: i32,
     pub host: String,
     pub port: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// Where clients that come in on listener `listener` reach a broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub listener: String,
+    pub host: String,
+    pub port: i32,
+}
+
+impl BrokerRecord {
+    /// The endpoint this broker advertises for `listener`; None if it has no such listener
+    /// (every broker of a cluster should have the same listener names, as in Kafka).
+    pub fn endpoint(&self, listener: &str) -> Option<(&str, i32)> {
+        if self.endpoints.is_empty() {
+            return (listener == "PLAINTEXT").then_some((self.host.as_str(), self.port));
+        }
+        let endpoint = self.endpoints.iter().find(|e| e.listener == listener)?;
+        Some((endpoint.host.as_str(), endpoint.port))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -359,3 +359,30 @@ async fn topics_of_any_size_on_etcd() {
         .unwrap();
     a_topic_of_any_size_is_one_key(Catalog::new(Arc::new(store), "test")).await;
 }
+
+#[test]
+fn a_broker_is_reached_at_the_endpoint_of_the_listener_a_client_came_in_on() {
+    let endpoint = |listener: &str, port| Endpoint {
+        listener: listener.into(),
+        host: "b1.example".into(),
+        port,
+    };
+    let record = BrokerRecord {
+        id: 1,
+        host: "b1.example".into(),
+        port: 9092,
+        endpoints: vec![endpoint("PLAINTEXT", 9092), endpoint("SSL", 9093)],
+    };
+    assert_eq!(record.endpoint("SSL"), Some(("b1.example", 9093)));
+    assert_eq!(record.endpoint("PLAINTEXT"), Some(("b1.example", 9092)));
+    let plaintext_only = BrokerRecord {
+        endpoints: vec![endpoint("PLAINTEXT", 9092)],
+        ..record.clone()
+    };
+    assert_eq!(plaintext_only.endpoint("SSL"), None);
+    // a record written before listeners (no endpoints) is a PLAINTEXT listener's
+    let old: BrokerRecord =
+        serde_json::from_str(r#"{"id":1,"host":"b1.example","port":9092}"#).unwrap();
+    assert_eq!(old.endpoint("PLAINTEXT"), Some(("b1.example", 9092)));
+    assert_eq!(old.endpoint("SSL"), None);
+}

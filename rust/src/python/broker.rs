@@ -88,20 +88,28 @@ impl Broker {
         Ok(())
     }
 
+    /// Where the first listener is bound.
     #[getter]
     fn listen_addr(&self) -> PyResult<String> {
-        Ok(self.running()?.listen_addr.to_string())
+        Ok(self.running()?.listen_addrs[0].to_string())
     }
 
     fn describe(&self) -> PyResult<String> {
         let running = self.running()?;
         let config = &running.core.config;
+        let listeners: Vec<String> = running
+            .listen_addrs
+            .iter()
+            .zip(&config.listener_specs)
+            .map(|(addr, l)| {
+                let advertised = format!("{}:{}", l.advertised_host, l.advertised_port);
+                format!("{addr} ({}, advertised {advertised})", l.name)
+            })
+            .collect();
         Ok(format!(
-            "kafscale broker {} listening on {} (advertised {}:{}); {}",
+            "kafscale broker {} listening on {}; {}",
             config.broker_id,
-            running.listen_addr,
-            config.broker_host,
-            config.broker_port,
+            listeners.join(", "),
             running.core.describe_stores()
         ))
     }

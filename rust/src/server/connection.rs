@@ -10,23 +10,30 @@
 //! undecodable), Fetches still waiting for data are cancelled - nothing is owed to a peer
 //! that is gone - while the other responses owed (produce acks) are still sent.
 
+use std::future::Future;
+use std::io;
+use std::os::fd::AsFd;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf, Ready};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
 
 use super::admission::Admitted;
 use super::budget::{Budgets, ByteBudget, Charge};
 use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
+use super::tls::{Side, Tls};
 use crate::broker::Broker;
-use crate::protocol::frame::{FrameReader, FRAME_HEADER_LEN};
+use crate::protocol::frame::{FrameError, FrameReader, FRAME_HEADER_LEN};
 use crate::protocol::header::Request;
 
 /// Requests one connection may have in flight before reading pauses. Memory is bounded by
@@ -70,17 +77,104 @@ enum ReadEnd {
     Closed,
 }
 
-/// Serves until the client disconnects, idles or `stop` turns true; then stops reading,
-/// sends the responses owed (see [`ReadEnd`]) and closes. `admitted` holds the connection's
-/// place under the connection caps until it ends.
-pub(crate) async fn run(
+/// The read side of a connection, and how to tell that its client closed while nothing of
+/// it is being read.
+pub(crate) trait ReadSide: AsyncRead + Unpin + Send {
+    fn hung_up(&self) -> impl Future<Output = ()> + Send + '_;
+}
+
+impl ReadSide for OwnedReadHalf {
+    fn hung_up(&self) -> impl Future<Output = ()> + Send + '_ {
+        peer_closed(move || self.ready(Interest::READABLE))
+    }
+}
+
+/// A TLS connection's read side: the stream's half, and a second handle on the socket to
+/// watch for the client's close (the TLS stream owns the socket).
+pub(crate) struct TlsReadSide {
+    half: tokio::io::ReadHalf<TlsStream<TcpStream>>,
+    socket: TcpStream,
+}
+
+impl AsyncRead for TlsReadSide {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.half).poll_read(cx, buf)
+    }
+}
+
+impl ReadSide for TlsReadSide {
+    fn hung_up(&self) -> impl Future<Output = ()> + Send + '_ {
+        peer_closed(move || self.socket.ready(Interest::READABLE))
+    }
+}
+
+/// Where a connection came in: its listener's name and, for an SSL listener, its TLS.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub(crate) listener: Arc<str>,
+    pub(crate) tls: Option<Arc<Tls>>,
+}
+
+/// Serves a connection accepted on `entry`: the TLS handshake first on an SSL listener
+/// (within `request_read_timeout_ms`; a client that fails it is closed), then [`run`].
+pub(crate) async fn start(
     broker: Arc<Broker>,
     socket: TcpStream,
-    connection: ConnectionContext,
+    entry: Entry,
+    broker_budget: Arc<ByteBudget>,
     stop: watch::Receiver<bool>,
     admitted: Admitted,
 ) {
-    let (mut read_half, write_half) = socket.into_split();
+    let Ok(peer) = socket.peer_addr() else { return };
+    let Some(tls) = entry.tls else {
+        let context = context(&broker, peer, &broker_budget, entry.listener);
+        let (read_half, write_half) = socket.into_split();
+        return run(broker, read_half, write_half, context, stop, admitted).await;
+    };
+    let timeout = Duration::from_millis(broker.config.request_read_timeout_ms);
+    let accepted = async {
+        // std's dup (close-on-exec), registered with the runtime on its own.
+        let watch = socket
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::net::TcpStream::from)
+            .and_then(TcpStream::from_std)?;
+        let (stream, principal) = tls.accept(socket, timeout, Side::Kafka).await?;
+        io::Result::Ok((watch, stream, principal))
+    };
+    let (socket, stream, principal) = match accepted.await {
+        Ok(accepted) => accepted,
+        Err(error) => {
+            tracing::info!(%peer, listener = %entry.listener, %error,
+                "closing connection: TLS handshake failed");
+            return;
+        }
+    };
+    tracing::debug!(%peer, listener = %entry.listener, %principal, "TLS connection");
+    let context = context(&broker, peer, &broker_budget, entry.listener);
+    let (half, write_half) = tokio::io::split(stream);
+    let read_half = TlsReadSide { half, socket };
+    run(broker, read_half, write_half, context, stop, admitted).await;
+}
+
+/// Serves until the client disconnects, idles or `stop` turns true; then stops reading,
+/// sends the responses owed (see [`ReadEnd`]) and closes. `admitted` holds the connection's
+/// place under the connection caps until it ends.
+async fn run<R, W>(
+    broker: Arc<Broker>,
+    mut read_half: R,
+    write_half: W,
+    connection: ConnectionContext,
+    stop: watch::Receiver<bool>,
+    admitted: Admitted,
+) where
+    R: ReadSide + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (queue, replies) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
     let (hangup, hung_up) = watch::channel(false);
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
@@ -107,7 +201,7 @@ pub(crate) async fn run(
 /// Reads and discards what the client still sends, until it closes too (or `LINGER`): a
 /// socket closed with unread bytes in its receive buffer is reset, and a reset can destroy
 /// answers the client has not read yet – it would send again records that were stored.
-async fn linger(read_half: &mut OwnedReadHalf) {
+async fn linger(read_half: &mut (impl AsyncRead + Unpin)) {
     let mut sink = [0u8; 4096];
     let drained = async { while matches!(read_half.read(&mut sink).await, Ok(n) if n > 0) {} };
     let _ = tokio::time::timeout(LINGER, drained).await;
@@ -115,10 +209,11 @@ async fn linger(read_half: &mut OwnedReadHalf) {
 
 /// The context of a new connection: its budgets (sharing `broker_budget` with every other
 /// connection) and its Fetch turn.
-pub(crate) fn context(
+fn context(
     broker: &Broker,
     peer: std::net::SocketAddr,
     broker_budget: &Arc<ByteBudget>,
+    listener: Arc<str>,
 ) -> ConnectionContext {
     ConnectionContext {
         peer,
@@ -128,12 +223,13 @@ pub(crate) fn context(
         ),
         fetch_turns: Arc::new(Semaphore::new(1)),
         produce_window: Arc::default(),
+        listener,
     }
 }
 
 async fn read_requests(
     broker: &Arc<Broker>,
-    read_half: &mut OwnedReadHalf,
+    read_half: &mut impl ReadSide,
     connection: &ConnectionContext,
     queue: &mpsc::Sender<Pending>,
     mut stop: watch::Receiver<bool>,
@@ -208,7 +304,7 @@ async fn read_requests(
                 allowed = connection.budgets.wait_readable(own, READ_CHUNK) => allowed,
                 // A client gone while its connection waits for room must not keep holding
                 // the budgets (a partial request's bytes count) until its frame deadline.
-                () = peer_closed(frames.get_ref()) => return Ok(0),
+                () = frames.get_ref().hung_up() => return Ok(0),
             };
             frames.fill(allowed).await
         };
@@ -224,6 +320,11 @@ async fn read_requests(
         match read {
             Some(Ok(0)) => return ReadEnd::Closed, // the client closed between requests
             Some(Ok(read)) => buffered.add(read),
+            // A TLS client that closed without close_notify, as many do: a close like any other.
+            Some(Err(FrameError::Io(error))) if error.kind() == io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(%peer, %error, "closing connection");
+                return ReadEnd::Closed;
+            }
             Some(Err(error)) => {
                 tracing::info!(%peer, %error, "closing connection");
                 return ReadEnd::Closed;
@@ -244,9 +345,12 @@ async fn read_requests(
 /// Completes once the client has closed its side (or the socket failed), even with bytes of
 /// it still unread. Readiness says "readable" while unread bytes wait, so while they do this
 /// looks again once a second rather than spinning; the closed flag, once seen, stays set.
-async fn peer_closed(socket: &OwnedReadHalf) {
+async fn peer_closed<F>(ready: impl Fn() -> F)
+where
+    F: Future<Output = io::Result<Ready>>,
+{
     loop {
-        match socket.ready(Interest::READABLE).await {
+        match ready().await {
             Ok(ready) if !ready.is_read_closed() => tokio::time::sleep(CLOSED_CHECK_INTERVAL).await,
             _ => return,
         }
@@ -266,7 +370,7 @@ async fn within<T>(
 
 /// Writes the answers in request order; after a hangup, skips (and cancels) waiting Fetches.
 async fn write_answers(
-    mut socket: OwnedWriteHalf,
+    mut socket: impl AsyncWrite + Unpin,
     mut pending: mpsc::Receiver<Pending>,
     mut hung_up: watch::Receiver<bool>,
     peer: std::net::SocketAddr,
@@ -323,7 +427,7 @@ async fn write_answers(
 /// Writes one response; fails if the client takes none of it for `idle` (a client that
 /// stops reading must not pin its responses, and the budgets with them, for ever).
 async fn write_response(
-    socket: &mut OwnedWriteHalf,
+    socket: &mut (impl AsyncWrite + Unpin),
     mut bytes: &[u8],
     idle: Duration,
 ) -> Result<(), String> {

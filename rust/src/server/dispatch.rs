@@ -39,6 +39,8 @@ pub(crate) struct ConnectionContext {
     pub(crate) fetch_turns: Arc<Semaphore>,
     /// The connection's produce requests waiting for their flush.
     pub(crate) produce_window: Arc<handlers::produce::ProduceWindow>,
+    /// The listener the client came in on: Metadata gives it every broker's endpoint there.
+    pub(crate) listener: Arc<str>,
 }
 
 /// Each request runs in its own task, timed for the request-latency histogram. `charge`
@@ -101,7 +103,9 @@ fn handler(
         }
         .boxed(),
         ApiKey::FindCoordinator => {
-            async move { handlers::find_coordinator::handle(&broker, &request).into() }.boxed()
+            let listener = connection.listener.clone();
+            async move { handlers::find_coordinator::handle(&broker, &request, &listener).into() }
+                .boxed()
         }
         ApiKey::DeleteRecords => async move {
             handlers::delete_records::handle(&broker, &request)
@@ -125,10 +129,18 @@ fn handler(
         }
         .boxed(),
         ApiKey::Metadata => {
-            async move { handlers::metadata::handle(&broker, request).await.into() }.boxed()
+            let listener = connection.listener.clone();
+            async move {
+                handlers::metadata::handle(&broker, request, &listener)
+                    .await
+                    .into()
+            }
+            .boxed()
         }
         ApiKey::DescribeCluster => {
-            async move { handlers::describe_cluster::handle(&broker, &request).into() }.boxed()
+            let listener = connection.listener.clone();
+            async move { handlers::describe_cluster::handle(&broker, &request, &listener).into() }
+                .boxed()
         }
         ApiKey::DescribeTopicPartitions => {
             async move { handlers::describe_topic_partitions::handle(&broker, &request).into() }

@@ -19,7 +19,12 @@ const CONTROLLER_ENDPOINT: i8 = 2;
 const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 
-pub fn handle(broker: &Broker, request: &Request) -> Result<bytes::Bytes, WireError> {
+/// `listener`: the one the client came in on; every broker is listed with its endpoint there.
+pub fn handle(
+    broker: &Broker,
+    request: &Request,
+    listener: &str,
+) -> Result<bytes::Bytes, WireError> {
     let body: DescribeClusterRequest = request.body()?;
     let response = DescribeClusterResponse::default()
         .with_endpoint_type(BROKER_ENDPOINT)
@@ -27,7 +32,7 @@ pub fn handle(broker: &Broker, request: &Request) -> Result<bytes::Bytes, WireEr
         .with_cluster_authorized_operations(OPERATIONS_UNKNOWN);
     let response = match body.endpoint_type {
         BROKER_ENDPOINT => {
-            let (brokers, controller) = live_brokers(broker);
+            let (brokers, controller) = live_brokers(broker, listener);
             let brokers = brokers.into_iter().map(|b| {
                 DescribeClusterBroker::default()
                     .with_broker_id(BrokerId(b.id))
@@ -62,12 +67,21 @@ mod tests {
     use crate::control::testing::advertised;
     use crate::protocol::header::testing::{read_response, request};
 
-    fn ask(broker: &Broker, version: i16, endpoint_type: i8) -> DescribeClusterResponse {
+    fn ask_on(
+        broker: &Broker,
+        version: i16,
+        endpoint_type: i8,
+        listener: &str,
+    ) -> DescribeClusterResponse {
         let body = DescribeClusterRequest::default()
             .with_include_cluster_authorized_operations(true)
             .with_endpoint_type(endpoint_type);
-        let frame = handle(broker, &request(ApiKey::DescribeCluster, version, &body)).unwrap();
-        read_response(frame, version).1
+        let request = request(ApiKey::DescribeCluster, version, &body);
+        read_response(handle(broker, &request, listener).unwrap(), version).1
+    }
+
+    fn ask(broker: &Broker, version: i16, endpoint_type: i8) -> DescribeClusterResponse {
+        ask_on(broker, version, endpoint_type, "PLAINTEXT")
     }
 
     #[tokio::test]
@@ -87,6 +101,9 @@ mod tests {
             assert_eq!(brokers, [(1, "127.0.0.1", 9092, true)], "v{v}");
             assert_eq!(read.cluster_authorized_operations, OPERATIONS_UNKNOWN);
             assert_eq!(read.endpoint_type, BROKER_ENDPOINT, "v{v}");
+            // a broker is listed only on listeners it has
+            let on_ssl = ask_on(&t.broker, v, BROKER_ENDPOINT, "SSL");
+            assert!(on_ssl.brokers.is_empty(), "v{v}");
         }
     }
 

@@ -20,9 +20,14 @@ use crate::protocol::header::{encode_response, Request, WireError};
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
-pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
+/// `listener`: the one the client came in on, whose endpoint it is given.
+pub fn handle(
+    broker: &Arc<Broker>,
+    request: &Request,
+    listener: &str,
+) -> Result<bytes::Bytes, WireError> {
     let body: FindCoordinatorRequest = request.body()?;
-    let response = answer(&broker.cluster(), &body, request.api_version);
+    let response = answer(&broker.cluster(), &body, request.api_version, listener);
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
@@ -30,10 +35,11 @@ fn answer(
     cluster: &ClusterState,
     body: &FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     if version >= 4 {
         let coordinators = body.coordinator_keys.iter().map(|key| {
-            let found = lookup(cluster, body.key_type, key);
+            let found = lookup(cluster, body.key_type, key, listener);
             Coordinator::default()
                 .with_key(key.clone())
                 .with_node_id(BrokerId(found.node_id))
@@ -45,7 +51,7 @@ fn answer(
         return FindCoordinatorResponse::default().with_coordinators(coordinators.collect());
     }
     // v0 has no error message; the codec leaves it out.
-    let found = lookup(cluster, body.key_type, &body.key);
+    let found = lookup(cluster, body.key_type, &body.key, listener);
     FindCoordinatorResponse::default()
         .with_node_id(BrokerId(found.node_id))
         .with_host(found.host)
@@ -63,7 +69,7 @@ struct Found {
     error_message: Option<StrBytes>,
 }
 
-fn lookup(cluster: &ClusterState, key_type: i8, key: &str) -> Found {
+fn lookup(cluster: &ClusterState, key_type: i8, key: &str, listener: &str) -> Found {
     let coordinator = match key_type {
         GROUP => cluster.coordinator(key).ok_or_else(|| {
             ApiError::new(
@@ -83,11 +89,20 @@ fn lookup(cluster: &ClusterState, key_type: i8, key: &str) -> Found {
             format!("unknown coordinator key type {other}"),
         )),
     };
-    match coordinator {
-        Ok(broker) => Found {
-            node_id: broker.id,
-            host: StrBytes::from_string(broker.host.clone()),
-            port: broker.port,
+    let reachable = coordinator.and_then(|broker| {
+        let (host, port) = broker.endpoint(listener).ok_or_else(|| {
+            ApiError::new(
+                ResponseError::CoordinatorNotAvailable,
+                format!("broker {} has no listener named {listener}", broker.id),
+            )
+        })?;
+        Ok((broker.id, host.to_string(), port))
+    });
+    match reachable {
+        Ok((node_id, host, port)) => Found {
+            node_id,
+            host: StrBytes::from_string(host),
+            port,
             error_code: 0,
             error_message: None,
         },
@@ -118,6 +133,7 @@ mod tests {
                     id,
                     host,
                     port: 9000 + id,
+                    endpoints: vec![],
                 },
             );
         }
@@ -146,7 +162,7 @@ mod tests {
         let range = supported(kafka_protocol::messages::ApiKey::FindCoordinator).unwrap();
         for version in range.min..=range.max {
             let body = request(GROUP, &["orders", "billing"]);
-            let wire = on_the_wire(&answer(&state, &body, version), version);
+            let wire = on_the_wire(&answer(&state, &body, version, "PLAINTEXT"), version);
             let expect = |group| state.coordinator(group).unwrap();
             if version >= 4 {
                 assert_eq!(wire.coordinators.len(), 2);
@@ -169,16 +185,18 @@ mod tests {
     }
 
     #[test]
-    fn no_live_broker_is_retried_and_a_transaction_key_refused_with_a_reason() {
+    fn no_reachable_broker_is_retried_and_a_transaction_key_refused_with_a_reason() {
         let unavailable = ResponseError::CoordinatorNotAvailable.code();
         let no_transactions = ResponseError::TransactionalIdAuthorizationFailed.code();
-        for (state, key_type, error) in [
-            (cluster(&[]), GROUP, unavailable),
-            (cluster(&[1]), TRANSACTION, no_transactions),
+        for (state, key_type, listener, error) in [
+            (cluster(&[]), GROUP, "PLAINTEXT", unavailable),
+            // the coordinator has no listener of the name the client came in on
+            (cluster(&[1]), GROUP, "SSL", unavailable),
+            (cluster(&[1]), TRANSACTION, "PLAINTEXT", no_transactions),
         ] {
             for version in 0..=5 {
                 let wire = on_the_wire(
-                    &answer(&state, &request(key_type, &["g"]), version),
+                    &answer(&state, &request(key_type, &["g"]), version, listener),
                     version,
                 );
                 let (code, node, message) = match wire.coordinators.first() {

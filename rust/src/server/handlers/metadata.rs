@@ -16,13 +16,19 @@ use uuid::Uuid;
 use super::code;
 use crate::broker::{Broker, Topic};
 use crate::cluster::state::ClusterState;
+use crate::meta::catalog::BrokerRecord;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::topic_name;
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
 pub const OPERATIONS_UNKNOWN: i32 = i32::MIN;
 
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, WireError> {
+/// `listener`: the one the client came in on; every broker is listed with its endpoint there.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: Request,
+    listener: &str,
+) -> Result<bytes::Bytes, WireError> {
     let body: MetadataRequest = request.body()?;
     let version = request.api_version;
     let may_create =
@@ -52,7 +58,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Byt
         }
         described
     };
-    let (brokers, controller) = live_brokers(broker);
+    let (brokers, controller) = live_brokers(broker, listener);
     let brokers = brokers.into_iter().map(|b| {
         MetadataResponseBroker::default()
             .with_node_id(BrokerId(b.id))
@@ -75,32 +81,29 @@ pub struct ListedBroker {
     pub port: i32,
 }
 
-/// The live brokers of this broker's cluster view, in id order, and the id to name as the
-/// controller.
-pub fn live_brokers(broker: &Broker) -> (Vec<ListedBroker>, i32) {
+/// The live brokers of this broker's cluster view that have `listener`, in id order, with
+/// their endpoints there, and the id to name as the controller.
+pub fn live_brokers(broker: &Broker, listener: &str) -> (Vec<ListedBroker>, i32) {
     let cluster = broker.cluster();
-    let mut brokers: Vec<_> = cluster
-        .brokers
-        .values()
-        .map(|b| ListedBroker {
-            id: b.id,
-            host: b.host.clone(),
-            port: b.port,
-        })
-        .collect();
     let own = broker.config.broker_id;
+    let own_record = broker.config.broker_record();
+    let mut records: Vec<&BrokerRecord> = cluster.brokers.values().collect();
     if !cluster.brokers.contains_key(&own) {
         // Between a lost session and re-registration this broker still answers for itself.
-        let at = brokers.partition_point(|b| b.id < own);
-        brokers.insert(
-            at,
-            ListedBroker {
-                id: own,
-                host: broker.config.broker_host.clone(),
-                port: broker.config.broker_port,
-            },
-        );
+        let at = records.partition_point(|b| b.id < own);
+        records.insert(at, &own_record);
     }
+    let brokers = records
+        .into_iter()
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some(ListedBroker {
+                id: b.id,
+                host: host.to_string(),
+                port,
+            })
+        })
+        .collect();
     // The controller is only a name here (no KRaft); the lowest live id is stable and real.
     let controller = cluster.brokers.keys().next().copied().unwrap_or(own);
     (brokers, controller)

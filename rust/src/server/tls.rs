@@ -1,0 +1,260 @@
+//! TLS for the SSL listeners: the server certificate and key from PEM files, optional client
+//! certificates (Kafka's `ssl.client.auth`: none, requested or required, checked against a CA
+//! bundle), read again when the files change so that a renewed certificate needs no restart.
+//! A client certificate's subject is the connection's principal, as Kafka names it.
+
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+use crate::config::TlsFiles;
+
+/// The principal of a client without a certificate, as Kafka names it.
+const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// Accepts TLS connections with the certificate the files hold now.
+pub(crate) struct Tls {
+    files: TlsFiles,
+    current: RwLock<Loaded>,
+}
+
+/// Who a TLS endpoint serves.
+#[derive(Clone, Copy)]
+pub(crate) enum Side {
+    /// Kafka clients: certificates as `ssl.client.auth` says.
+    Kafka,
+    /// The operations endpoint: never asks for a certificate (probes and scrapers present
+    /// none; `/metrics` has its bearer token).
+    Operations,
+}
+
+struct Loaded {
+    kafka: tokio_rustls::TlsAcceptor,
+    operations: tokio_rustls::TlsAcceptor,
+    /// When each file was last modified as read (a change means read them again).
+    stamps: Vec<Option<SystemTime>>,
+}
+
+impl Tls {
+    /// Reads the files; an error says which file is wrong and how.
+    pub(crate) fn load(files: TlsFiles) -> Result<Arc<Tls>, String> {
+        let loaded = load(&files)?;
+        Ok(Arc::new(Tls {
+            files,
+            current: RwLock::new(loaded),
+        }))
+    }
+
+    /// Checks the files every reload interval and takes a changed set in for new
+    /// connections; a set that does not load is logged and the one in use kept.
+    pub(crate) fn spawn_reloads(self: &Arc<Tls>) -> tokio::task::JoinHandle<()> {
+        let tls = Arc::downgrade(self);
+        let interval = Duration::from_millis(self.files.reload_interval_ms.max(1));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(tls) = tls.upgrade() else { return };
+                tls.reload_if_changed();
+            }
+        })
+    }
+
+    fn reload_if_changed(&self) {
+        let stamps = stamps(&self.files);
+        if self.read().stamps == stamps {
+            return;
+        }
+        match load(&self.files) {
+            Ok(loaded) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = loaded;
+                tracing::info!(certfile = %self.files.certfile.display(),
+                    "TLS certificate files changed; new connections use them");
+            }
+            Err(error) => {
+                tracing::warn!(%error, "TLS certificate files changed but do not load; \
+                    new connections keep the previous certificate");
+                // Not read again until they change again.
+                self.current
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .stamps = stamps;
+            }
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
+        self.current.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The TLS handshake, within `timeout`; the connection's principal with it.
+    pub(crate) async fn accept(
+        &self,
+        socket: TcpStream,
+        timeout: Duration,
+        side: Side,
+    ) -> io::Result<(TlsStream<TcpStream>, Arc<str>)> {
+        let acceptor = match side {
+            Side::Kafka => self.read().kafka.clone(),
+            Side::Operations => self.read().operations.clone(),
+        };
+        let stream = tokio::time::timeout(timeout, acceptor.accept(socket))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+        let principal = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map_or_else(|| ANONYMOUS.into(), |cert| principal(cert).into());
+        Ok((stream, principal))
+    }
+}
+
+fn stamps(files: &TlsFiles) -> Vec<Option<SystemTime>> {
+    let paths = [
+        Some(&files.certfile),
+        Some(&files.keyfile),
+        files.cafile.as_ref(),
+    ];
+    paths
+        .into_iter()
+        .flatten()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
+}
+
+fn load(files: &TlsFiles) -> Result<Loaded, String> {
+    // Taken before reading: a change while reading is seen by the next check.
+    let stamps = stamps(files);
+    let acceptor = |side| server_config(files, side).map(|c| Arc::new(c).into());
+    Ok(Loaded {
+        kafka: acceptor(Side::Kafka)?,
+        operations: acceptor(Side::Operations)?,
+        stamps,
+    })
+}
+
+fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, String> {
+    let certs = read_certs(&files.certfile, "--ssl-certfile")?;
+    let key = PrivateKeyDer::from_pem_file(&files.keyfile).map_err(|e| {
+        format!(
+            "--ssl-keyfile {}: no private key read ({e}); give a PEM file with a PKCS#8, \
+             PKCS#1 or SEC1 key",
+            files.keyfile.display()
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let client_auth = match side {
+        Side::Kafka => files.client_auth.as_str(),
+        Side::Operations => "none",
+    };
+    let verifier = match (client_auth, &files.cafile) {
+        ("none", _) => WebPkiClientVerifier::no_client_auth(),
+        (mode, Some(cafile)) => {
+            let mut roots = RootCertStore::empty();
+            for cert in read_certs(cafile, "--ssl-cafile")? {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("--ssl-cafile {}: {e}", cafile.display()))?;
+            }
+            let builder =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+            let builder = if mode == "requested" {
+                builder.allow_unauthenticated()
+            } else {
+                builder
+            };
+            builder
+                .build()
+                .map_err(|e| format!("--ssl-cafile {}: {e}", cafile.display()))?
+        }
+        (mode, None) => {
+            return Err(format!(
+                "--ssl-client-auth {mode} needs --ssl-cafile: the CAs client certificates \
+                 must be signed by"
+            ))
+        }
+    };
+    ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            format!(
+                "--ssl-certfile {} and --ssl-keyfile {}: {e}",
+                files.certfile.display(),
+                files.keyfile.display()
+            )
+        })
+}
+
+fn read_certs(path: &Path, setting: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{setting} {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{setting} {}: no certificate in it; give a PEM file",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
+/// `User:` and the certificate's subject in RFC 2253 form (most specific attribute first, no
+/// spaces), which is how Kafka's default principal builder names an SSL client.
+fn principal(cert: &CertificateDer<'_>) -> String {
+    match x509_parser::parse_x509_certificate(cert) {
+        Ok((_, cert)) => {
+            let mut parts: Vec<String> = Vec::new();
+            for rdn in cert.subject().iter() {
+                for attr in rdn.iter() {
+                    let oid = attr.attr_type();
+                    let name =
+                        x509_parser::objects::oid2abbrev(oid, x509_parser::objects::oid_registry())
+                            .map_or_else(|_| oid.to_id_string(), str::to_string);
+                    let value = attr
+                        .as_str()
+                        .map_or_else(|_| "?".to_string(), str::to_string);
+                    parts.push(format!("{name}={value}"));
+                }
+            }
+            parts.reverse();
+            format!("User:{}", parts.join(","))
+        }
+        // The handshake verified it, so it parses; a principal that matches nothing if not.
+        Err(_) => "User:unparsable-certificate".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_does_not_load_is_named_with_its_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            certfile: dir.path().join("server.pem"),
+            keyfile: dir.path().join("server.key"),
+            cafile: None,
+            client_auth: "none".into(),
+            reload_interval_ms: 1000,
+        };
+        let missing = Tls::load(files.clone()).err().unwrap();
+        assert!(missing.starts_with("--ssl-certfile"), "{missing}");
+        assert!(missing.contains("server.pem"), "{missing}");
+        std::fs::write(&files.certfile, "no PEM blocks here").unwrap();
+        let empty = Tls::load(files).err().unwrap();
+        assert!(empty.contains("no certificate in it"), "{empty}");
+    }
+}
