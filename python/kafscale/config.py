@@ -238,6 +238,30 @@ def _check_advertised_host(value: str) -> str | None:
     return None
 
 
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _check_mechanisms(value: str) -> str | None:
+    names = [m.strip().upper() for m in value.split(",") if m.strip()]
+    unknown = [m for m in names if m not in _MECHANISMS]
+    if not names or unknown:
+        return (
+            f"must name one or more of {', '.join(_MECHANISMS)} (got {value!r}); GSSAPI and "
+            "OAUTHBEARER are not supported"
+        )
+    return None
+
+
+def _check_readable_file(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        Path(value).read_bytes()
+    except OSError as exc:
+        return f"cannot be read ({value}: {exc.strerror})"
+    return None
+
+
 def _check_token_file(value: str | None) -> str | None:
     if value is None:
         return None
@@ -331,7 +355,7 @@ class Settings:
     listeners: str | None = _setting(
         None,
         "Kafka listeners (Kafka's listeners): comma-separated NAME://HOST:PORT, the name being "
-        "the listener's security protocol (PLAINTEXT or SSL), e.g. "
+        "the listener's security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL), e.g. "
         "PLAINTEXT://0.0.0.0:9092,SSL://0.0.0.0:9093. An empty host binds every interface. "
         "Replaces --broker-addr.",
         _parse_optional_str,
@@ -384,6 +408,42 @@ class Settings:
         "serve new connections without a restart.",
         _parse_int,
         check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 10000"),
+        metavar="MS",
+    )
+    sasl_enabled_mechanisms: str = _setting(
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "SASL mechanisms of the SASL_PLAINTEXT and SASL_SSL listeners (Kafka's "
+        "sasl.enabled.mechanisms): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, comma-separated.",
+        _parse_str,
+        check=_check_mechanisms,
+        metavar="MECHANISMS",
+    )
+    sasl_users_file: str | None = _setting(
+        None,
+        "File of users, one name:password per line (# starts a comment), who may log in with "
+        "every enabled mechanism; read at every login, so an edit applies at once. Users "
+        "created with AlterUserScramCredentials (kafscale users set) are kept in the "
+        "metadata store instead, salted.",
+        _parse_optional_str,
+        check=_check_readable_file,
+        default_doc="unset",
+        metavar="PATH",
+    )
+    connections_max_reauth_ms: int = _setting(
+        0,
+        "How long a SASL login lasts (Kafka's connections.max.reauth.ms, KIP-368): clients "
+        "log in again on the same connection before it ends, or the connection is closed at "
+        "their next request after it. 0: as long as the connection.",
+        _parse_int,
+        check=_in_range(0, _INT64_MAX, "milliseconds (0: no limit)"),
+        metavar="MS",
+    )
+    connection_failed_authentication_delay_ms: int = _setting(
+        100,
+        "How long the answer to a failed login is held back before the connection is closed "
+        "(Kafka's connection.failed.authentication.delay.ms): slows down password guessing.",
+        _parse_int,
+        check=_in_range(0, 60_000, "milliseconds from 0 to 60000"),
         metavar="MS",
     )
     broker_id: int = _setting(
@@ -796,11 +856,11 @@ class Settings:
             specs = self.listener_specs
         except ValueError as exc:
             raise SettingsError(f"{_both('advertised_listeners')}: {exc}") from None
-        if any(spec.name == "SSL" for spec in specs) and not (
+        if any(spec.name in _listeners.TLS_PROTOCOLS for spec in specs) and not (
             self.ssl_certfile and self.ssl_keyfile
         ):
             raise SettingsError(
-                f"an SSL listener needs a certificate: set {_both('ssl_certfile')} and "
+                f"an SSL or SASL_SSL listener needs a certificate: set {_both('ssl_certfile')} and "
                 f"{_both('ssl_keyfile')} (PEM files)"
             )
         if self.metrics_tls and not (self.ssl_certfile and self.ssl_keyfile):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "PROTOCOLS",
+    "TLS_PROTOCOLS",
     "ListenerSpec",
     "TlsFiles",
     "check_advertised",
@@ -18,9 +19,9 @@ __all__ = [
 ]
 
 # The security protocols a listener may have (its name is its protocol).
-PROTOCOLS = ("PLAINTEXT", "SSL")
-# Kafka's other protocols, named so that the error says they are not served yet.
-_NOT_YET = ("SASL_PLAINTEXT", "SASL_SSL")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# The ones that speak TLS, and so need a certificate.
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,6 @@ def parse_endpoints(text: str) -> dict[str, tuple[str, int]]:
         if not item:
             continue
         name, host, port = _split(item)
-        if name in _NOT_YET:
-            raise ValueError(f"{name} listeners are not supported yet; use PLAINTEXT or SSL")
         if name not in PROTOCOLS:
             raise ValueError(
                 f"unknown listener {name!r}: a listener's name is its security protocol, "

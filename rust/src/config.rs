@@ -2,13 +2,15 @@
 //! `kafscale.config.Settings`; the core extracts the same attribute names.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::FromPyObject;
 
 use crate::log::index::DEFAULT_INDEX_INTERVAL;
 use crate::log::LogSettings;
-use crate::meta::catalog::{BrokerRecord, Endpoint};
+use crate::meta::catalog::{BrokerRecord, Catalog, Endpoint};
+use crate::server::sasl::SaslSettings;
 use crate::store::StorageLocation;
 
 /// One Kafka listener (Kafka's `listeners` and `advertised.listeners`): its name, which is
@@ -25,7 +27,11 @@ pub struct ListenerConfig {
 
 impl ListenerConfig {
     pub fn is_tls(&self) -> bool {
-        self.name == "SSL"
+        self.name == "SSL" || self.name == "SASL_SSL"
+    }
+
+    pub fn is_sasl(&self) -> bool {
+        self.name.starts_with("SASL_")
     }
 }
 
@@ -47,6 +53,12 @@ pub struct BrokerConfig {
     /// The first one is the listener other settings' addresses describe (the start-up line).
     pub listener_specs: Vec<ListenerConfig>,
     pub tls: Option<TlsFiles>,
+    /// Kafka's `sasl.enabled.mechanisms`: comma-separated.
+    pub sasl_enabled_mechanisms: String,
+    pub sasl_users_file: Option<PathBuf>,
+    /// Kafka's `connections.max.reauth.ms` (0: sessions never end).
+    pub connections_max_reauth_ms: u64,
+    pub connection_failed_authentication_delay_ms: u64,
     pub broker_id: i32,
     pub data_dir: String,
     pub s3_bucket: Option<String>,
@@ -91,6 +103,23 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The SASL listeners' settings (credentials stored under `catalog`).
+    pub(crate) fn sasl_settings(&self, catalog: Arc<Catalog>) -> SaslSettings {
+        SaslSettings {
+            mechanisms: self
+                .sasl_enabled_mechanisms
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            users_file: self.sasl_users_file.clone(),
+            session_lifetime: (self.connections_max_reauth_ms > 0)
+                .then(|| Duration::from_millis(self.connections_max_reauth_ms)),
+            failure_delay: Duration::from_millis(self.connection_failed_authentication_delay_ms),
+            catalog,
+        }
+    }
+
     /// This broker as it registers: every listener's advertised endpoint (ports bound by
     /// now), the first one's also as its host and port.
     pub fn broker_record(&self) -> BrokerRecord {

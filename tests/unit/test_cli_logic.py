@@ -1,5 +1,6 @@
 """The decisions of the kafscale CLI that need no broker: how segments must join up
-(``segments verify``) and where ``groups reset-offsets`` moves each partition."""
+(``segments verify``), where ``groups reset-offsets`` moves each partition, and how
+``users`` takes its arguments and the password."""
 
 from __future__ import annotations
 
@@ -170,3 +171,156 @@ def test_command_config_mistakes_are_explained(tmp_path, text, expected):
         read_command_config(str(path))
     with pytest.raises(argparse.ArgumentTypeError, match="cannot read"):
         read_command_config(str(tmp_path / "missing.properties"))
+
+
+# ---------------------------------------------------------------------------------------------
+# users: arguments and passwords (nothing here reaches a broker)
+
+
+def test_users_arguments():
+    from kafscale.cli import build_parser
+    from kafscale.cli.users import DEFAULT_ITERATIONS
+
+    parser = build_parser()
+    args = parser.parse_args(["users", "set", "bob", "--mechanism", "SCRAM-SHA-512"])
+    assert (args.name, args.mechanism, args.iterations) == ("bob", "SCRAM-SHA-512", 8192)
+    assert DEFAULT_ITERATIONS == 8192
+    args = parser.parse_args(
+        ["users", "set", "bob", "--mechanism", "SCRAM-SHA-256", "--iterations", "4096"]
+    )
+    assert (args.mechanism, args.iterations) == ("SCRAM-SHA-256", 4096)
+    assert parser.parse_args(["users", "delete", "bob"]).mechanism is None
+    args = parser.parse_args(["users", "delete", "bob", "--mechanism", "SCRAM-SHA-256"])
+    assert args.mechanism == "SCRAM-SHA-256"
+    assert parser.parse_args(["users", "list", "-o", "json"]).output == "json"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["users", "set", "bob"], "--mechanism"),
+        (["users", "set", "bob", "--mechanism", "PLAIN"], "invalid choice"),
+        (["users", "set", "bob", "--mechanism", "SCRAM-SHA-256", "--iterations", "0"], "0"),
+        (["users", "set", "bob", "--mechanism", "SCRAM-SHA-256", "--password", "x"], "--password"),
+        (["users", "set", "", "--mechanism", "SCRAM-SHA-256"], "not a user name"),
+        (["users", "delete", " bob", "--mechanism", "SCRAM-SHA-256"], "not a user name"),
+        (["users", "delete"], "NAME"),
+    ],
+)
+def test_users_argument_mistakes_are_usage_errors(capsys, argv, expected):
+    from kafscale.cli import main
+
+    assert main(argv) == 2
+    assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("piped", "password"),
+    [
+        ("s3cret\n", "s3cret"),
+        ("s3cret\r\n", "s3cret"),
+        ("s3cret", "s3cret"),
+        (" with blanks \n", " with blanks "),
+        ("p=a:s,s\n", "p=a:s,s"),
+    ],
+)
+def test_password_from_a_pipe_is_its_one_line(piped, password):
+    from kafscale.cli.users import password_from_pipe
+
+    assert password_from_pipe(piped) == password
+
+
+@pytest.mark.parametrize(
+    ("piped", "expected"), [("", "no password"), ("\n", "no password"), ("a\nb\n", "more than")]
+)
+def test_password_from_a_pipe_mistakes_are_explained(piped, expected):
+    from kafscale.cli.users import password_from_pipe
+
+    with pytest.raises(CliError, match=expected) as failure:
+        password_from_pipe(piped)
+    assert failure.value.hint
+
+
+class _Terminal:
+    def isatty(self) -> bool:
+        return True
+
+    def read(self) -> str:  # a terminal's password never comes from here
+        raise AssertionError("read the terminal instead of prompting")
+
+
+@pytest.mark.parametrize(
+    ("typed", "outcome"),
+    [
+        (["pw", "pw"], "pw"),
+        (["pw", "other"], "differ"),
+        (["", ""], "empty"),
+        ([EOFError()], "no password"),
+    ],
+)
+def test_password_at_a_terminal_is_asked_twice(monkeypatch, typed, outcome):
+    import getpass
+    import sys
+
+    from kafscale.cli.users import read_password
+
+    answers = list(typed)
+    prompts = []
+
+    def fake_getpass(prompt: str = "") -> str:
+        prompts.append(prompt)
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(sys, "stdin", _Terminal())
+    monkeypatch.setattr(getpass, "getpass", fake_getpass)
+    if outcome == "pw":
+        assert read_password("bob") == "pw"
+        assert len(prompts) == 2 and all("bob" in p for p in prompts)
+    else:
+        with pytest.raises(CliError, match=outcome):
+            read_password("bob")
+
+
+def test_users_set_reads_the_password_before_connecting(monkeypatch, capsys):
+    """An empty pipe fails at once with one error line (no broker at the default address is
+    ever asked: the command stops before connecting)."""
+    import io
+    import sys
+
+    from kafscale.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    argv = ["users", "set", "bob", "--mechanism", "SCRAM-SHA-256"]
+    assert main([*argv, "--bootstrap-server", "127.0.0.1:1", "--timeout", "0.1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kafscale: error: standard input holds no password")
+
+
+def test_credential_rows_one_per_user_and_mechanism():
+    from types import SimpleNamespace
+
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism
+
+    from kafscale.cli.users import credential_rows
+
+    described = {
+        "zed": SimpleNamespace(
+            user="zed",
+            scram_credential_infos=[ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)],
+        ),
+        "amy": SimpleNamespace(
+            user="amy",
+            scram_credential_infos=[
+                ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 16384),
+            ],
+        ),
+    }
+    assert credential_rows(described) == [
+        {"user": "amy", "mechanism": "SCRAM-SHA-256", "iterations": 16384},
+        {"user": "amy", "mechanism": "SCRAM-SHA-512", "iterations": 4096},
+        {"user": "zed", "mechanism": "SCRAM-SHA-512", "iterations": 8192},
+    ]

@@ -314,7 +314,9 @@ def test_listeners_advertise_their_own_host_or_the_broker_host_or_what_is_given(
     [
         (["--listeners", "PLAINTEXT://127.0.0.1"], "has no port number"),
         (["--listeners", "FOO://:9092"], "unknown listener 'FOO'"),
-        (["--listeners", "SASL_SSL://:9092"], "not supported yet"),
+        (["--listeners", "SASL_SSL://:9092"], "SASL_SSL listener needs a certificate"),
+        (["--sasl-enabled-mechanisms", "GSSAPI"], "GSSAPI and OAUTHBEARER are not supported"),
+        (["--sasl-users-file", "/nonexistent/users"], "cannot be read"),
         (["--listeners", "SSL://:1,SSL://:2"], "named twice"),
         (
             ["--listeners", "PLAINTEXT://:1", "--advertised-listeners", "SSL://h:1"],

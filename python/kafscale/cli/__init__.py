@@ -4,6 +4,7 @@ protocol, and inspect the segment objects it stores.
     kafscale topics   list | create | describe | alter | delete       (--bootstrap-server)
     kafscale groups   list | describe | delete | reset-offsets        (--bootstrap-server)
     kafscale brokers  list                                            (--bootstrap-server)
+    kafscale users    list | set | delete                             (--bootstrap-server)
     kafscale segments ls | dump | verify      (s3://BUCKET/NAMESPACE or DATA_DIR/NAMESPACE)
 
 Exit codes: 0 success; 1 the command failed (the message on stderr says why and what to do),
@@ -17,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from . import brokers, groups, segments, topics
+from . import brokers, groups, segments, topics, users
 from .args import plain
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, print_error
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.register(commands)
     groups.register(commands)
     brokers.register(commands)
+    users.register(commands)
     segments.register(commands)
     return parser
 

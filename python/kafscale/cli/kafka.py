@@ -29,6 +29,7 @@ K = TypeVar("K")
 # librdkafka's local error codes (negative); broker codes are kafscale.errors.ErrorCode
 _TRANSPORT = -195
 _RESOLVE = -193
+_AUTHENTICATION = -169
 _ALL_BROKERS_DOWN = -187
 _LOCAL_TIMED_OUT = -185
 _UNSUPPORTED_FEATURE = -165
@@ -82,7 +83,9 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
         default={},
         help="client properties for the connection, one key=value per line as in Kafka's "
         "tools, with librdkafka's names: security.protocol=SSL, ssl.ca.location=ca.pem, "
-        "ssl.certificate.location=client.pem, ssl.key.location=client.key",
+        "ssl.certificate.location=client.pem, ssl.key.location=client.key; for SASL "
+        "security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-512, sasl.username=NAME, "
+        "sasl.password=PASSWORD",
     )
     parser.add_argument(
         "--timeout",
@@ -195,6 +198,13 @@ class Kafka:
             "check --bootstrap-server and that the broker runs and listens there",
         )
 
+    def authentication_failed(self, err: KafkaErrorLike) -> CliError:
+        return CliError(
+            f"the brokers at {self.bootstrap} refused the client's authentication ({err.str()})",
+            "check that --bootstrap-server is a SASL listener and the security.protocol, "
+            "sasl.mechanism, sasl.username and sasl.password in --command-config",
+        )
+
     def _connection_detail(self) -> str | None:
         """The most telling thing librdkafka said about the failed connections."""
         for err in self.errors:
@@ -218,6 +228,9 @@ class Kafka:
                 if err.code() not in _UNREACHABLE | _TIMEOUTS:
                     raise self.failure(err, "asking the brokers for metadata") from None
             self.admin.poll(0)  # delivers error_cb
+            refused = next((e for e in self.errors if e.code() == _AUTHENTICATION), None)
+            if refused is not None:  # librdkafka would retry the same credentials until timeout
+                raise self.authentication_failed(refused)
             down = any(e.code() == _ALL_BROKERS_DOWN for e in self.errors)
             if down or time.monotonic() >= deadline:
                 detail = self._connection_detail()
@@ -234,6 +247,8 @@ class Kafka:
         about = f" {subject}" if subject else ""
         if code in _UNREACHABLE:
             return self.unreachable(err.str())
+        if code == _AUTHENTICATION:
+            return self.authentication_failed(err)
         if code in _TIMEOUTS:
             return CliError(
                 f"no answer from the brokers at {self.bootstrap} within {self.timeout:g}s "

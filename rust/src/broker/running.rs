@@ -69,9 +69,11 @@ async fn bind_listeners(
                 )))
             }
         };
+        // A SASL listener's settings need the core's catalog: set once it is open.
         let entry = Entry {
             listener: spec.name.as_str().into(),
             tls,
+            sasl: None,
         };
         bound.push(BoundListener { listener, entry });
     }
@@ -109,6 +111,13 @@ impl Running {
         };
         let token_file = config.metrics_token_file.clone();
         let core = Broker::open(config).await.map_err(StartError::Open)?;
+        let mut listeners = listeners;
+        let sasl = Arc::new(core.config.sasl_settings(core.log.catalog.clone()));
+        for (bound, spec) in listeners.iter_mut().zip(&core.config.listener_specs) {
+            if spec.is_sasl() {
+                bound.entry.sasl = Some(sasl.clone());
+            }
+        }
         let (stop, stopped) = watch::channel(false);
         let server = tokio::spawn(crate::server::serve(core.clone(), listeners, stopped));
         if let Some(ops_listener) = ops_listener {

@@ -37,4 +37,9 @@ pub const DATA_PLANE: &[SupportedApi] = &[
     // to describe the cluster and its topics.
     api(ApiKey::DescribeCluster, 0, 1),
     api(ApiKey::DescribeTopicPartitions, 0, 0),
+    // After v0 the SASL tokens travel bare, outside Kafka's framing (older clients).
+    api(ApiKey::SaslHandshake, 0, 1),
+    api(ApiKey::SaslAuthenticate, 0, 2),
+    api(ApiKey::DescribeUserScramCredentials, 0, 0),
+    api(ApiKey::AlterUserScramCredentials, 0, 0),
 ];

@@ -31,6 +31,7 @@ use super::admission::Admitted;
 use super::budget::{Budgets, ByteBudget, Charge};
 use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
+use super::sasl::{Authenticator, Gate, SaslSettings};
 use super::tls::{Side, Tls};
 use crate::broker::Broker;
 use crate::protocol::frame::{FrameError, FrameReader, FRAME_HEADER_LEN};
@@ -112,11 +113,13 @@ impl ReadSide for TlsReadSide {
     }
 }
 
-/// Where a connection came in: its listener's name and, for an SSL listener, its TLS.
+/// Where a connection came in: its listener's name and, as its protocol says, its TLS and
+/// its SASL settings.
 #[derive(Clone)]
 pub(crate) struct Entry {
     pub(crate) listener: Arc<str>,
     pub(crate) tls: Option<Arc<Tls>>,
+    pub(crate) sasl: Option<Arc<SaslSettings>>,
 }
 
 /// Serves a connection accepted on `entry`: the TLS handshake first on an SSL listener
@@ -130,10 +133,19 @@ pub(crate) async fn start(
     admitted: Admitted,
 ) {
     let Ok(peer) = socket.peer_addr() else { return };
+    let auth = entry.sasl.map(Authenticator::new);
     let Some(tls) = entry.tls else {
         let context = context(&broker, peer, &broker_budget, entry.listener);
         let (read_half, write_half) = socket.into_split();
-        return run(broker, read_half, write_half, context, stop, admitted).await;
+        return run(
+            broker,
+            (read_half, write_half),
+            auth,
+            context,
+            stop,
+            admitted,
+        )
+        .await;
     };
     let timeout = Duration::from_millis(broker.config.request_read_timeout_ms);
     let accepted = async {
@@ -158,7 +170,15 @@ pub(crate) async fn start(
     let context = context(&broker, peer, &broker_budget, entry.listener);
     let (half, write_half) = tokio::io::split(stream);
     let read_half = TlsReadSide { half, socket };
-    run(broker, read_half, write_half, context, stop, admitted).await;
+    run(
+        broker,
+        (read_half, write_half),
+        auth,
+        context,
+        stop,
+        admitted,
+    )
+    .await;
 }
 
 /// Serves until the client disconnects, idles or `stop` turns true; then stops reading,
@@ -166,8 +186,8 @@ pub(crate) async fn start(
 /// place under the connection caps until it ends.
 async fn run<R, W>(
     broker: Arc<Broker>,
-    mut read_half: R,
-    write_half: W,
+    (mut read_half, write_half): (R, W),
+    mut auth: Option<Authenticator>,
     connection: ConnectionContext,
     stop: watch::Receiver<bool>,
     admitted: Admitted,
@@ -185,7 +205,15 @@ async fn run<R, W>(
         connection.peer,
         idle,
     ));
-    let end = read_requests(&broker, &mut read_half, &connection, &queue, stop).await;
+    let end = read_requests(
+        &broker,
+        &mut read_half,
+        &mut auth,
+        &connection,
+        &queue,
+        stop,
+    )
+    .await;
     if end == ReadEnd::Closed {
         let _ = hangup.send(true);
     }
@@ -230,6 +258,7 @@ fn context(
 async fn read_requests(
     broker: &Arc<Broker>,
     read_half: &mut impl ReadSide,
+    auth: &mut Option<Authenticator>,
     connection: &ConnectionContext,
     queue: &mpsc::Sender<Pending>,
     mut stop: watch::Receiver<bool>,
@@ -258,6 +287,13 @@ async fn read_requests(
             since_yield += frame.len();
             let mut charge = buffered.split_off(FRAME_HEADER_LEN + frame.len());
             charge.add(REQUEST_OVERHEAD);
+            if let Some(auth) = auth.as_mut().filter(|a| a.expects_bare_token()) {
+                let gate = auth.bare_token(&frame).await;
+                match queue_sasl_answer(gate, charge, queue).await {
+                    Some(end) => return end,
+                    None => continue,
+                }
+            }
             let request = match Request::decode(frame) {
                 Ok(request) => request,
                 Err(error) => {
@@ -265,6 +301,19 @@ async fn read_requests(
                     return ReadEnd::Closed;
                 }
             };
+            if let Some(auth) = auth.as_mut() {
+                match auth.gate(&request).await {
+                    Gate::Pass => {}
+                    Gate::Close(reason) => {
+                        tracing::info!(%peer, reason, "closing connection");
+                        return ReadEnd::Closed;
+                    }
+                    answer => match queue_sasl_answer(answer, charge, queue).await {
+                        Some(end) => return end,
+                        None => continue,
+                    },
+                }
+            }
             let ends_on_hangup = request.api_key == ApiKey::Fetch;
             let answer = dispatch(broker, request, connection, charge);
             // Not raced against `stop`: a dispatched Produce has appended, its ack is owed.
@@ -342,6 +391,32 @@ async fn read_requests(
     }
 }
 
+/// Queues a SASL step's answer in request order; the connection's end if that was its last
+/// (a failed login) or the writer is gone.
+async fn queue_sasl_answer(
+    gate: Gate,
+    charge: Charge,
+    queue: &mpsc::Sender<Pending>,
+) -> Option<ReadEnd> {
+    let Gate::Answer { reply, delay } = gate else {
+        return Some(ReadEnd::Closed);
+    };
+    let last = matches!(reply, Reply::Final(_));
+    let answer = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        Answer {
+            reply,
+            charge,
+            fetch_turn: None,
+        }
+    });
+    let pending = Pending {
+        answer,
+        ends_on_hangup: false,
+    };
+    (queue.send(pending).await.is_err() || last).then_some(ReadEnd::Closed)
+}
+
 /// Completes once the client has closed its side (or the socket failed), even with bytes of
 /// it still unread. Readiness says "readable" while unread bytes wait, so while they do this
 /// looks again once a second rather than spinning; the closed flag, once seen, stays set.
@@ -402,6 +477,12 @@ async fn write_answers(
                     Reply::Response(bytes) => write_response(&mut socket, &bytes, idle).await.err(),
                     Reply::None => None,
                     Reply::Close(reason) => Some(reason.to_string()),
+                    Reply::Final(bytes) => {
+                        Some(match write_response(&mut socket, &bytes, idle).await {
+                            Ok(()) => "authentication failed".to_string(),
+                            Err(error) => error,
+                        })
+                    }
                 };
                 // Written: its bytes leave the budgets, a Fetch passes on its turn.
                 drop((charge, fetch_turn));

@@ -150,6 +150,23 @@ fn handler(
             async move { handlers::offset_for_leader_epoch::handle(&broker, &request).into() }
                 .boxed()
         }
+        // A SASL listener's connection answers these itself (`sasl::Authenticator`).
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+            let reply = super::sasl::outside_sasl(&request);
+            async move { reply }.boxed()
+        }
+        ApiKey::DescribeUserScramCredentials => async move {
+            handlers::scram_credentials::describe(&broker, &request)
+                .await
+                .into()
+        }
+        .boxed(),
+        ApiKey::AlterUserScramCredentials => async move {
+            handlers::scram_credentials::alter(&broker, &request)
+                .await
+                .into()
+        }
+        .boxed(),
         key if ControlBody::serves(key) => async move {
             handlers::control::handle(&broker, request, peer)
                 .await

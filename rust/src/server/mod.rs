@@ -7,6 +7,7 @@ pub mod dispatch;
 mod fd_limit;
 pub mod handlers;
 pub(crate) mod ops_endpoint;
+pub(crate) mod sasl;
 pub(crate) mod tls;
 
 use std::sync::Arc;

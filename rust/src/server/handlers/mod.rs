@@ -14,6 +14,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod scram_credentials;
 pub mod unsupported;
 
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub enum Reply {
     None,
     /// Undecodable or unanswerable: close the connection.
     Close(WireError),
+    /// This response, then close the connection (a failed authentication).
+    Final(Bytes),
 }
 
 impl From<Result<Bytes, WireError>> for Reply {

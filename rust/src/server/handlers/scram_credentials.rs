@@ -1,0 +1,384 @@
+//! DescribeUserScramCredentials v0 and AlterUserScramCredentials v0 (KIP-554): the SCRAM
+//! credentials SASL logins are checked against, in the metadata store. A client sends the
+//! salted password (never the password); the broker keeps StoredKey and ServerKey. Each user
+//! gets one result, with Kafka's codes: RESOURCE_NOT_FOUND for a user (or a deleted mechanism)
+//! without credentials, DUPLICATE_RESOURCE for a user named twice, UNSUPPORTED_SASL_MECHANISM,
+//! UNACCEPTABLE_CREDENTIAL for an empty name, salt or password or iterations outside 4096–16384.
+
+use std::collections::{BTreeMap, HashMap};
+
+use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+use kafka_protocol::messages::describe_user_scram_credentials_response::{
+    CredentialInfo, DescribeUserScramCredentialsResult,
+};
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+use crate::protocol::header::{encode_response, Request, WireError};
+use crate::server::sasl::credentials;
+use crate::server::sasl::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+
+/// Kafka's codes newer than the codec's list of errors.
+const RESOURCE_NOT_FOUND: i16 = 91;
+const DUPLICATE_RESOURCE: i16 = 92;
+const UNACCEPTABLE_CREDENTIAL: i16 = 93;
+
+type Refusal = (i16, String);
+
+fn text(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+pub async fn describe(broker: &Broker, request: &Request) -> Result<bytes::Bytes, WireError> {
+    let body: DescribeUserScramCredentialsRequest = request.body()?;
+    let response = match credentials::described(&broker.log.catalog).await {
+        Ok(stored) => described(
+            &stored,
+            body.users
+                .map(|u| u.into_iter().map(|u| u.name.to_string()).collect()),
+        ),
+        Err(error) => DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ResponseError::KafkaStorageError.code())
+            .with_error_message(Some(text(format!("cannot read credentials: {error}")))),
+    };
+    encode_response(request.correlation_id, request.api_version, &response)
+}
+
+/// `asked`: None or none for every user with credentials (as Kafka reads both).
+fn described(
+    stored: &BTreeMap<String, Vec<(ScramMechanism, u32)>>,
+    asked: Option<Vec<String>>,
+) -> DescribeUserScramCredentialsResponse {
+    let asked = match asked {
+        Some(users) if !users.is_empty() => users,
+        _ => stored.keys().cloned().collect(),
+    };
+    let mut times: HashMap<&str, usize> = HashMap::new();
+    for user in &asked {
+        *times.entry(user.as_str()).or_default() += 1;
+    }
+    let mut results = Vec::new();
+    let mut answered = std::collections::HashSet::new();
+    for user in asked.iter().filter(|u| answered.insert(u.as_str())) {
+        let result = DescribeUserScramCredentialsResult::default().with_user(text(user.clone()));
+        let result = match (times[user.as_str()], stored.get(user)) {
+            (2.., _) => result
+                .with_error_code(DUPLICATE_RESOURCE)
+                .with_error_message(Some(text(format!("user {user} is named more than once")))),
+            (_, None) => result
+                .with_error_code(RESOURCE_NOT_FOUND)
+                .with_error_message(Some(text(format!("user {user} has no SCRAM credentials")))),
+            (_, Some(credentials)) => result.with_credential_infos(
+                credentials
+                    .iter()
+                    .map(|(m, iterations)| {
+                        CredentialInfo::default()
+                            .with_mechanism(m.code())
+                            .with_iterations(*iterations as i32)
+                    })
+                    .collect(),
+            ),
+        };
+        results.push(result);
+    }
+    DescribeUserScramCredentialsResponse::default().with_results(results)
+}
+
+pub async fn alter(broker: &Broker, request: &Request) -> Result<bytes::Bytes, WireError> {
+    let body: AlterUserScramCredentialsRequest = request.body()?;
+    let catalog = &broker.log.catalog;
+    let stored = match credentials::described(catalog).await {
+        Ok(stored) => stored,
+        Err(error) => {
+            let message = format!("cannot read credentials: {error}");
+            let failed = users_of(&body)
+                .into_iter()
+                .map(|user| {
+                    (
+                        user,
+                        Err((ResponseError::KafkaStorageError.code(), message.clone())),
+                    )
+                })
+                .collect();
+            return encode_response(
+                request.correlation_id,
+                request.api_version,
+                &altered(failed),
+            );
+        }
+    };
+    let (mut outcomes, upserts, deletes) = plan(&body, &stored);
+    if !(upserts.is_empty() && deletes.is_empty()) {
+        if let Err(error) = credentials::alter(catalog, upserts, deletes).await {
+            let message = format!("cannot store credentials: {error}");
+            for outcome in outcomes.values_mut().filter(|o| o.is_ok()) {
+                *outcome = Err((ResponseError::KafkaStorageError.code(), message.clone()));
+            }
+        }
+    }
+    let results = users_of(&body)
+        .into_iter()
+        .map(|user| {
+            let outcome = outcomes.remove(&user).unwrap_or(Ok(()));
+            (user, outcome)
+        })
+        .collect();
+    encode_response(
+        request.correlation_id,
+        request.api_version,
+        &altered(results),
+    )
+}
+
+/// Every user the request names, once, in the order first named.
+fn users_of(body: &AlterUserScramCredentialsRequest) -> Vec<String> {
+    let named = body
+        .deletions
+        .iter()
+        .map(|d| d.name.to_string())
+        .chain(body.upsertions.iter().map(|u| u.name.to_string()));
+    let mut users: Vec<String> = Vec::new();
+    for user in named {
+        if !users.contains(&user) {
+            users.push(user);
+        }
+    }
+    users
+}
+
+type Planned = (
+    HashMap<String, Result<(), Refusal>>,
+    Vec<(String, ScramMechanism, ScramCredential)>,
+    Vec<(String, ScramMechanism)>,
+);
+
+/// Each user's outcome, and the writes of the users without a refusal (a user with one
+/// changes nothing, as in Kafka).
+fn plan(
+    body: &AlterUserScramCredentialsRequest,
+    stored: &BTreeMap<String, Vec<(ScramMechanism, u32)>>,
+) -> Planned {
+    let mut outcomes: HashMap<String, Result<(), Refusal>> = HashMap::new();
+    let mut seen: HashMap<(String, i8), usize> = HashMap::new();
+    let named = body
+        .deletions
+        .iter()
+        .map(|d| (d.name.to_string(), d.mechanism))
+        .chain(
+            body.upsertions
+                .iter()
+                .map(|u| (u.name.to_string(), u.mechanism)),
+        );
+    for key in named {
+        *seen.entry(key).or_default() += 1;
+    }
+    let mut refuse = |user: &str, refusal: Refusal| {
+        let outcome = outcomes.entry(user.to_string()).or_insert(Ok(()));
+        if outcome.is_ok() {
+            *outcome = Err(refusal);
+        }
+    };
+    let mut deletes = Vec::new();
+    for d in &body.deletions {
+        let user = d.name.to_string();
+        match check(&user, d.mechanism, seen[&(user.clone(), d.mechanism)]) {
+            Err(refusal) => refuse(&user, refusal),
+            Ok(mechanism) => {
+                let has = stored
+                    .get(&user)
+                    .is_some_and(|c| c.iter().any(|(m, _)| *m == mechanism));
+                if has {
+                    deletes.push((user, mechanism));
+                } else {
+                    let message = format!("user {user} has no {} credential", mechanism.name());
+                    refuse(&user, (RESOURCE_NOT_FOUND, message));
+                }
+            }
+        }
+    }
+    let mut upserts = Vec::new();
+    for u in &body.upsertions {
+        let user = u.name.to_string();
+        let checked = check(&user, u.mechanism, seen[&(user.clone(), u.mechanism)]).and_then(|m| {
+            let iterations = u32::try_from(u.iterations).unwrap_or(0);
+            if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+                return Err((
+                    UNACCEPTABLE_CREDENTIAL,
+                    format!(
+                        "iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, not {}",
+                        u.iterations
+                    ),
+                ));
+            }
+            if u.salt.is_empty() || u.salted_password.is_empty() {
+                return Err((
+                    UNACCEPTABLE_CREDENTIAL,
+                    "the salt and the salted password must not be empty".into(),
+                ));
+            }
+            Ok((m, iterations))
+        });
+        match checked {
+            Err(refusal) => refuse(&user, refusal),
+            Ok((mechanism, iterations)) => {
+                let credential = ScramCredential::from_salted(
+                    mechanism,
+                    &u.salted_password,
+                    u.salt.to_vec(),
+                    iterations,
+                );
+                upserts.push((user, mechanism, credential));
+            }
+        }
+    }
+    upserts.retain(|(user, _, _)| !matches!(outcomes.get(user), Some(Err(_))));
+    deletes.retain(|(user, _)| !matches!(outcomes.get(user), Some(Err(_))));
+    (outcomes, upserts, deletes)
+}
+
+fn check(user: &str, mechanism: i8, times: usize) -> Result<ScramMechanism, Refusal> {
+    if user.is_empty() {
+        return Err((
+            UNACCEPTABLE_CREDENTIAL,
+            "the user name must not be empty".into(),
+        ));
+    }
+    if times > 1 {
+        return Err((
+            DUPLICATE_RESOURCE,
+            format!("user {user} is altered more than once for one mechanism"),
+        ));
+    }
+    ScramMechanism::from_code(mechanism).ok_or_else(|| {
+        (
+            ResponseError::UnsupportedSaslMechanism.code(),
+            format!("unknown SCRAM mechanism {mechanism}: 1 is SCRAM-SHA-256, 2 SCRAM-SHA-512"),
+        )
+    })
+}
+
+fn altered(results: Vec<(String, Result<(), Refusal>)>) -> AlterUserScramCredentialsResponse {
+    let results = results.into_iter().map(|(user, outcome)| {
+        let result = AlterUserScramCredentialsResult::default().with_user(text(user));
+        match outcome {
+            Ok(()) => result,
+            Err((code, message)) => result
+                .with_error_code(code)
+                .with_error_message(Some(text(message))),
+        }
+    });
+    AlterUserScramCredentialsResponse::default().with_results(results.collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use kafka_protocol::messages::alter_user_scram_credentials_request::{
+        ScramCredentialDeletion, ScramCredentialUpsertion,
+    };
+
+    use super::*;
+
+    fn upsert(name: &str, mechanism: i8, iterations: i32) -> ScramCredentialUpsertion {
+        ScramCredentialUpsertion::default()
+            .with_name(text(name))
+            .with_mechanism(mechanism)
+            .with_iterations(iterations)
+            .with_salt(Bytes::from_static(b"salt"))
+            .with_salted_password(Bytes::from_static(b"salted"))
+    }
+
+    fn delete(name: &str, mechanism: i8) -> ScramCredentialDeletion {
+        ScramCredentialDeletion::default()
+            .with_name(text(name))
+            .with_mechanism(mechanism)
+    }
+
+    #[test]
+    fn alterations_are_checked_per_user_as_kafka_does() {
+        let mut stored = BTreeMap::new();
+        stored.insert("bob".to_string(), vec![(ScramMechanism::Sha512, 4096)]);
+        let body = AlterUserScramCredentialsRequest::default()
+            .with_deletions(vec![
+                delete("bob", 2),
+                delete("carol", 1),
+                delete("dave", 1),
+            ])
+            .with_upsertions(vec![
+                upsert("alice", 2, 8192),
+                upsert("dave", 1, 4096),
+                upsert("erin", 3, 4096),
+                upsert("frank", 1, 100),
+                upsert("", 1, 4096),
+            ]);
+        let (outcomes, upserts, deletes) = plan(&body, &stored);
+        let code = |user: &str| {
+            outcomes
+                .get(user)
+                .map_or(0, |o| o.as_ref().err().map_or(0, |e| e.0))
+        };
+        assert_eq!(code("alice"), 0);
+        assert_eq!(code("bob"), 0);
+        assert_eq!(code("carol"), RESOURCE_NOT_FOUND);
+        assert_eq!(
+            code("dave"),
+            DUPLICATE_RESOURCE,
+            "deleted and upserted for one mechanism"
+        );
+        assert_eq!(code("erin"), ResponseError::UnsupportedSaslMechanism.code());
+        assert_eq!(code("frank"), UNACCEPTABLE_CREDENTIAL);
+        assert_eq!(code(""), UNACCEPTABLE_CREDENTIAL);
+        let written: Vec<_> = upserts
+            .iter()
+            .map(|(u, m, c)| (u.as_str(), *m, c.iterations))
+            .collect();
+        assert_eq!(written, [("alice", ScramMechanism::Sha512, 8192)]);
+        assert_eq!(deletes, [("bob".to_string(), ScramMechanism::Sha512)]);
+        assert_eq!(
+            users_of(&body),
+            ["bob", "carol", "dave", "alice", "erin", "frank", ""]
+        );
+    }
+
+    #[test]
+    fn descriptions_name_each_user_once() {
+        let mut stored = BTreeMap::new();
+        stored.insert(
+            "alice".to_string(),
+            vec![
+                (ScramMechanism::Sha256, 4096),
+                (ScramMechanism::Sha512, 8192),
+            ],
+        );
+        let all = described(&stored, None);
+        assert_eq!(all.results.len(), 1);
+        assert_eq!(described(&stored, Some(vec![])).results, all.results);
+        let infos: Vec<_> = all.results[0]
+            .credential_infos
+            .iter()
+            .map(|c| (c.mechanism, c.iterations))
+            .collect();
+        assert_eq!(infos, [(1, 4096), (2, 8192)]);
+        let asked = described(
+            &stored,
+            Some(vec!["nobody".into(), "alice".into(), "alice".into()]),
+        );
+        let codes: Vec<_> = asked
+            .results
+            .iter()
+            .map(|r| (r.user.as_str(), r.error_code))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                ("nobody", RESOURCE_NOT_FOUND),
+                ("alice", DUPLICATE_RESOURCE)
+            ]
+        );
+    }
+}
