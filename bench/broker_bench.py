@@ -14,6 +14,10 @@ Phases (see bench/README.md for what each figure means):
                       store, which is then restarted so that the cold phase has data to read
   fetch_cold          after a broker restart (empty cache), reads the first --gib of the topic
 
+With --security ssl or sasl_ssl the broker gets an SSL or SASL_SSL listener (throwaway PKI in
+the scratch dir; SCRAM-SHA-512 for sasl_ssl) next to its PLAINTEXT one, and every client the
+bench makes uses that listener.
+
 Usage: python bench/broker_bench.py [--gib 0.25] [--store memory|local] [--python PATH] ...
 """
 
@@ -26,6 +30,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -81,6 +86,89 @@ def self_cpu_seconds() -> float:
 
 
 # --------------------------------------------------------------------------------------------
+# Security (--security): the listener every client uses
+# --------------------------------------------------------------------------------------------
+
+SECURITY_MODES = ("plaintext", "ssl", "sasl_ssl")
+SASL_MECHANISM = "SCRAM-SHA-512"
+BENCH_USER = "bench"
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """What a client needs for the broker's client listener. Plain strings only: driver jobs
+    carry it to the spawned worker processes."""
+
+    protocol: str = "PLAINTEXT"  # security.protocol: PLAINTEXT, SSL or SASL_SSL
+    ca_location: str | None = None  # the throwaway CA that signed the broker's certificate
+    username: str | None = None  # SASL_SSL only
+    password: str | None = None
+
+    def props(self) -> dict[str, str]:
+        """The librdkafka security properties: the one place every client gets them from."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        assert self.ca_location is not None
+        props = {"security.protocol": self.protocol, "ssl.ca.location": self.ca_location}
+        if self.protocol == "SASL_SSL":
+            assert self.username is not None and self.password is not None
+            props |= {
+                "sasl.mechanism": SASL_MECHANISM,
+                "sasl.username": self.username,
+                "sasl.password": self.password,
+            }
+        return props
+
+
+PLAINTEXT = ClientSecurity()
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """The secured listener a broker gets next to its PLAINTEXT one, and what clients present."""
+
+    protocol: str  # listener name = security protocol: SSL or SASL_SSL
+    ssl_args: tuple[str, ...]  # --ssl-certfile/--ssl-keyfile
+    users_file: str | None  # --sasl-users-file (SASL_SSL)
+    client: ClientSecurity
+
+    def broker_args(self, plain: str, secure: str) -> list[str]:
+        """--listeners (PLAINTEXT on --broker-addr's host:port, which the readiness check
+        watches, plus this one on ``secure``) and the files it needs."""
+        args = ["--listeners", f"PLAINTEXT://{plain},{self.protocol}://{secure}", *self.ssl_args]
+        if self.users_file is not None:
+            args += ["--sasl-users-file", self.users_file]
+        return args
+
+
+def make_listener_security(mode: str, root: Path) -> ListenerSecurity | None:
+    """For --security ssl / sasl_ssl: a throwaway PKI (the tests' ``support.tls``) and, for
+    sasl_ssl, a users file with one bench user, under ``root``; None for plaintext."""
+    if mode == "plaintext":
+        return None
+    from support import tls  # cryptography: only needed here
+
+    pki = tls.make_pki(root / "pki")
+    protocol = mode.upper()
+    users_file = None
+    client = ClientSecurity(protocol, str(pki.ca.cert))
+    if protocol == "SASL_SSL":
+        password = secrets.token_hex(16)
+        users = root / "pki" / "users"
+        users.write_text(f"{BENCH_USER}:{password}\n")
+        users_file = str(users)
+        client = ClientSecurity(protocol, str(pki.ca.cert), BENCH_USER, password)
+    ssl_args = tuple(pki.broker_args(trust_clients=False))  # server authentication only
+    return ListenerSecurity(protocol, ssl_args, users_file, client)
+
+
+def client_security(broker: Any) -> ClientSecurity:
+    """The security properties for ``broker.addr``; brokers of other benches (cluster_bench's
+    members) have none and are PLAINTEXT."""
+    return getattr(broker, "security", PLAINTEXT)
+
+
+# --------------------------------------------------------------------------------------------
 # Broker process
 # --------------------------------------------------------------------------------------------
 
@@ -95,6 +183,7 @@ class BrokerOptions:
     readahead_segments: int | None
     log_level: str
     extra_args: list[str]
+    security: ListenerSecurity | None = None  # None: the PLAINTEXT listener only
 
 
 class Broker(procs.Broker):
@@ -103,20 +192,41 @@ class Broker(procs.Broker):
     its CPU and memory from /proc."""
 
     def __init__(self, opts: BrokerOptions, data_dir: Path) -> None:
+        host, port = "127.0.0.1", procs.free_port()
+        self.client_port = port  # the listener every client of the bench uses
+        self.security = PLAINTEXT
+        args = broker_args(opts)
+        if opts.security is not None:
+            while self.client_port == port:
+                self.client_port = procs.free_port()
+            secure = opts.security.broker_args(f"{host}:{port}", f"{host}:{self.client_port}")
+            args = secure + args
+            self.security = opts.security.client
         super().__init__(
             data_dir,
             data_dir.parent / f"{data_dir.name}.log",
-            args=broker_args(opts),
+            port=port,
+            args=args,
             env={"NO_COLOR": "1"},
             flush_interval_ms=opts.flush_interval_ms,
             python=opts.python,
             compact_at_once=False,
         )
+        assert self.host == host
         self.store = opts.store
 
     @property
     def addr(self) -> str:
-        return self.bootstrap
+        """Bootstrap for clients: the secured listener with --security, else --broker-addr."""
+        return f"{self.host}:{self.client_port}"
+
+    def wait_ready(self, timeout: float = procs.STARTUP_TIMEOUT) -> None:
+        super().wait_ready(timeout)  # the PLAINTEXT listener on --broker-addr
+        # The broker binds every listener before it logs them all on one line; no probe of
+        # the TLS port (a bare connect shows in the broker log as a failed handshake).
+        listener = f"{self.addr} ({self.security.protocol}"
+        if self.client_port != self.port and listener not in self.log_text():
+            raise AssertionError(f"broker did not log its {listener}) listener:\n{self.tail()}")
 
     def alive(self) -> bool:
         return self.running
@@ -165,7 +275,10 @@ def start_broker(opts: BrokerOptions, data_dir: Path, timeout: float = 90.0) -> 
     except AssertionError as exc:
         broker.cleanup()
         raise RuntimeError(f"broker did not start: {exc}") from None
-    log(f"broker pid {broker.pid} listening on {broker.addr} ({opts.store} store)")
+    log(
+        f"broker pid {broker.pid} listening on {broker.addr} ({opts.store} store, clients "
+        f"{broker.security.protocol})"
+    )
     return broker
 
 
@@ -174,15 +287,20 @@ def start_broker(opts: BrokerOptions, data_dir: Path, timeout: float = 90.0) -> 
 # --------------------------------------------------------------------------------------------
 
 
+def client_config(bootstrap: str, security: ClientSecurity | None = None) -> dict[str, Any]:
+    """bootstrap.servers and the security properties: every client's config starts here."""
+    return {"bootstrap.servers": bootstrap} | (security or PLAINTEXT).props()
+
+
 def producer_config(
     bootstrap: str,
     acks: str,
     linger_ms: int,
     compression: str = "none",
     idempotent: bool = False,
+    security: ClientSecurity | None = None,
 ) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
+    return client_config(bootstrap, security) | {
         "acks": acks,
         "linger.ms": linger_ms,
         "batch.size": 1_000_000,  # <= message.max.bytes (default 1 000 000)
@@ -196,9 +314,8 @@ def producer_config(
     }
 
 
-def consumer_config(bootstrap: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
+def consumer_config(bootstrap: str, security: ClientSecurity | None = None) -> dict[str, Any]:
+    return client_config(bootstrap, security) | {
         "group.id": "kafscale-bench",  # required by the client; only assign() is used
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -216,10 +333,12 @@ def make_values(value_bytes: int) -> list[bytes]:
     return [os.urandom(value_bytes) for _ in range(VALUE_POOL)]
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, security: ClientSecurity | None = None
+) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap, security))
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
     futures[topic].result(timeout=60)
     meta = admin.list_topics(topic, timeout=30)
@@ -229,10 +348,12 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     log(f"created topic {topic} with {partitions} partitions")
 
 
-def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+def watermarks(
+    bootstrap: str, topic: str, partitions: int, security: ClientSecurity | None = None
+) -> dict[int, tuple[int, int]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer(consumer_config(bootstrap))
+    c = Consumer(consumer_config(bootstrap, security))
     try:
         return {
             p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
@@ -259,6 +380,7 @@ class ProduceJob:
     compression: str
     idempotent: bool
     deadline_s: float
+    security: ClientSecurity = PLAINTEXT
 
 
 @dataclass
@@ -268,6 +390,7 @@ class FetchJob:
     ranges: Ranges
     passes: int
     stall_s: float
+    security: ClientSecurity = PLAINTEXT
 
 
 def _wait_start(out: Any, start: Any, wid: int) -> None:
@@ -297,7 +420,9 @@ def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
         if err is not None:
             failed.append(str(err))
 
-    conf = producer_config(job.bootstrap, job.acks, job.linger_ms, job.compression, job.idempotent)
+    conf = producer_config(
+        job.bootstrap, job.acks, job.linger_ms, job.compression, job.idempotent, job.security
+    )
     conf |= {
         "delivery.report.only.error": True,
         "on_delivery": on_delivery,
@@ -351,7 +476,8 @@ def _fetch(wid: int, job: FetchJob, out: Any, start: Any) -> dict[str, Any]:
     from confluent_kafka import Consumer
 
     errors: list[str] = []
-    conf = consumer_config(job.bootstrap) | {"error_cb": lambda e: errors.append(str(e))}
+    conf = consumer_config(job.bootstrap, job.security)
+    conf["error_cb"] = lambda e: errors.append(str(e))
     consumer = Consumer(conf)
     consumer.list_topics(job.topic, timeout=30)
     _wait_start(out, start, wid)
@@ -546,6 +672,7 @@ def run_produce(broker: Broker, args: argparse.Namespace, acks: str, label: str)
             compression=args.compression,
             idempotent=args.idempotence,
             deadline_s=deadline,
+            security=client_security(broker),
         )
         for i in range(procs)
     ]
@@ -564,8 +691,11 @@ def run_fetch(
     broker: Broker, args: argparse.Namespace, ranges: Ranges, passes: int, label: str
 ) -> dict[str, Any]:
     procs = max(1, min(args.consumers, len(ranges)))
+    security = client_security(broker)
     jobs = [
-        FetchJob(broker.addr, TOPIC, {p: ranges[p] for p in group}, passes, args.stall_seconds)
+        FetchJob(
+            broker.addr, TOPIC, {p: ranges[p] for p in group}, passes, args.stall_seconds, security
+        )
         for group in split(sorted(ranges), procs)
     ]
     per_pass = sum(end - begin for begin, end in ranges.values())
@@ -620,7 +750,9 @@ def run_latency(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
         elif sent_at >= measure_from:
             latencies.append(time.monotonic() - sent_at)
 
-    conf = producer_config(broker.addr, "-1", args.latency_linger_ms)
+    conf = producer_config(
+        broker.addr, "-1", args.latency_linger_ms, security=client_security(broker)
+    )
     conf["error_cb"] = lambda e: errors.append(str(e))
     if args.latency_max_in_flight is not None:
         conf["max.in.flight.requests.per.connection"] = args.latency_max_in_flight
@@ -704,7 +836,8 @@ def fetch_cache_phase(broker: Broker, args: argparse.Namespace) -> dict[str, Any
     """Re-read the newest data that fits in the cache (window) until --gib has been read."""
     window = int(args.cache_bytes * args.cache_window_fraction)
     per_part = max(1, window // args.partitions // args.value_bytes)
-    ranges = tail_ranges(watermarks(broker.addr, TOPIC, args.partitions), per_part)
+    marks = watermarks(broker.addr, TOPIC, args.partitions, client_security(broker))
+    ranges = tail_ranges(marks, per_part)
     window_bytes = sum(e - b for b, e in ranges.values()) * args.value_bytes
     if window_bytes == 0:
         raise RuntimeError("topic is empty; nothing to fetch")
@@ -717,7 +850,8 @@ def fetch_cache_phase(broker: Broker, args: argparse.Namespace) -> dict[str, Any
 def fetch_cold_phase(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     """Read the first --gib of the topic once, right after a restart (empty cache)."""
     per_part = max(1, messages_per_phase(args) // args.partitions)
-    ranges = head_ranges(watermarks(broker.addr, TOPIC, args.partitions), per_part)
+    marks = watermarks(broker.addr, TOPIC, args.partitions, client_security(broker))
+    ranges = head_ranges(marks, per_part)
     return run_fetch(broker, args, ranges, 1, "fetch_cold")
 
 
@@ -766,14 +900,14 @@ class Suite:
         args = self.args
         main_dir = self.root / "main"
         broker = self.start(args.store, main_dir)
-        create_topic(broker.addr, TOPIC, args.partitions)
+        create_topic(broker.addr, TOPIC, args.partitions, client_security(broker))
         self.out["broker_rss_mib_idle"] = round(broker.rss_mib(), 1)
         self.phase("produce_acks_all", lambda: run_produce(broker, args, "-1", "produce_acks_all"))
         self.phase("produce_acks_1", lambda: run_produce(broker, args, "1", "produce_acks_1"))
         self.phase("latency", lambda: run_latency(broker, args))
         self.phase("fetch_cache", lambda: fetch_cache_phase(broker, args))
         with contextlib.suppress(Exception):
-            marks = watermarks(broker.addr, TOPIC, args.partitions)
+            marks = watermarks(broker.addr, TOPIC, args.partitions, client_security(broker))
             self.out["topic_bytes"] = sum(h - lo for lo, h in marks.values()) * args.value_bytes
         self.stop(broker, "broker_peak_rss_mib")
         if "fetch_cold" in args.phases:
@@ -786,7 +920,7 @@ class Suite:
         else:
             data_dir = self.root / "cold"
             broker = self.start("local", data_dir)
-            create_topic(broker.addr, TOPIC, args.partitions)
+            create_topic(broker.addr, TOPIC, args.partitions, client_security(broker))
             ok = self.phase(
                 "produce_local", lambda: run_produce(broker, args, "-1", "produce_local"), True
             )
@@ -903,6 +1037,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="produce_acks_all,produce_acks_1,latency,fetch_cache,fetch_cold",
         help="comma-separated subset of phases to run",
     )
+    ap.add_argument(
+        "--security",
+        choices=SECURITY_MODES,
+        default="plaintext",
+        help="listener every client uses: plaintext (--broker-addr), or an SSL / SASL_SSL "
+        f"(SASL {SASL_MECHANISM}) listener next to it, with a throwaway PKI",
+    )
     ap.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
     args = ap.parse_args(argv)
     args.phases = set(args.phases.split(","))
@@ -948,20 +1089,22 @@ def main(argv: list[str] | None = None) -> int:
         "linger_ms": args.linger_ms,
         "compression": args.compression,
         "idempotence": args.idempotence,
+        "security": args.security,
         "driver": driver_version(),
         "cpus": os.cpu_count(),
     }
-    opts = BrokerOptions(
-        python=args.python,
-        store=args.store,
-        flush_interval_ms=args.flush_interval_ms,
-        cache_bytes=args.cache_bytes,
-        segment_bytes=args.segment_bytes,
-        readahead_segments=args.readahead_segments,
-        log_level=args.broker_log_level,
-        extra_args=args.broker_arg,
-    )
     with scratch_dir(args.keep_data) as root:
+        opts = BrokerOptions(
+            python=args.python,
+            store=args.store,
+            flush_interval_ms=args.flush_interval_ms,
+            cache_bytes=args.cache_bytes,
+            segment_bytes=args.segment_bytes,
+            readahead_segments=args.readahead_segments,
+            log_level=args.broker_log_level,
+            extra_args=args.broker_arg,
+            security=make_listener_security(args.security, root),
+        )
         suite = Suite(args, opts, root, out)
         try:
             suite.run()

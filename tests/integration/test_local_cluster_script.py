@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.clients import Msg, confluent_consume, confluent_produce, unique
 from support.cluster import create_topic
-from support.procs import free_port, port_open, tail
+from support.procs import free_ports, port_open, tail
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "local-cluster.sh"
 UP_TIMEOUT = 60.0  # liveness guards only
@@ -29,15 +29,6 @@ STOP_TIMEOUT = 60.0
 BOOTSTRAP_LINE = re.compile(r"bootstrap servers: (\S+)")
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def distinct_free_ports(n: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < n:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 def session_processes(sid: int) -> dict[int, str]:
@@ -87,7 +78,7 @@ def wait_for_brokers(bootstrap: str, want: dict[int, str]) -> None:
 
 
 def test_local_cluster_comes_up_serves_and_stops_cleanly(tmp_path):
-    ports = distinct_free_ports(9)
+    ports = free_ports(9)
     kafka, metrics, (etcd, etcd_peer, s3) = ports[:3], ports[3:6], ports[6:]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFSCALE_", "LOCAL_"))}
     env.update(

@@ -1,17 +1,18 @@
 """SASL listeners (Kafka's SASL_PLAINTEXT and SASL_SSL) on a real broker.
 
 Every client the suite drives (confluent-kafka, kafka-python, aiokafka, kcat) produces and
-consumes over SASL_SSL with SCRAM-SHA-512 and over SASL_PLAINTEXT with PLAIN, with its defaults
-plus only the security options it needs, as a user of ``--sasl-users-file`` and as a user whose
-SCRAM credential was stored through AlterUserScramCredentials (KIP-554). Credentials are listed
-(DescribeUserScramCredentials), changed and deleted, and a deleted user's next login fails. A
-wrong password, an unknown user and a mechanism that is not enabled are refused (after the
-failed-authentication delay, then the connection is closed) while a good client carries on; a
-request other than ApiVersions, SaslHandshake and SaslAuthenticate before authenticating closes
-the connection. With ``--connections-max-reauth-ms`` (KIP-368) SaslAuthenticate v1+ tells the
-session lifetime, librdkafka re-authenticates on its own and keeps its connections, and a raw
-client that does not re-authenticate has its connection closed at its next request after the
-expiry. The ``kafscale users`` command sets, lists and deletes a user.
+consumes over SASL_SSL with SCRAM-SHA-512 and over SASL_PLAINTEXT with PLAIN, with the suite's
+usual client settings plus only the security options it needs (``support.secure_clients``), as a
+user of ``--sasl-users-file`` and as a user whose SCRAM credential was stored through
+AlterUserScramCredentials (KIP-554). Credentials are listed (DescribeUserScramCredentials),
+changed and deleted, and a deleted user's next login fails. A wrong password, an unknown user
+and a mechanism that is not enabled are refused (after the failed-authentication delay, then the
+connection is closed) while a good client carries on; a request other than ApiVersions,
+SaslHandshake and SaslAuthenticate before authenticating closes the connection. With
+``--connections-max-reauth-ms`` (KIP-368) SaslAuthenticate v1+ tells the session lifetime,
+librdkafka re-authenticates on its own and keeps its connections, and a raw client that does not
+re-authenticate has its connection closed at its next request after the expiry. The
+``kafscale users`` command sets, lists and deletes a user.
 
 The raw requests come from ``support.sasl_wire``; certificates from ``support.tls``. Nothing is
 timed except where the protocol is about time (a session lifetime, the failed-authentication
@@ -20,7 +21,6 @@ delay), and there only with margins in the direction a slow machine cannot break
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -34,8 +34,16 @@ import pytest
 from support import kafka_wire as kw
 from support import sasl_wire as sw
 from support.cli_runner import CLI_HANG_GUARD, Run
-from support.clients import HANG_GUARD, Got, Msg, confluent_consume, confluent_produce, unique
-from support.procs import Broker, free_port
+from support.clients import HANG_GUARD, unique
+from support.procs import Broker, assert_no_panic, free_ports
+from support.secure_clients import (
+    ROUNDTRIPS,
+    Security,
+    assert_exact,
+    confluent_roundtrip,
+    group_roundtrip,
+    records,
+)
 from support.tls import Pki, make_pki
 
 HOST = "127.0.0.1"
@@ -70,61 +78,6 @@ EXPIRED_SESSION = re.compile(r"(?i)closing connection.*(session|re-?auth)")
 
 
 @dataclass(frozen=True)
-class Creds:
-    """One client's security settings, in each client's own names."""
-
-    protocol: str
-    mechanism: str
-    username: str
-    password: str
-    cafile: Path | None = None
-
-    def confluent(self) -> dict[str, str]:
-        conf = {
-            "security.protocol": self.protocol,
-            "sasl.mechanisms": self.mechanism,
-            "sasl.username": self.username,
-            "sasl.password": self.password,
-        }
-        if self.cafile is not None:
-            conf["ssl.ca.location"] = str(self.cafile)
-        return conf
-
-    def kafka_python(self) -> dict:
-        conf: dict = {
-            "security_protocol": self.protocol,
-            "sasl_mechanism": self.mechanism,
-            "sasl_plain_username": self.username,
-            "sasl_plain_password": self.password,
-        }
-        if self.cafile is not None:
-            conf["ssl_cafile"] = str(self.cafile)
-        return conf
-
-    def aiokafka(self) -> dict:
-        """A new SSL context on every call (a context belongs to one client)."""
-        from aiokafka.helpers import create_ssl_context
-
-        conf: dict = {
-            "security_protocol": self.protocol,
-            "sasl_mechanism": self.mechanism,
-            "sasl_plain_username": self.username,
-            "sasl_plain_password": self.password,
-        }
-        if self.cafile is not None:
-            conf["ssl_context"] = create_ssl_context(cafile=str(self.cafile))
-        return conf
-
-    def kcat(self) -> list[str]:
-        conf = self.confluent()  # kcat is librdkafka: the same properties
-        return [arg for key, value in conf.items() for arg in ("-X", f"{key}={value}")]
-
-    def properties(self) -> str:
-        """A --command-config file's text."""
-        return "".join(f"{k}={v}\n" for k, v in self.confluent().items())
-
-
-@dataclass(frozen=True)
 class SaslBroker:
     """A broker with a PLAINTEXT listener (the fixture's port, which its readiness check
     watches, and where admin requests need no login) and SASL listeners on other ports."""
@@ -137,18 +90,11 @@ class SaslBroker:
     def bootstrap(self, protocol: str = PLAINTEXT) -> str:
         return f"{HOST}:{self.ports[protocol]}"
 
-    def creds(self, protocol: str, mechanism: str, username: str, password: str) -> Creds:
+    def creds(self, protocol: str, mechanism: str, username: str, password: str) -> Security:
+        """A client's settings for logging in on the ``protocol`` listener (over SASL_SSL it
+        verifies the broker's certificate against the PKI's CA)."""
         cafile = self.pki.ca.cert if protocol == SASL_SSL and self.pki is not None else None
-        return Creds(protocol, mechanism, username, password, cafile)
-
-
-def distinct_ports(n: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < n:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
+        return Security(protocol, mechanism, username, password, cafile)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -168,7 +114,7 @@ def start_sasl_broker(
 ) -> SaslBroker:
     """PLAINTEXT + SASL_PLAINTEXT, and SASL_SSL when ``pki`` is given."""
     protocols = [PLAINTEXT, SASL_PLAINTEXT] + ([SASL_SSL] if pki is not None else [])
-    ports = dict(zip(protocols, distinct_ports(len(protocols)), strict=True))
+    ports = dict(zip(protocols, free_ports(len(protocols)), strict=True))
     args = [
         "--listeners",
         ",".join(f"{name}://{HOST}:{port}" for name, port in ports.items()),
@@ -211,25 +157,7 @@ def scram_user(sasl_broker) -> tuple[str, str]:
 # helpers
 
 
-def records(n: int = 5, tag: str = "sasl") -> list[Msg]:
-    """A few single-line text records with keys, all on partition 0 (kcat can send these)."""
-    return [Msg(0, f"key-{i}".encode(), f"{tag}-value-{i}".encode()) for i in range(n)]
-
-
-def assert_exact(produced: list[Msg], got: list[Got]) -> None:
-    """Every record back once, in order, at offsets 0..n-1, same key and value."""
-    assert [(g.partition, g.offset, g.key, g.value) for g in got] == [
-        (m.partition, i, m.key, m.value) for i, m in enumerate(produced)
-    ]
-
-
-def assert_no_panic(broker: Broker) -> None:
-    log = broker.log_text()
-    assert "panicked" not in log, log[-5000:]
-    assert broker.running, f"broker exited:\n{log[-5000:]}"
-
-
-def admin_client(bootstrap: str, creds: Creds | None = None):
+def admin_client(bootstrap: str, creds: Security | None = None):
     from confluent_kafka.admin import AdminClient
 
     return AdminClient({"bootstrap.servers": bootstrap, **(creds.confluent() if creds else {})})
@@ -315,7 +243,7 @@ def refused(client, errors: list) -> bool:
         assert time.monotonic() < deadline, f"neither metadata nor a refused login: {errors}"
 
 
-def login_works(bootstrap: str, creds: Creds) -> bool:
+def login_works(bootstrap: str, creds: Security) -> bool:
     """A fresh confluent client logs in and gets metadata (True) or is refused (False)."""
     from confluent_kafka import Producer
 
@@ -330,7 +258,7 @@ def login_works(bootstrap: str, creds: Creds) -> bool:
         del client
 
 
-def wait_login(bootstrap: str, creds: Creds, expected: bool) -> None:
+def wait_login(bootstrap: str, creds: Security, expected: bool) -> None:
     """Logins succeed (or fail) as expected, at once: the broker that stored a credential is
     the one that checks it here."""
     assert login_works(bootstrap, creds) is expected, (creds.username, creds.mechanism)
@@ -368,108 +296,8 @@ def log_lines(text: str, pattern: re.Pattern[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# round trips, one per client
+# round trips
 
-
-def confluent_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], creds: Creds) -> list[Got]:
-    confluent_produce(bootstrap, topic, msgs, extra=creds.confluent())
-    return confluent_consume(bootstrap, topic, {0: len(msgs)}, extra=creds.confluent())
-
-
-def kafka_python_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], creds: Creds) -> list[Got]:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **creds.kafka_python())
-    try:
-        futures = [producer.send(topic, value=m.value, key=m.key, partition=0) for m in msgs]
-        producer.flush(timeout=HANG_GUARD)
-        for f in futures:
-            f.get(timeout=HANG_GUARD)
-    finally:
-        producer.close(timeout=10)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **creds.kafka_python())
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        got: list[Got] = []
-        deadline = time.monotonic() + HANG_GUARD
-        while len(got) < len(msgs):
-            assert time.monotonic() < deadline, f"kafka-python consumed {len(got)}/{len(msgs)}"
-            for batch in consumer.poll(timeout_ms=200).values():
-                got += [Got(0, r.offset, r.key, r.value, (), r.timestamp) for r in batch]
-        return got
-    finally:
-        consumer.close()
-
-
-async def _aiokafka_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], creds: Creds):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **creds.aiokafka())
-    await asyncio.wait_for(producer.start(), HANG_GUARD)
-    try:
-        for m in msgs:
-            await asyncio.wait_for(
-                producer.send_and_wait(topic, value=m.value, key=m.key, partition=0), HANG_GUARD
-            )
-    finally:
-        await producer.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **creds.aiokafka())
-    await asyncio.wait_for(consumer.start(), HANG_GUARD)
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        got: list[Got] = []
-        deadline = time.monotonic() + HANG_GUARD
-        while len(got) < len(msgs):
-            assert time.monotonic() < deadline, f"aiokafka consumed {len(got)}/{len(msgs)}"
-            for batch in (await consumer.getmany(timeout_ms=200)).values():
-                got += [Got(0, r.offset, r.key, r.value, (), r.timestamp) for r in batch]
-        return got
-    finally:
-        await consumer.stop()
-
-
-def aiokafka_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], creds: Creds) -> list[Got]:
-    return asyncio.run(_aiokafka_roundtrip(bootstrap, topic, msgs, creds))
-
-
-def kcat_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], creds: Creds) -> list[Got]:
-    security = creds.kcat()
-    lines = "".join(f"{m.key.decode()}\t{m.value.decode()}\n" for m in msgs)  # type: ignore[union-attr]
-    produce = ["kcat", "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-K", "\t", *security]
-    proc = subprocess.run(produce, input=lines.encode(), capture_output=True, timeout=HANG_GUARD)
-    assert proc.returncode == 0, f"kcat produce failed ({proc.returncode}): {proc.stderr!r}"
-    consume = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning"]
-    consume += ["-c", str(len(msgs)), "-J", "-q", *security]
-    proc = subprocess.run(consume, capture_output=True, timeout=HANG_GUARD)
-    assert proc.returncode == 0, f"kcat consume failed ({proc.returncode}): {proc.stderr!r}"
-    got = []
-    for line in proc.stdout.decode().splitlines():
-        if line.strip():
-            doc = json.loads(line)
-            key, payload = doc.get("key"), doc.get("payload")
-            got.append(
-                Got(
-                    doc["partition"],
-                    doc["offset"],
-                    None if key is None else key.encode(),
-                    None if payload is None else payload.encode(),
-                    (),
-                    doc["ts"],
-                )
-            )
-    return got
-
-
-ROUNDTRIPS = {
-    "confluent": confluent_roundtrip,
-    "kafka-python": kafka_python_roundtrip,
-    "aiokafka": aiokafka_roundtrip,
-    "kcat": kcat_roundtrip,
-}
 # listener and mechanism of each round trip
 SECURITY = {
     "SASL_SSL-SCRAM-SHA-512": (SASL_SSL, "SCRAM-SHA-512"),
@@ -504,40 +332,14 @@ def test_file_user_logs_in_with_every_mechanism(sasl_broker, mechanism):
 def test_consumer_group_over_sasl(sasl_broker, scram_user):
     """A subscribing consumer finds its coordinator (advertised on the SASL_SSL listener, where
     it logs in again), joins, consumes and commits."""
-    from confluent_kafka import Consumer, TopicPartition
-
     creds = sasl_broker.creds(SASL_SSL, "SCRAM-SHA-512", *scram_user)
     bootstrap = sasl_broker.bootstrap(SASL_SSL)
     topic = unique("sasl-group")
     kw.ensure_topic(sasl_broker.bootstrap(), topic)
     msgs = records(4, "group")
-    confluent_produce(bootstrap, topic, msgs, extra=creds.confluent())
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("sasl-group"),
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **creds.confluent(),
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        got = []
-        deadline = time.monotonic() + HANG_GUARD
-        while len(got) < len(msgs):
-            assert time.monotonic() < deadline, f"group consumer got {len(got)}/{len(msgs)}"
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append(Got(msg.partition(), msg.offset(), msg.key(), msg.value(), (), 0))
-        assert_exact(msgs, got)
-        consumer.commit(asynchronous=False)
-        committed = consumer.committed([TopicPartition(topic, 0)], timeout=HANG_GUARD)
-        assert [(tp.partition, tp.offset) for tp in committed] == [(0, len(msgs))]
-    finally:
-        consumer.close()
+    got, committed = group_roundtrip(bootstrap, topic, msgs, creds, unique("sasl-group"))
+    assert_exact(msgs, got)
+    assert committed == [(0, len(msgs))]
 
 
 def test_metadata_advertises_the_sasl_listener(sasl_broker):
@@ -862,7 +664,7 @@ def test_changed_and_deleted_credentials(sasl_broker):
     user = unique("changing")
     bootstrap = sasl_broker.bootstrap(SASL_PLAINTEXT)
 
-    def creds(mechanism: str, password: str) -> Creds:
+    def creds(mechanism: str, password: str) -> Security:
         return sasl_broker.creds(SASL_PLAINTEXT, mechanism, user, password)
 
     upsert(admin, user, "old-secret", "SCRAM-SHA-512")
@@ -1115,19 +917,21 @@ def one_error_line(run: Run) -> str:
     return lines[0]
 
 
+def logged_in(bootstrap: str, creds: Security, config: Path) -> list[str]:
+    """The command's arguments to reach ``bootstrap`` logged in with ``creds``, written to
+    ``config`` for its --command-config."""
+    config.write_text(creds.properties())
+    return ["--bootstrap-server", bootstrap, "--command-config", str(config)]
+
+
 def test_users_command(sasl_broker, tmp_path):
     """Set a user through the SASL_SSL listener as the file user (password piped), list it,
     log in with it and produce and consume, add a second mechanism through the PLAINTEXT
     listener, delete it all; mistakes are one error line and exit code 1."""
     file_user = sasl_broker.creds(SASL_SSL, "SCRAM-SHA-512", FILE_USER, FILE_PASSWORD)
-    config = tmp_path / "client.properties"
-    config.write_text(file_user.properties())
-    over_sasl = [
-        "--bootstrap-server",
-        sasl_broker.bootstrap(SASL_SSL),
-        "--command-config",
-        str(config),
-    ]
+    over_sasl = logged_in(
+        sasl_broker.bootstrap(SASL_SSL), file_user, tmp_path / "client.properties"
+    )
     over_plain = ["--bootstrap-server", sasl_broker.bootstrap()]
     user, password = unique("cli-user"), "cli: secret with spaces"
 
@@ -1154,9 +958,8 @@ def test_users_command(sasl_broker, tmp_path):
         msgs, confluent_roundtrip(sasl_broker.bootstrap(SASL_PLAINTEXT), topic, msgs, creds)
     )
     # ... and runs the command itself
-    as_user = tmp_path / "user.properties"
-    as_user.write_text(sasl_broker.creds(SASL_SSL, "SCRAM-SHA-256", user, password).properties())
-    mine = ["--bootstrap-server", sasl_broker.bootstrap(SASL_SSL), "--command-config", str(as_user)]
+    as_user = sasl_broker.creds(SASL_SSL, "SCRAM-SHA-256", user, password)
+    mine = logged_in(sasl_broker.bootstrap(SASL_SSL), as_user, tmp_path / "user.properties")
     assert {"user": user, "mechanism": "SCRAM-SHA-256", "iterations": 8192} in ok(
         "users", "list", "-o", "json", *mine
     ).json()
@@ -1206,15 +1009,8 @@ def test_users_command(sasl_broker, tmp_path):
 def test_users_command_with_a_refused_login(sasl_broker, tmp_path):
     """A wrong password in --command-config is one error line that says the login was
     refused (not that the broker cannot be reached), well before --timeout."""
-    config = tmp_path / "client.properties"
     bad = sasl_broker.creds(SASL_PLAINTEXT, "PLAIN", FILE_USER, "not-the-password")
-    config.write_text(bad.properties())
-    args = [
-        "--bootstrap-server",
-        sasl_broker.bootstrap(SASL_PLAINTEXT),
-        "--command-config",
-        str(config),
-    ]
+    args = logged_in(sasl_broker.bootstrap(SASL_PLAINTEXT), bad, tmp_path / "client.properties")
     started = time.monotonic()
     run = cli("users", "list", *args, "--timeout", "60")
     assert run.code == 1

@@ -1,8 +1,9 @@
 """TLS listeners (Kafka's SSL security protocol) on a real broker.
 
 Every client the suite drives (confluent-kafka, kafka-python, aiokafka, kcat) produces and
-consumes over an SSL listener with its defaults plus only the TLS options it needs (hostname
-verification stays on: the server certificate names 127.0.0.1). Client certificates
+consumes over an SSL listener with the suite's usual client settings plus only the TLS options
+it needs (``support.secure_clients``; hostname verification stays on: the server certificate
+names 127.0.0.1). Client certificates
 (``--ssl-client-auth required``) admit a certificate from the trusted CA and turn away a
 client without one, with one from an unknown CA and with an expired one, while the good
 client carries on. A plaintext client on the SSL port and a TLS client on the PLAINTEXT port
@@ -15,10 +16,7 @@ Nothing is timed: waits poll with generous deadlines that only stop a hung test.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import ssl
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,15 +24,15 @@ from pathlib import Path
 import pytest
 from support import group_wire as gw
 from support import kafka_wire as kw
-from support.clients import (
-    HANG_GUARD,
-    Got,
-    Msg,
-    confluent_consume,
-    confluent_produce,
-    unique,
+from support.clients import HANG_GUARD, unique
+from support.procs import Broker, assert_no_panic, free_port, free_ports
+from support.secure_clients import (
+    ROUNDTRIPS,
+    assert_exact,
+    confluent_roundtrip,
+    group_roundtrip,
+    records,
 )
-from support.procs import Broker, free_port
 from support.tls import Pair, Pki, make_pki, peer_certificate, renew_server_cert, serial_of
 
 HOST = "127.0.0.1"
@@ -61,14 +59,6 @@ class TlsBroker:
         return f"{HOST}:{self.ssl_port}"
 
 
-def two_ports() -> tuple[int, int]:
-    first = free_port()
-    second = free_port()
-    while second == first:
-        second = free_port()
-    return first, second
-
-
 def start_tls_broker(
     factory,
     pki: Pki,
@@ -78,7 +68,7 @@ def start_tls_broker(
     trust_clients: bool = True,
     extra: list[str] | None = None,
 ) -> TlsBroker:
-    plain, tls = two_ports()
+    plain, tls = free_ports(2)
     args = [
         "--listeners",
         f"PLAINTEXT://{HOST}:{plain},SSL://{HOST}:{tls}",
@@ -107,18 +97,6 @@ def mtls_broker(module_broker_factory, module_pki) -> TlsBroker:
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def records(n: int = 5, tag: str = "tls") -> list[Msg]:
-    """A few single-line text records with keys, all on partition 0 (kcat can send these)."""
-    return [Msg(0, f"key-{i}".encode(), f"{tag}-value-{i}".encode()) for i in range(n)]
-
-
-def assert_exact(produced: list[Msg], got: list[Got]) -> None:
-    """Every record back once, in order, at offsets 0..n-1, same key and value."""
-    assert [(g.partition, g.offset, g.key, g.value) for g in got] == [
-        (m.partition, i, m.key, m.value) for i, m in enumerate(produced)
-    ]
 
 
 def tls_connection(
@@ -159,177 +137,23 @@ def ensure_topic_over_tls(
     raise AssertionError(f"topic {topic} never became ready over TLS: {last}")
 
 
-def confluent_ssl(pki: Pki, client: Pair | None = None) -> dict[str, str]:
-    conf = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca.cert)}
-    if client is not None:
-        conf["ssl.certificate.location"] = str(client.cert)
-        conf["ssl.key.location"] = str(client.key)
-    return conf
-
-
-def assert_no_panic(broker: Broker) -> None:
-    log = broker.log_text()
-    assert "panicked" not in log, log[-5000:]
-    assert broker.running, f"broker exited:\n{log[-5000:]}"
-
-
-# ---------------------------------------------------------------------------------------------
-# round trips, one per client
-
-
-def confluent_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], pki: Pki) -> list[Got]:
-    conf = confluent_ssl(pki)
-    confluent_produce(bootstrap, topic, msgs, extra=conf)
-    return confluent_consume(bootstrap, topic, {0: len(msgs)}, extra=conf)
-
-
-def kafka_python_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], pki: Pki) -> list[Got]:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
-    tls = {"security_protocol": "SSL", "ssl_cafile": str(pki.ca.cert)}
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **tls)
-    try:
-        futures = [producer.send(topic, value=m.value, key=m.key, partition=0) for m in msgs]
-        producer.flush(timeout=HANG_GUARD)
-        for f in futures:
-            f.get(timeout=HANG_GUARD)
-    finally:
-        producer.close(timeout=10)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **tls)
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        got: list[Got] = []
-        deadline = time.monotonic() + HANG_GUARD
-        while len(got) < len(msgs):
-            assert time.monotonic() < deadline, f"kafka-python consumed {len(got)}/{len(msgs)}"
-            for batch in consumer.poll(timeout_ms=200).values():
-                got += [Got(0, r.offset, r.key, r.value, (), r.timestamp) for r in batch]
-        return got
-    finally:
-        consumer.close()
-
-
-async def _aiokafka_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], pki: Pki):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-    from aiokafka.helpers import create_ssl_context
-
-    def tls() -> dict:
-        return {
-            "security_protocol": "SSL",
-            "ssl_context": create_ssl_context(cafile=str(pki.ca.cert)),
-        }
-
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **tls())
-    await asyncio.wait_for(producer.start(), HANG_GUARD)
-    try:
-        for m in msgs:
-            await asyncio.wait_for(
-                producer.send_and_wait(topic, value=m.value, key=m.key, partition=0), HANG_GUARD
-            )
-    finally:
-        await producer.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **tls())
-    await asyncio.wait_for(consumer.start(), HANG_GUARD)
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        got: list[Got] = []
-        deadline = time.monotonic() + HANG_GUARD
-        while len(got) < len(msgs):
-            assert time.monotonic() < deadline, f"aiokafka consumed {len(got)}/{len(msgs)}"
-            for batch in (await consumer.getmany(timeout_ms=200)).values():
-                got += [Got(0, r.offset, r.key, r.value, (), r.timestamp) for r in batch]
-        return got
-    finally:
-        await consumer.stop()
-
-
-def aiokafka_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], pki: Pki) -> list[Got]:
-    return asyncio.run(_aiokafka_roundtrip(bootstrap, topic, msgs, pki))
-
-
-def kcat_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], pki: Pki) -> list[Got]:
-    tls = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca.cert}"]
-    lines = "".join(f"{m.key.decode()}\t{m.value.decode()}\n" for m in msgs)  # type: ignore[union-attr]
-    produce = ["kcat", "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-K", "\t", *tls]
-    proc = subprocess.run(produce, input=lines.encode(), capture_output=True, timeout=HANG_GUARD)
-    assert proc.returncode == 0, f"kcat produce failed ({proc.returncode}): {proc.stderr!r}"
-    consume = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning"]
-    consume += ["-c", str(len(msgs)), "-J", "-q", *tls]
-    proc = subprocess.run(consume, capture_output=True, timeout=HANG_GUARD)
-    assert proc.returncode == 0, f"kcat consume failed ({proc.returncode}): {proc.stderr!r}"
-    got = []
-    for line in proc.stdout.decode().splitlines():
-        if line.strip():
-            doc = json.loads(line)
-            key, payload = doc.get("key"), doc.get("payload")
-            got.append(
-                Got(
-                    doc["partition"],
-                    doc["offset"],
-                    None if key is None else key.encode(),
-                    None if payload is None else payload.encode(),
-                    (),
-                    doc["ts"],
-                )
-            )
-    return got
-
-
-ROUNDTRIPS = {
-    "confluent": confluent_roundtrip,
-    "kafka-python": kafka_python_roundtrip,
-    "aiokafka": aiokafka_roundtrip,
-    "kcat": kcat_roundtrip,
-}
-
-
 @pytest.mark.parametrize("client", list(ROUNDTRIPS))
 def test_client_roundtrip_over_ssl(tls_broker, client):
     topic = unique(f"tls-{client}")
     ensure_topic_over_tls(tls_broker.ssl, topic, tls_broker.pki.ca.cert)
     msgs = records(7, client)
-    assert_exact(msgs, ROUNDTRIPS[client](tls_broker.ssl, topic, msgs, tls_broker.pki))
+    assert_exact(msgs, ROUNDTRIPS[client](tls_broker.ssl, topic, msgs, tls_broker.pki.security()))
 
 
 def test_consumer_group_over_ssl(tls_broker):
     """A subscribing consumer finds its coordinator, joins, consumes and commits over SSL
     (the coordinator it is sent to must be the SSL endpoint, or its TLS connection fails)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    pki = tls_broker.pki
     topic = unique("tls-group")
     msgs = records(4, "group")
-    confluent_produce(tls_broker.ssl, topic, msgs, extra=confluent_ssl(pki))
-    consumer = Consumer(
-        {
-            "bootstrap.servers": tls_broker.ssl,
-            "group.id": unique("tls-group"),
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **confluent_ssl(pki),
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        got = []
-        deadline = time.monotonic() + HANG_GUARD
-        while len(got) < len(msgs):
-            assert time.monotonic() < deadline, f"group consumer got {len(got)}/{len(msgs)}"
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append(Got(msg.partition(), msg.offset(), msg.key(), msg.value(), (), 0))
-        assert_exact(msgs, got)
-        consumer.commit(asynchronous=False)
-        committed = consumer.committed([TopicPartition(topic, 0)], timeout=HANG_GUARD)
-        assert [(tp.partition, tp.offset) for tp in committed] == [(0, len(msgs))]
-    finally:
-        consumer.close()
+    security = tls_broker.pki.security()
+    got, committed = group_roundtrip(tls_broker.ssl, topic, msgs, security, unique("tls-group"))
+    assert_exact(msgs, got)
+    assert committed == [(0, len(msgs))]
 
 
 def test_ssl_only_broker(broker_factory, tmp_path):
@@ -344,7 +168,7 @@ def test_ssl_only_broker(broker_factory, tmp_path):
     topic = unique("tls-only")
     ensure_topic_over_tls(broker.bootstrap, topic, pki.ca.cert)
     msgs = records(3, "only")
-    assert_exact(msgs, confluent_roundtrip(broker.bootstrap, topic, msgs, pki))
+    assert_exact(msgs, confluent_roundtrip(broker.bootstrap, topic, msgs, pki.security()))
     with tls_connection(broker.bootstrap, pki.ca.cert) as conn:
         md = kw.metadata(conn, None)
     assert [(h, p) for _, h, p in md.brokers] == [(HOST, port)]
@@ -385,7 +209,7 @@ def test_metadata_advertises_the_listener_the_client_came_in_on(tls_broker):
 
     # a real client: Metadata and DescribeCluster
     for bootstrap, conf, port in [
-        (tls_broker.ssl, confluent_ssl(pki), tls_broker.ssl_port),
+        (tls_broker.ssl, pki.security().confluent(), tls_broker.ssl_port),
         (tls_broker.plain, {}, tls_broker.plain_port),
     ]:
         admin = AdminClient({"bootstrap.servers": bootstrap, **conf})
@@ -398,8 +222,8 @@ def test_metadata_advertises_the_listener_the_client_came_in_on(tls_broker):
 def test_advertised_listeners(broker_factory, tmp_path):
     """``--advertised-listeners`` replaces the endpoint each listener's clients are told."""
     pki = make_pki(tmp_path / "pki")
-    plain, tls = two_ports()
-    adv_plain, adv_tls = two_ports()
+    plain, tls = free_ports(2)
+    adv_plain, adv_tls = free_ports(2)
     broker = broker_factory(
         [
             "--listeners",
@@ -441,7 +265,8 @@ def test_plaintext_client_on_the_ssl_port_fails_cleanly(tls_broker):
         topic = unique("tls-after-plain")
         ensure_topic_over_tls(tls_broker.ssl, topic, tls_broker.pki.ca.cert)
         msgs = records(3, "after-plain")
-        assert_exact(msgs, confluent_roundtrip(tls_broker.ssl, topic, msgs, tls_broker.pki))
+        security = tls_broker.pki.security()
+        assert_exact(msgs, confluent_roundtrip(tls_broker.ssl, topic, msgs, security))
     finally:
         plain_client.flush(0)
         del plain_client
@@ -468,9 +293,7 @@ def test_client_certificate_admitted(mtls_broker):
     topic = unique("mtls-good")
     ensure_topic_over_tls(mtls_broker.ssl, topic, pki.ca.cert, pki.client)
     msgs = records(5, "mtls")
-    conf = confluent_ssl(pki, pki.client)
-    confluent_produce(mtls_broker.ssl, topic, msgs, extra=conf)
-    assert_exact(msgs, confluent_consume(mtls_broker.ssl, topic, {0: len(msgs)}, extra=conf))
+    assert_exact(msgs, confluent_roundtrip(mtls_broker.ssl, topic, msgs, pki.security(pki.client)))
     # the PLAINTEXT listener asks for no certificate
     with kw.RawConnection.to(mtls_broker.plain) as conn:
         assert kw.api_versions(conn).error_code == kw.NONE
@@ -522,7 +345,7 @@ def test_client_certificate_rejected(mtls_broker, case):
         {
             "bootstrap.servers": mtls_broker.ssl,
             "error_cb": errors.append,
-            **confluent_ssl(pki, bad_pair),
+            **pki.security(bad_pair).confluent(),
         }
     )
     try:
@@ -530,9 +353,8 @@ def test_client_certificate_rejected(mtls_broker, case):
         topic = unique(f"mtls-beside-{case}")
         ensure_topic_over_tls(mtls_broker.ssl, topic, pki.ca.cert, pki.client)
         msgs = records(4, case)
-        conf = confluent_ssl(pki, pki.client)
-        confluent_produce(mtls_broker.ssl, topic, msgs, extra=conf)
-        assert_exact(msgs, confluent_consume(mtls_broker.ssl, topic, {0: len(msgs)}, extra=conf))
+        good = pki.security(pki.client)
+        assert_exact(msgs, confluent_roundtrip(mtls_broker.ssl, topic, msgs, good))
 
         with pytest.raises(KafkaException):
             bad.list_topics(timeout=FAIL_TIMEOUT)
@@ -595,7 +417,7 @@ def test_renewed_certificate_is_served_without_restart(broker_factory, tmp_path)
     topic = unique("tls-renewed")
     ensure_topic_over_tls(tb.ssl, topic, pki.ca.cert)
     msgs = records(3, "renewed")
-    assert_exact(msgs, confluent_roundtrip(tb.ssl, topic, msgs, pki))
+    assert_exact(msgs, confluent_roundtrip(tb.ssl, topic, msgs, pki.security()))
     assert tb.broker.starts == 1
     assert_no_panic(tb.broker)
 

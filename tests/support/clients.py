@@ -2,6 +2,8 @@
 
 Consumers assign partitions explicitly (no consumer group), read from the beginning and stop
 once they have seen the expected number of records per partition (or the hang guard fires).
+``extra`` adds options in the client's own form (a librdkafka config dict, keyword arguments
+for kafka-python and aiokafka, command-line arguments for kcat): security settings, say.
 """
 
 from __future__ import annotations
@@ -168,6 +170,7 @@ def kafka_python_produce(
     compression="none",
     acks="all",
     idempotent: bool | None = None,
+    extra=None,
 ) -> list[tuple[int, int]]:
     """``idempotent=None`` leaves kafka-python's default: idempotent with acks=all (3.0+)."""
     from kafka import KafkaProducer
@@ -180,6 +183,7 @@ def kafka_python_produce(
         linger_ms=5,
         request_timeout_ms=int(HANG_GUARD * 1000),
         **options,
+        **(extra or {}),
     )
     try:
         futures = [
@@ -203,7 +207,9 @@ def kafka_python_produce(
         producer.close(timeout=10)
 
 
-def kafka_python_consume(bootstrap: str, topic: str, expected: dict[int, int]) -> list[Got]:
+def kafka_python_consume(
+    bootstrap: str, topic: str, expected: dict[int, int], *, extra=None
+) -> list[Got]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -211,6 +217,7 @@ def kafka_python_consume(bootstrap: str, topic: str, expected: dict[int, int]) -
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **(extra or {}),
     )
     try:
         tps = [TopicPartition(topic, p) for p in expected]
@@ -244,7 +251,7 @@ def kafka_python_consume(bootstrap: str, topic: str, expected: dict[int, int]) -
 # aiokafka
 
 
-async def _aiokafka_produce(bootstrap, topic, msgs, compression, acks, idempotent):
+async def _aiokafka_produce(bootstrap, topic, msgs, compression, acks, idempotent, extra):
     from aiokafka import AIOKafkaProducer
 
     options = {} if idempotent is None else {"enable_idempotence": idempotent}
@@ -255,8 +262,9 @@ async def _aiokafka_produce(bootstrap, topic, msgs, compression, acks, idempoten
         linger_ms=5,
         request_timeout_ms=int(HANG_GUARD * 1000),
         **options,
+        **(extra or {}),
     )
-    await producer.start()
+    await asyncio.wait_for(producer.start(), HANG_GUARD)
     try:
         futures = [
             await producer.send(
@@ -287,12 +295,16 @@ def aiokafka_produce(
     compression="none",
     acks="all",
     idempotent: bool | None = None,
+    extra=None,
 ) -> list[tuple[int, int]]:
-    """``idempotent=None`` leaves aiokafka's default (off)."""
-    return asyncio.run(_aiokafka_produce(bootstrap, topic, msgs, compression, acks, idempotent))
+    """``idempotent=None`` leaves aiokafka's default (off). ``extra`` may hold an
+    ``ssl_context``: make a new one for every call (a context belongs to one client)."""
+    return asyncio.run(
+        _aiokafka_produce(bootstrap, topic, msgs, compression, acks, idempotent, extra)
+    )
 
 
-async def _aiokafka_consume(bootstrap, topic, expected):
+async def _aiokafka_consume(bootstrap, topic, expected, extra):
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
@@ -300,8 +312,9 @@ async def _aiokafka_consume(bootstrap, topic, expected):
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **(extra or {}),
     )
-    await consumer.start()
+    await asyncio.wait_for(consumer.start(), HANG_GUARD)
     try:
         tps = [TopicPartition(topic, p) for p in expected]
         consumer.assign(tps)
@@ -331,8 +344,10 @@ async def _aiokafka_consume(bootstrap, topic, expected):
         await consumer.stop()
 
 
-def aiokafka_consume(bootstrap: str, topic: str, expected: dict[int, int]) -> list[Got]:
-    return asyncio.run(_aiokafka_consume(bootstrap, topic, expected))
+def aiokafka_consume(
+    bootstrap: str, topic: str, expected: dict[int, int], *, extra=None
+) -> list[Got]:
+    return asyncio.run(_aiokafka_consume(bootstrap, topic, expected, extra))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,6 +363,7 @@ def kcat_produce(
     *,
     compression="none",
     acks="all",
+    extra: list[str] | None = None,
 ) -> None:
     """One kcat run per partition; lines are ``key<TAB>value`` or just ``value`` (null key).
 
@@ -386,6 +402,7 @@ def kcat_produce(
             "linger.ms=5",
             "-X",
             "enable.idempotence=false",
+            *(extra or []),
         ]
         for hk, hv in pmsgs[0].headers:
             argv += ["-H", f"{hk}={(hv or b'').decode()}"]
@@ -399,7 +416,9 @@ def kcat_produce(
             raise AssertionError(f"kcat produce failed ({proc.returncode}): {proc.stderr!r}")
 
 
-def kcat_consume(bootstrap: str, topic: str, expected: dict[int, int]) -> list[Got]:
+def kcat_consume(
+    bootstrap: str, topic: str, expected: dict[int, int], *, extra: list[str] | None = None
+) -> list[Got]:
     got: list[Got] = []
     for partition, n in expected.items():
         argv = [
@@ -417,6 +436,7 @@ def kcat_consume(bootstrap: str, topic: str, expected: dict[int, int]) -> list[G
             str(n),
             "-J",
             "-q",
+            *(extra or []),
         ]
         proc = subprocess.run(argv, capture_output=True, timeout=HANG_GUARD)
         if proc.returncode != 0:

@@ -30,6 +30,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` different free ports (``free_port`` may hand out the same one twice)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -287,6 +297,13 @@ class Broker(ManagedProcess):
         code = self.kill() if hard else self.terminate()
         self.start()
         return code
+
+
+def assert_no_panic(broker: Broker) -> None:
+    """No panic in the broker's log, and the broker still runs."""
+    log = broker.log_text()
+    assert "panicked" not in log, log[-5000:]
+    assert broker.running, f"broker exited:\n{log[-5000:]}"
 
 
 class MotoServer(ManagedProcess):

@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from support.secure_clients import Security
+
 # Subject of the good client certificate: what a broker would see as its principal.
 CLIENT_CN = "alice"
 CLIENT_ORG = "kafscale-tests"
@@ -76,6 +78,11 @@ class Pki:
             args += ["--ssl-reload-interval-ms", str(reload_interval_ms)]
         return args
 
+    def security(self, client: Pair | None = None) -> Security:
+        """A client's settings for an SSL listener with this PKI's server certificate: verify
+        it against ``ca``; ``client``: present this certificate."""
+        return Security("SSL", cafile=self.ca.cert, client=client)
+
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
@@ -115,6 +122,21 @@ def _write_pair(pair: Pair, cert: x509.Certificate, key: ec.EllipticCurvePrivate
     _write_atomically(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
 
 
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """Signatures; for a CA also certificate and CRL signing."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def _make_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _new_key()
     name = _name(common_name)
@@ -128,20 +150,7 @@ def _make_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivat
         .not_valid_before(now - dt.timedelta(days=1))
         .not_valid_after(now + dt.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -170,20 +179,7 @@ def _issue(
         .not_valid_before(not_before or now - dt.timedelta(days=1))
         .not_valid_after(not_after or now + dt.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage(
                 [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]

@@ -133,21 +133,17 @@ pub(crate) async fn start(
     admitted: Admitted,
 ) {
     let Ok(peer) = socket.peer_addr() else { return };
-    let auth = entry.sasl.map(Authenticator::new);
-    let Some(tls) = entry.tls else {
-        let context = context(&broker, peer, &broker_budget, entry.listener);
-        let (read_half, write_half) = socket.into_split();
-        return run(
-            broker,
-            (read_half, write_half),
-            auth,
-            context,
-            stop,
-            admitted,
-        )
-        .await;
-    };
     let timeout = Duration::from_millis(broker.config.request_read_timeout_ms);
+    let serving = Serving {
+        connection: context(&broker, peer, &broker_budget, entry.listener.clone()),
+        auth: entry.sasl.map(Authenticator::new),
+        broker,
+        stop,
+        admitted,
+    };
+    let Some(tls) = entry.tls else {
+        return serving.run(socket.into_split()).await;
+    };
     let accepted = async {
         // std's dup (close-on-exec), registered with the runtime on its own.
         let watch = socket
@@ -167,63 +163,67 @@ pub(crate) async fn start(
         }
     };
     tracing::debug!(%peer, listener = %entry.listener, %principal, "TLS connection");
-    let context = context(&broker, peer, &broker_budget, entry.listener);
     let (half, write_half) = tokio::io::split(stream);
-    let read_half = TlsReadSide { half, socket };
-    run(
-        broker,
-        (read_half, write_half),
-        auth,
-        context,
-        stop,
-        admitted,
-    )
-    .await;
+    serving
+        .run((TlsReadSide { half, socket }, write_half))
+        .await;
 }
 
-/// Serves until the client disconnects, idles or `stop` turns true; then stops reading,
-/// sends the responses owed (see [`ReadEnd`]) and closes. `admitted` holds the connection's
-/// place under the connection caps until it ends.
-async fn run<R, W>(
+/// A connection about to be served, its transport aside.
+struct Serving {
     broker: Arc<Broker>,
-    (mut read_half, write_half): (R, W),
-    mut auth: Option<Authenticator>,
+    auth: Option<Authenticator>,
     connection: ConnectionContext,
     stop: watch::Receiver<bool>,
+    /// The connection's place under the connection caps, held until it ends.
     admitted: Admitted,
-) where
-    R: ReadSide + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    let (queue, replies) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
-    let (hangup, hung_up) = watch::channel(false);
-    let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
-    let writer = tokio::spawn(write_answers(
-        write_half,
-        replies,
-        hung_up,
-        connection.peer,
-        idle,
-    ));
-    let end = read_requests(
-        &broker,
-        &mut read_half,
-        &mut auth,
-        &connection,
-        &queue,
-        stop,
-    )
-    .await;
-    if end == ReadEnd::Closed {
-        let _ = hangup.send(true);
+}
+
+impl Serving {
+    /// Serves until the client disconnects, idles or `stop` turns true; then stops reading,
+    /// sends the responses owed (see [`ReadEnd`]) and closes.
+    async fn run<R, W>(self, (mut read_half, write_half): (R, W))
+    where
+        R: ReadSide + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let Serving {
+            broker,
+            mut auth,
+            connection,
+            stop,
+            admitted,
+        } = self;
+        let (queue, replies) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
+        let (hangup, hung_up) = watch::channel(false);
+        let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
+        let writer = tokio::spawn(write_answers(
+            write_half,
+            replies,
+            hung_up,
+            connection.peer,
+            idle,
+        ));
+        let end = read_requests(
+            &broker,
+            &mut read_half,
+            &mut auth,
+            &connection,
+            &queue,
+            stop,
+        )
+        .await;
+        if end == ReadEnd::Closed {
+            let _ = hangup.send(true);
+        }
+        drop(queue);
+        // The writer sends what is owed, then shuts its half down (FIN).
+        let _ = writer.await;
+        if end == ReadEnd::Stopped {
+            linger(&mut read_half).await;
+        }
+        drop(admitted);
     }
-    drop(queue);
-    // The writer sends what is owed, then shuts its half down (FIN).
-    let _ = writer.await;
-    if end == ReadEnd::Stopped {
-        linger(&mut read_half).await;
-    }
-    drop(admitted);
 }
 
 /// Reads and discards what the client still sends, until it closes too (or `LINGER`): a
