@@ -18,26 +18,13 @@ from pathlib import Path
 import pytest
 from support import admin_wire as aw
 from support.admin_env import partition_counts, raw_topic_configs
-from support.cli_runner import Run, kafscale
+from support.cli_runner import Run, kafscale, ok, one_error_line
 from support.clients import Msg, confluent_produce, unique
 from support.cluster import create_topic
 from support.group_env import HANG_GUARD, SingleNode
 from support.groups import ConfluentMember, close_all, wait_records, wait_split
 from support.load import wait_for
 from support.procs import free_port
-
-
-def ok(*args: str) -> Run:
-    run = kafscale(*args)
-    assert run.code == 0, f"kafscale {' '.join(args)} exited {run.code}:\n{run.err}"
-    return run
-
-
-def one_error_line(run: Run) -> str:
-    """The single ``kafscale: error: ...`` line of a failed command."""
-    lines = run.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kafscale: error: "), run.err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

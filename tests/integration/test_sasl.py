@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from pathlib import Path
 import pytest
 from support import kafka_wire as kw
 from support import sasl_wire as sw
-from support.cli_runner import CLI_HANG_GUARD, Run
+from support.cli_runner import kafscale, ok, one_error_line
 from support.clients import HANG_GUARD, unique
 from support.procs import Broker, assert_no_panic, free_ports
 from support.secure_clients import (
@@ -888,35 +886,6 @@ def test_raw_reauthentication_extends_the_session(broker_factory, tmp_path):
 # the kafscale users command
 
 
-def cli(*args: str, stdin: str | None = None) -> Run:
-    """``python -m kafscale.cli ARGS`` with ``stdin`` piped in (or no standard input); a
-    traceback is always a failure."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "kafscale.cli", *args],
-        input=stdin,
-        stdin=subprocess.DEVNULL if stdin is None else None,
-        capture_output=True,
-        text=True,
-        timeout=CLI_HANG_GUARD,
-        check=False,
-    )
-    run = Run(proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in run.err, f"kafscale {' '.join(args)} crashed:\n{run.err}"
-    return run
-
-
-def ok(*args: str, stdin: str | None = None) -> Run:
-    run = cli(*args, stdin=stdin)
-    assert run.code == 0, f"kafscale {' '.join(args)} exited {run.code}:\n{run.err}"
-    return run
-
-
-def one_error_line(run: Run) -> str:
-    lines = run.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kafscale: error: "), run.err
-    return lines[0]
-
-
 def logged_in(bootstrap: str, creds: Security, config: Path) -> list[str]:
     """The command's arguments to reach ``bootstrap`` logged in with ``creds``, written to
     ``config`` for its --command-config."""
@@ -987,7 +956,7 @@ def test_users_command(sasl_broker, tmp_path):
     )
 
     # nothing piped: nothing changes
-    failed = cli("users", "set", user, "--mechanism", "SCRAM-SHA-512", *over_plain, stdin="")
+    failed = kafscale("users", "set", user, "--mechanism", "SCRAM-SHA-512", *over_plain, stdin="")
     assert failed.code == 1 and "no password" in one_error_line(failed)
 
     # delete one mechanism, then (by default) every one left
@@ -998,10 +967,10 @@ def test_users_command(sasl_broker, tmp_path):
     assert user not in {r["user"] for r in ok("users", "list", "-o", "json", *over_plain).json()}
     wait_login(sasl_broker.bootstrap(SASL_PLAINTEXT), creds, False)
 
-    again = cli("users", "delete", user, *over_plain)
+    again = kafscale("users", "delete", user, *over_plain)
     assert again.code == 1
     assert "no SCRAM credentials" in one_error_line(again) and "users list" in again.err
-    again = cli("users", "delete", user, "--mechanism", "SCRAM-SHA-256", *over_plain)
+    again = kafscale("users", "delete", user, "--mechanism", "SCRAM-SHA-256", *over_plain)
     assert again.code == 1 and "no SCRAM-SHA-256 credential" in one_error_line(again)
     assert_no_panic(sasl_broker.broker)
 
@@ -1012,7 +981,7 @@ def test_users_command_with_a_refused_login(sasl_broker, tmp_path):
     bad = sasl_broker.creds(SASL_PLAINTEXT, "PLAIN", FILE_USER, "not-the-password")
     args = logged_in(sasl_broker.bootstrap(SASL_PLAINTEXT), bad, tmp_path / "client.properties")
     started = time.monotonic()
-    run = cli("users", "list", *args, "--timeout", "60")
+    run = kafscale("users", "list", *args, "--timeout", "60")
     assert run.code == 1
     line = one_error_line(run)
     assert "refused the client's authentication" in line and "sasl.password" in line, line
