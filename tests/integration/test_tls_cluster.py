@@ -1,7 +1,8 @@
-"""TLS on a 3-broker cluster (etcd, moto): every broker has a PLAINTEXT and an SSL listener, and a
-client that comes in on SSL is given every broker's SSL endpoint, so producing to partitions
-owned by the other brokers, consuming in a group (FindCoordinator) and the admin API all stay on
-TLS. Certificates come from tests/support/tls.py."""
+"""TLS and SASL on a 3-broker cluster (etcd, moto). Every broker has a PLAINTEXT listener and an
+SSL or SASL_SSL one; a client that comes in on the secured listener is given every broker's
+endpoint there, so producing to partitions owned by the other brokers, consuming in a group
+(FindCoordinator) and the admin API all stay on it, and a SCRAM user stored once logs in at
+every broker. Certificates come from tests/support/tls.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    NewTopic,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from kafka import KafkaConsumer, KafkaProducer
 from support.clients import unique
 from support.procs import free_port
+from support.secure_clients import ROUNDTRIPS, Security, assert_exact, records
 from support.tls import make_pki
 
 pytestmark = pytest.mark.timeout(240)
@@ -91,3 +99,47 @@ def test_clients_on_the_ssl_listener_reach_every_broker_over_tls(cluster, tmp_pa
     read = [m.value for m in kc]
     kc.close()
     assert sorted(read) == sorted(values + more)
+
+
+def test_scram_credentials_stored_once_log_in_at_every_broker(cluster, tmp_path):
+    """A SCRAM user created through one broker (AlterUserScramCredentials on its PLAINTEXT
+    listener) logs in at every broker of the cluster, since the credential lives in the
+    metadata store: each client bootstraps on broker 1's SASL_SSL listener and produces to a
+    partition another broker owns, so it logs in there too. PLAIN checks the same credential."""
+    pki = make_pki(tmp_path / "pki")
+    c = cluster(0)
+    sasl_ports = {}
+    for _ in range(3):
+        b = c.add(start=False)
+        sasl_ports[b.broker_id] = free_port()
+        listeners = f"PLAINTEXT://{b.bootstrap},SASL_SSL://127.0.0.1:{sasl_ports[b.broker_id]}"
+        b.args += ["--listeners", listeners, *pki.broker_args()]
+        b.start()
+    c.wait_converged()
+    admin = AdminClient({"bootstrap.servers": c.brokers[1].bootstrap})
+    alice = UserScramCredentialUpsertion(
+        "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"alice-secret"
+    )
+    admin.alter_user_scram_credentials([alice])["alice"].result(30)
+    bootstrap = f"127.0.0.1:{sasl_ports[1]}"
+    logins = {
+        client: Security("SASL_SSL", "SCRAM-SHA-512", "alice", "alice-secret", pki.ca.cert)
+        for client in ROUNDTRIPS
+    }
+    logins["confluent-plain"] = Security("SASL_SSL", "PLAIN", "alice", "alice-secret", pki.ca.cert)
+    for name, security in logins.items():
+        roundtrip = ROUNDTRIPS[name.removesuffix("-plain")]
+        topic = led_by_another_broker(admin, c, avoid=1)
+        msgs = records(5, name)
+        assert_exact(msgs, roundtrip(bootstrap, topic, msgs, security))
+
+
+def led_by_another_broker(admin: AdminClient, c, avoid: int) -> str:
+    """A new one-partition topic whose partition a broker other than ``avoid`` owns."""
+    for _ in range(30):
+        topic = unique("sasl-cluster")
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+        leader = c.wait_converged([topic])[topic][0].broker_id
+        if leader != avoid:
+            return topic
+    raise AssertionError(f"30 topics in a row were led by broker {avoid}")
