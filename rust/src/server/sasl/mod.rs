@@ -323,6 +323,21 @@ impl Authenticator {
 
     fn start_session(&mut self, user: &str, auth_bytes: Bytes) -> Outcome {
         let principal = format!("User:{user}");
+        // KIP-368: re-authentication renews a session, it does not change who it is.
+        if let Some(session) = self.session.as_ref().filter(|s| s.principal != principal) {
+            tracing::info!(
+                from = session.principal,
+                to = principal,
+                "SASL re-authentication as another principal refused"
+            );
+            return Outcome::failed(
+                ResponseError::SaslAuthenticationFailed,
+                format!(
+                    "re-authentication must keep the principal {}, not {principal}",
+                    session.principal
+                ),
+            );
+        }
         tracing::debug!(%principal, "SASL authentication succeeded");
         let ends = self.settings.session_lifetime.map(|l| Instant::now() + l);
         self.session = Some(Session { principal, ends });
@@ -390,4 +405,146 @@ pub(crate) fn outside_sasl(request: &Request) -> Reply {
         }
     };
     encoded.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::{
+        MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
+    };
+
+    use super::*;
+    use crate::meta::embedded::EmbeddedStore;
+    use crate::protocol::header::testing::{read_response, request};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        settings: Arc<SaslSettings>,
+    }
+
+    fn fixture(session_lifetime: Option<Duration>) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let users = dir.path().join("users");
+        std::fs::write(&users, "alice:alice-pw\nbob:bob-pw\n").unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
+        let settings = Arc::new(SaslSettings {
+            mechanisms: vec!["PLAIN".into(), "SCRAM-SHA-512".into()],
+            users_file: Some(users),
+            session_lifetime,
+            failure_delay: Duration::from_millis(100),
+            catalog: Arc::new(Catalog::new(Arc::new(store), "t")),
+        });
+        Fixture {
+            _dir: dir,
+            settings,
+        }
+    }
+
+    /// SaslHandshake v1 for PLAIN, then SaslAuthenticate v2 as `user`; the second answer.
+    async fn plain_login(auth: &mut Authenticator, user: &str, password: &str) -> Gate {
+        let handshake =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        let Gate::Answer {
+            reply: Reply::Response(_),
+            ..
+        } = auth
+            .gate(&request(ApiKey::SaslHandshake, 1, &handshake))
+            .await
+        else {
+            panic!("the handshake is answered");
+        };
+        let token = format!("\0{user}\0{password}");
+        let body = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+        auth.gate(&request(ApiKey::SaslAuthenticate, 2, &body))
+            .await
+    }
+
+    fn metadata() -> Request {
+        request(ApiKey::Metadata, 12, &MetadataRequest::default())
+    }
+
+    fn lifetime_of(gate: Gate) -> i64 {
+        let Gate::Answer {
+            reply: Reply::Response(bytes),
+            delay,
+        } = gate
+        else {
+            panic!("a successful login is answered at once");
+        };
+        assert_eq!(delay, Duration::ZERO);
+        let (_, response): (_, SaslAuthenticateResponse) = read_response(bytes, 2);
+        assert_eq!(response.error_code, 0);
+        response.session_lifetime_ms
+    }
+
+    #[tokio::test]
+    async fn only_a_logged_in_client_is_served() {
+        let f = fixture(None);
+        let mut auth = Authenticator::new(f.settings.clone());
+        assert!(matches!(auth.gate(&metadata()).await, Gate::Close(_)));
+        let versions = request(
+            ApiKey::ApiVersions,
+            3,
+            &kafka_protocol::messages::ApiVersionsRequest::default(),
+        );
+        assert!(matches!(auth.gate(&versions).await, Gate::Pass));
+        let failed = plain_login(&mut auth, "alice", "wrong").await;
+        let Gate::Answer {
+            reply: Reply::Final(bytes),
+            delay,
+        } = failed
+        else {
+            panic!("a failed login is the connection's last answer");
+        };
+        assert_eq!(delay, Duration::from_millis(100));
+        let (_, response): (_, SaslAuthenticateResponse) = read_response(bytes, 2);
+        assert_eq!(
+            response.error_code,
+            ResponseError::SaslAuthenticationFailed.code()
+        );
+        let mut auth = Authenticator::new(f.settings.clone());
+        assert_eq!(
+            lifetime_of(plain_login(&mut auth, "alice", "alice-pw").await),
+            0
+        );
+        assert!(matches!(auth.gate(&metadata()).await, Gate::Pass));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_ends_unless_renewed_by_the_same_principal() {
+        let f = fixture(Some(Duration::from_secs(2)));
+        let mut auth = Authenticator::new(f.settings.clone());
+        assert_eq!(
+            lifetime_of(plain_login(&mut auth, "alice", "alice-pw").await),
+            2000
+        );
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert!(matches!(auth.gate(&metadata()).await, Gate::Pass));
+        // renewed by the same user: two more seconds
+        assert_eq!(
+            lifetime_of(plain_login(&mut auth, "alice", "alice-pw").await),
+            2000
+        );
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert!(matches!(auth.gate(&metadata()).await, Gate::Pass));
+        // another user cannot take the connection over
+        let other = plain_login(&mut auth, "bob", "bob-pw").await;
+        assert!(matches!(
+            other,
+            Gate::Answer {
+                reply: Reply::Final(_),
+                ..
+            }
+        ));
+        let mut auth2 = Authenticator::new(f.settings.clone());
+        assert_eq!(
+            lifetime_of(plain_login(&mut auth2, "bob", "bob-pw").await),
+            2000
+        );
+        tokio::time::advance(Duration::from_millis(2001)).await;
+        assert!(
+            matches!(auth2.gate(&metadata()).await, Gate::Close(_)),
+            "the session ended"
+        );
+    }
 }
