@@ -110,6 +110,12 @@ impl Broker {
     /// whose topics are gone: this broker's own, and – on the live broker with the lowest
     /// id – those of brokers that are not registered.
     pub(crate) async fn delete_compacted_objects(&self) {
+        // While the copy of the store is being rebuilt (after a watch failure, e.g. an etcd
+        // restart) it may hold manifests without their topics or brokers yet: a topic or
+        // broker that looks gone then is not, and deleting its objects would lose data.
+        if !self.mirror.is_live() {
+            return;
+        }
         let state = self.cluster();
         let me = self.config.broker_id;
         let sweeper = state.live_brokers().first() == Some(&me);
