@@ -264,8 +264,9 @@ class Workload:
             with contextlib.suppress(AssertionError):
                 stop()
 
-    def acked(self) -> dict[bytes, tuple[int, int]]:
-        """Every acknowledged value: {value: (partition, offset)} (producers and probes)."""
+    def acked(self) -> dict[bytes, tuple[int, int | None]]:
+        """Every acknowledged value: {value: (partition, offset)} (producers and probes); the
+        offset is None when the client acknowledged without one (see ``_check_values``)."""
         acked = {**self.retrying.acked, **self.single.acked}
         for probe in self.probes:
             acked.update(probe.acked())
@@ -459,7 +460,15 @@ class Workload:
         problems = []
         for value, (p, offset) in sorted(acked.items()):
             locs = where.get(value, [])
-            if (p, offset) not in locs:
+            if offset is None:
+                # librdkafka's implicit ack: an idempotent request whose answer was lost is
+                # settled by the answer to a later one ("persisted", offset unknown)
+                if [loc[0] for loc in locs] != [p]:
+                    problems.append(
+                        f"acked {value!r} in partition {p} (offset unknown) is stored at "
+                        f"{locs or 'nowhere'}"
+                    )
+            elif (p, offset) not in locs:
                 problems.append(f"acked {value!r} at {p}/{offset} is stored at {locs or 'nowhere'}")
         for value, locs in where.items():
             if value not in sent:

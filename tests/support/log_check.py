@@ -302,12 +302,17 @@ class LogReport:
             if not (WAL_KEY.match(k.split("/", 1)[-1]) and self.checked_at - o.modified < max_age)
         }
 
-    def acked_problems(self, topic: str, acked: dict[bytes, tuple[int, int]]) -> list[str]:
-        """Each acked value (value -> (partition, offset)) is at its offset in the objects."""
+    def acked_problems(self, topic: str, acked: dict[bytes, tuple[int, int | None]]) -> list[str]:
+        """Each acked value (value -> (partition, offset)) is at its offset in the objects, or
+        somewhere in its partition when it was acknowledged without an offset."""
         at = {(p, off): v for (t, p), recs in self.logs.items() if t == topic for off, v in recs}
+        partition_of = {v: p for (p, _off), v in at.items()}
         problems = []
         for value, (p, off) in sorted(acked.items()):
-            if (p, off) not in at:
+            if off is None:
+                if partition_of.get(value) != p:
+                    problems.append(f"acked {value!r} in {topic}/{p}: not in that partition")
+            elif (p, off) not in at:
                 problems.append(f"acked {value!r} at {topic}/{p}/{off}: no record there")
             elif at[(p, off)] != value:
                 problems.append(f"acked {value!r} at {topic}/{p}/{off}: holds {at[(p, off)]!r}")

@@ -270,3 +270,14 @@ def test_acked_values_are_looked_up_in_the_objects():
     assert report.acked_problems("orders", {b"v0": (0, 0), b"v1": (0, 1)}) == []
     wrong = report.acked_problems("orders", {b"v1": (0, 0), b"v9": (0, 9)})
     assert len(wrong) == 2 and "holds b'v0'" in wrong[0] and "no record" in wrong[1]
+
+
+def test_an_ack_without_offset_needs_the_value_in_its_partition():
+    w = World(partitions=2)
+    for p in (0, 1):
+        w.partition(p, hwm=0, segment_end=0)
+    w.wal([(0, 1, [batch(0, 2)])])
+    report = w.check()
+    assert report.acked_problems("orders", {b"v1": (0, None)}) == []
+    wrong = report.acked_problems("orders", {b"v1": (1, None), b"v9": (0, None)})
+    assert len(wrong) == 2 and all("not in that partition" in line for line in wrong)

@@ -286,6 +286,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn nothing_is_deleted_while_the_copy_of_the_store_is_rebuilding() {
+        let t = broker(100).await;
+        let b = &t.broker;
+        b.create_topic("t", 1, Default::default()).await.unwrap();
+        assert_eq!(produce(b, "t", 0, 3).await, 0);
+        let p = b.topic("t").unwrap().partitions[0].current();
+        let c = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
+        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
+        let revision = b.log.catalog.commit_owned_records(&changes).await.unwrap();
+        p.compacted(&b.log, c, revision.unwrap());
+        assert!(eventually(|| viewed_end(b, 0) == 3).await);
+        // mid-rebuild the copy can lack topics and brokers whose objects are still needed
+        b.mirror.set_live(false);
+        b.delete_compacted_objects().await;
+        assert_eq!(b.log.store.list_wal().await.unwrap().len(), 1);
+        assert_eq!(b.log.wal.manifests().len(), 1);
+        b.mirror.set_live(true);
+        b.delete_compacted_objects().await;
+        assert_eq!(b.log.store.list_wal().await.unwrap().len(), 0);
+    }
+
+    #[tokio::test]
     async fn a_closed_log_is_not_compacted_and_one_claimed_again_is() {
         let t = broker(100).await;
         let b = &t.broker;

@@ -40,12 +40,19 @@ struct Collected {
 
 impl Collected {
     /// Takes the batches of `bytes` that hold `next` and later, while they fit. False once the
-    /// response is full.
-    fn take(&mut self, bytes: &Bytes) -> Result<bool, ()> {
+    /// response is full. A batch that starts past `next` means the view skipped part of the
+    /// log (offsets are contiguous): it is refused, never served as if nothing was there.
+    fn take(&mut self, bytes: &Bytes) -> Result<bool, TakeError> {
         for item in BatchWalker::new(bytes) {
-            let (position, header) = item.map_err(|_| ())?;
+            let (position, header) = item.map_err(|_| TakeError::Malformed)?;
             if header.last_offset() < self.next {
                 continue;
+            }
+            if header.base_offset > self.next {
+                return Err(TakeError::Gap {
+                    expected: self.next,
+                    found: header.base_offset,
+                });
             }
             let fits = self.total + header.size <= self.max_bytes;
             let first_of_response = self.must_progress && self.total == 0;
@@ -59,6 +66,17 @@ impl Collected {
         }
         Ok(true)
     }
+}
+
+/// Why batches could not be taken into a response.
+#[derive(Debug, PartialEq)]
+enum TakeError {
+    Malformed,
+    /// The next batch starts at `found`, past the `expected` offset.
+    Gap {
+        expected: i64,
+        found: i64,
+    },
 }
 
 /// Reads committed batches starting at the one holding `offset`, up to `max_bytes` — but at
@@ -80,6 +98,21 @@ pub async fn read(
         match read_once(ctx, partition, offset, max_bytes, must_progress).await {
             Ok(result) => return Ok(result),
             Err(ReadFailure::Error(e)) => return Err(e),
+            Err(ReadFailure::Gap { expected, found }) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.id, offset,
+                    expected, found, "this broker's view of the log skips offsets; listing \
+                     the partition's segments again");
+                let (record, _) = partition.committed_record();
+                if attempts == STALE_VIEW_RETRIES
+                    || partition.relist_segments(ctx, &record).await.is_err()
+                {
+                    tracing::error!(topic = %partition.topic, partition = partition.id, offset,
+                        expected, found, "the log read has a hole that listing storage did \
+                         not fill; answering KAFKA_STORAGE_ERROR");
+                    return Err(ResponseError::KafkaStorageError);
+                }
+                attempts += 1;
+            }
             Err(ReadFailure::Stale { segment_end }) => {
                 if attempts == STALE_VIEW_RETRIES || !catch_up(ctx, partition, segment_end).await {
                     tracing::warn!(topic = %partition.topic, partition = partition.id, offset,
@@ -136,7 +169,14 @@ async fn moved_past(partition: &Partition, segment_end: i64, wait: Duration) -> 
 /// Why one read attempt failed: the view it was made from (with this segment end) no longer
 /// matches storage, or an error for the client.
 enum ReadFailure {
-    Stale { segment_end: i64 },
+    Stale {
+        segment_end: i64,
+    },
+    /// The view's segments and runs do not join up: offsets `expected..found` are missing.
+    Gap {
+        expected: i64,
+        found: i64,
+    },
     Error(ResponseError),
 }
 
@@ -165,9 +205,10 @@ async fn read_once(
     let mut full = false;
     for (i, segment) in view.segments.iter().enumerate() {
         let batches = load_from(ctx, partition, segment, collected.next).await?;
-        full = !collected
-            .take(&batches.bytes)
-            .map_err(|()| corrupt(partition, segment))?;
+        full = !collected.take(&batches.bytes).map_err(|e| match e {
+            TakeError::Malformed => corrupt(partition, segment).into(),
+            TakeError::Gap { expected, found } => ReadFailure::Gap { expected, found },
+        })?;
         readahead(ctx, partition, &view.segments[i + 1..]);
         if full {
             break;
@@ -193,10 +234,13 @@ async fn read_once(
             if run.run.base_offset >= view.high_watermark {
                 break;
             }
-            let taken = collected.take(&bytes).map_err(|()| {
-                tracing::error!(object = %run.object, position = run.run.position,
-                    "write-ahead run is malformed");
-                ResponseError::KafkaStorageError
+            let taken = collected.take(&bytes).map_err(|e| match e {
+                TakeError::Malformed => {
+                    tracing::error!(object = %run.object, position = run.run.position,
+                        "write-ahead run is malformed");
+                    ReadFailure::Error(ResponseError::KafkaStorageError)
+                }
+                TakeError::Gap { expected, found } => ReadFailure::Gap { expected, found },
             })?;
             if !taken {
                 break;
@@ -369,5 +413,70 @@ fn readahead(ctx: &Arc<LogContext>, partition: &Arc<Partition>, following: &[Seg
             }
             ctx.cache.end_loading(&key);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, BytesMut};
+    use kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::log::batch::tests::encoded_batch;
+
+    /// `count` records in one batch at `base`, followed by the next batches given.
+    fn batches(ranges: &[(i64, usize)]) -> Bytes {
+        let mut all = BytesMut::new();
+        for &(base, count) in ranges {
+            let batch = encoded_batch(count, 10, Compression::None);
+            all.put_i64(base);
+            all.extend_from_slice(&batch[8..]);
+        }
+        all.freeze()
+    }
+
+    fn collecting_from(next: i64) -> Collected {
+        Collected {
+            slices: Vec::new(),
+            total: 0,
+            next,
+            max_bytes: 1 << 20,
+            must_progress: true,
+        }
+    }
+
+    #[test]
+    fn batches_below_the_offset_are_skipped_and_the_one_holding_it_is_taken_whole() {
+        let mut collected = collecting_from(3);
+        assert_eq!(
+            collected.take(&batches(&[(0, 2), (2, 3), (5, 1)])),
+            Ok(true)
+        );
+        assert_eq!(collected.slices.len(), 2);
+        assert_eq!(collected.next, 6);
+    }
+
+    #[test]
+    fn a_batch_past_the_offset_asked_for_is_a_gap_not_data() {
+        let mut collected = collecting_from(0);
+        let found = collected.take(&batches(&[(18, 2)]));
+        assert_eq!(
+            found,
+            Err(TakeError::Gap {
+                expected: 0,
+                found: 18
+            })
+        );
+        assert!(collected.slices.is_empty());
+        // ... and between two batches of one read as well
+        let mut collected = collecting_from(0);
+        let found = collected.take(&batches(&[(0, 2), (5, 1)]));
+        assert_eq!(
+            found,
+            Err(TakeError::Gap {
+                expected: 2,
+                found: 5
+            })
+        );
     }
 }

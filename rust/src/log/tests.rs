@@ -319,6 +319,39 @@ async fn a_follower_whose_watch_lags_reads_the_segment_the_store_records() {
 }
 
 #[tokio::test]
+async fn a_read_that_finds_a_hole_in_its_view_lists_the_segments_again() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let ack = produce(&f, &p, 5);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(0));
+    let later = super::partition::now_ms() + 7_200_000;
+    let (due, revision) = compact_and_commit(&f, &p, later).await;
+    p.compacted(&f.ctx, due, revision);
+    for (key, _) in f.ctx.wal.manifests() {
+        f.ctx.wal.remove(&key);
+    }
+    let ack = produce(&f, &p, 3);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(5));
+    // A view that has the segment end right but lost the segment below it: the write-ahead
+    // runs start at 5, so a read at 0 must not answer from 5 as if 0..5 did not exist.
+    let holed = Arc::new(Partition::new(
+        "orders".into(),
+        f.topic.id,
+        0,
+        f.limits.clone(),
+        p.owned().unwrap(),
+        p.high_watermark(),
+        Some(Vec::new()),
+    ));
+    let read = reader::read(&f.ctx, &holed, 0, 1 << 20, true)
+        .await
+        .expect("the segment is found by listing again");
+    assert_eq!(base_offsets(&read.records), vec![0, 5]);
+}
+
+#[tokio::test]
 async fn records_deleted_before_compaction_are_not_compacted() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;

@@ -133,6 +133,12 @@ impl Mirror {
         self.live.load(Ordering::Acquire)
     }
 
+    /// Marks the copy as rebuilding or live again, as a watch failure and its resync do.
+    #[cfg(test)]
+    pub fn set_live(&self, live: bool) {
+        self.live.store(live, Ordering::Release);
+    }
+
     /// The revision after each change to the copy: wakes consumers up to re-read it.
     pub fn changes(&self) -> watch::Receiver<i64> {
         self.changes.subscribe()

@@ -94,12 +94,24 @@ impl Partition {
         if owned {
             return self.list_owned(ctx).await;
         }
+        self.relist_segments(ctx, &record).await
+    }
+
+    /// Replaces the segment list with the committed segments storage holds for `record`,
+    /// unless the segment end moved meanwhile (a newer list is then on its way). Deletes
+    /// nothing, so it is safe for an owner too: a read that finds a hole in its view of the
+    /// log calls it.
+    pub async fn relist_segments(
+        &self,
+        ctx: &LogContext,
+        record: &PartitionRecord,
+    ) -> Result<(), ResponseError> {
         let listed = ctx
             .store
             .list_partition(&self.topic, self.id)
             .await
             .map_err(|_| ResponseError::KafkaStorageError)?;
-        let segments = committed_segments(&listed, &record);
+        let segments = committed_segments(&listed, record);
         let mut state = self.state();
         if state.committed.record.segment_end() == record.segment_end() {
             state.segments = Some(segments);
