@@ -265,6 +265,12 @@ impl Broker {
             .cloned()
     }
 
+    /// Every topic, by id.
+    pub(crate) fn topics_by_id(&self) -> HashMap<Uuid, Arc<Topic>> {
+        let topics = self.topics.read().unwrap_or_else(|p| p.into_inner());
+        topics.values().map(|t| (t.record.id, t.clone())).collect()
+    }
+
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Vec<Arc<Topic>> {
         let mut all: Vec<_> = self

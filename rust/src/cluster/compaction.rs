@@ -50,12 +50,23 @@ pub fn spawn(broker: &Arc<Broker>) {
 
 impl Broker {
     /// Compacts every owned partition that is due and commits the switches in batches: one
-    /// metadata write per 64 partitions compacted, whatever the segments each got.
+    /// metadata write per 64 partitions compacted, whatever the segments each got. Only the
+    /// partitions with write-ahead runs are looked at: an idle partition costs nothing here.
     pub(crate) async fn compact_owned(&self) {
-        let owned: Vec<Arc<Partition>> = self
-            .topics()
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|s| s.current()))
+        let with_runs = self.log.wal.partitions_with_runs();
+        if with_runs.is_empty() {
+            return;
+        }
+        let by_id = self.topics_by_id();
+        let owned: Vec<Arc<Partition>> = with_runs
+            .into_iter()
+            .filter_map(|(topic_id, id)| {
+                let slot = by_id
+                    .get(&topic_id)?
+                    .partitions
+                    .get(usize::try_from(id).ok()?)?;
+                Some(slot.current())
+            })
             .filter(|p| p.is_leader())
             .collect();
         let now = now_ms();

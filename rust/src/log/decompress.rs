@@ -37,6 +37,10 @@ impl Codec {
 /// xerial snappy-java's stream header: magic, then version and compatible-version (i32 each).
 const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 const XERIAL_HEADER_LEN: usize = 16;
+/// The most a snappy block can expand: its densest element is a 3-byte copy of 64 bytes.
+/// A block declaring more is corrupt, whatever the batch limit (so a few bytes cannot make
+/// the broker allocate the whole limit).
+const SNAPPY_MAX_EXPANSION: usize = 22;
 
 /// The decompressed bytes of one records section, read as a stream. A read fails once more
 /// than `limit` bytes came out in total.
@@ -159,6 +163,12 @@ impl<'a> SnappyBlocks<'a> {
         let len = snap::raw::decompress_len(compressed).map_err(invalid)?;
         if len > self.budget {
             return Err(too_large(self.limit));
+        }
+        if len > compressed.len().saturating_mul(SNAPPY_MAX_EXPANSION) {
+            return Err(invalid(format!(
+                "a snappy block of {} bytes declares {len} bytes, more than snappy can encode",
+                compressed.len()
+            )));
         }
         self.budget -= len;
         self.block.resize(len, 0);
@@ -302,6 +312,28 @@ pub(crate) mod tests {
         bomb.extend_from_slice(&[0u8; 60]);
         let error = decompress(Codec::Snappy, &bomb, 128 << 20).unwrap_err();
         assert!(error.contains("expand past the limit"), "{error}");
+    }
+
+    #[test]
+    fn a_snappy_block_declaring_more_than_the_format_can_hold_is_corrupt() {
+        // 100 MiB declared in 64 bytes: under the limit, but no snappy encoder can write it
+        let mut block = Vec::new();
+        let mut len: u32 = 100 << 20;
+        while len >= 0x80 {
+            block.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        block.push(len as u8);
+        block.resize(64, 0);
+        let error = decompress(Codec::Snappy, &block, 128 << 20).unwrap_err();
+        assert!(error.contains("more than snappy can encode"), "{error}");
+        // what snappy really makes of 1 MiB of zeros is within the bound
+        let zeros = vec![0u8; 1 << 20];
+        let packed = compress(Codec::Snappy, &zeros);
+        assert_eq!(
+            decompress(Codec::Snappy, &packed, 128 << 20).unwrap(),
+            zeros
+        );
     }
 
     /// 2 GiB of zeros in about 100 KiB of zstd (2048 frames of 1 MiB): stops at the limit.

@@ -135,6 +135,11 @@ impl WalIndex {
         runs.values().next_back().map(|r| r.run.last_offset + 1)
     }
 
+    /// The partitions with runs in the index: the only ones compaction has anything to do for.
+    pub fn partitions_with_runs(&self) -> Vec<PartitionKey> {
+        self.read().partitions.keys().copied().collect()
+    }
+
     /// The partition's runs that hold offsets at or above `offset`, in offset order.
     pub fn runs_from(&self, partition: PartitionKey, offset: i64) -> Vec<IndexedRun> {
         let inner = self.read();
@@ -207,9 +212,14 @@ mod tests {
         assert_eq!(bases(3), vec![0, 5]);
         assert_eq!(bases(5), vec![5]);
         assert_eq!(bases(10), Vec::<i64>::new());
+        let mut with_runs = index.partitions_with_runs();
+        with_runs.sort();
+        assert_eq!(with_runs, vec![(id, 0), (id, 1)]);
         index.remove("a");
         assert_eq!(bases(0), vec![5]);
         assert_eq!(index.committed_end((id, 1)), None);
+        // compaction looks only at partitions with runs: partition 1 is idle now
+        assert_eq!(index.partitions_with_runs(), vec![(id, 0)]);
         assert_eq!(index.manifests().len(), 1);
         // another incarnation of the topic is another partition
         assert_eq!(index.committed_end((Uuid::new_v4(), 0)), None);
