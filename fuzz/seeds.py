@@ -1,6 +1,8 @@
 """Writes seed inputs for the fuzz targets (bench/fuzz.sh runs it when a corpus is empty):
-valid batches of every codec, alone and inside Produce requests, so mutation starts from
-inputs that reach the record walker and every request decoder."""
+valid batches of every codec, alone and inside Produce requests, and one valid request of every
+API and version kafka-python's message classes know (those of the suite's fuzz run,
+tests/support/fuzz_frames.py), so mutation starts from inputs that reach the record walker and
+every request decoder."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from support import fuzz_frames as ff  # noqa: E402
 from support import kafka_wire as kw  # noqa: E402
 from support import segment_format as sf  # noqa: E402
 
@@ -41,9 +44,9 @@ def main(corpus: Path) -> None:
         (decoder / f"produce-{name}.bin").write_bytes(
             frame(kw.PRODUCE, 3, kw.produce_body("t", 0, batch))
         )
-    (decoder / "api-versions.bin").write_bytes(frame(kw.API_VERSIONS, 0, b""))
-    (decoder / "metadata.bin").write_bytes(frame(kw.METADATA, 4, kw.metadata_body(4, ["t"])))
-    (decoder / "fetch.bin").write_bytes(frame(kw.FETCH, 4, kw.fetch_body("t", 0, 0)))
+    seeds, _ = ff.seeds(ff.known_apis())
+    for seed in seeds:
+        (decoder / f"api{seed.api_key}-v{seed.version}.bin").write_bytes(seed.frame)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A bounded fuzz run against one real broker: a few thousand mutated frames over every API and
-version it serves (seeds and mutations in support/fuzz_frames.py), on fresh and reused
-connections, while a canary producer (confluent-kafka, acks=all, default settings) writes.
+version it serves (as its ApiVersions says; seeds and mutations in support/fuzz_frames.py), on
+fresh and reused connections, while a canary producer (confluent-kafka, acks=all, default
+settings) writes.
 
 Each frame must be answered or its connection closed: silence past ANSWER_WAIT_S from an API
 that has nothing to wait for is a hang. The broker must stay alive and serve Metadata with a
@@ -103,10 +104,22 @@ def rss(pid: int) -> int:
 
 
 def test_seeds_are_valid_requests_for_every_served_api(broker):
-    """The seeds reach the handlers: each one, unmutated, gets a response."""
+    """Every API and version the broker advertises has a seed, and the seeds reach the
+    handlers: each one, unmutated, gets a response."""
+    served = ff.served_apis(broker.bootstrap)
+    seeds, missing = ff.seeds(served)
+    assert missing == [], (
+        "served (api key, version) without a seed; add Kafka's definition of the request next "
+        f"to support/fuzz_frames.py: {missing}"
+    )
+    assert {(s.api_key, s.version) for s in seeds} == {
+        (key, v) for key, (low, high) in served.items() for v in range(low, high + 1)
+    }
+    unserved = set(ff.unserved_keys(served))
+    assert unserved and not unserved & set(served), unserved
     kw.ensure_topic(broker.bootstrap, ff.TOPIC)
     silent = []
-    for seed in ff.seeds():
+    for seed in seeds:
         with RawConnection.to(broker.bootstrap) as conn:
             wait = WAITING_GRACE_S if seed.api_key in ff.MAY_WAIT else ANSWER_WAIT_S
             if exchange(conn, seed.frame, wait) != "answered":
@@ -122,14 +135,16 @@ def test_mutated_frames_are_answered_or_closed_and_the_canary_loses_nothing(brok
     rss_before = rss(broker.proc.pid)
     canary = Canary(broker.bootstrap, canary_topic)
     rng = random.Random(RNG_SEED)
-    seeds = ff.seeds()
+    served = ff.served_apis(broker.bootstrap)
+    seeds, _ = ff.seeds(served)
+    mutations = ff.mutations(served)
     hangs: list[str] = []
     outcomes: dict[str, int] = {}
     conn: RawConnection | None = None
     try:
         for _ in range(FRAMES):
             seed = rng.choice(seeds)
-            mutation = rng.choice(ff.MUTATIONS)
+            mutation = rng.choice(mutations)
             frame, honest_length = mutation(rng, seed.frame)
             api = struct.unpack(">h", frame[4:6])[0] if len(frame) >= 6 else seed.api_key
             may_wait = not honest_length or {seed.api_key, api} & ff.MAY_WAIT

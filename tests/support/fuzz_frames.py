@@ -1,61 +1,50 @@
 """Seed request frames for every API and version the broker serves, and mutations of them, for
 the bounded fuzz run (tests/integration/test_fuzz.py).
 
-The seeds are encoded by kafka-python's message classes, which are generated from Kafka's own
-message definitions (clients/src/main/resources/common/message/*.json) and cover every version,
-flexible ones included; nothing here comes from kafscale. Every field gets a plausible value
-(one element per array, the fuzz topic and group for names, a real record batch for records),
-so that a seed reaches the handler and each mutation lands somewhere the handler reads.
+What is served is asked of the broker under test (ApiVersions, ``served_apis``): nothing here
+lists APIs or versions. The seeds are encoded by kafka-python's message classes, which are
+generated from Kafka's own message definitions (clients/src/main/resources/common/message/*.json)
+and cover every version, flexible ones included; nothing here comes from kafscale. An API (or a
+version) newer than the installed kafka-python knows gets no seed, which the seed test reports;
+the fix is Kafka's definition of the request (``<Name>Request.json``, copied unchanged from
+Kafka's source tree) placed next to this file: kafka-python builds the message class from it
+(its ``load_json`` class option), and it takes precedence over kafka-python's own.
+
+Every field gets a plausible value (one element per array, the fuzz topic and group for names,
+a real record batch for records, the definition's default where it has one), so that a seed
+reaches the handler and each mutation lands somewhere the handler reads.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import random
 import re
 import struct
+import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import kafka.protocol
 from kafka.protocol.api_message import ApiMessage
 
+from . import kafka_wire as kw
 from . import segment_format as sf
 
-# What the broker serves (ApiVersions): api key -> (min version, max version).
-SERVED = {
-    0: (0, 9),  # Produce
-    1: (4, 13),  # Fetch
-    2: (0, 4),  # ListOffsets
-    3: (0, 12),  # Metadata
-    8: (0, 8),  # OffsetCommit
-    9: (0, 7),  # OffsetFetch
-    10: (0, 4),  # FindCoordinator
-    11: (0, 9),  # JoinGroup
-    12: (0, 4),  # Heartbeat
-    13: (0, 5),  # LeaveGroup
-    14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
-    16: (0, 5),  # ListGroups
-    18: (0, 3),  # ApiVersions
-    19: (0, 2),  # CreateTopics
-    20: (0, 2),  # DeleteTopics
-    23: (0, 4),  # OffsetForLeaderEpoch
-    32: (0, 4),  # DescribeConfigs
-    33: (0, 2),  # AlterConfigs
-    37: (0, 3),  # CreatePartitions
-    42: (0, 2),  # DeleteGroups
-    44: (0, 1),  # IncrementalAlterConfigs
-    47: (0, 0),  # OffsetDelete
-}
 # APIs whose answer may legitimately wait (a long poll, a rebalance, durability) or never come
 # (Produce with acks=0): silence from them is not a hang.
 MAY_WAIT = {0, 1, 11, 14}
+# Keys no Kafka API has (besides the real APIs the broker does not serve).
+INVALID_KEYS = [-1, 1000, 32767]
 
 TOPIC = "fuzz-topic"
 GROUP = "fuzz-group"
-# Integer fields that must not be 0 for the seed to be a real request; the rest are 0.
+# Integer fields that must not be 0 for the seed to be a real request; the others take the
+# definition's default, else 0.
 INTS = {
     "acks": 1,
     "timeout_ms": 1000,
@@ -71,9 +60,23 @@ INTS = {
     "timestamp": -1,
     "generation_id": -1,
     "replica_id": -1,
+    "mechanism": 1,  # SCRAM-SHA-256 (the SCRAM credential APIs)
+    "iterations": 4096,
 }
+# Nullable strings that are null in a plain request (an idempotent producer's InitProducerId).
+NULLS = {"transactional_id"}
 INT_TYPES = {"int8", "int16", "int32", "int64", "uint16", "uint32"}
 _BATCH = sf.build_record_batch([(b"k", b"fuzz", [])], base_timestamp=1_700_000_000_000)
+
+Served = dict[int, tuple[int, int]]  # api key -> (min version, max version)
+
+
+def served_apis(bootstrap: str) -> Served:
+    """What the broker at ``bootstrap`` advertises in ApiVersions."""
+    with kw.RawConnection.to(bootstrap) as conn:
+        response = kw.api_versions(conn)
+    assert response.error_code == kw.NONE, response
+    return response.apis
 
 
 def _snake(name: str) -> str:
@@ -101,13 +104,20 @@ def _filled(cls, fields: list[dict]):
                 values[name] = [_filled(struct_cls, f["fields"])]
             elif _scalar(inner, name) is not None:
                 values[name] = [_scalar(inner, name)]
+        elif name in NULLS:
+            values[name] = None
+        elif "default" in f and name not in INTS:
+            pass  # the class has it
         elif _scalar(kind, name) is not None:
             values[name] = _scalar(kind, name)
         # anything else (a nested struct, a uuid) keeps the class's default
     return cls(**values)
 
 
-def _request_classes() -> dict[int, type]:
+@functools.cache
+def request_classes() -> dict[int, type]:
+    """Every request kafka-python has a message class for, by api key; a definition placed next
+    to this file replaces kafka-python's class for its API."""
     found = {}
     for info in pkgutil.walk_packages(kafka.protocol.__path__, "kafka.protocol."):
         try:
@@ -122,6 +132,15 @@ def _request_classes() -> dict[int, type]:
                 and attr.is_request()
             ):
                 found[attr.API_KEY] = attr
+    here = sys.modules[__package__]  # load_json reads <name>.json from this package
+    for definition in sorted(Path(__file__).parent.glob("*Request.json")):
+        cls = types.new_class(
+            definition.stem,
+            (ApiMessage,),
+            {"load_json": here},
+            lambda ns: ns.update(__module__=__name__),
+        )
+        found[cls.API_KEY] = cls
     return found
 
 
@@ -132,17 +151,31 @@ class Seed:
     frame: bytes  # length-prefixed, header included
 
 
-def seeds() -> list[Seed]:
-    """One valid frame per served (API, version)."""
-    classes = _request_classes()
-    out = []
-    for key, (low, high) in SERVED.items():
-        cls = classes[key]
+def seeds(served: Served) -> tuple[list[Seed], list[tuple[int, int]]]:
+    """One valid frame per served (API, version), and the served (API, version) pairs that
+    have none (no message class knows them)."""
+    classes = request_classes()
+    out, missing = [], []
+    for key, (low, high) in sorted(served.items()):
+        cls = classes.get(key)
         for version in range(low, high + 1):
+            if cls is None or version > cls.max_version:
+                missing.append((key, version))
+                continue
             message = _filled(cls[version], cls.json["fields"])
             message.with_header(correlation_id=version + 1, client_id="fuzz")
             out.append(Seed(key, version, bytes(message.encode(header=True, framed=True))))
-    return out
+    return out, missing
+
+
+def known_apis() -> Served:
+    """Every request and version the message classes know (served or not)."""
+    return {key: (0, cls.max_version) for key, cls in request_classes().items()}
+
+
+def unserved_keys(served: Served) -> list[int]:
+    """Api keys the broker does not serve: real APIs it leaves out, and keys no API has."""
+    return sorted(set(request_classes()) - set(served)) + INVALID_KEYS
 
 
 # --- mutations: each takes (rng, frame) and returns (frame, whether its length prefix is honest)
@@ -196,21 +229,29 @@ def random_bytes(rng: random.Random, frame: bytes) -> tuple[bytes, bool]:
     return _reframe(bytes(body)), True
 
 
-def other_version_or_api(rng: random.Random, frame: bytes) -> tuple[bytes, bool]:
-    """A valid body under another version (flexible or not) or another API's key."""
-    body = bytearray(frame[4:])
-    if rng.random() < 0.5:
-        struct.pack_into(">h", body, 2, rng.randint(-1, 20))
-    else:
-        struct.pack_into(">h", body, 0, rng.choice([*SERVED, 4, 22, 60, 1000, -1]))
-    return _reframe(bytes(body)), True
+Mutation = Callable[[random.Random, bytes], tuple[bytes, bool]]
 
 
-MUTATIONS: list[Callable[[random.Random, bytes], tuple[bytes, bool]]] = [
-    flip_bits,
-    truncate,
-    lie_about_length,
-    lie_about_counts,
-    random_bytes,
-    other_version_or_api,
-]
+def mutations(served: Served) -> list[Mutation]:
+    """The mutations, for a broker serving ``served``."""
+    served_keys, unserved = sorted(served), unserved_keys(served)
+
+    def other_version_or_api(rng: random.Random, frame: bytes) -> tuple[bytes, bool]:
+        """A valid body under another version (flexible or not, served or not), or under
+        another API's key: one served, or one the broker does not serve."""
+        body = bytearray(frame[4:])
+        if rng.random() < 0.5:
+            struct.pack_into(">h", body, 2, rng.randint(-1, 20))
+        else:
+            keys = served_keys if rng.random() < 0.67 else unserved
+            struct.pack_into(">h", body, 0, rng.choice(keys))
+        return _reframe(bytes(body)), True
+
+    return [
+        flip_bits,
+        truncate,
+        lie_about_length,
+        lie_about_counts,
+        random_bytes,
+        other_version_or_api,
+    ]
