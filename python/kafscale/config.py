@@ -238,6 +238,13 @@ def _check_advertised_host(value: str) -> str | None:
     return None
 
 
+def _check_super_users(value: str) -> str | None:
+    bad = [p for p in value.split(";") if p.strip() and ":" not in p.strip()]
+    if bad:
+        return f"{bad[0]!r} is not a principal: write TYPE:NAME, e.g. User:admin"
+    return None
+
+
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -445,6 +452,30 @@ class Settings:
         _parse_int,
         check=_in_range(0, 60_000, "milliseconds from 0 to 60000"),
         metavar="MS",
+    )
+    authorizer: str = _setting(
+        "none",
+        "Authorization of requests (Kafka's authorizer.class.name): none lets every client do "
+        "everything; acl checks every request against the ACLs of the metadata store "
+        "(managed with CreateAcls/DeleteAcls, e.g. kafka-acls or kafscale acls).",
+        _parse_lower,
+        check=_one_of(("none", "acl")),
+        metavar="KIND",
+    )
+    super_users: str = _setting(
+        "",
+        "Principals allowed everything whatever the ACLs say (Kafka's super.users), separated "
+        "by semicolons, e.g. User:admin;User:CN=broker.",
+        _parse_str,
+        check=_check_super_users,
+        default_doc="none",
+        metavar="PRINCIPALS",
+    )
+    allow_everyone_if_no_acl_found: bool = _setting(
+        False,
+        "With --authorizer acl: whether a resource no ACL names is open to everyone (Kafka's "
+        "allow.everyone.if.no.acl.found). Off, such a resource is for super users only.",
+        _parse_bool,
     )
     broker_id: int = _setting(
         0,

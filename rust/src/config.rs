@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use pyo3::FromPyObject;
 
+use crate::auth::authorizer::AuthorizerSettings;
 use crate::log::index::DEFAULT_INDEX_INTERVAL;
 use crate::log::LogSettings;
 use crate::meta::catalog::{BrokerRecord, Catalog, Endpoint};
@@ -59,6 +60,11 @@ pub struct BrokerConfig {
     /// Kafka's `connections.max.reauth.ms` (0: sessions never end).
     pub connections_max_reauth_ms: u64,
     pub connection_failed_authentication_delay_ms: u64,
+    /// `none` or `acl` (Kafka's `authorizer.class.name`).
+    pub authorizer: String,
+    /// Kafka's `super.users`: principals separated by semicolons.
+    pub super_users: String,
+    pub allow_everyone_if_no_acl_found: bool,
     pub broker_id: i32,
     pub data_dir: String,
     pub s3_bucket: Option<String>,
@@ -104,6 +110,20 @@ pub struct BrokerConfig {
 
 impl BrokerConfig {
     /// The SASL listeners' settings (credentials stored under `catalog`).
+    pub(crate) fn authorizer_settings(&self) -> AuthorizerSettings {
+        AuthorizerSettings {
+            enabled: self.authorizer == "acl",
+            super_users: self
+                .super_users
+                .split(';')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .collect(),
+            allow_if_no_acl: self.allow_everyone_if_no_acl_found,
+        }
+    }
+
     pub(crate) fn sasl_settings(&self, catalog: Arc<Catalog>) -> SaslSettings {
         SaslSettings {
             mechanisms: self

@@ -4,6 +4,7 @@
 
 pub(crate) mod alloc;
 pub mod analytics;
+pub(crate) mod auth;
 pub(crate) mod broker;
 pub(crate) mod cluster;
 pub(crate) mod config;

@@ -53,6 +53,9 @@ def test_help_and_usage_errors():
         ["groups"],
         ["groups", "reset-offsets"],
         ["brokers", "list"],
+        ["acls"],
+        ["acls", "add"],
+        ["acls", "remove"],
         ["segments"],
         ["segments", "verify"],
     ):

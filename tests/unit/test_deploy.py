@@ -1,9 +1,10 @@
 """deploy/: the Kubernetes manifests and the container image agree with what the broker reads.
 
 Each overlay is rendered by ``kubectl kustomize`` (kubectl ships with this machine kind; its
-kustomize is v5), once per session, and so is the overlay deploy/README.md shows for the opt-in
-component components/tls (bundled-etcd plus the component, with and without its mTLS patch),
-built from the README's own text in a copy of deploy/kubernetes. Every rendered object is
+kustomize is v5), once per session, and so are the overlays deploy/README.md shows for the
+opt-in components components/tls (bundled-etcd plus the component, with and without its mTLS
+patch) and components/sasl (bundled-etcd plus tls and sasl), built from the README's own text
+in a copy of deploy/kubernetes. Every rendered object is
 validated against the Kubernetes JSON schemas (kubernetes-validate, strict: unknown fields are
 errors) of the oldest and newest Kubernetes versions checked.
 
@@ -32,8 +33,10 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from kafscale.cli import build_parser
+from kafscale.cli.kafka import read_command_config
 from kafscale.config import Settings, SettingsError, env_var, load_settings, split_host_port
-from kafscale.listeners import parse_endpoints
+from kafscale.listeners import TLS_PROTOCOLS, parse_endpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -42,8 +45,11 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 README = DEPLOY / "README.md"
 OVERLAYS = {name: KUBE / "overlays" / name for name in ("bundled-etcd", "external-etcd")}
 TLS_COMPONENT = KUBE / "components" / "tls"
+SASL_COMPONENT = KUBE / "components" / "sasl"
 # deploy/README.md's overlay with the TLS component ("TLS for clients"), and with its mTLS patch.
 TLS, MTLS = "bundled-etcd+tls", "bundled-etcd+tls+mtls"
+# deploy/README.md's overlay with the TLS and SASL components ("SASL logins and ACLs").
+SASL = "bundled-etcd+tls+sasl"
 # The oldest (autoscaling/v2 and policy/v1 are GA since 1.23 and 1.21) and the newest schemas
 # the pinned kubernetes-validate ships.
 K8S_VERSIONS = ("1.25.0", "1.37.0")
@@ -83,7 +89,13 @@ TLS_SECRET_KEYS = {
     "KAFSCALE_SSL_KEYFILE": "tls.key",
     "KAFSCALE_SSL_CAFILE": "ca.crt",
 }
-LISTENER_PORTS = {"PLAINTEXT": "kafka", "SSL": "kafka-tls"}
+LISTENER_PORTS = {"PLAINTEXT": "kafka", "SSL": "kafka-tls", "SASL_SSL": "kafka-tls"}
+# The Secret components/sasl mounts (the administrator's users file) and the key the setting
+# reads; the super user it names, and what the brokers are given as that file in the tests.
+SASL_SECRET = "kafscale-admin"
+SASL_SECRET_KEYS = {"KAFSCALE_SASL_USERS_FILE": "users"}
+ADMIN = "User:admin"
+SECRET_FILE_EXAMPLES = {(SASL_SECRET, "users"): "# administrators\nadmin:admin-secret\n"}
 
 Docs = list[dict]
 
@@ -95,17 +107,21 @@ def kustomization(directory: Path) -> dict:
     return yaml.safe_load((directory / "kustomization.yaml").read_text())
 
 
-def render(directory: Path) -> Docs:
-    """What ``kubectl kustomize`` (kustomize v5, part of this machine kind's image) builds."""
+def kustomize(directory: Path) -> subprocess.CompletedProcess:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with its built-in kustomize) is needed to render deploy/kubernetes"
-    result = subprocess.run(
+    return subprocess.run(
         [kubectl, "kustomize", str(directory)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def render(directory: Path) -> Docs:
+    """What ``kubectl kustomize`` (kustomize v5, part of this machine kind's image) builds."""
+    result = kustomize(directory)
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
 
@@ -131,15 +147,35 @@ def readme_tls_overlay() -> tuple[str, str, str]:
     return path, overlay, patches
 
 
-def render_readme_tls_overlay(mtls: bool) -> Docs:
-    """The README's overlay, written where it says into a copy of deploy/kubernetes."""
-    path, overlay, patches = readme_tls_overlay()
+def readme_sasl_overlay() -> tuple[str, str]:
+    """(its path from the repository root, the kustomization) as deploy/README.md's "SASL
+    logins and ACLs" shows them."""
+    blocks = code_blocks(readme_section("SASL logins and ACLs"), "yaml")
+    (overlay,) = [b for b in blocks if "kind: Kustomization" in b]
+    return overlay.splitlines()[0].removeprefix("# "), overlay
+
+
+def kustomize_in_copy(path: str, kustomization_text: str) -> subprocess.CompletedProcess:
+    """An overlay written at ``path`` (from the repository root) into a copy of
+    deploy/kubernetes, rendered."""
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(KUBE, Path(tmp, KUBE.relative_to(ROOT)))
         target = Path(tmp, path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(overlay + patches if mtls else overlay)
-        return render(target.parent)
+        target.write_text(kustomization_text)
+        return kustomize(target.parent)
+
+
+def render_in_copy(path: str, kustomization_text: str) -> Docs:
+    result = kustomize_in_copy(path, kustomization_text)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+
+
+def render_readme_tls_overlay(mtls: bool) -> Docs:
+    """The README's overlay, written where it says into a copy of deploy/kubernetes."""
+    path, overlay, patches = readme_tls_overlay()
+    return render_in_copy(path, overlay + patches if mtls else overlay)
 
 
 @functools.cache
@@ -147,6 +183,8 @@ def rendered(name: str) -> tuple[str, ...]:
     """Each overlay is rendered once per session (as JSON, so callers get fresh copies)."""
     if name in OVERLAYS:
         docs = render(OVERLAYS[name])
+    elif name == SASL:
+        docs = render_in_copy(*readme_sasl_overlay())
     else:
         docs = render_readme_tls_overlay(mtls={TLS: False, MTLS: True}[name])
     return tuple(json.dumps(d) for d in docs)
@@ -160,7 +198,7 @@ def all_kustomization_dirs() -> list[Path]:
     return sorted(p.parent for p in KUBE.rglob("kustomization.yaml"))
 
 
-@pytest.fixture(scope="module", params=[*sorted(OVERLAYS), TLS])
+@pytest.fixture(scope="module", params=[*sorted(OVERLAYS), TLS, SASL])
 def overlay(request) -> tuple[str, Docs]:
     return request.param, overlay_docs(request.param)
 
@@ -310,14 +348,14 @@ def port_problems(docs: Docs) -> list[str]:
     return problems
 
 
-def tls_volume(docs: Docs) -> tuple[list[str], dict | None, dict | None]:
-    """(problems, the volume of the Secret kafscale-tls, its mount in the broker container)."""
+def secret_volume(docs: Docs, secret_name: str) -> tuple[list[str], dict | None, dict | None]:
+    """(problems, the volume of the Secret, its mount in the broker container)."""
     pod = one(docs, "StatefulSet", BROKER)["spec"]["template"]["spec"]
     volumes = [
-        v for v in pod.get("volumes", []) if v.get("secret", {}).get("secretName") == TLS_SECRET
+        v for v in pod.get("volumes", []) if v.get("secret", {}).get("secretName") == secret_name
     ]
     if len(volumes) != 1:
-        return [f"want one volume of the Secret {TLS_SECRET}, found {len(volumes)}"], None, None
+        return [f"want one volume of the Secret {secret_name}, found {len(volumes)}"], None, None
     (volume,) = volumes
     mounts = [
         m for m in broker_container(docs).get("volumeMounts", []) if m["name"] == volume["name"]
@@ -327,37 +365,53 @@ def tls_volume(docs: Docs) -> tuple[list[str], dict | None, dict | None]:
     return [], volume, mounts[0]
 
 
-def tls_problems(docs: Docs) -> list[str]:
-    """components/tls: an SSL listener whose certificate, key and CA are keys of the Secret
-    kafscale-tls (the keys TLS_SECRET_KEYS gives each setting), mounted whole, read-only, as a
-    directory (a subPath mount is never updated by the kubelet, so a renewed certificate would
-    not reach the broker); its port is container port kafka-tls and a port of both Services
-    clients use."""
-    container = broker_container(docs)
-    env = env_values(docs, container)
-    problems, volume, mount = tls_volume(docs)
-    try:
-        endpoints = parse_endpoints(env.get("KAFSCALE_LISTENERS", ""))
-    except ValueError as exc:
-        return [*problems, f"KAFSCALE_LISTENERS: {exc}"]
-    if "SSL" not in endpoints:
-        problems.append(f"no SSL listener in KAFSCALE_LISTENERS={env['KAFSCALE_LISTENERS']}")
+def tls_volume(docs: Docs) -> tuple[list[str], dict | None, dict | None]:
+    """(problems, the volume of the Secret kafscale-tls, its mount in the broker container)."""
+    return secret_volume(docs, TLS_SECRET)
+
+
+def secret_files_problems(docs: Docs, secret_name: str, keys: dict[str, str]) -> list[str]:
+    """The Secret is mounted whole, read-only, as a directory (a subPath mount is never updated
+    by the kubelet, so a renewed certificate or a new password would not reach the broker), not
+    readable by others, and each setting of ``keys`` names its key's file there."""
+    env = env_values(docs, broker_container(docs))
+    problems, volume, mount = secret_volume(docs, secret_name)
     if volume is not None:
         secret = volume["secret"]
         if secret.get("optional") or "items" in secret:
             problems.append(f"the Secret is optional or only partly mounted: {secret}")
+        if secret.get("defaultMode", 0o644) & 0o007:
+            problems.append(f"the Secret's files are readable by others: {secret}")
     if mount is not None:
         if {"subPath", "subPathExpr"} & set(mount):
             problems.append(f"{mount} uses subPath: renewed files would never reach the broker")
         if mount.get("readOnly") is not True:
             problems.append(f"{mount} is not read-only")
-        for var, key in TLS_SECRET_KEYS.items():
+        for var, key in keys.items():
             want = f"{mount['mountPath'].rstrip('/')}/{key}"
             if env.get(var) != want:
-                problems.append(f"{var}={env.get(var)}, want {want} (key {key} of {TLS_SECRET})")
-    ssl_port = endpoints.get("SSL", ("", None))[1]
+                problems.append(f"{var}={env.get(var)}, want {want} (key {key} of {secret_name})")
+    return problems
+
+
+def tls_problems(docs: Docs) -> list[str]:
+    """components/tls: a TLS listener (SSL, or SASL_SSL with components/sasl) whose
+    certificate, key and CA are keys of the Secret kafscale-tls (the keys TLS_SECRET_KEYS gives
+    each setting), mounted as secret_files_problems wants; its port is container port kafka-tls
+    and a port of both Services clients use."""
+    container = broker_container(docs)
+    env = env_values(docs, container)
+    problems = secret_files_problems(docs, TLS_SECRET, TLS_SECRET_KEYS)
+    try:
+        endpoints = parse_endpoints(env.get("KAFSCALE_LISTENERS", ""))
+    except ValueError as exc:
+        return [*problems, f"KAFSCALE_LISTENERS: {exc}"]
+    tls_listeners = [name for name in endpoints if name in TLS_PROTOCOLS]
+    if len(tls_listeners) != 1:
+        problems.append(f"want one TLS listener in KAFSCALE_LISTENERS={env['KAFSCALE_LISTENERS']}")
+    ssl_port = endpoints[tls_listeners[0]][1] if tls_listeners else None
     if container_port(container, "kafka-tls") != ssl_port:
-        problems.append(f"container port 'kafka-tls' is not the SSL listener's port {ssl_port}")
+        problems.append(f"container port 'kafka-tls' is not the TLS listener's port {ssl_port}")
     headless = one(docs, "StatefulSet", BROKER)["spec"]["serviceName"]
     for name in ("kafscale", headless):
         ports = one(docs, "Service", name)["spec"]["ports"]
@@ -365,6 +419,52 @@ def tls_problems(docs: Docs) -> list[str]:
         if not any(want_port.items() <= p.items() for p in ports):
             problems.append(f"Service {name} has no port {want_port}")
     return problems
+
+
+def sasl_problems(docs: Docs) -> list[str]:
+    """components/sasl: the TLS listener asks for a login (SASL_SSL; no SASL_PLAINTEXT, which
+    would carry passwords in the clear) with SCRAM and PLAIN; the users file is the key users of
+    the Secret kafscale-admin, mounted as secret_files_problems wants; the ACL authorizer is on,
+    with the administrator of that file as super user, and what no ACL names is closed."""
+    env = env_values(docs, broker_container(docs))
+    problems = secret_files_problems(docs, SASL_SECRET, SASL_SECRET_KEYS)
+    try:
+        endpoints = parse_endpoints(env.get("KAFSCALE_LISTENERS", ""))
+    except ValueError as exc:
+        return [*problems, f"KAFSCALE_LISTENERS: {exc}"]
+    if set(endpoints) & set(TLS_PROTOCOLS) != {"SASL_SSL"}:
+        problems.append(f"the TLS listener is not SASL_SSL: {env['KAFSCALE_LISTENERS']}")
+    if "SASL_PLAINTEXT" in endpoints:
+        problems.append("a SASL_PLAINTEXT listener sends passwords in the clear")
+    mechanisms = env.get("KAFSCALE_SASL_ENABLED_MECHANISMS", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
+    missing = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} - set(mechanisms.split(","))
+    if missing:
+        problems.append(f"mechanisms {sorted(missing)} are not enabled")
+    if env.get("KAFSCALE_AUTHORIZER") != "acl":
+        problems.append(f"KAFSCALE_AUTHORIZER={env.get('KAFSCALE_AUTHORIZER')}, want acl")
+    if env.get("KAFSCALE_SUPER_USERS", "").split(";") != [ADMIN]:
+        problems.append(f"KAFSCALE_SUPER_USERS={env.get('KAFSCALE_SUPER_USERS')}, want {ADMIN}")
+    if env.get("KAFSCALE_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "false") != "false":
+        problems.append("resources no ACL names are open to everyone, anonymous clients too")
+    return problems
+
+
+def with_secret_files(docs: Docs, env: dict[str, str], directory: Path) -> dict[str, str]:
+    """``env`` with each path into a mounted Secret of SECRET_FILE_EXAMPLES turned into a copy
+    under ``directory`` of the example file (the broker reads those at startup)."""
+    out = dict(env)
+    pod = one(docs, "StatefulSet", BROKER)["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    for mount in broker_container(docs).get("volumeMounts", []):
+        secret = secrets.get(mount["name"])
+        for var, value in env.items():
+            key = value.removeprefix(mount["mountPath"].rstrip("/") + "/")
+            if secret and key != value and (secret, key) in SECRET_FILE_EXAMPLES:
+                copy_ = directory / secret / key
+                copy_.parent.mkdir(parents=True, exist_ok=True)
+                copy_.write_text(SECRET_FILE_EXAMPLES[secret, key])
+                out[var] = str(copy_)
+    return out
 
 
 def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
@@ -480,9 +580,9 @@ def test_broker_env_vars_are_real_settings(overlay):
     assert env_name_problems(docs) == []
 
 
-def test_broker_env_is_accepted_by_the_broker(overlay):
+def test_broker_env_is_accepted_by_the_broker(overlay, tmp_path):
     name, docs = overlay
-    env = env_values(docs, broker_container(docs))
+    env = with_secret_files(docs, env_values(docs, broker_container(docs)), tmp_path)
     env["KAFSCALE_BROKER_ID"] = "2"  # from the command; see test_broker_id_is_the_pod_ordinal
     try:
         settings = load_settings([], env)
@@ -507,6 +607,14 @@ def test_broker_env_is_accepted_by_the_broker(overlay):
         if ref:
             assert (ref["name"], ref["key"]) in SECRET_EXAMPLES
             assert ref["name"] in readme and f"`{ref['key']}`" in readme, ref
+    # And so are those of the Secrets mounted as files, for every setting that reads one.
+    for secret, keys in ((TLS_SECRET, TLS_SECRET_KEYS), (SASL_SECRET, SASL_SECRET_KEYS)):
+        mount = secret_volume(docs, secret)[2]
+        if mount is not None:
+            assert f"`{secret}`" in readme, secret
+            for var, key in keys.items():
+                assert env_values(docs, broker_container(docs))[var].endswith(f"/{key}")
+                assert f"`{key}`" in readme, (secret, key)
 
 
 def test_ports_probes_and_scrape_annotations_match_the_settings(overlay):
@@ -733,9 +841,184 @@ def test_readme_tells_clients_to_use_ssl_with_the_ca():
         line.split("=", 1) for line in client.splitlines() if line and not line.startswith("#")
     )
     assert props["security.protocol"] == "SSL"
-    assert props["bootstrap.servers"] == "kafscale.kafscale.svc:9093"
+    # kafscale --command-config refuses bootstrap.servers (it sets it): the address is given
+    # beside the file
+    assert "bootstrap.servers" not in props
+    assert "--bootstrap-server kafscale.kafscale.svc:9093" in section
     assert props["ssl.ca.location"] == TLS_SECRET_KEYS["KAFSCALE_SSL_CAFILE"]
     assert "KAFSCALE_SSL_CLIENT_AUTH" in section and "required" in section
+
+
+# --- SASL logins and ACLs (components/sasl, on top of components/tls) -------------------------
+
+
+SASL_SETTINGS = {
+    "KAFSCALE_SASL_ENABLED_MECHANISMS",
+    "KAFSCALE_SASL_USERS_FILE",
+    "KAFSCALE_AUTHORIZER",
+    "KAFSCALE_SUPER_USERS",
+    "KAFSCALE_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
+}
+
+
+def readme_sh_commands(section: str) -> list[str]:
+    """The section's sh commands, continuation lines joined, pipelines split."""
+    joined = "\n".join(code_blocks(section, "sh")).replace("\\\n", " ")
+    return [part.strip() for line in joined.splitlines() for part in line.split("|")]
+
+
+def test_sasl_component_is_opt_in():
+    component = kustomization(SASL_COMPONENT)
+    assert (component["apiVersion"], component["kind"]) == (
+        "kustomize.config.k8s.io/v1alpha1",
+        "Component",
+    )
+    # No shipped overlay uses it, and neither they nor the TLS overlay have a trace of it.
+    for name in [*OVERLAYS, TLS]:
+        if name in OVERLAYS:
+            assert "components" not in kustomization(OVERLAYS[name]), name
+        docs = overlay_docs(name)
+        env = env_values(docs, broker_container(docs))
+        assert not SASL_SETTINGS & set(env), name
+        assert secret_volume(docs, SASL_SECRET)[1] is None, name
+        assert "SASL" not in json.dumps(docs) and SASL_SECRET not in json.dumps(docs), name
+    # On top of components/tls it changes the brokers only: the Services, ports and
+    # NetworkPolicy are tls's.
+    tls = {(d["kind"], d["metadata"]["name"]): d for d in overlay_docs(TLS)}
+    sasl = {(d["kind"], d["metadata"]["name"]): d for d in overlay_docs(SASL)}
+    assert tls.keys() == sasl.keys()
+    assert {k for k in tls if tls[k] != sasl[k]} == {("StatefulSet", BROKER)}
+    tls_env = env_values(overlay_docs(TLS), broker_container(overlay_docs(TLS)))
+    sasl_env = env_values(overlay_docs(SASL), broker_container(overlay_docs(SASL)))
+    assert set(sasl_env) - set(tls_env) == SASL_SETTINGS
+    assert {k for k in tls_env if tls_env[k] != sasl_env[k]} == {"KAFSCALE_LISTENERS"}
+
+
+def test_sasl_component_needs_tls_before_it():
+    path, overlay = readme_sasl_overlay()
+    k = yaml.safe_load(overlay)
+    tls, sasl = k["components"]
+    # Without components/tls, or after it in the list, there is no certificate or 9093 port
+    # for SASL_SSL: the render fails at the component's check rather than the brokers at start.
+    for components in ([sasl], [sasl, tls]):
+        result = kustomize_in_copy(path, yaml.safe_dump({**k, "components": components}))
+        assert result.returncode != 0, components
+        assert "/spec/ingress/0/ports/1/port" in result.stderr, result.stderr
+
+
+def test_readme_sasl_overlay_is_bundled_etcd_plus_tls_then_sasl():
+    path, overlay = readme_sasl_overlay()
+    directory = ROOT / Path(path).parent
+    assert Path(path).name == "kustomization.yaml" and directory.parent == KUBE / "overlays"
+    k = yaml.safe_load(overlay)
+    assert [(directory / r).resolve() for r in k["resources"]] == [OVERLAYS["bundled-etcd"]]
+    components = [(directory / c).resolve() for c in k["components"]]
+    assert components == [TLS_COMPONENT, SASL_COMPONENT]
+    assert f"apply -k {directory.relative_to(ROOT)}\n" in readme_section("SASL logins and ACLs")
+
+
+def test_sasl_listener_logs_in_and_authorizes(tmp_path):
+    docs = overlay_docs(SASL)
+    assert sasl_problems(docs) == [] and tls_problems(docs) == []
+    env = env_values(docs, broker_container(docs))
+    # PLAINTEXT stays on 9092 (as User:ANONYMOUS); 9093 is TLS with a login.
+    assert parse_endpoints(env["KAFSCALE_LISTENERS"]) == {
+        "PLAINTEXT": ("0.0.0.0", 9092),
+        "SASL_SSL": ("0.0.0.0", 9093),
+    }
+    _, volume, mount = secret_volume(docs, SASL_SECRET)
+    assert mount == {"name": volume["name"], "mountPath": "/etc/kafscale/sasl", "readOnly": True}
+    assert volume["secret"] == {"secretName": SASL_SECRET, "defaultMode": 0o440}
+    # What the broker makes of it, with the example users file in place of the Secret's.
+    files = with_secret_files(docs, env, tmp_path)
+    assert files["KAFSCALE_SASL_USERS_FILE"] != env["KAFSCALE_SASL_USERS_FILE"]
+    settings = load_settings([], {**files, "KAFSCALE_BROKER_ID": "2"})
+    specs = {s.name: s for s in settings.listener_specs}
+    assert set(specs) == {"PLAINTEXT", "SASL_SSL"}
+    assert (specs["SASL_SSL"].bind, specs["SASL_SSL"].advertised_port) == ("0.0.0.0:9093", 9093)
+    assert settings.tls is not None  # SASL_SSL serves tls's certificate
+    assert settings.authorizer == "acl" and settings.super_users == ADMIN
+    assert settings.allow_everyone_if_no_acl_found is False
+    mechanisms = settings.sasl_enabled_mechanisms.split(",")
+    assert sorted(mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def test_readme_sasl_secret_has_the_key_the_component_reads():
+    section = readme_section("SASL logins and ACLs")
+    (command,) = [c for c in readme_sh_commands(section) if "create secret" in c]
+    args = shlex.split(command)
+    assert args[args.index("generic") + 1] == SASL_SECRET
+    literals = dict(
+        a.removeprefix("--from-literal=").split("=", 1)
+        for a in args
+        if a.startswith("--from-literal=")
+    )
+    assert set(literals) == set(SASL_SECRET_KEYS.values())
+    # The users file names the super user (name:password) ...
+    (users,) = literals.values()
+    assert users.split(":", 1)[0] == ADMIN.removeprefix("User:")
+    # ... and so does the example the tests give the broker.
+    (example,) = [v for (s, _), v in SECRET_FILE_EXAMPLES.items() if s == SASL_SECRET]
+    assert f"\n{ADMIN.removeprefix('User:')}:" in example
+    for key in SASL_SECRET_KEYS.values():
+        assert f"--from-file={key}=" in section and f"`{key}`" in section, key
+    assert f"`{SASL_SECRET}`" in section and f"`{ADMIN}`" in section
+    assert sasl_problems(overlay_docs(SASL)) == []  # the component reads that Secret and key
+
+
+def readme_admin_properties(tmp_path: Path) -> dict[str, str]:
+    """The README's admin.properties, as `kafscale --command-config` reads it."""
+    (block,) = code_blocks(readme_section("SASL logins and ACLs"), "properties")
+    path = tmp_path / "admin.properties"
+    path.write_text(block)
+    return read_command_config(str(path))
+
+
+def test_readme_admin_properties_log_in_as_the_super_user(tmp_path):
+    props = readme_admin_properties(tmp_path)
+    docs = overlay_docs(SASL)
+    env = env_values(docs, broker_container(docs))
+    assert props["security.protocol"] in parse_endpoints(env["KAFSCALE_LISTENERS"])
+    assert props["sasl.mechanism"] in env["KAFSCALE_SASL_ENABLED_MECHANISMS"].split(",")
+    assert f"User:{props['sasl.username']}" in env["KAFSCALE_SUPER_USERS"].split(";")
+    assert props["ssl.ca.location"] == TLS_SECRET_KEYS["KAFSCALE_SSL_CAFILE"]
+
+
+def test_readme_kafscale_commands_are_valid(tmp_path, monkeypatch):
+    section = readme_section("SASL logins and ACLs")
+    readme_admin_properties(tmp_path)
+    monkeypatch.chdir(tmp_path)  # where --command-config admin.properties is read from
+    docs = overlay_docs(SASL)
+    env = env_values(docs, broker_container(docs))
+    commands = [c for c in readme_sh_commands(section) if c.startswith("kafscale ")]
+    parsed = []
+    for command in commands:
+        try:
+            args = build_parser().parse_args(shlex.split(command)[1:])
+        except SystemExit:
+            pytest.fail(f"kafscale refuses: {command}")
+        # Every command logs in as the administrator on the SASL_SSL listener.
+        assert args.bootstrap_server == "kafscale.kafscale.svc:9093", command
+        assert args.command_config["security.protocol"] == "SASL_SSL", command
+        parsed.append(args)
+    actions = {(a.command, a.action) for a in parsed}
+    assert {("users", "set"), ("acls", "add"), ("acls", "list")} <= actions
+    mechanisms = env["KAFSCALE_SASL_ENABLED_MECHANISMS"].split(",")
+    assert all(a.mechanism in mechanisms for a in parsed if a.action == "set")
+    # PLAINTEXT 9092 clients are User:ANONYMOUS under the authorizer: the README grants it.
+    principals = {p for a in parsed if a.command == "acls" for p in a.principal or []}
+    assert "User:ANONYMOUS" in principals and "`User:ANONYMOUS`" in section
+
+
+def test_readme_sasl_only_listener_is_accepted(tmp_path):
+    section = readme_section("SASL logins and ACLs")
+    (listeners,) = re.findall(r"`KAFSCALE_LISTENERS` to `([^`]+)`", section)
+    docs = overlay_docs(SASL)
+    env = with_secret_files(docs, env_values(docs, broker_container(docs)), tmp_path)
+    settings = load_settings(
+        [], {**env, "KAFSCALE_LISTENERS": listeners, "KAFSCALE_BROKER_ID": "2"}
+    )
+    assert [(s.name, s.bind) for s in settings.listener_specs] == [("SASL_SSL", "0.0.0.0:9093")]
 
 
 # --- the image ---------------------------------------------------------------------------------
@@ -933,6 +1216,85 @@ def _tls_secret(docs: Docs) -> dict:
 def test_checks_catch_a_broken_tls_manifest(breakage):
     docs = overlay_docs(TLS)
     mutate, check = TLS_BREAKAGES[breakage]
+    before = set(check(docs))
+    broken = copy.deepcopy(docs)
+    mutate(broken)
+    assert set(check(broken)) - before, f"{check.__name__} missed: {breakage}"
+
+
+def _sasl_mount(docs: Docs) -> dict:
+    return secret_volume(docs, SASL_SECRET)[2]
+
+
+def _sasl_secret(docs: Docs) -> dict:
+    return secret_volume(docs, SASL_SECRET)[1]["secret"]
+
+
+SASL_BREAKAGES: dict[str, tuple[Callable[[Docs], None], Callable[[Docs], list[str]]]] = {
+    "users file mounted with subPath": (
+        lambda d: _sasl_mount(d).update(mountPath="/etc/kafscale/sasl/users", subPath="users"),
+        sasl_problems,
+    ),
+    "writable mount": (lambda d: _sasl_mount(d).pop("readOnly"), sasl_problems),
+    "optional Secret": (lambda d: _sasl_secret(d).update(optional=True), sasl_problems),
+    "users file readable by others": (
+        lambda d: _sasl_secret(d).update(defaultMode=0o444),
+        sasl_problems,
+    ),
+    "another Secret": (
+        lambda d: _sasl_secret(d).update(secretName="kafscale-users"),
+        sasl_problems,
+    ),
+    "a key the Secret does not have": (
+        lambda d: _env(d, "KAFSCALE_SASL_USERS_FILE").update(value="/etc/kafscale/sasl/admin"),
+        sasl_problems,
+    ),
+    "users file outside the mount": (
+        lambda d: _env(d, "KAFSCALE_SASL_USERS_FILE").update(value="/etc/kafscale/users"),
+        sasl_problems,
+    ),
+    "SSL without a login": (
+        lambda d: _env(d, "KAFSCALE_LISTENERS").update(
+            value="PLAINTEXT://0.0.0.0:9092,SSL://0.0.0.0:9093"
+        ),
+        sasl_problems,
+    ),
+    "passwords in the clear": (
+        lambda d: _env(d, "KAFSCALE_LISTENERS").update(
+            value="PLAINTEXT://0.0.0.0:9092,SASL_PLAINTEXT://0.0.0.0:9094,SASL_SSL://0.0.0.0:9093"
+        ),
+        sasl_problems,
+    ),
+    "SCRAM off": (
+        lambda d: _env(d, "KAFSCALE_SASL_ENABLED_MECHANISMS").update(value="PLAIN"),
+        sasl_problems,
+    ),
+    "no authorizer": (lambda d: _env(d, "KAFSCALE_AUTHORIZER").update(value="none"), sasl_problems),
+    "another super user": (
+        lambda d: _env(d, "KAFSCALE_SUPER_USERS").update(value="User:root"),
+        sasl_problems,
+    ),
+    "anonymous super user": (
+        lambda d: _env(d, "KAFSCALE_SUPER_USERS").update(value="User:admin;User:ANONYMOUS"),
+        sasl_problems,
+    ),
+    "everything open without ACLs": (
+        lambda d: _env(d, "KAFSCALE_ALLOW_EVERYONE_IF_NO_ACL_FOUND").update(value="true"),
+        sasl_problems,
+    ),
+    "SASL_SSL on another port": (
+        lambda d: _env(d, "KAFSCALE_LISTENERS").update(
+            value="PLAINTEXT://0.0.0.0:9092,SASL_SSL://0.0.0.0:9094"
+        ),
+        tls_problems,
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(SASL_BREAKAGES))
+def test_checks_catch_a_broken_sasl_manifest(breakage):
+    docs = overlay_docs(SASL)
+    mutate, check = SASL_BREAKAGES[breakage]
     before = set(check(docs))
     broken = copy.deepcopy(docs)
     mutate(broken)

@@ -2,7 +2,8 @@
 ship is selected by an Ingress policy (so everything not allowed is denied), and each of its
 ports is open to exactly the peers deploy/README.md promises: Kafka to every client, metrics
 to the monitoring namespace, etcd's client port to the brokers, its peer port to its members.
-With components/tls, Kafka over TLS (9093) is open in the very rule that opens 9092.
+With components/tls, Kafka over TLS (9093) is open in the very rule that opens 9092, and
+components/sasl (on top of tls, SASL_SSL on that port) leaves it so.
 """
 
 from __future__ import annotations
@@ -10,7 +11,17 @@ from __future__ import annotations
 import copy
 
 import pytest
-from test_deploy import BROKER, TLS, Docs, broker_container, container_port, find, one, overlay_docs
+from test_deploy import (
+    BROKER,
+    SASL,
+    TLS,
+    Docs,
+    broker_container,
+    container_port,
+    find,
+    one,
+    overlay_docs,
+)
 
 MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
 ANYONE = None  # a rule without "from"
@@ -91,13 +102,14 @@ def etcd_policy_problems(docs: Docs) -> list[str]:
     return peer_problems(docs, ETCD, {"client": brokers, "peer": members, "metrics": MONITORING})
 
 
-@pytest.mark.parametrize("name", ["bundled-etcd", "external-etcd", TLS])
+@pytest.mark.parametrize("name", ["bundled-etcd", "external-etcd", TLS, SASL])
 def test_brokers_take_kafka_from_anyone_and_metrics_from_monitoring_only(name):
     assert broker_policy_problems(overlay_docs(name)) == []
 
 
-def test_tls_port_is_opened_by_the_kafka_rule():
-    docs = overlay_docs(TLS)
+@pytest.mark.parametrize("name", [TLS, SASL])
+def test_tls_port_is_opened_by_the_kafka_rule(name):
+    docs = overlay_docs(name)
     assert 9093 in allowed_peers(docs, BROKER)[1]
     assert tls_rule_problems(docs) == []
 

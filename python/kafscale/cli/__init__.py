@@ -5,6 +5,7 @@ protocol, and inspect the segment objects it stores.
     kafscale groups   list | describe | delete | reset-offsets        (--bootstrap-server)
     kafscale brokers  list                                            (--bootstrap-server)
     kafscale users    list | set | delete                             (--bootstrap-server)
+    kafscale acls     list | add | remove                             (--bootstrap-server)
     kafscale segments ls | dump | verify      (s3://BUCKET/NAMESPACE or DATA_DIR/NAMESPACE)
 
 Exit codes: 0 success; 1 the command failed (the message on stderr says why and what to do),
@@ -18,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from . import brokers, groups, segments, topics, users
+from . import acls, brokers, groups, segments, topics, users
 from .args import plain
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, print_error
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.register(commands)
     brokers.register(commands)
     users.register(commands)
+    acls.register(commands)
     segments.register(commands)
     return parser
 

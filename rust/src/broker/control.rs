@@ -52,6 +52,8 @@ pub struct ControlCall {
     /// The client's IP address (the connection's peer), which group members report.
     pub client_host: String,
     pub body: ControlBody,
+    /// What the authorizer took out of `body`: added to Python's answer with its errors.
+    pub(crate) screened: crate::auth::control::Screened,
     pub reply: oneshot::Sender<ControlReply>,
 }
 

@@ -21,6 +21,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::auth::authorizer::Authorizer;
 use crate::cluster::ownership::Ownership;
 use crate::cluster::state::ClusterState;
 use crate::config::BrokerConfig;
@@ -50,6 +51,8 @@ pub struct Broker {
     pub(crate) producer_ids: crate::meta::producer_ids::ProducerIds,
     /// Everything under the cluster's metadata prefix, kept current by a watch.
     pub mirror: Arc<Mirror>,
+    /// Decides what each connection's principal may do (every request asks it).
+    pub(crate) authorizer: Arc<Authorizer>,
     state: watch::Sender<Arc<ClusterState>>,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serialises topic creation and deletion (rare; keeps the registry and store in step).
@@ -137,6 +140,7 @@ impl Broker {
             cluster_id,
             control: ControlBridge::default(),
             mirror,
+            authorizer: Arc::new(Authorizer::new(config.authorizer_settings())),
             state: watch::Sender::new(Arc::new(ClusterState::default())),
             topics: RwLock::new(HashMap::new()),
             admin: tokio::sync::Mutex::new(()),
@@ -263,6 +267,12 @@ impl Broker {
             .values()
             .find(|t| t.record.id == id)
             .cloned()
+    }
+
+    /// Puts the ACLs of this broker's copy of the metadata store in force.
+    pub(crate) fn reload_acls(&self) {
+        let acls = crate::auth::store::mirrored(&self.log.catalog, &self.mirror);
+        self.authorizer.replace(acls);
     }
 
     /// Every topic, by id.

@@ -22,7 +22,25 @@ pub struct TestBroker {
 /// A started broker of its own (id 1) with the given broker-wide segment size.
 pub async fn broker(segment_bytes: usize) -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir, segment_bytes);
+    let broker = Broker::open(config).await.unwrap();
+    TestBroker { broker, _dir: dir }
+}
+
+/// A broker that checks ACLs (`--authorizer acl`), with User:admin its super user.
+pub async fn secured_broker() -> TestBroker {
+    let dir = tempfile::tempdir().unwrap();
     let config = BrokerConfig {
+        authorizer: "acl".into(),
+        super_users: "User:admin".into(),
+        ..config(&dir, 1 << 20)
+    };
+    let broker = Broker::open(config).await.unwrap();
+    TestBroker { broker, _dir: dir }
+}
+
+fn config(dir: &tempfile::TempDir, segment_bytes: usize) -> BrokerConfig {
+    BrokerConfig {
         listener_specs: vec![ListenerConfig {
             name: "PLAINTEXT".into(),
             bind: "127.0.0.1:0".into(),
@@ -34,6 +52,9 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
         sasl_users_file: None,
         connections_max_reauth_ms: 0,
         connection_failed_authentication_delay_ms: 100,
+        authorizer: "none".into(),
+        super_users: String::new(),
+        allow_everyone_if_no_acl_found: false,
         broker_id: 1,
         data_dir: dir.path().to_string_lossy().into_owned(),
         s3_bucket: None,
@@ -73,9 +94,7 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
         message_timestamp_after_max_ms: 3_600_000,
         max_uncompressed_batch_bytes: 128 << 20,
         producer_id_expiration_ms: 86_400_000,
-    };
-    let broker = Broker::open(config).await.unwrap();
-    TestBroker { broker, _dir: dir }
+    }
 }
 
 fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

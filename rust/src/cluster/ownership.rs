@@ -167,6 +167,8 @@ impl Broker {
         }
         let root = self.log.catalog.root();
         let manifests = self.log.catalog.manifests_prefix();
+        let acls = crate::auth::store::acls_prefix(&self.log.catalog);
+        let mut acls_changed = false;
         let mut extended = Vec::new();
         let state = match pass.take() {
             Some(mut state) if !revisits.everything => {
@@ -175,6 +177,10 @@ impl Broker {
                 for (key, value) in &changes.keys {
                     if key.starts_with(&manifests) {
                         extended.extend(self.apply_manifest(key, value.as_ref()));
+                        continue;
+                    }
+                    if key.starts_with(&acls) {
+                        acls_changed = true;
                         continue;
                     }
                     match state.apply(root, key, value.as_ref()) {
@@ -195,6 +201,7 @@ impl Broker {
             _ => {
                 let (entries, revision) = self.mirror.take_all(&format!("{root}/"));
                 visits.everything = true;
+                acls_changed = true;
                 let (wal, rest): (Vec<_>, Vec<_>) = entries
                     .iter()
                     .partition(|kv| kv.key.starts_with(&manifests));
@@ -206,6 +213,9 @@ impl Broker {
                 ClusterState::from_entries(root, revision, rest)
             }
         };
+        if acls_changed {
+            self.reload_acls();
+        }
         let only = (!visits.everything).then_some(&visits.topics);
         let grown = self.sync_topics(&state, only);
         self.follow_manifests(extended, visits.everything);

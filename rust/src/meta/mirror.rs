@@ -91,7 +91,6 @@ impl Mirror {
     }
 
     /// Every mirrored key starting with `prefix`, in key order.
-    #[cfg(test)]
     pub fn range(&self, prefix: &str) -> Vec<KeyValue> {
         entries_under(&self.read().entries, prefix)
     }
@@ -160,7 +159,6 @@ impl Mirror {
         }
     }
 
-    #[cfg(test)]
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         // A poisoned lock means a panic between two map updates of one batch at worst; the
         // next re-list replaces the map anyway.

@@ -42,4 +42,8 @@ pub const DATA_PLANE: &[SupportedApi] = &[
     api(ApiKey::SaslAuthenticate, 0, 2),
     api(ApiKey::DescribeUserScramCredentials, 0, 0),
     api(ApiKey::AlterUserScramCredentials, 0, 0),
+    // v1 adds prefixed patterns (KIP-290); v2–3 are the flexible encodings.
+    api(ApiKey::DescribeAcls, 0, 3),
+    api(ApiKey::CreateAcls, 0, 3),
+    api(ApiKey::DeleteAcls, 0, 3),
 ];

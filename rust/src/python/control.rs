@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
+use crate::auth::control::Screened;
 use crate::broker::control::{ControlBody, ControlCall, ControlReply};
 use crate::control::control_apis;
 use crate::protocol::header::encode_response;
@@ -27,6 +28,7 @@ pub struct ControlRequest {
     #[pyo3(get)]
     client_host: String,
     body: ControlBody,
+    screened: Screened,
     reply: Mutex<Option<oneshot::Sender<ControlReply>>>,
 }
 
@@ -39,6 +41,7 @@ impl From<ControlCall> for ControlRequest {
             client_id: call.client_id,
             client_host: call.client_host,
             body: call.body,
+            screened: call.screened,
             reply: Mutex::new(Some(call.reply)),
         }
     }
@@ -104,7 +107,7 @@ macro_rules! bridge {
                         let $answer: $answer_type = answer(response, type_name(stringify!($answer_type)))?;
                         let $answer_wire = wire;
                         let $answer_version = self.api_version;
-                        self.frame(&$encode)
+                        self.frame(&self.screened.complete($encode))
                     })*
                 })
             }

@@ -33,6 +33,7 @@ use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
 use super::sasl::{Authenticator, Gate, SaslSettings};
 use super::tls::{Side, Tls};
+use crate::auth::authorizer::{Access, ANONYMOUS};
 use crate::broker::Broker;
 use crate::protocol::frame::{FrameError, FrameReader, FRAME_HEADER_LEN};
 use crate::protocol::header::Request;
@@ -134,9 +135,10 @@ pub(crate) async fn start(
 ) {
     let Ok(peer) = socket.peer_addr() else { return };
     let timeout = Duration::from_millis(broker.config.request_read_timeout_ms);
-    let serving = Serving {
+    let mut serving = Serving {
         connection: context(&broker, peer, &broker_budget, entry.listener.clone()),
         auth: entry.sasl.map(Authenticator::new),
+        principal: ANONYMOUS.into(),
         broker,
         stop,
         admitted,
@@ -163,6 +165,7 @@ pub(crate) async fn start(
         }
     };
     tracing::debug!(%peer, listener = %entry.listener, %principal, "TLS connection");
+    serving.principal = principal;
     let (half, write_half) = tokio::io::split(stream);
     serving
         .run((TlsReadSide { half, socket }, write_half))
@@ -173,6 +176,8 @@ pub(crate) async fn start(
 struct Serving {
     broker: Arc<Broker>,
     auth: Option<Authenticator>,
+    /// Who the client is without SASL: its certificate's subject, or ANONYMOUS.
+    principal: Arc<str>,
     connection: ConnectionContext,
     stop: watch::Receiver<bool>,
     /// The connection's place under the connection caps, held until it ends.
@@ -190,6 +195,7 @@ impl Serving {
         let Serving {
             broker,
             mut auth,
+            principal,
             connection,
             stop,
             admitted,
@@ -207,7 +213,7 @@ impl Serving {
         let end = read_requests(
             &broker,
             &mut read_half,
-            &mut auth,
+            (&mut auth, principal),
             &connection,
             &queue,
             stop,
@@ -255,10 +261,20 @@ fn context(
     }
 }
 
+/// What `principal`, connected from the connection's address, may do.
+fn connection_access(
+    broker: &Broker,
+    connection: &ConnectionContext,
+    principal: Arc<str>,
+) -> Arc<Access> {
+    let host = connection.peer.ip().to_canonical().to_string();
+    Arc::new(Access::new(broker.authorizer.clone(), principal, host))
+}
+
 async fn read_requests(
     broker: &Arc<Broker>,
     read_half: &mut impl ReadSide,
-    auth: &mut Option<Authenticator>,
+    (auth, transport_principal): (&mut Option<Authenticator>, Arc<str>),
     connection: &ConnectionContext,
     queue: &mpsc::Sender<Pending>,
     mut stop: watch::Receiver<bool>,
@@ -272,6 +288,7 @@ async fn read_requests(
     let mut buffered = Charge::new(&connection.budgets);
     let mut frame_deadline: Option<Instant> = None;
     let mut since_yield = 0;
+    let mut access = connection_access(broker, connection, transport_principal.clone());
     loop {
         let mut handed_out = false;
         loop {
@@ -314,8 +331,13 @@ async fn read_requests(
                     },
                 }
             }
+            // A SASL login names the principal (and a renewal keeps it).
+            let principal = auth.as_ref().and_then(|a| a.principal());
+            if let Some(principal) = principal.filter(|p| *p != access.principal()) {
+                access = connection_access(broker, connection, principal.into());
+            }
             let ends_on_hangup = request.api_key == ApiKey::Fetch;
-            let answer = dispatch(broker, request, connection, charge);
+            let answer = dispatch(broker, request, connection, &access, charge);
             // Not raced against `stop`: a dispatched Produce has appended, its ack is owed.
             let pending = Pending {
                 answer,

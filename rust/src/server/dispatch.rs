@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::budget::{Budgets, Charge};
 use super::handlers::{self, Reply};
+use crate::auth::authorizer::Access;
 use crate::broker::control::ControlBody;
 use crate::broker::Broker;
 use crate::protocol::header::Request;
@@ -49,12 +50,13 @@ pub(crate) fn dispatch(
     broker: &Arc<Broker>,
     request: Request,
     connection: &ConnectionContext,
+    access: &Arc<Access>,
     mut charge: Charge,
 ) -> JoinHandle<Answer> {
     let started = Instant::now();
     let api = request.api_key;
     let fetch_turns = (api == ApiKey::Fetch).then(|| connection.fetch_turns.clone());
-    let handler = handler(broker, request, connection);
+    let handler = handler(broker, request, connection, access.clone());
     let metrics = broker.metrics.clone();
     tokio::spawn(async move {
         let fetch_turn = match fetch_turns {
@@ -79,6 +81,7 @@ fn handler(
     broker: &Arc<Broker>,
     request: Request,
     connection: &ConnectionContext,
+    access: Arc<Access>,
 ) -> BoxFuture<'static, Reply> {
     let broker = broker.clone();
     let peer = connection.peer;
@@ -91,39 +94,49 @@ fn handler(
     }
     match request.api_key {
         // Appends happen now, in the connection's request order; only the wait is deferred.
-        ApiKey::Produce => handlers::produce::start(&broker, request, &connection.produce_window),
+        ApiKey::Produce => {
+            handlers::produce::start(&broker, request, &connection.produce_window, &access)
+        }
         ApiKey::Fetch => {
             let room = Charge::new(&connection.budgets);
-            async move { handlers::fetch::handle(&broker, request, room).await.into() }.boxed()
+            async move {
+                handlers::fetch::handle(&broker, request, room, &access)
+                    .await
+                    .into()
+            }
+            .boxed()
         }
         ApiKey::ListOffsets => async move {
-            handlers::list_offsets::handle(&broker, request)
+            handlers::list_offsets::handle(&broker, request, &access)
                 .await
                 .into()
         }
         .boxed(),
         ApiKey::FindCoordinator => {
             let listener = connection.listener.clone();
-            async move { handlers::find_coordinator::handle(&broker, &request, &listener).into() }
-                .boxed()
+            async move {
+                handlers::find_coordinator::handle(&broker, &request, &listener, &access).into()
+            }
+            .boxed()
         }
         ApiKey::DeleteRecords => async move {
-            handlers::delete_records::handle(&broker, &request)
+            handlers::delete_records::handle(&broker, &request, &access)
                 .await
                 .into()
         }
         .boxed(),
         ApiKey::DescribeLogDirs => async move {
-            handlers::describe_log_dirs::handle(&broker, &request)
+            handlers::describe_log_dirs::handle(&broker, &request, &access)
                 .await
                 .into()
         }
         .boxed(),
         ApiKey::DescribeProducers => {
-            async move { handlers::describe_producers::handle(&broker, &request).into() }.boxed()
+            async move { handlers::describe_producers::handle(&broker, &request, &access).into() }
+                .boxed()
         }
         ApiKey::InitProducerId => async move {
-            handlers::init_producer_id::handle(&broker, &request)
+            handlers::init_producer_id::handle(&broker, &request, &access)
                 .await
                 .into()
         }
@@ -131,7 +144,7 @@ fn handler(
         ApiKey::Metadata => {
             let listener = connection.listener.clone();
             async move {
-                handlers::metadata::handle(&broker, request, &listener)
+                handlers::metadata::handle(&broker, request, &listener, &access)
                     .await
                     .into()
             }
@@ -139,36 +152,56 @@ fn handler(
         }
         ApiKey::DescribeCluster => {
             let listener = connection.listener.clone();
-            async move { handlers::describe_cluster::handle(&broker, &request, &listener).into() }
-                .boxed()
+            async move {
+                handlers::describe_cluster::handle(&broker, &request, &listener, &access).into()
+            }
+            .boxed()
         }
-        ApiKey::DescribeTopicPartitions => {
-            async move { handlers::describe_topic_partitions::handle(&broker, &request).into() }
-                .boxed()
+        ApiKey::DescribeTopicPartitions => async move {
+            handlers::describe_topic_partitions::handle(&broker, &request, &access).into()
         }
-        ApiKey::OffsetForLeaderEpoch => {
-            async move { handlers::offset_for_leader_epoch::handle(&broker, &request).into() }
-                .boxed()
+        .boxed(),
+        ApiKey::OffsetForLeaderEpoch => async move {
+            handlers::offset_for_leader_epoch::handle(&broker, &request, &access).into()
         }
+        .boxed(),
         // A SASL listener's connection answers these itself (`sasl::Authenticator`).
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
             let reply = super::sasl::outside_sasl(&request);
             async move { reply }.boxed()
         }
         ApiKey::DescribeUserScramCredentials => async move {
-            handlers::scram_credentials::describe(&broker, &request)
+            handlers::scram_credentials::describe(&broker, &request, &access)
                 .await
                 .into()
         }
         .boxed(),
         ApiKey::AlterUserScramCredentials => async move {
-            handlers::scram_credentials::alter(&broker, &request)
+            handlers::scram_credentials::alter(&broker, &request, &access)
+                .await
+                .into()
+        }
+        .boxed(),
+        ApiKey::DescribeAcls => async move {
+            handlers::acls::describe(&broker, &request, &access)
+                .await
+                .into()
+        }
+        .boxed(),
+        ApiKey::CreateAcls => async move {
+            handlers::acls::create(&broker, &request, &access)
+                .await
+                .into()
+        }
+        .boxed(),
+        ApiKey::DeleteAcls => async move {
+            handlers::acls::delete(&broker, &request, &access)
                 .await
                 .into()
         }
         .boxed(),
         key if ControlBody::serves(key) => async move {
-            handlers::control::handle(&broker, request, peer)
+            handlers::control::handle(&broker, request, peer, &access)
                 .await
                 .into()
         }

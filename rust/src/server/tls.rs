@@ -15,10 +15,8 @@ use rustls::{RootCertStore, ServerConfig};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+use crate::auth::authorizer::ANONYMOUS;
 use crate::config::TlsFiles;
-
-/// The principal of a client without a certificate, as Kafka names it.
-const ANONYMOUS: &str = "User:ANONYMOUS";
 
 /// Accepts TLS connections with the certificate the files hold now.
 pub(crate) struct Tls {

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::auth::authorizer::Access;
+use crate::auth::control;
 use crate::broker::control::{ControlBody, ControlCall};
 use crate::broker::Broker;
 use crate::protocol::header::{Request, WireError};
@@ -14,8 +16,13 @@ pub async fn handle(
     broker: &Arc<Broker>,
     request: Request,
     peer: SocketAddr,
+    access: &Arc<Access>,
 ) -> Result<Bytes, WireError> {
-    let body = ControlBody::decode(&request)?;
+    let mut body = ControlBody::decode(&request)?;
+    if let Some(refused) = control::refusal(&body, access) {
+        return refused.encode(&body, request.correlation_id, request.api_version);
+    }
+    let screened = control::screen(&mut body, access, broker);
     broker
         .control
         .call(|reply| ControlCall {
@@ -26,6 +33,7 @@ pub async fn handle(
             // An IPv4 client of a dual-stack listener shows as ::ffff:a.b.c.d; report a.b.c.d.
             client_host: peer.ip().to_canonical().to_string(),
             body,
+            screened,
             reply,
         })
         .await
@@ -69,6 +77,16 @@ mod tests {
         });
     }
 
+    /// What a client may do on a broker without an authorizer: everything.
+    fn open_access(broker: &Broker) -> Arc<Access> {
+        let principal = crate::auth::authorizer::ANONYMOUS.into();
+        Arc::new(Access::new(
+            broker.authorizer.clone(),
+            principal,
+            "10.0.0.7".into(),
+        ))
+    }
+
     #[tokio::test]
     async fn a_row_is_served_at_every_version_through_the_bridge_of_the_test_broker() {
         let t = crate::broker::tests::broker(1 << 20).await;
@@ -85,7 +103,9 @@ mod tests {
                 v,
                 &ListGroupsRequest::default().with_states_filter(filter),
             );
-            let frame = handle(&t.broker, asked, peer).await.unwrap();
+            let frame = handle(&t.broker, asked, peer, &open_access(&t.broker))
+                .await
+                .unwrap();
             let (_, read): (_, ListGroupsResponse) = read_response(frame, v);
             let listed = &read.groups[0];
             assert_eq!(listed.group_id.0.as_str(), "g", "v{v}");

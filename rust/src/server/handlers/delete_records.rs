@@ -2,7 +2,8 @@
 //! offset (-1: the high watermark) and answers the new low watermark; the segments wholly below
 //! it are deleted as retention deletes them (`log::retention::delete_records`). A partition
 //! this broker does not own gets NOT_LEADER_OR_FOLLOWER, an offset past the high watermark
-//! OFFSET_OUT_OF_RANGE, as in Kafka.
+//! OFFSET_OUT_OF_RANGE, as in Kafka. A topic needs DELETE, else each of its partitions gets
+//! TOPIC_AUTHORIZATION_FAILED.
 
 use std::sync::Arc;
 
@@ -10,22 +11,34 @@ use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use kafka_protocol::ResponseError;
 
 use super::find_partition;
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::retention::delete_records;
 use crate::protocol::header::{encode_response, Request, WireError};
 
-pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: DeleteRecordsRequest = request.body()?;
     let mut topics = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
+        let allowed = access.allows_topic(Operation::Delete, &topic.name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let answer = DeleteRecordsPartitionResult::default()
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
-            let deleted = match find_partition(broker, &topic.name.0, p.partition_index) {
+            let found = match allowed {
+                true => find_partition(broker, &topic.name.0, p.partition_index),
+                false => Err(ResponseError::TopicAuthorizationFailed),
+            };
+            let deleted = match found {
                 Ok(partition) => delete_records(&broker.log, &partition, p.offset).await,
                 Err(error) => Err(error),
             };
@@ -42,4 +55,52 @@ pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::By
     }
     let response = DeleteRecordsResponse::default().with_topics(topics);
     encode_response(request.correlation_id, request.api_version, &response)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::ApiKey;
+
+    use super::*;
+    use crate::auth::acl::ResourceType::Topic;
+    use crate::broker::tests::{broker, produce};
+    use crate::protocol::header::testing::{read_response, request};
+    use crate::protocol::topic_name;
+    use crate::server::handlers::testing::{alice, allow};
+
+    #[tokio::test]
+    async fn deleting_records_needs_delete_on_the_topic() {
+        let t = broker(1 << 20).await;
+        t.broker
+            .create_topic("t", 1, BTreeMap::new())
+            .await
+            .unwrap();
+        produce(&t.broker, "t", 0, 5).await;
+        let body = DeleteRecordsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![DeleteRecordsTopic::default()
+                .with_name(topic_name("t"))
+                .with_partitions(vec![DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(2)])]);
+        let asked = request(ApiKey::DeleteRecords, 2, &body);
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        let log = || t.broker.topic("t").unwrap().partitions[0].current();
+        for (operation, want) in [
+            (Operation::Describe, (denied, -1)),
+            (Operation::Delete, (0, 2)),
+        ] {
+            let access = alice(vec![allow(Topic, "t", operation)]);
+            let frame = handle(&t.broker, &asked, &access).await.unwrap();
+            let (_, answer): (_, DeleteRecordsResponse) = read_response(frame, 2);
+            let p = &answer.topics[0].partitions[0];
+            assert_eq!((p.error_code, p.low_watermark), want, "{operation:?}");
+            assert_eq!(log().log_start_offset(), want.1.max(0), "{operation:?}");
+        }
+    }
 }

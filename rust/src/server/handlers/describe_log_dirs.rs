@@ -2,7 +2,8 @@
 //! committed segments and the write-ahead runs above them), reported as one log directory named
 //! after the store. Clients ask every broker and add the answers up, as for Kafka's replicas;
 //! each partition is reported by its owner only. The store has no capacity to report: total
-//! and usable bytes are -1 (unknown, KIP-827).
+//! and usable bytes are -1 (unknown, KIP-827). It needs DESCRIBE on the cluster, else no
+//! results (and from v3 the error CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 
 use std::sync::Arc;
 
@@ -11,12 +12,27 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Topic};
 use crate::protocol::header::{encode_response, Request, WireError};
 
-pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: DescribeLogDirsRequest = request.body()?;
+    if !access.allows_cluster(Operation::Describe) {
+        let mut response = DescribeLogDirsResponse::default();
+        // The top-level error exists from v3.
+        if request.api_version >= 3 {
+            response.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        }
+        return encode_response(request.correlation_id, request.api_version, &response);
+    }
     // None: every topic; otherwise the named partitions of topics that exist.
     let wanted: Vec<(Arc<Topic>, Vec<i32>)> = match body.topics {
         None => broker
@@ -73,4 +89,45 @@ pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::By
         .with_usable_bytes(-1);
     let response = DescribeLogDirsResponse::default().with_results(vec![dir]);
     encode_response(request.correlation_id, request.api_version, &response)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::ApiKey;
+
+    use super::*;
+    use crate::auth::acl::ResourceType::{Cluster, Topic};
+    use crate::auth::acl::CLUSTER_NAME;
+    use crate::broker::tests::{broker, produce};
+    use crate::protocol::header::testing::{read_response, request};
+    use crate::server::handlers::testing::{alice, allow};
+
+    #[tokio::test]
+    async fn log_dirs_need_describe_on_the_cluster() {
+        let t = broker(1 << 20).await;
+        t.broker
+            .create_topic("t", 1, BTreeMap::new())
+            .await
+            .unwrap();
+        produce(&t.broker, "t", 0, 5).await;
+        let body = DescribeLogDirsRequest::default().with_topics(None);
+        // Topic rights do not count.
+        let reader = alice(vec![allow(Topic, "t", Operation::Read)]);
+        let denied = ResponseError::ClusterAuthorizationFailed.code();
+        for (version, code) in [(2, 0), (3, denied), (4, denied)] {
+            let asked = request(ApiKey::DescribeLogDirs, version, &body);
+            let frame = handle(&t.broker, &asked, &reader).await.unwrap();
+            let (_, answer): (_, DescribeLogDirsResponse) = read_response(frame, version);
+            assert_eq!(answer.error_code, code, "v{version}");
+            assert!(answer.results.is_empty(), "v{version}");
+        }
+        let admin = alice(vec![allow(Cluster, CLUSTER_NAME, Operation::Describe)]);
+        let asked = request(ApiKey::DescribeLogDirs, 4, &body);
+        let frame = handle(&t.broker, &asked, &admin).await.unwrap();
+        let (_, answer): (_, DescribeLogDirsResponse) = read_response(frame, 4);
+        assert_eq!(answer.error_code, 0);
+        assert_eq!(answer.results[0].topics.len(), 1);
+    }
 }

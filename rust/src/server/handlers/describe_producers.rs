@@ -1,7 +1,8 @@
 //! DescribeProducers v0 (KIP-664): the idempotent producers each partition's owner remembers,
 //! with their epoch, last sequence and last write, as `kafka-transactions.sh
 //! describe-producers` and admin clients list them. Transactions are not supported, so there is
-//! never a coordinator epoch or an open transaction (-1).
+//! never a coordinator epoch or an open transaction (-1). A topic needs READ, else each of its
+//! partitions gets TOPIC_AUTHORIZATION_FAILED.
 
 use std::sync::Arc;
 
@@ -9,18 +10,29 @@ use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+use kafka_protocol::ResponseError;
 
 use super::find_partition;
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 
-pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub fn handle(
+    broker: &Arc<Broker>,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: DescribeProducersRequest = request.body()?;
     let topics = body.topics.into_iter().map(|topic| {
+        let allowed = access.allows_topic(Operation::Read, &topic.name);
         let partitions = topic.partition_indexes.iter().map(|&index| {
             let answer = PartitionResponse::default().with_partition_index(index);
-            let producers =
-                find_partition(broker, &topic.name.0, index).and_then(|p| p.active_producers());
+            let producers = match allowed {
+                true => find_partition(broker, &topic.name.0, index),
+                false => Err(ResponseError::TopicAuthorizationFailed),
+            };
+            let producers = producers.and_then(|p| p.active_producers());
             match producers {
                 Ok(producers) => answer.with_active_producers(
                     producers
@@ -45,4 +57,49 @@ pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, W
     });
     let response = DescribeProducersResponse::default().with_topics(topics.collect());
     encode_response(request.correlation_id, request.api_version, &response)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::ApiKey;
+
+    use super::*;
+    use crate::auth::acl::ResourceType::Topic;
+    use crate::broker::tests::broker;
+    use crate::protocol::header::testing::{read_response, request};
+    use crate::protocol::topic_name;
+    use crate::server::handlers::testing::{alice, allow};
+
+    #[tokio::test]
+    async fn describing_producers_needs_read_on_the_topic() {
+        let t = broker(1 << 20).await;
+        for name in ["t", "u"] {
+            t.broker
+                .create_topic(name, 1, BTreeMap::new())
+                .await
+                .unwrap();
+        }
+        let topics = ["t", "u"].map(|name| {
+            TopicRequest::default()
+                .with_name(topic_name(name))
+                .with_partition_indexes(vec![0])
+        });
+        let body = DescribeProducersRequest::default().with_topics(topics.to_vec());
+        let access = alice(vec![
+            allow(Topic, "t", Operation::Describe),
+            allow(Topic, "u", Operation::Read),
+        ]);
+        let asked = request(ApiKey::DescribeProducers, 0, &body);
+        let frame = handle(&t.broker, &asked, &access).unwrap();
+        let (_, answer): (_, DescribeProducersResponse) = read_response(frame, 0);
+        let codes: Vec<i16> = answer
+            .topics
+            .iter()
+            .map(|t| t.partitions[0].error_code)
+            .collect();
+        assert_eq!(codes, [ResponseError::TopicAuthorizationFailed.code(), 0]);
+    }
 }

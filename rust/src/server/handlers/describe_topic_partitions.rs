@@ -5,6 +5,11 @@
 //! limit of 2000), starting at the cursor; when the limit cuts the answer, `next_cursor` says
 //! where the next request starts. A cursor whose topic was not asked for, or with a negative
 //! partition, is INVALID_REQUEST for every topic asked for, as Kafka answers it.
+//!
+//! Authorization as in Kafka: a topic needs DESCRIBE. Listing every topic leaves out those
+//! without; a topic named without it is answered TOPIC_AUTHORIZATION_FAILED after the others
+//! (whether it exists or not, no id). Each topic answered otherwise carries its authorized
+//! operations.
 
 use std::collections::BTreeSet;
 
@@ -18,8 +23,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::code;
 use super::metadata::{partition_leader, OPERATIONS_UNKNOWN};
+use super::{code, topic_operations};
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::topic_rules::validate_topic_name;
 use crate::broker::Broker;
 use crate::cluster::state::ClusterState;
@@ -29,15 +36,20 @@ use crate::protocol::topic_name;
 /// Kafka's `max.request.partition.size.limit` default: the most partitions one answer holds.
 const MAX_PARTITIONS: i32 = 2000;
 
-pub fn handle(broker: &Broker, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub fn handle(
+    broker: &Broker,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: DescribeTopicPartitionsRequest = request.body()?;
-    let response = describe(broker, &body).unwrap_or_else(|error| refused(&body, error));
+    let response = describe(broker, &body, access).unwrap_or_else(|error| refused(&body, error));
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
 fn describe(
     broker: &Broker,
     body: &DescribeTopicPartitionsRequest,
+    access: &Access,
 ) -> Result<DescribeTopicPartitionsResponse, ResponseError> {
     let every_topic = body.topics.is_empty();
     let asked: BTreeSet<String> = if every_topic {
@@ -63,7 +75,15 @@ fn describe(
     let mut remaining = body.response_partition_limit.clamp(1, MAX_PARTITIONS);
     let mut response = DescribeTopicPartitionsResponse::default();
     let from = first.as_deref().unwrap_or("");
+    // Kafka checks each topic as its answer reaches it and lists the refused ones last.
+    let mut denied = Vec::new();
     for name in asked.iter().filter(|n| n.as_str() >= from) {
+        if !access.allows_topic(Operation::Describe, name) {
+            if !every_topic {
+                denied.push(failed(name, ResponseError::TopicAuthorizationFailed));
+            }
+            continue;
+        }
         if remaining == 0 {
             // The previous topics are complete: the next answer starts with this one.
             response.next_cursor = Some(cursor(name, 0));
@@ -72,7 +92,10 @@ fn describe(
         let Some(topic) = broker.topic(name) else {
             // A topic that went between listing and lookup is left out, as Kafka does.
             if !every_topic {
-                response.topics.push(unknown(name));
+                let operations = topic_operations(access, name);
+                response
+                    .topics
+                    .push(unknown(name).with_topic_authorized_operations(operations));
             }
             continue;
         };
@@ -91,13 +114,14 @@ fn describe(
                 .with_name(Some(topic_name(name)))
                 .with_topic_id(topic.record.id)
                 .with_partitions(partitions.collect())
-                .with_topic_authorized_operations(OPERATIONS_UNKNOWN),
+                .with_topic_authorized_operations(topic_operations(access, name)),
         );
         if end < count {
             response.next_cursor = Some(cursor(name, end));
             break;
         }
     }
+    response.topics.extend(denied);
     Ok(response)
 }
 
@@ -158,14 +182,26 @@ mod tests {
     use kafka_protocol::messages::ApiKey;
 
     use super::*;
+    use crate::auth::acl::ResourceType::Topic;
     use crate::control::testing::advertised;
     use crate::protocol::header::testing::{read_response, request};
+    use crate::server::handlers::testing::{alice, allow, open};
 
     fn ask(
         broker: &Broker,
         topics: &[&str],
         limit: i32,
         cursor: Option<(&str, i32)>,
+    ) -> DescribeTopicPartitionsResponse {
+        ask_as(broker, topics, limit, cursor, &open())
+    }
+
+    fn ask_as(
+        broker: &Broker,
+        topics: &[&str],
+        limit: i32,
+        cursor: Option<(&str, i32)>,
+        access: &Access,
     ) -> DescribeTopicPartitionsResponse {
         let body = DescribeTopicPartitionsRequest::default()
             .with_topics(
@@ -181,7 +217,7 @@ mod tests {
                     .with_partition_index(p)
             }));
         let asked = request(ApiKey::DescribeTopicPartitions, 0, &body);
-        read_response(handle(broker, &asked).unwrap(), 0).1
+        read_response(handle(broker, &asked, access).unwrap(), 0).1
     }
 
     /// (topic, error, [partition indexes]) of each topic answered, and the next cursor.
@@ -230,6 +266,8 @@ mod tests {
         );
         let a = &all.topics[0];
         assert_eq!(a.topic_id, t.broker.topic("a").unwrap().record.id);
+        // Without an authorizer every topic operation is allowed.
+        assert_eq!(a.topic_authorized_operations, 0b1101_1111_1000);
         for p in &a.partitions {
             assert_eq!((p.leader_id, p.error_code), (BrokerId(1), 0));
             assert_eq!(
@@ -297,5 +335,46 @@ mod tests {
         }
         let (got, _) = page(&ask(&t.broker, &[], 10, Some(("a", -1))));
         assert!(got.is_empty(), "nothing was asked by name: {got:?}");
+    }
+
+    #[tokio::test]
+    async fn topics_without_describe_are_left_out_or_refused_last() {
+        let t = broker_with_topics().await;
+        let access = alice(vec![
+            allow(Topic, "a", Operation::Describe),
+            allow(Topic, "c", Operation::Read),
+        ]);
+        let all = ask_as(&t.broker, &[], 2000, None, &access);
+        assert_eq!(page(&all), (topics(&[("a", &[0, 1]), ("c", &[0])]), None));
+        let operations: Vec<i32> = all
+            .topics
+            .iter()
+            .map(|t| t.topic_authorized_operations)
+            .collect();
+        // DESCRIBE; READ and the DESCRIBE it implies
+        assert_eq!(operations, [1 << 8, 1 << 3 | 1 << 8]);
+        // Paging counts only the topics answered: "b" is skipped.
+        let first = page(&ask_as(&t.broker, &[], 2, None, &access));
+        assert_eq!(first, (topics(&[("a", &[0, 1])]), Some(("c".into(), 0))));
+        let named = ask_as(&t.broker, &["nothere", "b", "a"], 2000, None, &access);
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        let (got, next) = page(&named);
+        assert_eq!(next, None);
+        assert_eq!(
+            got,
+            [
+                ("a".to_string(), 0, vec![0, 1]),
+                ("b".to_string(), denied, vec![]),
+                ("nothere".to_string(), denied, vec![]),
+            ]
+        );
+        assert!(
+            named.topics[1].topic_id.is_nil(),
+            "no id for a refused topic"
+        );
+        assert_eq!(
+            named.topics[1].topic_authorized_operations,
+            OPERATIONS_UNKNOWN
+        );
     }
 }

@@ -8,6 +8,11 @@
 //! A partition named twice is read once: like Kafka (which builds the request's partitions
 //! into a map keyed by topic-partition), the last entry's offset and MaxBytes win and the
 //! answer has one entry per partition, where the partition was first named.
+//!
+//! Authorization as in Kafka: a consumer needs READ on each topic (a topic id is resolved
+//! first; an unknown one stays UNKNOWN_TOPIC_ID), a follower (replica id 0 or more) CLUSTER_ACTION
+//! for all; else TOPIC_AUTHORIZATION_FAILED for the partitions, which are not read and, like in
+//! Kafka, do not end the wait for MinBytes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +27,8 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::check_leader_epoch;
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::log::reader;
@@ -45,10 +52,11 @@ pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: Request,
     mut room: Charge,
+    access: &Access,
 ) -> Result<Bytes, WireError> {
     let body: FetchRequest = request.body()?;
     let by_id = request.api_version >= 13;
-    let wanted = resolve(broker, &body, by_id);
+    let wanted = resolve(broker, &body, request.api_version, access);
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
     let max_bytes = usize::try_from(body.max_bytes)
@@ -81,7 +89,15 @@ pub(crate) async fn handle(
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
-fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
+fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) -> Vec<Wanted> {
+    let by_id = version >= 13;
+    let replica = if version >= 15 {
+        body.replica_state.replica_id
+    } else {
+        body.replica_id
+    };
+    let follower = replica.0 >= 0;
+    let cluster_action = follower && access.allows_cluster(Operation::ClusterAction);
     let mut wanted: Vec<Wanted> = Vec::new();
     let mut seen: HashMap<(Uuid, String, i32), usize> = HashMap::new();
     for topic in &body.topics {
@@ -90,22 +106,35 @@ fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
         } else {
             broker.topic(&topic.topic)
         };
+        let name = found
+            .as_ref()
+            .map_or_else(|| topic.topic.0.to_string(), |t| t.record.name.clone());
         let missing = if by_id {
             ResponseError::UnknownTopicId
         } else {
             ResponseError::UnknownTopicOrPartition
         };
+        // An id no topic has is UNKNOWN_TOPIC_ID before any check; a name is checked whether
+        // the topic exists or not.
+        let allowed = (by_id && found.is_none())
+            || if follower {
+                cluster_action
+            } else {
+                access.allows_topic(Operation::Read, &name)
+            };
         for p in &topic.partitions {
-            let partition = found.as_ref().ok_or(missing).and_then(|t| {
-                usize::try_from(p.partition)
-                    .ok()
-                    .and_then(|i| t.partitions.get(i).map(|s| s.current()))
-                    .ok_or(ResponseError::UnknownTopicOrPartition)
-            });
+            let partition = if allowed {
+                found.as_ref().ok_or(missing).and_then(|t| {
+                    usize::try_from(p.partition)
+                        .ok()
+                        .and_then(|i| t.partitions.get(i).map(|s| s.current()))
+                        .ok_or(ResponseError::UnknownTopicOrPartition)
+                })
+            } else {
+                Err(ResponseError::TopicAuthorizationFailed)
+            };
             let entry = Wanted {
-                topic: found
-                    .as_ref()
-                    .map_or_else(|| topic.topic.0.to_string(), |t| t.record.name.clone()),
+                topic: name.clone(),
                 topic_id: topic.topic_id,
                 partition,
                 index: p.partition,
@@ -132,7 +161,8 @@ fn resolve(broker: &Broker, body: &FetchRequest, by_id: bool) -> Vec<Wanted> {
 }
 
 /// Reads every wanted partition once; returns responses, bytes gathered, and whether any
-/// partition answered with an error (which ends the wait, as in Kafka).
+/// partition answered with an error (which ends the wait, as in Kafka; not a partition the
+/// client may not read, which Kafka answers without reading it).
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
@@ -155,6 +185,11 @@ async fn read_all(
                 Ok(()) => reader::read(&broker.log, partition, w.offset, budget, total == 0).await,
                 Err(e) => Err(e),
             },
+            Err(ResponseError::TopicAuthorizationFailed) => {
+                let denied = data.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                responses.push((w.topic.clone(), w.topic_id, denied));
+                continue;
+            }
             Err(e) => Err(*e),
         };
         let data = match read {
@@ -183,10 +218,12 @@ async fn read_all(
     (responses, total, any_error)
 }
 
-/// Per topic named in the request: one request, and the records and bytes it returns.
+/// Per topic named in the request and not refused: one request, and the records and bytes it
+/// returns.
 fn count_fetch(broker: &Broker, responses: &[(String, Uuid, PartitionData)]) {
     let mut per_topic: Vec<(&str, u64, u64)> = Vec::new();
-    for (topic, _, data) in responses {
+    let denied = ResponseError::TopicAuthorizationFailed.code();
+    for (topic, _, data) in responses.iter().filter(|(.., d)| d.error_code != denied) {
         let (records, bytes) = data.records.as_ref().map_or((0, 0), |r| {
             (crate::log::segment::count_records(r), r.len() as u64)
         });
@@ -227,4 +264,124 @@ fn group(
         topics.last_mut().unwrap().partitions.push(data);
     }
     topics
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+    use kafka_protocol::messages::{ApiKey, BrokerId};
+
+    use super::*;
+    use crate::auth::acl::ResourceType::{Cluster, Topic};
+    use crate::auth::acl::CLUSTER_NAME;
+    use crate::broker::tests::{broker, produce};
+    use crate::protocol::header::testing::{read_response, request};
+    use crate::server::budget::{Budgets, ByteBudget};
+    use crate::server::handlers::testing::{alice, allow};
+
+    /// A topic asked for by name (before v13) or id.
+    type Asked<'a> = (&'a str, Uuid);
+
+    /// (error, bytes of records) of partition 0 of each topic, fetched from offset 0 at
+    /// `version` by `replica` (-1: a consumer), waiting at most `wait_ms` for a byte.
+    async fn fetch(
+        broker: &Arc<Broker>,
+        version: i16,
+        topics: &[Asked<'_>],
+        replica: i32,
+        wait_ms: i32,
+        access: &Access,
+    ) -> Vec<(i16, usize)> {
+        let topics = topics.iter().map(|&(name, id)| {
+            let partition = FetchPartition::default().with_partition_max_bytes(1 << 20);
+            let topic = FetchTopic::default().with_partitions(vec![partition]);
+            match version {
+                13.. => topic.with_topic_id(id),
+                _ => topic.with_topic(topic_name(name)),
+            }
+        });
+        let mut body = FetchRequest::default()
+            .with_max_wait_ms(wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(topics.collect());
+        match version {
+            15.. => body.replica_state = ReplicaState::default().with_replica_id(BrokerId(replica)),
+            _ => body.replica_id = BrokerId(replica),
+        }
+        let budgets = Budgets::new(1 << 24, Arc::new(ByteBudget::new(1 << 24)));
+        let asked = request(ApiKey::Fetch, version, &body);
+        let frame = handle(broker, asked, Charge::new(&budgets), access).await;
+        let (_, response): (_, FetchResponse) = read_response(frame.unwrap(), version);
+        let partitions = response.responses.iter().flat_map(|t| &t.partitions);
+        let answers = partitions.map(|p| (p.error_code, p.records.as_ref().map_or(0, |r| r.len())));
+        answers.collect()
+    }
+
+    #[tokio::test]
+    async fn a_consumer_reads_only_topics_it_has_read_on() {
+        let t = broker(1 << 20).await;
+        for name in ["t", "u"] {
+            t.broker
+                .create_topic(name, 1, BTreeMap::new())
+                .await
+                .unwrap();
+            produce(&t.broker, name, 0, 5).await;
+        }
+        let id = |name| t.broker.topic(name).unwrap().record.id;
+        let reader = alice(vec![
+            allow(Topic, "u", Operation::Read),
+            allow(Topic, "t", Operation::Describe),
+        ]);
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        let by_name = [
+            ("t", Uuid::nil()),
+            ("u", Uuid::nil()),
+            ("missing", Uuid::nil()),
+        ];
+        let got = fetch(&t.broker, 12, &by_name, -1, 0, &reader).await;
+        assert_eq!(got[0], (denied, 0), "DESCRIBE is not READ");
+        assert_eq!(got[1].0, 0);
+        assert!(got[1].1 > 0, "u is read");
+        assert_eq!(got[2], (denied, 0), "a missing topic is not revealed");
+        // By id: the name is checked; an id no topic has stays UNKNOWN_TOPIC_ID.
+        let by_id = [("", id("t")), ("", id("u")), ("", Uuid::new_v4())];
+        let got = fetch(&t.broker, 13, &by_id, -1, 0, &reader).await;
+        let unknown_id = ResponseError::UnknownTopicId.code();
+        let codes: Vec<i16> = got.iter().map(|g| g.0).collect();
+        assert_eq!(codes, [denied, 0, unknown_id]);
+        // A follower needs CLUSTER_ACTION, READ or not.
+        let got = fetch(&t.broker, 15, &[("", id("u"))], 2, 0, &reader).await;
+        assert_eq!(got, [(denied, 0)]);
+        let broker_like = alice(vec![allow(Cluster, CLUSTER_NAME, Operation::ClusterAction)]);
+        let got = fetch(&t.broker, 15, &[("", id("t"))], 2, 0, &broker_like).await;
+        assert_eq!(got[0].0, 0);
+        assert!(got[0].1 > 0, "a follower reads t");
+    }
+
+    #[tokio::test]
+    async fn a_refused_topic_does_not_end_the_wait_for_data() {
+        let t = broker(1 << 20).await;
+        for name in ["t", "empty"] {
+            t.broker
+                .create_topic(name, 1, BTreeMap::new())
+                .await
+                .unwrap();
+        }
+        produce(&t.broker, "t", 0, 5).await;
+        let reader = alice(vec![allow(Topic, "empty", Operation::Read)]);
+        let asked = [("t", Uuid::nil()), ("empty", Uuid::nil())];
+        let started = Instant::now();
+        let got = fetch(&t.broker, 12, &asked, -1, 300, &reader).await;
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        assert_eq!(got, [(denied, 0), (0, 0)]);
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }

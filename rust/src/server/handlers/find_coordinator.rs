@@ -4,6 +4,9 @@
 //! an error every client treats as fatal, with a message saying so.
 //! librdkafka also reads this API's presence as "the broker supports LZ4" (its LZ4 feature
 //! depends on FindCoordinator v0), so answering it is what lets lz4 producers compress.
+//! As in Kafka, a group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED), a
+//! transaction key DESCRIBE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+//! each key of a batch on its own.
 
 use std::sync::Arc;
 
@@ -12,6 +15,8 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::auth::acl::{Operation, ResourceType};
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::cluster::state::ClusterState;
 use crate::error::ApiError;
@@ -25,9 +30,11 @@ pub fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     listener: &str,
+    access: &Access,
 ) -> Result<bytes::Bytes, WireError> {
     let body: FindCoordinatorRequest = request.body()?;
-    let response = answer(&broker.cluster(), &body, request.api_version, listener);
+    let cluster = broker.cluster();
+    let response = answer(&cluster, &body, request.api_version, listener, access);
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
@@ -36,10 +43,11 @@ fn answer(
     body: &FindCoordinatorRequest,
     version: i16,
     listener: &str,
+    access: &Access,
 ) -> FindCoordinatorResponse {
     if version >= 4 {
         let coordinators = body.coordinator_keys.iter().map(|key| {
-            let found = lookup(cluster, body.key_type, key, listener);
+            let found = lookup(cluster, body.key_type, key, listener, access);
             Coordinator::default()
                 .with_key(key.clone())
                 .with_node_id(BrokerId(found.node_id))
@@ -51,7 +59,7 @@ fn answer(
         return FindCoordinatorResponse::default().with_coordinators(coordinators.collect());
     }
     // v0 has no error message; the codec leaves it out.
-    let found = lookup(cluster, body.key_type, &body.key, listener);
+    let found = lookup(cluster, body.key_type, &body.key, listener, access);
     FindCoordinatorResponse::default()
         .with_node_id(BrokerId(found.node_id))
         .with_host(found.host)
@@ -69,8 +77,21 @@ struct Found {
     error_message: Option<StrBytes>,
 }
 
-fn lookup(cluster: &ClusterState, key_type: i8, key: &str, listener: &str) -> Found {
+fn lookup(
+    cluster: &ClusterState,
+    key_type: i8,
+    key: &str,
+    listener: &str,
+    access: &Access,
+) -> Found {
+    let denied = |error: ResponseError| Err(ApiError::new(error, error.to_string()));
     let coordinator = match key_type {
+        GROUP if !access.allows_group(Operation::Describe, key) => {
+            denied(ResponseError::GroupAuthorizationFailed)
+        }
+        TRANSACTION if !access.allows(Operation::Describe, ResourceType::TransactionalId, key) => {
+            denied(ResponseError::TransactionalIdAuthorizationFailed)
+        }
         GROUP => cluster.coordinator(key).ok_or_else(|| {
             ApiError::new(
                 ResponseError::CoordinatorNotAvailable,
@@ -119,9 +140,11 @@ fn lookup(cluster: &ClusterState, key_type: i8, key: &str, listener: &str) -> Fo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::acl::ResourceType::Group;
     use crate::meta::catalog::BrokerRecord;
     use crate::protocol::header::testing::read_response;
     use crate::server::handlers::api_versions::supported;
+    use crate::server::handlers::testing::{alice, allow, open};
 
     fn cluster(brokers: &[i32]) -> ClusterState {
         let mut state = ClusterState::default();
@@ -162,7 +185,8 @@ mod tests {
         let range = supported(kafka_protocol::messages::ApiKey::FindCoordinator).unwrap();
         for version in range.min..=range.max {
             let body = request(GROUP, &["orders", "billing"]);
-            let wire = on_the_wire(&answer(&state, &body, version, "PLAINTEXT"), version);
+            let answered = answer(&state, &body, version, "PLAINTEXT", &open());
+            let wire = on_the_wire(&answered, version);
             let expect = |group| state.coordinator(group).unwrap();
             if version >= 4 {
                 assert_eq!(wire.coordinators.len(), 2);
@@ -196,7 +220,13 @@ mod tests {
         ] {
             for version in 0..=5 {
                 let wire = on_the_wire(
-                    &answer(&state, &request(key_type, &["g"]), version, listener),
+                    &answer(
+                        &state,
+                        &request(key_type, &["g"]),
+                        version,
+                        listener,
+                        &open(),
+                    ),
                     version,
                 );
                 let (code, node, message) = match wire.coordinators.first() {
@@ -211,6 +241,45 @@ mod tests {
                     "v{version}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_group_key_needs_describe_on_the_group_at_every_version() {
+        let state = cluster(&[1, 2, 3]);
+        // READ implies DESCRIBE
+        let access = alice(vec![allow(Group, "orders", Operation::Read)]);
+        let denied = ResponseError::GroupAuthorizationFailed.code();
+        for version in 0..=5 {
+            let body = request(GROUP, &["billing", "orders"]);
+            let wire = on_the_wire(
+                &answer(&state, &body, version, "PLAINTEXT", &access),
+                version,
+            );
+            let got: Vec<(i16, i32)> = match version {
+                4.. => wire
+                    .coordinators
+                    .iter()
+                    .map(|c| (c.error_code, c.node_id.0))
+                    .collect(),
+                _ => vec![(wire.error_code, wire.node_id.0)],
+            };
+            let orders = (0, state.coordinator("orders").unwrap().id);
+            let want = match version {
+                4.. => vec![(denied, -1), orders],
+                _ => vec![(denied, -1)],
+            };
+            assert_eq!(got, want, "v{version}");
+            let allowed = request(GROUP, &["orders"]);
+            let wire = on_the_wire(
+                &answer(&state, &allowed, version, "PLAINTEXT", &access),
+                version,
+            );
+            let code = wire
+                .coordinators
+                .first()
+                .map_or(wire.error_code, |c| c.error_code);
+            assert_eq!(code, 0, "v{version}");
         }
     }
 }

@@ -4,19 +4,34 @@
 //! a producer whose sequence state it lost starts over). Transactions are not supported: a
 //! transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which every client treats as
 //! fatal at once, instead of an error it would retry until its timeout.
+//!
+//! Authorization as in Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or
+//! WRITE on some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED. (A transactional id needs
+//! WRITE on it, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the answer it gets anyway.)
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
+use crate::auth::acl::{Operation, ResourceType};
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 
-pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: InitProducerIdRequest = request.body()?;
     let response = if body.transactional_id.is_some() {
+        // Kafka checks WRITE on the transactional id first: refused whatever it says.
         failure(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !(access.allows_cluster(Operation::IdempotentWrite)
+        || access.allows_any(Operation::Write, ResourceType::Topic))
+    {
+        failure(ResponseError::ClusterAuthorizationFailed)
     } else {
         match broker.producer_ids.next().await {
             Ok(id) => InitProducerIdResponse::default()
@@ -44,16 +59,29 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
+    use crate::auth::acl::tests::acl;
+    use crate::auth::acl::ResourceType::{Cluster, Topic, TransactionalId as TxnId};
+    use crate::auth::acl::{PatternType, Permission, CLUSTER_NAME};
     use crate::broker::tests::broker;
     use crate::protocol::header::testing::{read_response, request};
+    use crate::server::handlers::testing::{alice, allow, deny, open};
 
     async fn ask(
         broker: &Arc<Broker>,
         version: i16,
         body: InitProducerIdRequest,
     ) -> InitProducerIdResponse {
+        ask_as(broker, version, body, &open()).await
+    }
+
+    async fn ask_as(
+        broker: &Arc<Broker>,
+        version: i16,
+        body: InitProducerIdRequest,
+        access: &Access,
+    ) -> InitProducerIdResponse {
         let asked = request(ApiKey::InitProducerId, version, &body);
-        read_response(handle(broker, &asked).await.unwrap(), version).1
+        read_response(handle(broker, &asked, access).await.unwrap(), version).1
     }
 
     #[tokio::test]
@@ -91,5 +119,57 @@ mod tests {
             ResponseError::TransactionalIdAuthorizationFailed.code()
         );
         assert_eq!(answer.producer_id.0, -1);
+    }
+
+    #[tokio::test]
+    async fn an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic() {
+        let b = broker(1 << 20).await;
+        let idempotent = || InitProducerIdRequest::default().with_transactional_id(None);
+        let refused = ResponseError::ClusterAuthorizationFailed.code();
+        let prefixed_write = acl(
+            Topic,
+            "orders-",
+            PatternType::Prefixed,
+            "User:alice",
+            Operation::Write,
+            Permission::Allow,
+        );
+        for (acls, code, why) in [
+            (
+                vec![allow(Topic, "t", Operation::Read)],
+                refused,
+                "reading is not writing",
+            ),
+            (
+                vec![allow(Cluster, CLUSTER_NAME, Operation::IdempotentWrite)],
+                0,
+                "cluster",
+            ),
+            (vec![prefixed_write], 0, "WRITE on some topic"),
+            (
+                vec![
+                    allow(Topic, "t", Operation::Write),
+                    deny(Topic, "t", Operation::Write),
+                ],
+                refused,
+                "the only WRITE is denied",
+            ),
+        ] {
+            let answer = ask_as(&b.broker, 4, idempotent(), &alice(acls)).await;
+            assert_eq!(answer.error_code, code, "{why}");
+            assert_eq!(answer.producer_id.0 >= 0, code == 0, "{why}");
+        }
+        // A transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, allowed or not.
+        let transactional = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))));
+        let writer = alice(vec![
+            allow(TxnId, "tx", Operation::Write),
+            allow(Cluster, CLUSTER_NAME, Operation::IdempotentWrite),
+        ]);
+        let answer = ask_as(&b.broker, 4, transactional, &writer).await;
+        assert_eq!(
+            answer.error_code,
+            ResponseError::TransactionalIdAuthorizationFailed.code()
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! timestamp (-3, KIP-734). v8's earliest local offset (-4, KIP-405) is the log start: every
 //! offset is in object storage alike. v9's earliest offset pending upload to remote storage (-5,
 //! KIP-1005) does not exist here, as on a Kafka topic without tiered storage: -1.
+//! A topic needs DESCRIBE, else each of its partitions gets TOPIC_AUTHORIZATION_FAILED.
 
 use std::sync::Arc;
 
@@ -13,6 +14,8 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 
 use super::{check_leader_epoch, find_partition};
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::timestamps::{max_timestamp_record, offset_for_timestamp};
 use crate::protocol::header::{encode_response, Request, WireError};
@@ -23,11 +26,16 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const EARLIEST_PENDING_UPLOAD: i64 = -5;
 
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Bytes, WireError> {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: ListOffsetsRequest = request.body()?;
     let v0 = request.api_version == 0;
     let mut topics = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
+        let allowed = access.allows_topic(Operation::Describe, &topic.name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
             let response = ListOffsetsPartitionResponse::default()
@@ -35,6 +43,11 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<bytes::Byt
                 .with_timestamp(-1)
                 .with_offset(-1)
                 .with_leader_epoch(-1);
+            if !allowed {
+                let denied = ResponseError::TopicAuthorizationFailed.code();
+                partitions.push(response.with_error_code(denied));
+                continue;
+            }
             let found = lookup(
                 broker,
                 &topic.name.0,
@@ -106,10 +119,12 @@ mod tests {
     use kafka_protocol::records::Compression;
 
     use super::*;
+    use crate::auth::acl::ResourceType::Topic;
     use crate::broker::tests::{broker, produce, produce_batch};
     use crate::log::batch::tests::{encode_records, record_at};
     use crate::log::retention::delete_records;
     use crate::protocol::header::testing::{read_response, request};
+    use crate::server::handlers::testing::{alice, allow, open};
 
     /// (error, offset, timestamp) of one ListOffsets lookup of partition 0 of "t".
     async fn ask(broker: &Arc<Broker>, version: i16, timestamp: i64) -> (i16, i64, i64) {
@@ -125,7 +140,7 @@ mod tests {
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
             .with_topics(vec![topic]);
         let asked = request(ApiKey::ListOffsets, version, &body);
-        let frame = handle(broker, asked).await.unwrap();
+        let frame = handle(broker, asked, &open()).await.unwrap();
         let (_, answer): (_, ListOffsetsResponse) = read_response(frame, version);
         let got = &answer.topics[0].partitions[0];
         let offset = match version {
@@ -187,5 +202,57 @@ mod tests {
             assert_eq!(ask(&t.broker, version, LATEST).await.1, 5, "v{version}");
             assert_eq!(ask(&t.broker, version, EARLIEST).await.1, 0, "v{version}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_topic_without_describe_is_refused_for_each_partition() {
+        let t = broker(1 << 20).await;
+        for name in ["t", "u"] {
+            t.broker
+                .create_topic(name, 2, BTreeMap::new())
+                .await
+                .unwrap();
+            produce(&t.broker, name, 0, 5).await;
+        }
+        let topics = ["t", "u", "missing"].map(|name| {
+            let partitions = (0..2).map(|index| {
+                ListOffsetsPartition::default()
+                    .with_partition_index(index)
+                    .with_timestamp(LATEST)
+                    .with_current_leader_epoch(-1)
+            });
+            ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str(name)))
+                .with_partitions(partitions.collect())
+        });
+        let body = ListOffsetsRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_topics(topics.to_vec());
+        // READ implies DESCRIBE
+        let access = alice(vec![allow(Topic, "u", Operation::Read)]);
+        let asked = request(ApiKey::ListOffsets, 9, &body);
+        let frame = handle(&t.broker, asked, &access).await.unwrap();
+        let (_, answer): (_, ListOffsetsResponse) = read_response(frame, 9);
+        let got: Vec<(String, i16, i64)> = answer
+            .topics
+            .iter()
+            .flat_map(|t| {
+                let name = t.name.to_string();
+                t.partitions
+                    .iter()
+                    .map(move |p| (name.clone(), p.error_code, p.offset))
+            })
+            .collect();
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        let want = [
+            ("t", denied, -1),
+            ("t", denied, -1),
+            ("u", 0, 5),
+            ("u", 0, 0),
+            ("missing", denied, -1),
+            ("missing", denied, -1),
+        ]
+        .map(|(n, e, o)| (n.to_string(), e, o));
+        assert_eq!(got, want);
     }
 }

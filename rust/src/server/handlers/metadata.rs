@@ -2,6 +2,12 @@
 //! list none (KIP-4). Auto-creation when the broker allows it and the request (v4+) asks for it.
 //! Brokers, leaders and epochs come from the cluster view: the owner of each partition leads it
 //! (or the broker about to claim it, while nobody does).
+//!
+//! Authorization as in Kafka: a topic named without DESCRIBE is TOPIC_AUTHORIZATION_FAILED,
+//! whether it exists or not (and is never created); all topics means those the client may
+//! describe. Auto-creation needs CREATE on the cluster or the topic, else
+//! TOPIC_AUTHORIZATION_FAILED. Authorized operations are reported when asked for (v8+; the
+//! cluster's only v8–10, 0 without DESCRIBE on it).
 
 use std::sync::Arc;
 
@@ -13,7 +19,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::code;
+use super::{cluster_operations, code, topic_operations};
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Topic};
 use crate::cluster::state::ClusterState;
 use crate::meta::catalog::BrokerRecord;
@@ -28,19 +36,34 @@ pub async fn handle(
     broker: &Arc<Broker>,
     request: Request,
     listener: &str,
+    access: &Access,
 ) -> Result<bytes::Bytes, WireError> {
     let body: MetadataRequest = request.body()?;
     let version = request.api_version;
-    let may_create =
-        broker.config.auto_create_topics && (version < 4 || body.allow_auto_topic_creation);
+    let auto_create = broker.config.auto_create_topics;
+    let response = answer(broker, body, version, listener, access, auto_create).await;
+    encode_response(request.correlation_id, version, &response)
+}
+
+/// `auto_create`: the broker's setting (the request may still refuse it).
+async fn answer(
+    broker: &Arc<Broker>,
+    body: MetadataRequest,
+    version: i16,
+    listener: &str,
+    access: &Access,
+    auto_create: bool,
+) -> MetadataResponse {
+    let may_create = auto_create && (version < 4 || body.allow_auto_topic_creation);
     let wants_all = match &body.topics {
         None => true,
         Some(list) => list.is_empty() && version == 0,
     };
-    let topics = if wants_all {
+    let mut topics: Vec<MetadataResponseTopic> = if wants_all {
         broker
             .topics()
             .iter()
+            .filter(|t| access.allows_topic(Operation::Describe, &t.record.name))
             .map(|t| describe(t, broker))
             .collect()
     } else {
@@ -52,11 +75,25 @@ pub async fn handle(
                     wanted.name.map(|n| n.0.to_string()),
                     wanted.topic_id,
                     may_create,
+                    access,
                 )
                 .await,
             );
         }
         described
+    };
+    // The fields exist from v8 (the codec reads false before); the cluster's until v10.
+    if body.include_topic_authorized_operations {
+        for topic in &mut topics {
+            if let Some(name) = &topic.name {
+                topic.topic_authorized_operations = topic_operations(access, name);
+            }
+        }
+    }
+    let cluster_operations = match body.include_cluster_authorized_operations {
+        false => OPERATIONS_UNKNOWN,
+        true if access.allows_cluster(Operation::Describe) => cluster_operations(access),
+        true => 0,
     };
     let (brokers, controller) = live_brokers(broker, listener);
     let brokers = brokers.into_iter().map(|b| {
@@ -65,13 +102,12 @@ pub async fn handle(
             .with_host(StrBytes::from_string(b.host))
             .with_port(b.port)
     });
-    let response = MetadataResponse::default()
+    MetadataResponse::default()
         .with_brokers(brokers.collect())
         .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
         .with_controller_id(BrokerId(controller))
-        .with_cluster_authorized_operations(OPERATIONS_UNKNOWN)
-        .with_topics(topics);
-    encode_response(request.correlation_id, version, &response)
+        .with_cluster_authorized_operations(cluster_operations)
+        .with_topics(topics)
 }
 
 /// A broker as Metadata and DescribeCluster list it.
@@ -127,15 +163,31 @@ async fn lookup(
     name: Option<String>,
     topic_id: Uuid,
     may_create: bool,
+    access: &Access,
 ) -> MetadataResponseTopic {
+    let denied = ResponseError::TopicAuthorizationFailed;
     let Some(name) = name else {
+        // Kafka: ids are not secret, so a known one is refused with its id (and no name).
         return match broker.topic_by_id(topic_id) {
-            Some(topic) => describe(&topic, broker),
+            Some(topic) if access.allows_topic(Operation::Describe, &topic.record.name) => {
+                describe(&topic, broker)
+            }
+            Some(_) => failed(None, denied, topic_id),
             None => failed(None, ResponseError::UnknownTopicId, topic_id),
         };
     };
+    // Whether the topic exists is not revealed to a client that may not describe it.
+    if !access.allows_topic(Operation::Describe, &name) {
+        return failed(Some(name), denied, Uuid::nil());
+    }
     if let Some(topic) = broker.topic(&name) {
         return describe(&topic, broker);
+    }
+    let may_create_it = || {
+        access.allows_cluster(Operation::Create) || access.allows_topic(Operation::Create, &name)
+    };
+    if may_create && !may_create_it() {
+        return failed(Some(name), denied, Uuid::nil());
     }
     if let Err(e) = crate::broker::topic_rules::validate_topic_name(&name) {
         return failed(Some(name), e.code, Uuid::nil());
@@ -190,4 +242,154 @@ fn describe(topic: &Topic, broker: &Broker) -> MetadataResponseTopic {
         .with_topic_id(topic.record.id)
         .with_partitions(partitions)
         .with_topic_authorized_operations(OPERATIONS_UNKNOWN)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+
+    use super::*;
+    use crate::auth::acl::ResourceType::{Cluster, Topic};
+    use crate::auth::acl::CLUSTER_NAME;
+    use crate::broker::tests::broker;
+    use crate::protocol::header::testing::read_response;
+    use crate::server::handlers::testing::{alice, allow};
+
+    /// The answer to `body` at `version`, with auto-creation on, as a client reads it.
+    async fn ask(
+        broker: &Arc<Broker>,
+        version: i16,
+        body: MetadataRequest,
+        access: &Access,
+    ) -> MetadataResponse {
+        let response = answer(broker, body, version, "PLAINTEXT", access, true).await;
+        let frame = encode_response(7, version, &response).unwrap();
+        read_response(frame, version).1
+    }
+
+    fn named(names: &[&str]) -> MetadataRequest {
+        let topics = names
+            .iter()
+            .map(|n| MetadataRequestTopic::default().with_name(Some(topic_name(n))));
+        MetadataRequest::default()
+            .with_topics(Some(topics.collect()))
+            .with_allow_auto_topic_creation(true)
+    }
+
+    /// (name, error) of each topic answered.
+    fn answered(response: &MetadataResponse) -> Vec<(String, i16)> {
+        let topics = response.topics.iter().map(|t| {
+            let name = t.name.as_ref().map_or_else(String::new, |n| n.to_string());
+            (name, t.error_code)
+        });
+        topics.collect()
+    }
+
+    #[tokio::test]
+    async fn topics_without_describe_are_hidden_refused_and_never_created() {
+        let t = broker(1 << 20).await;
+        for name in ["t", "secret"] {
+            t.broker
+                .create_topic(name, 1, BTreeMap::new())
+                .await
+                .unwrap();
+        }
+        let access = alice(vec![
+            allow(Topic, "t", Operation::Describe),
+            // may describe "new" but not create it; may create "made"
+            allow(Topic, "new", Operation::Describe),
+            allow(Topic, "made", Operation::Describe),
+            allow(Topic, "made", Operation::Create),
+        ]);
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        let all = ask(
+            &t.broker,
+            12,
+            MetadataRequest::default().with_topics(None),
+            &access,
+        )
+        .await;
+        assert_eq!(answered(&all), [("t".to_string(), 0)]);
+        let asked = named(&["t", "secret", "missing", "new", "made"]);
+        let got = ask(&t.broker, 12, asked, &access).await;
+        let want = [
+            ("t", 0),
+            ("secret", denied),
+            ("missing", denied),
+            ("new", denied),
+            ("made", 0),
+        ]
+        .map(|(n, e)| (n.to_string(), e));
+        assert_eq!(answered(&got), want);
+        assert!(
+            got.topics[1].topic_id.is_nil(),
+            "the id of a refused name is not told"
+        );
+        for (name, created) in [("missing", false), ("new", false), ("made", true)] {
+            assert_eq!(t.broker.topic(name).is_some(), created, "{name}");
+        }
+        // By id (ids are not secret in Kafka): refused with its id and without its name.
+        let secret = t.broker.topic("secret").unwrap().record.id;
+        let by_id =
+            MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(None)
+                .with_topic_id(secret)]));
+        let got = ask(&t.broker, 12, by_id, &access).await;
+        assert_eq!(answered(&got), [(String::new(), denied)]);
+        assert_eq!(got.topics[0].topic_id, secret);
+    }
+
+    #[tokio::test]
+    async fn creating_a_topic_is_allowed_by_create_on_the_cluster() {
+        let t = broker(1 << 20).await;
+        let access = alice(vec![
+            allow(Topic, "new", Operation::Describe),
+            allow(Cluster, CLUSTER_NAME, Operation::Create),
+        ]);
+        let got = ask(&t.broker, 12, named(&["new"]), &access).await;
+        assert_eq!(answered(&got), [("new".to_string(), 0)]);
+        assert!(t.broker.topic("new").is_some());
+    }
+
+    #[tokio::test]
+    async fn authorized_operations_are_reported_when_asked_for() {
+        let t = broker(1 << 20).await;
+        t.broker
+            .create_topic("t", 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let access = alice(vec![
+            allow(Topic, "t", Operation::Write),
+            allow(Cluster, CLUSTER_NAME, Operation::IdempotentWrite),
+        ]);
+        let asked = || named(&["t", "u"]).with_allow_auto_topic_creation(false);
+        let got = ask(&t.broker, 10, asked(), &access).await;
+        assert_eq!(
+            got.topics[0].topic_authorized_operations,
+            OPERATIONS_UNKNOWN
+        );
+        assert_eq!(got.cluster_authorized_operations, OPERATIONS_UNKNOWN);
+        let with_operations = asked()
+            .with_include_topic_authorized_operations(true)
+            .with_include_cluster_authorized_operations(true);
+        let got = ask(&t.broker, 10, with_operations, &access).await;
+        // WRITE and the DESCRIBE it implies; none on "u" (refused)
+        let operations: Vec<i32> = got
+            .topics
+            .iter()
+            .map(|t| t.topic_authorized_operations)
+            .collect();
+        assert_eq!(operations, [1 << 4 | 1 << 8, 0]);
+        // IDEMPOTENT_WRITE alone, but without DESCRIBE on the cluster: none, as in Kafka.
+        assert_eq!(got.cluster_authorized_operations, 0);
+        let describer = alice(vec![
+            allow(Cluster, CLUSTER_NAME, Operation::Describe),
+            allow(Cluster, CLUSTER_NAME, Operation::IdempotentWrite),
+        ]);
+        let with_cluster = named(&[]).with_include_cluster_authorized_operations(true);
+        let got = ask(&t.broker, 10, with_cluster, &describer).await;
+        assert_eq!(got.cluster_authorized_operations, 1 << 8 | 1 << 12);
+    }
 }

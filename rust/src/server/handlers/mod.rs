@@ -1,5 +1,6 @@
 //! One module per API; the control-plane APIs, which Python decides, share `control`.
 
+pub mod acls;
 pub mod api_versions;
 pub mod control;
 pub mod delete_records;
@@ -22,6 +23,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::protocol::header::WireError;
@@ -82,5 +85,103 @@ pub fn check_leader_epoch(
         e if e < 0 || e == epoch => Ok(()),
         e if e < epoch => Err(ResponseError::FencedLeaderEpoch),
         _ => Err(ResponseError::UnknownLeaderEpoch),
+    }
+}
+
+/// The operations Kafka reports as a topic's authorized operations (`AclEntry.supportedOperations`).
+const TOPIC_OPERATIONS: [Operation; 8] = [
+    Operation::Read,
+    Operation::Write,
+    Operation::Create,
+    Operation::Delete,
+    Operation::Alter,
+    Operation::Describe,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+];
+
+/// The operations Kafka reports as the cluster's authorized operations.
+const CLUSTER_OPERATIONS: [Operation; 7] = [
+    Operation::Create,
+    Operation::Alter,
+    Operation::Describe,
+    Operation::ClusterAction,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+    Operation::IdempotentWrite,
+];
+
+/// Kafka's authorized-operations bit field (KIP-430): bit `code` set for every operation of
+/// `operations` the connection may do. Without an authorizer every one is allowed, as in Kafka.
+fn operations_field(operations: &[Operation], allowed: impl Fn(Operation) -> bool) -> i32 {
+    operations
+        .iter()
+        .filter(|&&op| allowed(op))
+        .fold(0, |field, op| field | 1 << op.code())
+}
+
+pub(crate) fn topic_operations(access: &Access, topic: &str) -> i32 {
+    operations_field(&TOPIC_OPERATIONS, |op| access.allows_topic(op, topic))
+}
+
+pub(crate) fn cluster_operations(access: &Access) -> i32 {
+    operations_field(&CLUSTER_OPERATIONS, |op| access.allows_cluster(op))
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Connections for handler tests: one of a broker without an authorizer, and User:alice's
+    //! under an authorizer with ACLs (super user User:admin, nothing open without an ACL).
+
+    use std::sync::Arc;
+
+    use crate::auth::acl::tests::acl;
+    use crate::auth::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
+    use crate::auth::authorizer::{Access, Authorizer, AuthorizerSettings, ANONYMOUS};
+
+    /// A connection of a broker without an authorizer: everything is allowed.
+    pub(crate) fn open() -> Arc<Access> {
+        let authorizer = Arc::new(Authorizer::new(AuthorizerSettings::default()));
+        Arc::new(Access::new(
+            authorizer,
+            ANONYMOUS.into(),
+            "127.0.0.1".into(),
+        ))
+    }
+
+    /// User:alice's connection under an enabled authorizer holding `acls`.
+    pub(crate) fn alice(acls: Vec<AclBinding>) -> Arc<Access> {
+        let authorizer = crate::auth::authorizer::tests::authorizer(acls);
+        Arc::new(Access::new(
+            authorizer,
+            "User:alice".into(),
+            "127.0.0.1".into(),
+        ))
+    }
+
+    /// Allows User:alice `operation` on the resource (a literal name).
+    pub(crate) fn allow(kind: ResourceType, name: &str, operation: Operation) -> AclBinding {
+        let pattern = PatternType::Literal;
+        acl(
+            kind,
+            name,
+            pattern,
+            "User:alice",
+            operation,
+            Permission::Allow,
+        )
+    }
+
+    /// Denies User:alice `operation` on the resource (a literal name).
+    pub(crate) fn deny(kind: ResourceType, name: &str, operation: Operation) -> AclBinding {
+        let pattern = PatternType::Literal;
+        acl(
+            kind,
+            name,
+            pattern,
+            "User:alice",
+            operation,
+            Permission::Deny,
+        )
     }
 }

@@ -1,7 +1,8 @@
 //! OffsetForLeaderEpoch v0–4: where a leader epoch's records end, from the partition's epoch
 //! history in the metadata store – so any broker answers, owner or not. Consumers ask after a
 //! leader change to detect a truncated log (KIP-320); `replica_id` (v3+) is ignored, there are
-//! no follower replicas.
+//! no follower replicas. As in Kafka, CLUSTER_ACTION (a broker's) or DESCRIBE on a topic lets
+//! a client ask for its partitions; else they get TOPIC_AUTHORIZATION_FAILED.
 
 use std::sync::Arc;
 
@@ -12,6 +13,8 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 use kafka_protocol::ResponseError;
 
 use super::{check_leader_epoch, find_partition};
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::meta::catalog::PartitionRecord;
 use crate::protocol::header::{encode_response, Request, WireError};
@@ -19,13 +22,22 @@ use crate::protocol::header::{encode_response, Request, WireError};
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: (i32, i64) = (-1, -1);
 
-pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub fn handle(
+    broker: &Arc<Broker>,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: OffsetForLeaderEpochRequest = request.body()?;
     let version = request.api_version;
+    let cluster_action = access.allows_cluster(Operation::ClusterAction);
     let topics = body.topics.into_iter().map(|topic| {
+        let allowed = cluster_action || access.allows_topic(Operation::Describe, &topic.topic);
         let partitions = topic.partitions.iter().map(|p| {
             // The answer's defaults are UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
             let answer = EpochEndOffset::default().with_partition(p.partition);
+            if !allowed {
+                return answer.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+            }
             // v2+ carry the client's view of the current epoch; before, the codec reads -1.
             let found = end_offset(
                 broker,
@@ -104,11 +116,14 @@ mod tests {
     use kafka_protocol::messages::ApiKey;
 
     use super::*;
+    use crate::auth::acl::ResourceType::{Cluster, Topic};
+    use crate::auth::acl::CLUSTER_NAME;
     use crate::broker::tests::{broker, produce};
     use crate::meta::catalog::EpochStart;
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
     use crate::server::handlers::api_versions::supported;
+    use crate::server::handlers::testing::{alice, allow, open};
 
     /// (topic, partition, error, epoch, end offset) of every answer to the asked partitions
     /// (topic, partition, current leader epoch, leader epoch), at `version`.
@@ -116,6 +131,15 @@ mod tests {
         broker: &Arc<Broker>,
         version: i16,
         asked: &[(&str, i32, i32, i32)],
+    ) -> Vec<(String, i32, i16, i32, i64)> {
+        ask_as(broker, version, asked, &open())
+    }
+
+    fn ask_as(
+        broker: &Arc<Broker>,
+        version: i16,
+        asked: &[(&str, i32, i32, i32)],
+        access: &Access,
     ) -> Vec<(String, i32, i16, i32, i64)> {
         let topics = asked.iter().map(|&(topic, partition, current, epoch)| {
             OffsetForLeaderTopic::default()
@@ -135,6 +159,7 @@ mod tests {
         let frame = handle(
             broker,
             &request(ApiKey::OffsetForLeaderEpoch, version, &body),
+            access,
         );
         let (_, response): (_, OffsetForLeaderEpochResponse) =
             read_response(frame.unwrap(), version);
@@ -210,6 +235,25 @@ mod tests {
         // older versions carry no current epoch: nothing to check
         let answers = ask(b, 1, &[("t", 0, 0, 1)]);
         assert_eq!(answers[0].2, 0);
+    }
+
+    #[tokio::test]
+    async fn a_client_needs_describe_on_the_topic_or_cluster_action() {
+        let t = broker(1 << 20).await;
+        let b = &t.broker;
+        b.create_topic("t", 1, BTreeMap::new()).await.unwrap();
+        b.create_topic("u", 1, BTreeMap::new()).await.unwrap();
+        let asked = [("t", 0, -1, 1), ("u", 0, -1, 1), ("missing", 0, -1, 1)];
+        let errors = |access: &Access| -> Vec<i16> {
+            let answers = ask_as(b, 4, &asked, access);
+            answers.into_iter().map(|answer| answer.2).collect()
+        };
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        let unknown = ResponseError::UnknownTopicOrPartition.code();
+        let consumer = alice(vec![allow(Topic, "u", Operation::Describe)]);
+        assert_eq!(errors(&consumer), [denied, 0, denied]);
+        let follower = alice(vec![allow(Cluster, CLUSTER_NAME, Operation::ClusterAction)]);
+        assert_eq!(errors(&follower), [0, 0, unknown]);
     }
 
     fn record(history: &[(i32, i64)], high_watermark: i64) -> PartitionRecord {

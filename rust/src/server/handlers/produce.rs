@@ -18,6 +18,8 @@ use tokio::sync::oneshot;
 
 use super::find_partition;
 use super::Reply;
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::{AppendResult, Appended, Partition};
 use crate::log::validate::{validate_produce, Rejection};
@@ -80,10 +82,14 @@ impl Drop for Waiting {
     }
 }
 
+/// A topic needs WRITE (else TOPIC_AUTHORIZATION_FAILED for each of its partitions, nothing of
+/// it appended, whether it exists or not); the request's other topics go on. A transactional
+/// id is not checked: transactional batches are refused anyway.
 pub fn start(
     broker: &Arc<Broker>,
     request: Request,
     window: &Arc<ProduceWindow>,
+    access: &Access,
 ) -> BoxFuture<'static, Reply> {
     let body: ProduceRequest = match request.body() {
         Ok(body) => body,
@@ -98,11 +104,14 @@ pub fn start(
     for topic in body.topic_data {
         let name = topic.name.0.to_string();
         let mut totals = TopicTotals::default();
+        let allowed = access.allows_topic(Operation::Write, &name);
         let partitions: Vec<(i32, Pending)> = topic
             .partition_data
             .into_iter()
             .map(|data| {
-                let pending = if acks_valid {
+                let pending = if !allowed {
+                    Pending::Now(ResponseError::TopicAuthorizationFailed.into())
+                } else if acks_valid {
                     append(
                         broker,
                         &name,
@@ -117,7 +126,9 @@ pub fn start(
                 (data.index, pending)
             })
             .collect();
-        broker.count_produce(&name, totals.records, totals.bytes);
+        if allowed {
+            broker.count_produce(&name, totals.records, totals.bytes);
+        }
         waiting_bytes += totals.bytes as usize;
         topics.push((name, partitions));
     }
@@ -257,5 +268,81 @@ async fn outcome(
                 .with_record_errors(record_errors.into_iter().collect())
                 .with_error_message(Some(StrBytes::from_string(rejection.message)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::ApiKey;
+    use kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::auth::acl::ResourceType::Topic;
+    use crate::auth::authorizer::Access;
+    use crate::broker::tests::broker;
+    use crate::log::batch::tests::encoded_batch;
+    use crate::protocol::header::testing::{read_response, request};
+    use crate::protocol::topic_name;
+    use crate::server::handlers::testing::{alice, allow, open};
+
+    /// (topic, error, base offset) of each partition answered for 3 records to partition 0 of
+    /// each topic, in one request.
+    async fn produce(
+        broker: &Arc<Broker>,
+        topics: &[&str],
+        access: &Access,
+    ) -> Vec<(String, i16, i64)> {
+        let data = topics.iter().map(|t| {
+            let records = encoded_batch(3, 10, Compression::None);
+            TopicProduceData::default()
+                .with_name(topic_name(t))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(records))])
+        });
+        let body = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(data.collect());
+        let window = Arc::new(ProduceWindow::default());
+        let asked = request(ApiKey::Produce, 9, &body);
+        let Reply::Response(frame) = start(broker, asked, &window, access).await else {
+            panic!("no response");
+        };
+        let (_, response): (_, ProduceResponse) = read_response(frame, 9);
+        let answers = response.responses.iter().flat_map(|t| {
+            t.partition_responses
+                .iter()
+                .map(|p| (t.name.to_string(), p.error_code, p.base_offset))
+        });
+        answers.collect()
+    }
+
+    #[tokio::test]
+    async fn a_topic_without_write_gets_nothing_appended_and_the_others_go_on() {
+        let t = broker(1 << 20).await;
+        for name in ["t", "u"] {
+            t.broker
+                .create_topic(name, 1, BTreeMap::new())
+                .await
+                .unwrap();
+        }
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        let writer = alice(vec![allow(Topic, "t", Operation::Write)]);
+        assert_eq!(
+            produce(&t.broker, &["u", "t", "missing"], &writer).await,
+            [
+                ("u".to_string(), denied, -1),
+                ("t".to_string(), 0, 0),
+                // not revealed to be missing
+                ("missing".to_string(), denied, -1),
+            ]
+        );
+        // Nothing of "u" was appended: the next records start at offset 0.
+        let answered = produce(&t.broker, &["u", "t"], &open()).await;
+        assert_eq!(answered, [("u".to_string(), 0, 0), ("t".to_string(), 0, 3)]);
     }
 }

@@ -4,6 +4,8 @@
 //! gets one result, with Kafka's codes: RESOURCE_NOT_FOUND for a user (or a deleted mechanism)
 //! without credentials, DUPLICATE_RESOURCE for a user named twice, UNSUPPORTED_SASL_MECHANISM,
 //! UNACCEPTABLE_CREDENTIAL for an empty name, salt or password or iterations outside 4096–16384.
+//! Describing needs DESCRIBE on the cluster, altering ALTER, else CLUSTER_AUTHORIZATION_FAILED
+//! (for the request, or for every user named, in name order, as Kafka answers).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,6 +20,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::server::sasl::credentials;
@@ -34,8 +38,19 @@ fn text(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
 
-pub async fn describe(broker: &Broker, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub async fn describe(
+    broker: &Broker,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: DescribeUserScramCredentialsRequest = request.body()?;
+    if !access.allows_cluster(Operation::Describe) {
+        let denied = ResponseError::ClusterAuthorizationFailed;
+        let response = DescribeUserScramCredentialsResponse::default()
+            .with_error_code(denied.code())
+            .with_error_message(Some(text(denied.to_string())));
+        return encode_response(request.correlation_id, request.api_version, &response);
+    }
     let response = match credentials::described(&broker.log.catalog).await {
         Ok(stored) => described(
             &stored,
@@ -89,8 +104,26 @@ fn described(
     DescribeUserScramCredentialsResponse::default().with_results(results)
 }
 
-pub async fn alter(broker: &Broker, request: &Request) -> Result<bytes::Bytes, WireError> {
+pub async fn alter(
+    broker: &Broker,
+    request: &Request,
+    access: &Access,
+) -> Result<bytes::Bytes, WireError> {
     let body: AlterUserScramCredentialsRequest = request.body()?;
+    if !access.allows_cluster(Operation::Alter) {
+        let denied = ResponseError::ClusterAuthorizationFailed;
+        let mut users = users_of(&body);
+        users.sort();
+        let refused = users
+            .into_iter()
+            .map(|user| (user, Err((denied.code(), denied.to_string()))))
+            .collect();
+        return encode_response(
+            request.correlation_id,
+            request.api_version,
+            &altered(refused),
+        );
+    }
     let catalog = &broker.log.catalog;
     let stored = match credentials::described(catalog).await {
         Ok(stored) => stored,
@@ -380,5 +413,60 @@ mod tests {
                 ("alice", DUPLICATE_RESOURCE)
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn describing_needs_describe_and_altering_alter_on_the_cluster() {
+        use crate::auth::acl::ResourceType::Cluster;
+        use crate::auth::acl::CLUSTER_NAME;
+        use crate::protocol::header::testing::{read_response, request};
+        use crate::server::handlers::testing::{alice, allow};
+        use kafka_protocol::messages::ApiKey;
+
+        let t = crate::broker::tests::broker(1 << 20).await;
+        let denied = ResponseError::ClusterAuthorizationFailed.code();
+        let describer = alice(vec![allow(Cluster, CLUSTER_NAME, Operation::Describe)]);
+        let alterer = alice(vec![allow(Cluster, CLUSTER_NAME, Operation::Alter)]);
+        let alter = AlterUserScramCredentialsRequest::default()
+            .with_upsertions(vec![upsert("zed", 1, 4096), upsert("bob", 1, 4096)]);
+        let asked = request(ApiKey::AlterUserScramCredentials, 0, &alter);
+        let frame = alter_as(&t.broker, &asked, &describer).await;
+        let (_, altered): (_, AlterUserScramCredentialsResponse) = read_response(frame, 0);
+        let results: Vec<_> = altered
+            .results
+            .iter()
+            .map(|r| (r.user.to_string(), r.error_code))
+            .collect();
+        // every user refused, in name order, as Kafka answers
+        assert_eq!(
+            results,
+            [("bob".to_string(), denied), ("zed".to_string(), denied)]
+        );
+        let describe = DescribeUserScramCredentialsRequest::default().with_users(None);
+        let asked = request(ApiKey::DescribeUserScramCredentials, 0, &describe);
+        let read = |frame| read_response::<DescribeUserScramCredentialsResponse>(frame, 0).1;
+        let producer = alice(vec![allow(
+            Cluster,
+            CLUSTER_NAME,
+            Operation::IdempotentWrite,
+        )]);
+        let refused = read(super::describe(&t.broker, &asked, &producer).await.unwrap());
+        assert_eq!(refused.error_code, denied);
+        assert!(refused.results.is_empty());
+        // nothing was stored by the refused alteration
+        let stored = read(
+            super::describe(&t.broker, &asked, &describer)
+                .await
+                .unwrap(),
+        );
+        assert_eq!((stored.error_code, stored.results.len()), (0, 0));
+        let asked = request(ApiKey::AlterUserScramCredentials, 0, &alter);
+        let frame = alter_as(&t.broker, &asked, &alterer).await;
+        let (_, altered): (_, AlterUserScramCredentialsResponse) = read_response(frame, 0);
+        assert!(altered.results.iter().all(|r| r.error_code == 0));
+    }
+
+    async fn alter_as(broker: &Broker, asked: &Request, access: &Access) -> bytes::Bytes {
+        super::alter(broker, asked, access).await.unwrap()
     }
 }

@@ -129,6 +129,11 @@ impl Authenticator {
     }
 
     /// Whether the next frame is a bare SASL token rather than a request.
+    /// The logged-in principal (`User:name`), once a login succeeded.
+    pub(crate) fn principal(&self) -> Option<&str> {
+        self.session.as_ref().map(|s| s.principal.as_str())
+    }
+
     pub(crate) fn expects_bare_token(&self) -> bool {
         self.bare_tokens && !matches!(self.step, Step::Idle)
     }
