@@ -26,6 +26,7 @@ an unauthorized one. The ``kafscale acls`` command adds, lists and removes ACLs.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,19 +70,16 @@ from support.acl_clients import (
     wait_until,
 )
 from support.cli_runner import kafscale, ok, one_error_line
-from support.clients import (
-    HANG_GUARD,
-    aiokafka_consume,
-    aiokafka_produce,
-    confluent_consume,
-    confluent_produce,
-    counts,
-    kafka_python_consume,
-    kafka_python_produce,
-    unique,
+from support.clients import HANG_GUARD, counts, unique
+from support.procs import Broker, assert_no_panic, free_ports
+from support.secure_clients import (
+    ROUNDTRIPS,
+    Security,
+    assert_exact,
+    records,
+    secure_consume,
+    secure_produce,
 )
-from support.procs import Broker, assert_no_panic, free_port, free_ports
-from support.secure_clients import ROUNDTRIPS, Security, assert_exact, records
 from support.tls import CLIENT_CN, CLIENT_ORG, make_pki
 
 HOST = "127.0.0.1"
@@ -800,39 +798,28 @@ def _kcat_refusal(argv: list[str], stdin: bytes | None = None) -> str:
     return text
 
 
+def _raised(call: Callable[[], object]) -> str:
+    """The exception ``call()`` must raise, as text."""
+    with pytest.raises(Exception) as failure:
+        call()
+    return f"{type(failure.value).__name__}: {failure.value}"
+
+
 def refused_produce(client: str, bs: str, topic: str, security: Security) -> str:
     """What ``client`` reports when it may not produce: the error, as text."""
-    msgs = records(2, "refused")
     if client == "kcat":
         argv = ["kcat", "-P", "-b", bs, "-t", topic, "-p", "0", *security.kcat()]
         return _kcat_refusal(argv, b"refused-0\nrefused-1\n")
-    produce = {
-        "confluent": lambda: confluent_produce(bs, topic, msgs, extra=security.confluent()),
-        "kafka-python": lambda: kafka_python_produce(
-            bs, topic, msgs, extra=security.kafka_python()
-        ),
-        "aiokafka": lambda: aiokafka_produce(bs, topic, msgs, extra=security.aiokafka()),
-    }[client]
-    with pytest.raises(Exception) as failure:
-        produce()
-    return f"{type(failure.value).__name__}: {failure.value}"
+    msgs = records(2, "refused")
+    return _raised(lambda: secure_produce(client, bs, topic, msgs, security))
 
 
 def refused_consume(client: str, bs: str, topic: str, security: Security) -> str:
-    expected = {0: 1}
+    """What ``client`` reports when it may not consume: the error, as text."""
     if client == "kcat":
         argv = ["kcat", "-C", "-b", bs, "-t", topic, "-p", "0", "-o", "beginning", "-c", "1"]
         return _kcat_refusal([*argv, *security.kcat()])
-    consume = {
-        "confluent": lambda: confluent_consume(bs, topic, expected, extra=security.confluent()),
-        "kafka-python": lambda: kafka_python_consume(
-            bs, topic, expected, extra=security.kafka_python()
-        ),
-        "aiokafka": lambda: aiokafka_consume(bs, topic, expected, extra=security.aiokafka()),
-    }[client]
-    with pytest.raises(Exception) as failure:
-        consume()
-    return f"{type(failure.value).__name__}: {failure.value}"
+    return _raised(lambda: secure_consume(client, bs, topic, {0: 1}, security))
 
 
 @pytest.mark.parametrize("client", list(ROUNDTRIPS))
@@ -1016,14 +1003,7 @@ def test_acls_created_through_one_broker_are_enforced_by_every_broker(cluster, t
     bounded wait."""
     users = users_file(tmp_path / "users")
     c = cluster(0)
-    sasl_ports = {}
-    for _ in range(3):
-        b = c.add(start=False)
-        sasl_ports[b.broker_id] = free_port()
-        listeners = f"PLAINTEXT://{b.bootstrap},SASL_PLAINTEXT://{HOST}:{sasl_ports[b.broker_id]}"
-        b.args += ["--listeners", listeners, *authorizer_args(users)]
-        b.start()
-    c.wait_converged()
+    sasl_ports = c.start_with_listener(3, SASL_PLAINTEXT, authorizer_args(users))
     sasl = {bid: f"{HOST}:{port}" for bid, port in sasl_ports.items()}
     admin_login, alice = login("admin"), login("alice")
     topic = unique("acl-cluster")

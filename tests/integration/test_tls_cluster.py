@@ -19,7 +19,6 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaConsumer, KafkaProducer
 from support.clients import unique
-from support.procs import free_port
 from support.secure_clients import ROUNDTRIPS, Security, assert_exact, records
 from support.tls import make_pki
 
@@ -31,14 +30,7 @@ PARTITIONS = 6
 def test_clients_on_the_ssl_listener_reach_every_broker_over_tls(cluster, tmp_path):
     pki = make_pki(tmp_path / "pki")
     c = cluster(0)
-    ssl_ports = {}
-    for _ in range(3):
-        b = c.add(start=False)
-        ssl_ports[b.broker_id] = free_port()
-        listeners = f"PLAINTEXT://{b.bootstrap},SSL://127.0.0.1:{ssl_ports[b.broker_id]}"
-        b.args += ["--listeners", listeners, *pki.broker_args()]
-        b.start()
-    c.wait_converged()
+    ssl_ports = c.start_with_listener(3, "SSL", pki.broker_args())
     ssl_bootstrap = f"127.0.0.1:{ssl_ports[1]}"
     tls = {
         "bootstrap.servers": ssl_bootstrap,
@@ -108,14 +100,7 @@ def test_scram_credentials_stored_once_log_in_at_every_broker(cluster, tmp_path)
     partition another broker owns, so it logs in there too. PLAIN checks the same credential."""
     pki = make_pki(tmp_path / "pki")
     c = cluster(0)
-    sasl_ports = {}
-    for _ in range(3):
-        b = c.add(start=False)
-        sasl_ports[b.broker_id] = free_port()
-        listeners = f"PLAINTEXT://{b.bootstrap},SASL_SSL://127.0.0.1:{sasl_ports[b.broker_id]}"
-        b.args += ["--listeners", listeners, *pki.broker_args()]
-        b.start()
-    c.wait_converged()
+    sasl_ports = c.start_with_listener(3, "SASL_SSL", pki.broker_args())
     admin = AdminClient({"bootstrap.servers": c.brokers[1].bootstrap})
     alice = UserScramCredentialUpsertion(
         "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"alice-secret"

@@ -11,12 +11,9 @@ it was let through; a probe that gets neither within the hang guard fails the te
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from .clients import HANG_GUARD, unique
-
-if TYPE_CHECKING:
-    from .secure_clients import Security
+from .secure_clients import Security, subscribed
 
 # Kafka error codes
 NONE = 0
@@ -55,6 +52,21 @@ def _restype(name: str):
     return ResourceType.BROKER if name == "CLUSTER" else ResourceType[name]
 
 
+def _from_names(make, resource_type, name, pattern, principal, host, operation, permission):
+    """``make`` (an AclBinding or AclBindingFilter) of these names, in Kafka's field order."""
+    from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType
+
+    return make(
+        _restype(resource_type),
+        name,
+        ResourcePatternType[pattern],
+        principal,
+        host,
+        AclOperation[operation],
+        AclPermissionType[permission],
+    )
+
+
 def binding(
     permission: str,
     principal: str,
@@ -65,21 +77,10 @@ def binding(
     host: str = "*",
 ):
     """An AclBinding from names: binding("ALLOW", "User:alice", "READ", "TOPIC", "orders")."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-    )
+    from confluent_kafka.admin import AclBinding
 
-    return AclBinding(
-        _restype(resource_type),
-        name,
-        ResourcePatternType[pattern],
-        principal,
-        host,
-        AclOperation[operation],
-        AclPermissionType[permission],
+    return _from_names(
+        AclBinding, resource_type, name, pattern, principal, host, operation, permission
     )
 
 
@@ -100,21 +101,10 @@ def acl_filter(
     operation: str = "ANY",
     permission: str = "ANY",
 ):
-    from confluent_kafka.admin import (
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-    )
+    from confluent_kafka.admin import AclBindingFilter
 
-    return AclBindingFilter(
-        _restype(resource_type),
-        name,
-        ResourcePatternType[pattern],
-        principal,
-        host,
-        AclOperation[operation],
-        AclPermissionType[permission],
+    return _from_names(
+        AclBindingFilter, resource_type, name, pattern, principal, host, operation, permission
     )
 
 
@@ -387,19 +377,7 @@ def committed(bootstrap: str, security: Security, group: str, topic: str, partit
 
 def subscribe_error(bootstrap: str, security: Security, group: str, topic: str) -> int | None:
     """A consumer subscribed in ``group``: None once it gets a record, else its first error."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **security.confluent(),
-        }
-    )
-    try:
-        consumer.subscribe([topic])
+    with subscribed(bootstrap, topic, security, group) as consumer:
         deadline = time.monotonic() + HANG_GUARD
         while time.monotonic() < deadline:
             msg = consumer.poll(0.2)
@@ -407,8 +385,6 @@ def subscribe_error(bootstrap: str, security: Security, group: str, topic: str) 
                 continue
             return None if msg.error() is None else msg.error().code()
         raise AssertionError(f"neither a record nor an error for group {group}")
-    finally:
-        consumer.close()
 
 
 def client_certificate(pki, common_name: str, directory):

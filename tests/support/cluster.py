@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import kafka_wire as kw
 from . import segment_format as sf
 from .etcd import ClusterMeta, EtcdError
-from .procs import S3_ENV, Broker, EtcdServer, MotoServer
+from .procs import S3_ENV, Broker, EtcdServer, MotoServer, free_port
 
 CONVERGE_TIMEOUT = 60.0  # liveness guard only
 METADATA_VERSION = 8  # the newest non-flexible version: has leader epochs
@@ -90,6 +90,19 @@ class Cluster:
             self.add()
         self.wait_converged()
         return self
+
+    def start_with_listener(self, n: int, protocol: str, args: list[str]) -> dict[int, int]:
+        """Starts ``n`` more brokers, each with its PLAINTEXT listener and a ``protocol`` one on
+        a port of its own (and ``args``), and waits until they agree: {broker id: that port}."""
+        ports = {}
+        for _ in range(n):
+            b = self.add(start=False)
+            ports[b.broker_id] = free_port()
+            listeners = f"PLAINTEXT://{b.bootstrap},{protocol}://127.0.0.1:{ports[b.broker_id]}"
+            b.args += ["--listeners", listeners, *args]
+            b.start()
+        self.wait_converged()
+        return ports
 
     @property
     def live(self) -> list[Broker]:

@@ -10,10 +10,13 @@ changed: hostname verification stays on (the test certificates name 127.0.0.1).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from support.clients import (
     HANG_GUARD,
@@ -125,38 +128,41 @@ def assert_exact(produced: list[Msg], got: list[Got]) -> None:
 # round trips, one per client: produce ``msgs``, then read them back from the beginning
 
 
-def confluent_roundtrip(
-    bootstrap: str, topic: str, msgs: list[Msg], security: Security
-) -> list[Got]:
-    confluent_produce(bootstrap, topic, msgs, extra=security.confluent())
-    return confluent_consume(bootstrap, topic, counts(msgs), extra=security.confluent())
-
-
-def kafka_python_roundtrip(
-    bootstrap: str, topic: str, msgs: list[Msg], security: Security
-) -> list[Got]:
-    kafka_python_produce(bootstrap, topic, msgs, extra=security.kafka_python())
-    return kafka_python_consume(bootstrap, topic, counts(msgs), extra=security.kafka_python())
-
-
-def aiokafka_roundtrip(
-    bootstrap: str, topic: str, msgs: list[Msg], security: Security
-) -> list[Got]:
-    aiokafka_produce(bootstrap, topic, msgs, extra=security.aiokafka())
-    return aiokafka_consume(bootstrap, topic, counts(msgs), extra=security.aiokafka())
-
-
-def kcat_roundtrip(bootstrap: str, topic: str, msgs: list[Msg], security: Security) -> list[Got]:
-    kcat_produce(bootstrap, topic, msgs, extra=security.kcat())
-    return kcat_consume(bootstrap, topic, counts(msgs), extra=security.kcat())
-
-
-ROUNDTRIPS = {
-    "confluent": confluent_roundtrip,
-    "kafka-python": kafka_python_roundtrip,
-    "aiokafka": aiokafka_roundtrip,
-    "kcat": kcat_roundtrip,
+# each client's producer and consumer (support.clients) and its options from a Security
+CLIENTS: dict[str, tuple[Any, Any, Any]] = {
+    "confluent": (confluent_produce, confluent_consume, Security.confluent),
+    "kafka-python": (kafka_python_produce, kafka_python_consume, Security.kafka_python),
+    "aiokafka": (aiokafka_produce, aiokafka_consume, Security.aiokafka),
+    "kcat": (kcat_produce, kcat_consume, Security.kcat),
 }
+
+
+def secure_produce(
+    client: str, bootstrap: str, topic: str, msgs: list[Msg], security: Security
+) -> None:
+    """``client``'s producer of ``msgs`` with ``security``'s settings."""
+    produce, _consume, options = CLIENTS[client]
+    produce(bootstrap, topic, msgs, extra=options(security))
+
+
+def secure_consume(
+    client: str, bootstrap: str, topic: str, expected: dict[int, int], security: Security
+) -> list[Got]:
+    """``client``'s consumer of ``expected`` ({partition: records}) from the beginning, with
+    ``security``'s settings."""
+    _produce, consume, options = CLIENTS[client]
+    return consume(bootstrap, topic, expected, extra=options(security))
+
+
+def roundtrip(
+    client: str, bootstrap: str, topic: str, msgs: list[Msg], security: Security
+) -> list[Got]:
+    secure_produce(client, bootstrap, topic, msgs, security)
+    return secure_consume(client, bootstrap, topic, counts(msgs), security)
+
+
+ROUNDTRIPS = {client: functools.partial(roundtrip, client) for client in CLIENTS}
+confluent_roundtrip = ROUNDTRIPS["confluent"]
 
 
 def group_roundtrip(
@@ -165,20 +171,10 @@ def group_roundtrip(
     """Produce ``msgs`` (all on partition 0) with confluent-kafka, then consume them with a
     consumer subscribed in ``group`` (it finds its coordinator, joins and consumes) and commit;
     returns what it consumed and the committed (partition, offset) of partition 0."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     confluent_produce(bootstrap, topic, msgs, extra=security.confluent())
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **security.confluent(),
-        }
-    )
-    try:
-        consumer.subscribe([topic])
+    with subscribed(bootstrap, topic, security, group) as consumer:
         got = []
         deadline = time.monotonic() + HANG_GUARD
         while len(got) < len(msgs):
@@ -191,5 +187,25 @@ def group_roundtrip(
         consumer.commit(asynchronous=False)
         committed = consumer.committed([TopicPartition(topic, 0)], timeout=HANG_GUARD)
         return got, [(tp.partition, tp.offset) for tp in committed]
+
+
+@contextlib.contextmanager
+def subscribed(bootstrap: str, topic: str, security: Security, group: str) -> Iterator[Any]:
+    """A confluent consumer in ``group`` (no auto-commit, from the earliest offset when the
+    group has none) subscribed to ``topic``; closed on leaving."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **security.confluent(),
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        yield consumer
     finally:
         consumer.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from . import output
@@ -102,31 +103,26 @@ def host_name(value: str) -> str:
 # the parser
 
 
+def _repeatable(
+    p: argparse.ArgumentParser,
+    flag: str,
+    kind: Any,
+    metavar: str,
+    help: str,
+    *,
+    required: bool = False,
+) -> None:
+    """A flag that may be given many times, its values in a list (empty when not given)."""
+    default: dict[str, Any] = {"required": True} if required else {"default": []}
+    p.add_argument(flag, action="append", type=kind, metavar=metavar, help=help, **default)
+
+
 def _resource_flags(p: argparse.ArgumentParser, patterns: list[str], default: str) -> None:
-    p.add_argument(
-        "--topic",
-        action="append",
-        default=[],
-        type=resource_name,
-        metavar="NAME",
-        help="a topic (repeatable; * is every topic)",
+    _repeatable(p, "--topic", resource_name, "NAME", "a topic (repeatable; * is every topic)")
+    _repeatable(
+        p, "--group", resource_name, "NAME", "a consumer group (repeatable; * is every group)"
     )
-    p.add_argument(
-        "--group",
-        action="append",
-        default=[],
-        type=resource_name,
-        metavar="NAME",
-        help="a consumer group (repeatable; * is every group)",
-    )
-    p.add_argument(
-        "--transactional-id",
-        action="append",
-        default=[],
-        type=resource_name,
-        metavar="ID",
-        help="a transactional id (repeatable)",
-    )
+    _repeatable(p, "--transactional-id", resource_name, "ID", "a transactional id (repeatable)")
     p.add_argument("--cluster", action="store_true", help=f"the cluster ({CLUSTER_NAME})")
     p.add_argument(
         "--resource-pattern-type",
@@ -159,29 +155,22 @@ def _permission_flags(p: argparse.ArgumentParser, *, required: bool) -> None:
 
 
 def _filter_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--principal",
-        action="append",
-        default=[],
-        type=principal,
-        metavar="P",
-        help="only the ACLs of this principal, TYPE:NAME (repeatable)",
+    _repeatable(
+        p, "--principal", principal, "P", "only the ACLs of this principal, TYPE:NAME (repeatable)"
     )
-    p.add_argument(
+    _repeatable(
+        p,
         "--host",
-        action="append",
-        default=[],
-        type=host_name,
-        metavar="HOST",
-        help="only the ACLs of this host (repeatable; * is the ACLs for any host)",
+        host_name,
+        "HOST",
+        "only the ACLs of this host (repeatable; * is the ACLs for any host)",
     )
-    p.add_argument(
+    _repeatable(
+        p,
         "--operation",
-        action="append",
-        default=[],
-        type=operation_name,
-        metavar="OPERATION",
-        help="only the ACLs of this operation (repeatable)",
+        operation_name,
+        "OPERATION",
+        "only the ACLs of this operation (repeatable)",
     )
 
 
@@ -215,29 +204,24 @@ def register(commands: Any) -> None:
         "resource, e.g. `kafscale acls add --allow --principal User:alice --operation Read "
         "--operation Describe --topic orders --group orders-app`.",
     )
-    p.add_argument(
+    _repeatable(
+        p,
         "--principal",
-        action="append",
+        principal,
+        "P",
+        "TYPE:NAME, e.g. User:alice or User:CN=alice,O=org (repeatable; User:* is anyone)",
         required=True,
-        type=principal,
-        metavar="P",
-        help="TYPE:NAME, e.g. User:alice or User:CN=alice,O=org (repeatable; User:* is anyone)",
     )
-    p.add_argument(
-        "--host",
-        action="append",
-        default=[],
-        type=host_name,
-        metavar="HOST",
-        help="the client's IP address (repeatable; default *, any host)",
+    _repeatable(
+        p, "--host", host_name, "HOST", "the client's IP address (repeatable; default *, any host)"
     )
-    p.add_argument(
+    _repeatable(
+        p,
         "--operation",
-        action="append",
+        operation_name,
+        "OPERATION",
+        f"repeatable: {', '.join(OPERATIONS)}",
         required=True,
-        type=operation_name,
-        metavar="OPERATION",
-        help=f"repeatable: {', '.join(OPERATIONS)}",
     )
     _permission_flags(p, required=True)
     _resource_flags(p, ["literal", "prefixed"], "literal")
@@ -306,38 +290,19 @@ def _pattern(name: str) -> Any:
     return ResourcePatternType[name.upper()]
 
 
-def bindings(args: argparse.Namespace) -> list[Any]:
-    """One AclBinding per principal, host, operation and resource."""
-    from confluent_kafka.admin import AclBinding
-
+def _combinations(
+    make: Any,
+    args: argparse.Namespace,
+    named: Sequence[tuple[Any, str | None]],
+    principals: Sequence[str | None],
+    hosts: Sequence[str | None],
+    operations: Sequence[str | None],
+) -> list[Any]:
+    """``make`` (AclBinding or AclBindingFilter) of every combination of a (resource type,
+    name), principal, host and operation, each list without repeats, in the order given;
+    pattern type and permission from the flags."""
     return [
-        AclBinding(
-            _resource_type(kind),
-            name,
-            _pattern(args.resource_pattern_type),
-            who,
-            host,
-            _operation(op),
-            _permission(args.permission),
-        )
-        for (kind, name), who, host, op in itertools.product(
-            resources(args),
-            dict.fromkeys(args.principal),
-            dict.fromkeys(args.host or [ANY_HOST]),
-            dict.fromkeys(args.operation),
-        )
-    ]
-
-
-def filters(args: argparse.Namespace) -> list[Any]:
-    """AclBindingFilters for every combination the flags give (a flag not given: any)."""
-    from confluent_kafka.admin import AclBindingFilter, ResourceType
-
-    named: list[tuple[Any, str | None]] = [
-        (_resource_type(kind), name) for kind, name in resources(args)
-    ]
-    return [
-        AclBindingFilter(
+        make(
             restype,
             name,
             _pattern(args.resource_pattern_type),
@@ -347,12 +312,35 @@ def filters(args: argparse.Namespace) -> list[Any]:
             _permission(args.permission),
         )
         for (restype, name), who, host, op in itertools.product(
-            named or [(ResourceType.ANY, None)],
-            list(dict.fromkeys(args.principal)) or [None],
-            list(dict.fromkeys(args.host)) or [None],
-            list(dict.fromkeys(args.operation)) or [None],
+            named, *(list(dict.fromkeys(values)) for values in (principals, hosts, operations))
         )
     ]
+
+
+def bindings(args: argparse.Namespace) -> list[Any]:
+    """One AclBinding per principal, host, operation and resource."""
+    from confluent_kafka.admin import AclBinding
+
+    named = [(_resource_type(kind), name) for kind, name in resources(args)]
+    hosts = args.host or [ANY_HOST]
+    return _combinations(AclBinding, args, named, args.principal, hosts, args.operation)
+
+
+def filters(args: argparse.Namespace) -> list[Any]:
+    """AclBindingFilters for every combination the flags give (a flag not given: any)."""
+    from confluent_kafka.admin import AclBindingFilter, ResourceType
+
+    named: list[tuple[Any, str | None]] = [
+        (_resource_type(kind), name) for kind, name in resources(args)
+    ]
+    return _combinations(
+        AclBindingFilter,
+        args,
+        named or [(ResourceType.ANY, None)],
+        args.principal or [None],
+        args.host or [None],
+        args.operation or [None],
+    )
 
 
 def row(binding: Any) -> dict[str, str]:
@@ -397,12 +385,20 @@ def explained(err: CliError) -> CliError:
     return CliError(err.what, hint, code=err.code)
 
 
-def _check_pattern(args: argparse.Namespace) -> None:
-    if args.resource_pattern_type == "match" and not resources(args):
-        args.parser.error(
-            "--resource-pattern-type match needs a resource: --topic, --group, "
-            "--transactional-id or --cluster"
-        )
+def _connect(args: argparse.Namespace, *, needs_resource: bool) -> Kafka:
+    """The brokers, once the flags pass the checks argparse cannot make: a resource named
+    where the command needs one, and for --resource-pattern-type match."""
+    if not resources(args):
+        if needs_resource:
+            args.parser.error("name a resource: --topic, --group, --transactional-id or --cluster")
+        if args.resource_pattern_type == "match":
+            args.parser.error(
+                "--resource-pattern-type match needs a resource: --topic, --group, "
+                "--transactional-id or --cluster"
+            )
+    kafka = Kafka.from_args(args)
+    kafka.metadata()
+    return kafka
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,9 +406,7 @@ def _check_pattern(args: argparse.Namespace) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    _check_pattern(args)
-    kafka = Kafka.from_args(args)
-    kafka.metadata()
+    kafka = _connect(args, needs_resource=False)
     found: dict[tuple[str, ...], dict[str, str]] = {}
     for acl_filter in filters(args):
         future = kafka.admin.describe_acls(acl_filter, request_timeout=kafka.timeout)
@@ -495,15 +489,8 @@ def check_empty_listing(kafka: Kafka) -> None:
         # anything else (no Alter on the cluster, say) does not make the empty list wrong
 
 
-def _need_resource(args: argparse.Namespace) -> None:
-    if not resources(args):
-        args.parser.error("name a resource: --topic, --group, --transactional-id or --cluster")
-
-
 def cmd_add(args: argparse.Namespace) -> int:
-    _need_resource(args)
-    kafka = Kafka.from_args(args)
-    kafka.metadata()
+    kafka = _connect(args, needs_resource=True)
     new = bindings(args)
     futures = kafka.admin.create_acls(new, request_timeout=kafka.timeout)
     failed = False
@@ -519,9 +506,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    _need_resource(args)
-    kafka = Kafka.from_args(args)
-    kafka.metadata()
+    kafka = _connect(args, needs_resource=True)
     wanted = filters(args)
     futures = kafka.admin.delete_acls(wanted, request_timeout=kafka.timeout)
     removed: dict[tuple[str, ...], Any] = {}

@@ -398,37 +398,14 @@ pub(crate) mod tests {
 
     #[test]
     fn any_topic_write_is_an_allow_no_deny_covers() {
-        let a = authorizer(vec![
-            acl(
-                Topic,
-                "logs-",
-                PatternType::Prefixed,
-                "User:p",
-                Write,
-                Allow,
-            ),
-            acl(
-                Topic,
-                "logs-secret",
-                PatternType::Literal,
-                "User:p",
-                Write,
-                Deny,
-            ),
-        ]);
+        use PatternType::{Literal, Prefixed};
+        let writes =
+            |name, pattern, permission| acl(Topic, name, pattern, "User:p", Write, permission);
+        let logs = || writes("logs-", Prefixed, Allow);
+        let a = authorizer(vec![logs(), writes("logs-secret", Literal, Deny)]);
         assert!(access(&a, "User:p").allows_any(Write, Topic));
         assert!(!access(&a, "User:q").allows_any(Write, Topic));
-        let denied = authorizer(vec![
-            acl(
-                Topic,
-                "logs-",
-                PatternType::Prefixed,
-                "User:p",
-                Write,
-                Allow,
-            ),
-            acl(Topic, "*", PatternType::Literal, "User:p", Write, Deny),
-        ]);
+        let denied = authorizer(vec![logs(), writes("*", Literal, Deny)]);
         assert!(!access(&denied, "User:p").allows_any(Write, Topic));
         assert!(!access(&denied, "User:p").allows_any(Write, Cluster));
     }

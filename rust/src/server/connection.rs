@@ -539,14 +539,64 @@ async fn write_response(
             Ok(Ok(0)) => return Err("the client closed the connection".into()),
             Ok(Ok(written)) => bytes = &bytes[written..],
             Ok(Err(error)) => return Err(error.to_string()),
-            Err(_) => {
-                return Err(format!(
-                    "the client read nothing of its response for {} ms \
-                     (connections_max_idle_ms)",
-                    idle.as_millis()
-                ))
-            }
+            Err(_) => return Err(unread(idle)),
         }
     }
-    Ok(())
+    // A TLS stream may keep the end of the response in its buffer when the socket was full
+    // (the write above counts it as written): without a flush it would wait for the next
+    // response, and a consumer's only Fetch for the next request timeout. (No-op over TCP.)
+    match tokio::time::timeout(idle, socket.flush()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(unread(idle)),
+    }
+}
+
+fn unread(idle: Duration) -> String {
+    format!(
+        "the client read nothing of its response for {} ms (connections_max_idle_ms)",
+        idle.as_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream that, like a TLS stream, takes writes into a buffer and sends on a flush.
+    #[derive(Default)]
+    struct Buffering {
+        pending: Vec<u8>,
+        sent: Vec<u8>,
+    }
+
+    impl AsyncWrite for Buffering {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.pending.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            let pending = std::mem::take(&mut self.pending);
+            self.sent.extend(pending);
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_response_is_sent_whole_not_left_in_the_streams_buffer() {
+        let mut stream = Buffering::default();
+        write_response(&mut stream, b"response", Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(stream.sent, b"response");
+    }
 }

@@ -59,8 +59,6 @@ pub async fn handle(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use kafka_protocol::messages::delete_records_request::{
         DeleteRecordsPartition, DeleteRecordsTopic,
     };
@@ -68,19 +66,13 @@ mod tests {
 
     use super::*;
     use crate::auth::acl::ResourceType::Topic;
-    use crate::broker::tests::{broker, produce};
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
-    use crate::server::handlers::testing::{alice, allow};
+    use crate::server::handlers::testing::{alice, allow, broker_with};
 
     #[tokio::test]
     async fn deleting_records_needs_delete_on_the_topic() {
-        let t = broker(1 << 20).await;
-        t.broker
-            .create_topic("t", 1, BTreeMap::new())
-            .await
-            .unwrap();
-        produce(&t.broker, "t", 0, 5).await;
+        let t = broker_with(&["t"], 1, 5).await;
         let body = DeleteRecordsRequest::default()
             .with_timeout_ms(10_000)
             .with_topics(vec![DeleteRecordsTopic::default()

@@ -93,25 +93,17 @@ pub async fn handle(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use kafka_protocol::messages::ApiKey;
 
     use super::*;
     use crate::auth::acl::ResourceType::{Cluster, Topic};
     use crate::auth::acl::CLUSTER_NAME;
-    use crate::broker::tests::{broker, produce};
     use crate::protocol::header::testing::{read_response, request};
-    use crate::server::handlers::testing::{alice, allow};
+    use crate::server::handlers::testing::{alice, allow, broker_with};
 
     #[tokio::test]
     async fn log_dirs_need_describe_on_the_cluster() {
-        let t = broker(1 << 20).await;
-        t.broker
-            .create_topic("t", 1, BTreeMap::new())
-            .await
-            .unwrap();
-        produce(&t.broker, "t", 0, 5).await;
+        let t = broker_with(&["t"], 1, 5).await;
         let body = DescribeLogDirsRequest::default().with_topics(None);
         // Topic rights do not count.
         let reader = alice(vec![allow(Topic, "t", Operation::Read)]);

@@ -61,27 +61,18 @@ pub fn handle(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
     use kafka_protocol::messages::ApiKey;
 
     use super::*;
     use crate::auth::acl::ResourceType::Topic;
-    use crate::broker::tests::broker;
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
-    use crate::server::handlers::testing::{alice, allow};
+    use crate::server::handlers::testing::{alice, allow, broker_with};
 
     #[tokio::test]
     async fn describing_producers_needs_read_on_the_topic() {
-        let t = broker(1 << 20).await;
-        for name in ["t", "u"] {
-            t.broker
-                .create_topic(name, 1, BTreeMap::new())
-                .await
-                .unwrap();
-        }
+        let t = broker_with(&["t", "u"], 1, 0).await;
         let topics = ["t", "u"].map(|name| {
             TopicRequest::default()
                 .with_name(topic_name(name))

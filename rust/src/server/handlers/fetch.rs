@@ -268,7 +268,6 @@ fn group(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::time::Instant;
 
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
@@ -277,10 +276,10 @@ mod tests {
     use super::*;
     use crate::auth::acl::ResourceType::{Cluster, Topic};
     use crate::auth::acl::CLUSTER_NAME;
-    use crate::broker::tests::{broker, produce};
+    use crate::broker::tests::produce;
     use crate::protocol::header::testing::{read_response, request};
     use crate::server::budget::{Budgets, ByteBudget};
-    use crate::server::handlers::testing::{alice, allow};
+    use crate::server::handlers::testing::{alice, allow, broker_with};
 
     /// A topic asked for by name (before v13) or id.
     type Asked<'a> = (&'a str, Uuid);
@@ -323,14 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_consumer_reads_only_topics_it_has_read_on() {
-        let t = broker(1 << 20).await;
-        for name in ["t", "u"] {
-            t.broker
-                .create_topic(name, 1, BTreeMap::new())
-                .await
-                .unwrap();
-            produce(&t.broker, name, 0, 5).await;
-        }
+        let t = broker_with(&["t", "u"], 1, 5).await;
         let id = |name| t.broker.topic(name).unwrap().record.id;
         let reader = alice(vec![
             allow(Topic, "u", Operation::Read),
@@ -364,13 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_topic_does_not_end_the_wait_for_data() {
-        let t = broker(1 << 20).await;
-        for name in ["t", "empty"] {
-            t.broker
-                .create_topic(name, 1, BTreeMap::new())
-                .await
-                .unwrap();
-        }
+        let t = broker_with(&["t", "empty"], 1, 0).await;
         produce(&t.broker, "t", 0, 5).await;
         let reader = alice(vec![allow(Topic, "empty", Operation::Read)]);
         let asked = [("t", Uuid::nil()), ("empty", Uuid::nil())];

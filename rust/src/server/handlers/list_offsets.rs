@@ -110,8 +110,6 @@ async fn lookup(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
     use kafka_protocol::messages::{ApiKey, TopicName};
     use kafka_protocol::protocol::StrBytes;
@@ -120,11 +118,11 @@ mod tests {
 
     use super::*;
     use crate::auth::acl::ResourceType::Topic;
-    use crate::broker::tests::{broker, produce, produce_batch};
+    use crate::broker::tests::produce_batch;
     use crate::log::batch::tests::{encode_records, record_at};
     use crate::log::retention::delete_records;
     use crate::protocol::header::testing::{read_response, request};
-    use crate::server::handlers::testing::{alice, allow, open};
+    use crate::server::handlers::testing::{alice, allow, broker_with, open};
 
     /// (error, offset, timestamp) of one ListOffsets lookup of partition 0 of "t".
     async fn ask(broker: &Arc<Broker>, version: i16, timestamp: i64) -> (i16, i64, i64) {
@@ -163,11 +161,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_largest_timestamp_counts_only_records_from_the_log_start() {
-        let t = broker(1 << 20).await;
-        t.broker
-            .create_topic("t", 1, BTreeMap::new())
-            .await
-            .unwrap();
+        let t = broker_with(&["t"], 1, 0).await;
         let now = crate::log::partition::now_ms();
         // offsets 0..=2, then 3..=4: the largest timestamp is at offset 1
         produce_batch(&t.broker, "t", 0, &stamped(&[now - 30, now - 10, now - 20])).await;
@@ -192,12 +186,7 @@ mod tests {
 
     #[tokio::test]
     async fn earliest_and_latest_at_every_served_version() {
-        let t = broker(1 << 20).await;
-        t.broker
-            .create_topic("t", 1, BTreeMap::new())
-            .await
-            .unwrap();
-        produce(&t.broker, "t", 0, 5).await;
+        let t = broker_with(&["t"], 1, 5).await;
         for version in 0..=9 {
             assert_eq!(ask(&t.broker, version, LATEST).await.1, 5, "v{version}");
             assert_eq!(ask(&t.broker, version, EARLIEST).await.1, 0, "v{version}");
@@ -206,14 +195,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_topic_without_describe_is_refused_for_each_partition() {
-        let t = broker(1 << 20).await;
-        for name in ["t", "u"] {
-            t.broker
-                .create_topic(name, 2, BTreeMap::new())
-                .await
-                .unwrap();
-            produce(&t.broker, name, 0, 5).await;
-        }
+        let t = broker_with(&["t", "u"], 2, 5).await;
         let topics = ["t", "u", "missing"].map(|name| {
             let partitions = (0..2).map(|index| {
                 ListOffsetsPartition::default()

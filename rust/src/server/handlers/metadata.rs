@@ -246,8 +246,6 @@ fn describe(topic: &Topic, broker: &Broker) -> MetadataResponseTopic {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 
     use super::*;
@@ -255,7 +253,7 @@ mod tests {
     use crate::auth::acl::CLUSTER_NAME;
     use crate::broker::tests::broker;
     use crate::protocol::header::testing::read_response;
-    use crate::server::handlers::testing::{alice, allow};
+    use crate::server::handlers::testing::{alice, allow, broker_with};
 
     /// The answer to `body` at `version`, with auto-creation on, as a client reads it.
     async fn ask(
@@ -289,13 +287,7 @@ mod tests {
 
     #[tokio::test]
     async fn topics_without_describe_are_hidden_refused_and_never_created() {
-        let t = broker(1 << 20).await;
-        for name in ["t", "secret"] {
-            t.broker
-                .create_topic(name, 1, BTreeMap::new())
-                .await
-                .unwrap();
-        }
+        let t = broker_with(&["t", "secret"], 1, 0).await;
         let access = alice(vec![
             allow(Topic, "t", Operation::Describe),
             // may describe "new" but not create it; may create "made"
@@ -355,11 +347,7 @@ mod tests {
 
     #[tokio::test]
     async fn authorized_operations_are_reported_when_asked_for() {
-        let t = broker(1 << 20).await;
-        t.broker
-            .create_topic("t", 1, BTreeMap::new())
-            .await
-            .unwrap();
+        let t = broker_with(&["t"], 1, 0).await;
         let access = alice(vec![
             allow(Topic, "t", Operation::Write),
             allow(Cluster, CLUSTER_NAME, Operation::IdempotentWrite),

@@ -131,57 +131,77 @@ pub(crate) fn cluster_operations(access: &Access) -> i32 {
 #[cfg(test)]
 pub(crate) mod testing {
     //! Connections for handler tests: one of a broker without an authorizer, and User:alice's
-    //! under an authorizer with ACLs (super user User:admin, nothing open without an ACL).
+    //! under an authorizer with ACLs (super user User:admin, nothing open without an ACL); a
+    //! broker holding a few topics.
 
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use crate::auth::acl::tests::acl;
     use crate::auth::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
     use crate::auth::authorizer::{Access, Authorizer, AuthorizerSettings, ANONYMOUS};
+    use crate::broker::tests::{broker, produce, TestBroker};
 
     /// A connection of a broker without an authorizer: everything is allowed.
     pub(crate) fn open() -> Arc<Access> {
-        let authorizer = Arc::new(Authorizer::new(AuthorizerSettings::default()));
-        Arc::new(Access::new(
-            authorizer,
-            ANONYMOUS.into(),
-            "127.0.0.1".into(),
-        ))
+        connection(
+            Arc::new(Authorizer::new(AuthorizerSettings::default())),
+            ANONYMOUS,
+        )
     }
 
     /// User:alice's connection under an enabled authorizer holding `acls`.
     pub(crate) fn alice(acls: Vec<AclBinding>) -> Arc<Access> {
-        let authorizer = crate::auth::authorizer::tests::authorizer(acls);
+        connection(
+            crate::auth::authorizer::tests::authorizer(acls),
+            "User:alice",
+        )
+    }
+
+    fn connection(authorizer: Arc<Authorizer>, principal: &str) -> Arc<Access> {
         Arc::new(Access::new(
             authorizer,
-            "User:alice".into(),
+            principal.into(),
             "127.0.0.1".into(),
         ))
     }
 
     /// Allows User:alice `operation` on the resource (a literal name).
     pub(crate) fn allow(kind: ResourceType, name: &str, operation: Operation) -> AclBinding {
-        let pattern = PatternType::Literal;
-        acl(
-            kind,
-            name,
-            pattern,
-            "User:alice",
-            operation,
-            Permission::Allow,
-        )
+        alices(Permission::Allow, kind, name, operation)
     }
 
     /// Denies User:alice `operation` on the resource (a literal name).
     pub(crate) fn deny(kind: ResourceType, name: &str, operation: Operation) -> AclBinding {
+        alices(Permission::Deny, kind, name, operation)
+    }
+
+    /// User:alice's ACL of `permission` for `operation` on the resource (a literal name).
+    fn alices(
+        permission: Permission,
+        kind: ResourceType,
+        name: &str,
+        operation: Operation,
+    ) -> AclBinding {
         let pattern = PatternType::Literal;
-        acl(
-            kind,
-            name,
-            pattern,
-            "User:alice",
-            operation,
-            Permission::Deny,
-        )
+        acl(kind, name, pattern, "User:alice", operation, permission)
+    }
+
+    /// A broker of its own holding `topics`, `partitions` partitions each, with `records`
+    /// records produced to partition 0 of each (none when 0).
+    pub(crate) async fn broker_with(
+        topics: &[&str],
+        partitions: i32,
+        records: usize,
+    ) -> TestBroker {
+        let t = broker(1 << 20).await;
+        for &name in topics {
+            let created = t.broker.create_topic(name, partitions, BTreeMap::new());
+            created.await.unwrap();
+            if records > 0 {
+                produce(&t.broker, name, 0, records).await;
+            }
+        }
+        t
     }
 }

@@ -273,8 +273,6 @@ async fn outcome(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::ApiKey;
     use kafka_protocol::records::Compression;
@@ -282,11 +280,10 @@ mod tests {
     use super::*;
     use crate::auth::acl::ResourceType::Topic;
     use crate::auth::authorizer::Access;
-    use crate::broker::tests::broker;
     use crate::log::batch::tests::encoded_batch;
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
-    use crate::server::handlers::testing::{alice, allow, open};
+    use crate::server::handlers::testing::{alice, allow, broker_with, open};
 
     /// (topic, error, base offset) of each partition answered for 3 records to partition 0 of
     /// each topic, in one request.
@@ -323,13 +320,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_topic_without_write_gets_nothing_appended_and_the_others_go_on() {
-        let t = broker(1 << 20).await;
-        for name in ["t", "u"] {
-            t.broker
-                .create_topic(name, 1, BTreeMap::new())
-                .await
-                .unwrap();
-        }
+        let t = broker_with(&["t", "u"], 1, 0).await;
         let denied = ResponseError::TopicAuthorizationFailed.code();
         let writer = alice(vec![allow(Topic, "t", Operation::Write)]);
         assert_eq!(
