@@ -112,9 +112,9 @@ class Security:
 # records
 
 
-def records(n: int, tag: str) -> list[Msg]:
-    """A few single-line text records with keys, all on partition 0 (kcat can send these)."""
-    return [Msg(0, f"key-{i}".encode(), f"{tag}-value-{i}".encode()) for i in range(n)]
+def records(n: int, tag: str, partition: int = 0) -> list[Msg]:
+    """A few single-line text records with keys, all on ``partition`` (kcat can send these)."""
+    return [Msg(partition, f"key-{i}".encode(), f"{tag}-value-{i}".encode()) for i in range(n)]
 
 
 def assert_exact(produced: list[Msg], got: list[Got]) -> None:
