@@ -51,11 +51,12 @@ step "cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
 # The cargo-fuzz crate is a workspace of its own (bench/fuzz.sh runs it): only compiled here, on
-# the stable toolchain, in a target directory of its own. A changed dependency of the core needs
-# its lock file too: cp Cargo.lock fuzz/Cargo.lock && cargo metadata --manifest-path
+# the stable toolchain, in the core's target directory (its dependencies are the core's, already
+# built by the steps above: about 10 s instead of 2.5 min from cold). A changed dependency of the
+# core needs its lock file too: cp Cargo.lock fuzz/Cargo.lock && cargo metadata --manifest-path
 # fuzz/Cargo.toml >/dev/null (this adds the fuzz crate's own dependencies).
 step "cargo check (fuzz crate), cargo fmt --check"
-CARGO_TARGET_DIR="${KAFSCALE_FUZZ_TARGET_DIR:-$ROOT/fuzz/target}" \
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}" \
   cargo check --locked --manifest-path fuzz/Cargo.toml --bins
 cargo fmt --check --manifest-path fuzz/Cargo.toml
 
