@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import (
     EqualTo,
@@ -21,6 +22,7 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
+from kafscale.segment import kafka_schema
 from kafscale.spark import (
     EARLIEST,
     LATEST,
@@ -45,6 +47,7 @@ from kafscale.spark.readers import (
     KafScalePruningBatchReader,
     KafScaleStreamReader,
 )
+from kafscale.spark.schema import arrow_schema
 
 BASE_TS = 1_700_000_000_000
 
@@ -522,3 +525,31 @@ def test_spark_schema_is_the_kafka_source_schema():
     assert spark_schema(include_headers=True).fields[-1].simpleString() == (
         "headers:array<struct<key:string,value:binary>>"
     )
+
+
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_the_arrow_schema_is_the_spark_schema_and_takes_the_segment_readers_batches(
+    include_headers,
+):
+    arrow = arrow_schema(include_headers)
+    assert arrow.names == spark_schema(include_headers).names
+    assert all(f.nullable for f in arrow)
+    assert arrow.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    # what the segment reader hands out casts to it (milliseconds become microseconds)
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {
+                "key": None,
+                "value": b"v",
+                "topic": "t",
+                "partition": 0,
+                "offset": 7,
+                "timestamp": 1_700_000_000_123,
+                "timestampType": 0,
+                **({"headers": [{"key": "h", "value": b"x"}]} if include_headers else {}),
+            }
+        ],
+        schema=kafka_schema(include_headers),
+    )
+    cast = batch.cast(arrow)
+    assert cast.column("timestamp")[0].value == 1_700_000_000_123_000

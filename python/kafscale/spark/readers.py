@@ -7,7 +7,6 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from kafscale.spark.options import (
     OffsetsJson,
@@ -25,14 +24,14 @@ from kafscale.spark.planning import (
     split_at_segments,
 )
 from kafscale.spark.pruning import Pruning
-from kafscale.spark.schema import spark_schema
+from kafscale.spark.schema import arrow_schema
 
 
 def read_range(options: ReadOptions, part: SegmentRange | None) -> Iterator[pa.RecordBatch]:
     """Executor side: the records of one input partition as Arrow batches of the Spark schema."""
     if part is None:
         return  # Spark hands None to read() when the plan has no input partition at all
-    target = to_arrow_schema(spark_schema(options.include_headers))
+    target = arrow_schema(options.include_headers)
     batches = open_source(options).read(
         part.topic,
         part.partition,
