@@ -24,10 +24,10 @@ from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from support import analytics_env
 from support import segment_format as sf
 from support.admin_env import open_admin
@@ -44,6 +44,7 @@ from support.clients import Msg, confluent_produce
 
 from kafscale.segment import kafka_schema
 from kafscale.spark import KafScaleDataSource, spark_schema
+from kafscale.spark.schema import arrow_schema
 
 analytics = analytics_env.analytics
 cluster_analytics = analytics_env.cluster_analytics
@@ -124,13 +125,17 @@ def job(name: str) -> Callable[[list[str]], None]:
 # --- batch --------------------------------------------------------------------------------------
 
 
-def test_spark_schema_matches_the_arrow_schema_of_the_segment_reader():
+def test_the_batches_read_hands_spark_have_the_spark_schema(spark):
     for headers in (False, True):
-        arrow = kafka_schema(headers)
-        spark_arrow = to_arrow_schema(spark_schema(headers))
-        assert arrow.names == spark_arrow.names
-        # what read() does to every batch: only the timestamp unit changes (ms → µs)
-        assert arrow.empty_table().cast(spark_arrow).schema == spark_arrow
+        # what read() does to every batch of the segment reader: only the timestamp unit
+        # changes (ms → µs); Spark's own Arrow conversion gives back the Kafka source's schema
+        row = {"key": b"k", "value": b"v", "topic": "t", "partition": 0, "offset": 0}
+        row |= {"timestamp": 1_700_000_000_000, "timestampType": 0}
+        if headers:
+            row["headers"] = [{"key": "h", "value": b"x"}]
+        table = pa.Table.from_pylist([row], schema=kafka_schema(headers))
+        frame = spark.createDataFrame(table.cast(arrow_schema(headers)))
+        assert frame.schema == spark_schema(headers)
 
 
 def test_batch_read_equals_what_a_consumer_reads(spark, analytics):
