@@ -79,6 +79,29 @@ def proc_status_kib(pid: int, key: str) -> int:
     return 0
 
 
+def proc_wakeups(pid: int) -> int:
+    """Times the process's threads went to sleep waiting (voluntary context switches): each
+    is a wake-up later, and on a busy connection each costs more than the bytes it reads."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the broker spent over a phase."""
+
+    cpu_s: float
+    wakeups: int
+
+    def __sub__(self, before: Usage) -> Usage:
+        return Usage(self.cpu_s - before.cpu_s, self.wakeups - before.wakeups)
+
+
 def self_cpu_seconds() -> float:
     """CPU of this process including librdkafka's threads."""
     t = os.times()
@@ -233,6 +256,9 @@ class Broker(procs.Broker):
 
     def cpu_seconds(self) -> float:
         return proc_cpu_seconds(self.pid)
+
+    def usage(self) -> Usage:
+        return Usage(proc_cpu_seconds(self.pid), proc_wakeups(self.pid))
 
     def rss_mib(self) -> float:
         return proc_status_kib(self.pid, "VmRSS") / 1024
@@ -550,8 +576,8 @@ def _fetch_pass(consumer: Any, job: FetchJob, errors: list[str]) -> tuple[int, i
 
 def run_workers(
     target: Callable[..., None], jobs: list[Any], broker: Broker, timeout: float
-) -> tuple[list[dict[str, Any]], float, list[str]]:
-    """Run one spawned process per job; returns (results, broker CPU seconds, errors).
+) -> tuple[list[dict[str, Any]], Usage, list[str]]:
+    """Run one spawned process per job; returns (results, the broker's usage, errors).
 
     Broker CPU is sampled after every worker has connected and before they are released."""
     ctx = mp.get_context("spawn")
@@ -562,15 +588,15 @@ def run_workers(
     errors: list[str] = []
     try:
         ready = _collect(out, set(range(len(jobs))), broker, procs, 120.0, "ready", errors)
-        cpu0 = broker.cpu_seconds()
+        before = broker.usage()
         start.set()
         results = _collect(out, set(ready), broker, procs, timeout, "result", errors)
-        cpu = broker.cpu_seconds() - cpu0
+        usage = broker.usage() - before
     finally:
         release_and_reap(procs, start)
     if not results:
         raise RuntimeError("; ".join(errors) or "no driver results")
-    return list(results.values()), cpu, errors
+    return list(results.values()), usage, errors
 
 
 def release_and_reap(procs: list[Any], start: Any) -> None:
@@ -621,9 +647,10 @@ def phase_figures(
     results: list[dict[str, Any]],
     value_bytes: int,
     broker: Broker,
-    broker_cpu: float,
+    usage: Usage,
     errors: list[str],
 ) -> dict[str, Any]:
+    broker_cpu = usage.cpu_s
     records = sum(r["records"] for r in results)
     nbytes = sum(r.get("bytes", r["records"] * value_bytes) for r in results)
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
@@ -639,6 +666,7 @@ def phase_figures(
         "broker_cpu_s": round(broker_cpu, 2),
         "broker_cpu_s_per_gib": round(broker_cpu / gib, 3) if gib > 0 else None,
         "broker_cpu_util": round(broker_cpu / wall, 2) if wall > 0 else None,
+        "broker_wakeups_per_gib": round(usage.wakeups / gib) if gib > 0 else None,
         "driver_procs": len(results),
         "driver_cpu_s": round(driver_cpu, 2),
         "driver_cpu_util": round(driver_cpu / wall, 2) if wall > 0 else None,
@@ -677,12 +705,13 @@ def run_produce(broker: Broker, args: argparse.Namespace, acks: str, label: str)
         for i in range(procs)
     ]
     log(f"{label}: producing {total} x {args.value_bytes} B, acks={acks}, {procs} process(es)")
-    results, cpu, errors = run_workers(produce_worker, jobs, broker, deadline + 180)
-    fig = phase_figures(results, args.value_bytes, broker, cpu, errors)
+    results, usage, errors = run_workers(produce_worker, jobs, broker, deadline + 180)
+    fig = phase_figures(results, args.value_bytes, broker, usage, errors)
     fig["acks"] = int(acks)
     log(
         f"{label}: {fig['mb_s']} MB/s, {fig['records_s']} rec/s, broker "
-        f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, driver {fig['driver_cpu_s']} CPU-s"
+        f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, {fig['broker_wakeups_per_gib']} wake-ups/GiB, "
+        f"driver {fig['driver_cpu_s']} CPU-s"
     )
     return fig
 
@@ -701,12 +730,13 @@ def run_fetch(
     per_pass = sum(end - begin for begin, end in ranges.values())
     log(f"{label}: reading {per_pass} records x {passes} pass(es), {len(jobs)} process(es)")
     expected_s = passes * per_pass * args.value_bytes / (2 * MB)
-    results, cpu, errors = run_workers(fetch_worker, jobs, broker, max(300.0, expected_s))
-    fig = phase_figures(results, args.value_bytes, broker, cpu, errors)
+    results, usage, errors = run_workers(fetch_worker, jobs, broker, max(300.0, expected_s))
+    fig = phase_figures(results, args.value_bytes, broker, usage, errors)
     fig["passes"] = passes
     log(
         f"{label}: {fig['mb_s']} MB/s, {fig['records_s']} rec/s, broker "
-        f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, driver {fig['driver_cpu_s']} CPU-s"
+        f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, {fig['broker_wakeups_per_gib']} wake-ups/GiB, "
+        f"driver {fig['driver_cpu_s']} CPU-s"
     )
     return fig
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from support import group_wire as gw
 from support import kafka_wire as kw
+from support import segment_format as sf
 from support.clients import HANG_GUARD, unique
 from support.procs import Broker, assert_no_panic, free_port, free_ports
 from support.secure_clients import (
@@ -217,6 +218,35 @@ def test_metadata_advertises_the_listener_the_client_came_in_on(tls_broker):
         assert [(b.host, b.port) for b in brokers.values()] == [(HOST, port)], bootstrap
         cluster = admin.describe_cluster(request_timeout=HANG_GUARD).result(HANG_GUARD)
         assert [(n.host, n.port) for n in cluster.nodes] == [(HOST, port)], bootstrap
+
+
+@pytest.mark.parametrize("listener", ["plaintext", "ssl"])
+def test_a_large_request_arriving_in_pieces_is_answered(tls_broker, listener):
+    """While most of a large request is still on its way the broker asks the kernel not to
+    wake it for every piece (SO_RCVLOWAT); the request must still be read to its last byte
+    and answered when the client's writes arrive slowly and in small pieces."""
+    pki = tls_broker.pki
+    topic = unique(f"pieces-{listener}")
+    ensure_topic_over_tls(tls_broker.ssl, topic, pki.ca.cert)
+    records = [(b"k%d" % i, bytes([i % 251]) * 1024, []) for i in range(700)]
+    batch = sf.build_record_batch(records)
+    header = kw.request_header(kw.PRODUCE, 3, 7, "pieces", False)
+    request = kw.frame(header + kw.produce_body(topic, 0, batch))
+    assert len(request) > 700 * 1024
+    if listener == "ssl":
+        conn = tls_connection(tls_broker.ssl, pki.ca.cert)
+    else:
+        conn = kw.RawConnection.to(tls_broker.plain)
+    with conn:
+        for start in range(0, len(request), 8 * 1024):
+            conn.send_raw(request[start : start + 8 * 1024])
+            time.sleep(0.002)
+        cid, r = conn.recv_response()
+        first = kw.parse_produce_v3(r)[(topic, 0)]
+        assert (cid, first.error_code) == (7, kw.NONE), first
+        # Stored whole: the next batch lands right after its 700 records.
+        after = kw.produce(conn, topic, 0, sf.build_record_batch([(None, b"after", [])]))
+    assert (after.error_code, after.base_offset) == (kw.NONE, first.base_offset + 700), after
 
 
 def test_advertised_listeners(broker_factory, tmp_path):

@@ -48,6 +48,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.buffer.len()
     }
 
+    /// Bytes still to arrive before the next frame is whole: the rest of its size prefix, or
+    /// of its declared size once the prefix is in (0 when it is whole already, or invalid).
+    pub fn missing(&self) -> usize {
+        let have = self.buffer.len();
+        let Some(prefix) = self.buffer.get(..FRAME_HEADER_LEN) else {
+            return FRAME_HEADER_LEN - have;
+        };
+        let size = i32::from_be_bytes(prefix.try_into().unwrap());
+        let whole = usize::try_from(size)
+            .ok()
+            .filter(|size| *size <= self.max_frame)
+            .map_or(0, |size| FRAME_HEADER_LEN + size);
+        whole.saturating_sub(have)
+    }
+
     /// Reads what has arrived, at most `limit` bytes (at least one). `Ok(0)`: the peer closed
     /// between two requests. Cancel-safe: bytes read are kept for the next call.
     pub async fn fill(&mut self, limit: usize) -> Result<usize, FrameError> {
@@ -111,6 +126,23 @@ mod tests {
                 return Ok(None);
             }
         }
+    }
+
+    #[tokio::test]
+    async fn missing_counts_down_to_the_end_of_the_next_frame() {
+        let mut input = framed(&[1; 20]);
+        input.extend((1000i32).to_be_bytes());
+        let mut reader = FrameReader::new(&input[..], 100);
+        assert_eq!(reader.missing(), FRAME_HEADER_LEN);
+        reader.fill(2).await.unwrap();
+        assert_eq!(reader.missing(), 2);
+        reader.fill(7).await.unwrap();
+        assert_eq!(reader.missing(), 24 - 9);
+        reader.fill(100).await.unwrap();
+        assert_eq!(reader.missing(), 0, "a whole frame is buffered");
+        reader.next_frame().unwrap().unwrap();
+        // The next prefix declares more than the limit: nothing is waited for.
+        assert_eq!(reader.missing(), 0);
     }
 
     #[tokio::test]

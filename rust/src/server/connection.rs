@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -31,6 +31,7 @@ use super::admission::Admitted;
 use super::budget::{Budgets, ByteBudget, Charge};
 use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
+use super::low_water::LowWater;
 use super::sasl::{Authenticator, Gate, SaslSettings};
 use super::tls::{Side, Tls};
 use crate::auth::authorizer::{Access, ANONYMOUS};
@@ -82,12 +83,23 @@ enum ReadEnd {
 /// The read side of a connection, and how to tell that its client closed while nothing of
 /// it is being read.
 pub(crate) trait ReadSide: AsyncRead + Unpin + Send {
+    /// Request bytes this side may have taken from the socket and not handed on yet.
+    const HELD: usize;
+
     fn hung_up(&self) -> impl Future<Output = ()> + Send + '_;
+
+    fn socket(&self) -> BorrowedFd<'_>;
 }
 
 impl ReadSide for OwnedReadHalf {
+    const HELD: usize = 0;
+
     fn hung_up(&self) -> impl Future<Output = ()> + Send + '_ {
         peer_closed(move || self.ready(Interest::READABLE))
+    }
+
+    fn socket(&self) -> BorrowedFd<'_> {
+        self.as_ref().as_fd()
     }
 }
 
@@ -109,8 +121,16 @@ impl AsyncRead for TlsReadSide {
 }
 
 impl ReadSide for TlsReadSide {
+    /// rustls stops reading from the socket while decrypted bytes wait: it holds at most two
+    /// records' plaintext and one record's ciphertext, under 56 KiB.
+    const HELD: usize = 64 * 1024;
+
     fn hung_up(&self) -> impl Future<Output = ()> + Send + '_ {
         peer_closed(move || self.socket.ready(Interest::READABLE))
+    }
+
+    fn socket(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
     }
 }
 
@@ -271,9 +291,9 @@ fn connection_access(
     Arc::new(Access::new(broker.authorizer.clone(), principal, host))
 }
 
-async fn read_requests(
+async fn read_requests<R: ReadSide>(
     broker: &Arc<Broker>,
-    read_half: &mut impl ReadSide,
+    read_half: &mut R,
     (auth, transport_principal): (&mut Option<Authenticator>, Arc<str>),
     connection: &ConnectionContext,
     queue: &mpsc::Sender<Pending>,
@@ -287,6 +307,7 @@ async fn read_requests(
     // The bytes received and not yet handed to a request: a partial request.
     let mut buffered = Charge::new(&connection.budgets);
     let mut frame_deadline: Option<Instant> = None;
+    let mut low_water = LowWater::new();
     let mut since_yield = 0;
     let mut access = connection_access(broker, connection, transport_principal.clone());
     loop {
@@ -367,6 +388,7 @@ async fn read_requests(
             // connection close without an answer, which is true - nothing of it was stored.
             return ReadEnd::Stopped;
         }
+        low_water.expect(frames.get_ref().socket(), frames.missing(), R::HELD);
         let own = buffered.bytes();
         let more = async {
             let allowed = tokio::select! {

@@ -6,6 +6,7 @@ pub mod connection;
 pub mod dispatch;
 mod fd_limit;
 pub mod handlers;
+mod low_water;
 pub(crate) mod ops_endpoint;
 pub(crate) mod sasl;
 pub(crate) mod tls;
