@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: system packages, virtualenv with the package (maturin dev build) and test
-# dependencies, Rust unit tests, ruff, mypy, then pytest. Extra arguments go to pytest, e.g.
+# dependencies, Rust unit tests, ruff, mypy, pytest, then the analytics and client tests again
+# on the newest versions pyproject's ranges allow. Extra arguments go to pytest, e.g.
 #   bash tests/run.sh -k segments -x
 # Set KAFSCALE_SKIP_INSTALL=1 to reuse an existing .venv build as it is (quick reruns).
 set -euo pipefail
@@ -75,4 +76,30 @@ step "mypy --strict (python package)"
 
 # --- pytest ---------------------------------------------------------------------------------
 step "pytest"
-exec "$PY" -m pytest -ra "$@"
+"$PY" -m pytest -ra "$@"
+
+# --- the same analytics and client tests on the newest versions the ranges allow -------------
+# pyproject's ranges are promises: a second virtualenv takes the newest version each range
+# allows, resolved now (tests/latest_requirements.py says which), and runs the tests that
+# exercise them against the package built above. Skipped when pytest was given arguments (a
+# partial run) or KAFSCALE_SKIP_LATEST=1.
+if [[ $# -eq 0 && ${KAFSCALE_SKIP_LATEST:-0} != 1 ]]; then
+  LATEST="$ROOT/.venv-latest"
+  step "latest environment: pip install the newest versions pyproject's ranges allow"
+  if [[ ! -x $LATEST/bin/python ]]; then
+    python3 -m venv "$LATEST"
+  fi
+  "$LATEST/bin/python" -m pip install --quiet --upgrade pip
+  "$PY" tests/latest_requirements.py >"$LATEST/requirements.txt"
+  "$LATEST/bin/python" -m pip install --quiet --upgrade --upgrade-strategy eager \
+    -r "$LATEST/requirements.txt"
+  "$LATEST/bin/python" -m pip list --format=freeze |
+    grep -iE '^(pyspark|polars|pyarrow|pyiceberg|confluent-kafka|kafka-python|aiokafka)==' |
+    paste -sd' '
+  step "pytest (latest environment): analytics and client tests"
+  PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$LATEST/bin/python" -m pytest -ra \
+    tests/integration/test_spark_source.py tests/integration/test_polars_scan.py \
+    tests/integration/test_segment_reader.py tests/integration/test_cli_segments.py \
+    tests/integration/test_clients.py tests/integration/test_idempotence.py \
+    tests/integration/test_tls.py tests/integration/test_sasl.py
+fi

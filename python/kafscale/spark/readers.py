@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
 
 from kafscale.spark.options import (
     OffsetsJson,
@@ -27,10 +32,12 @@ from kafscale.spark.pruning import Pruning
 from kafscale.spark.schema import arrow_schema
 
 
-def read_range(options: ReadOptions, part: SegmentRange | None) -> Iterator[pa.RecordBatch]:
+def read_range(options: ReadOptions, part: InputPartition | None) -> Iterator[pa.RecordBatch]:
     """Executor side: the records of one input partition as Arrow batches of the Spark schema."""
-    if part is None:
-        return  # Spark hands None to read() when the plan has no input partition at all
+    if not isinstance(part, SegmentRange):
+        # A plan without input partitions: Spark hands read() None (pyspark 4.1) or a bare
+        # InputPartition(None) (4.2 and later) in their place.
+        return
     target = arrow_schema(options.include_headers)
     batches = open_source(options).read(
         part.topic,
@@ -57,9 +64,7 @@ class KafScaleBatchReader(DataSourceReader):
         segments = {tp: log.segments for tp, log in logs.items()}
         return split_at_segments(ranges, segments, self.options.min_partitions)
 
-    # Spark hands read() only what partitions() returned (or None, see read_range);
-    # pyspark's reader classes are not generic in their partition type, so it cannot say so.
-    def read(self, partition: SegmentRange | None) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         return read_range(self.options, partition)
 
 
