@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -37,6 +38,7 @@ use super::acl::Operation;
 use super::authorizer::Access;
 use crate::broker::control::ControlBody;
 use crate::broker::Broker;
+use crate::protocol::header::{encode_response as enc, WireError};
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
@@ -66,193 +68,159 @@ pub(crate) struct Screened {
     listing: Option<Arc<Access>>,
 }
 
-/// The answer to a request the principal may not make at all (a group it may not use), or
-/// None when Python is to answer it.
-pub(crate) fn refusal(body: &ControlBody, access: &Access) -> Option<Refused> {
-    let group_read = |group: &GroupId| !access.allows_group(Operation::Read, group);
-    match body {
-        ControlBody::JoinGroup(r) if group_read(&r.group_id) => Some(Refused::JoinGroup),
-        ControlBody::SyncGroup(r) if group_read(&r.group_id) => Some(Refused::SyncGroup),
-        ControlBody::Heartbeat(r) if group_read(&r.group_id) => Some(Refused::Heartbeat),
-        ControlBody::LeaveGroup(r) if group_read(&r.group_id) => Some(Refused::LeaveGroup),
-        ControlBody::OffsetCommit(r) if group_read(&r.group_id) => Some(Refused::OffsetCommit),
-        ControlBody::OffsetDelete(r) if !access.allows_group(Operation::Delete, &r.group_id) => {
-            Some(Refused::OffsetDelete)
+/// The answer to a request the principal may not make at all (a group it may not use), every
+/// item GROUP_AUTHORIZATION_FAILED; None when Python is to answer it.
+pub(crate) fn refused_answer(
+    body: &ControlBody,
+    access: &Access,
+    correlation_id: i32,
+    version: i16,
+) -> Option<Result<Bytes, WireError>> {
+    let denied = |op: Operation, group: &GroupId| !access.allows_group(op, group);
+    let code = denied_group();
+    let answer = match body {
+        ControlBody::JoinGroup(r) if denied(Operation::Read, &r.group_id) => enc(
+            correlation_id,
+            version,
+            &wire::JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1),
+        ),
+        ControlBody::SyncGroup(r) if denied(Operation::Read, &r.group_id) => enc(
+            correlation_id,
+            version,
+            &wire::SyncGroupResponse::default().with_error_code(code),
+        ),
+        ControlBody::Heartbeat(r) if denied(Operation::Read, &r.group_id) => enc(
+            correlation_id,
+            version,
+            &wire::HeartbeatResponse::default().with_error_code(code),
+        ),
+        ControlBody::LeaveGroup(r) if denied(Operation::Read, &r.group_id) => enc(
+            correlation_id,
+            version,
+            &wire::LeaveGroupResponse::default().with_error_code(code),
+        ),
+        ControlBody::OffsetCommit(r) if denied(Operation::Read, &r.group_id) => {
+            let topics = r.topics.iter().map(|t| {
+                let partitions = t.partitions.iter().map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                });
+                OffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(partitions.collect())
+            });
+            let response = wire::OffsetCommitResponse::default().with_topics(topics.collect());
+            enc(correlation_id, version, &response)
         }
+        ControlBody::OffsetDelete(r) if denied(Operation::Delete, &r.group_id) => enc(
+            correlation_id,
+            version,
+            &wire::OffsetDeleteResponse::default().with_error_code(code),
+        ),
+        // v8+ (a list of groups) is screened group by group instead.
         ControlBody::OffsetFetch(r)
-            if r.groups.is_empty() && !access.allows_group(Operation::Describe, &r.group_id) =>
+            if r.groups.is_empty() && denied(Operation::Describe, &r.group_id) =>
         {
-            Some(Refused::OffsetFetch)
-        }
-        _ => None,
-    }
-}
-
-/// The refused request's answer, every item with GROUP_AUTHORIZATION_FAILED.
-pub(crate) enum Refused {
-    JoinGroup,
-    SyncGroup,
-    Heartbeat,
-    LeaveGroup,
-    OffsetCommit,
-    OffsetDelete,
-    OffsetFetch,
-}
-
-impl Refused {
-    /// Encodes the answer to `body` (the request refused) at `version`.
-    pub(crate) fn encode(
-        &self,
-        body: &ControlBody,
-        correlation_id: i32,
-        version: i16,
-    ) -> Result<bytes::Bytes, crate::protocol::header::WireError> {
-        use crate::protocol::header::encode_response as enc;
-        let code = denied_group();
-        match (self, body) {
-            (Refused::JoinGroup, _) => enc(
-                correlation_id,
-                version,
-                &wire::JoinGroupResponse::default()
-                    .with_error_code(code)
-                    .with_generation_id(-1),
-            ),
-            (Refused::SyncGroup, _) => enc(
-                correlation_id,
-                version,
-                &wire::SyncGroupResponse::default().with_error_code(code),
-            ),
-            (Refused::Heartbeat, _) => enc(
-                correlation_id,
-                version,
-                &wire::HeartbeatResponse::default().with_error_code(code),
-            ),
-            (Refused::LeaveGroup, _) => enc(
-                correlation_id,
-                version,
-                &wire::LeaveGroupResponse::default().with_error_code(code),
-            ),
-            (Refused::OffsetCommit, ControlBody::OffsetCommit(r)) => {
-                let topics = r.topics.iter().map(|t| {
-                    let partitions = t.partitions.iter().map(|p| {
-                        OffsetCommitResponsePartition::default()
-                            .with_partition_index(p.partition_index)
-                            .with_error_code(code)
-                    });
-                    OffsetCommitResponseTopic::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(partitions.collect())
+            let topics = r.topics.iter().flatten().map(|t| {
+                let partitions = t.partition_indexes.iter().map(|&p| {
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(-1)
+                        .with_error_code(code)
                 });
-                let response = wire::OffsetCommitResponse::default().with_topics(topics.collect());
-                enc(correlation_id, version, &response)
-            }
-            (Refused::OffsetFetch, ControlBody::OffsetFetch(r)) => {
-                let topics = r.topics.iter().flatten().map(|t| {
-                    let partitions = t.partition_indexes.iter().map(|&p| {
-                        OffsetFetchResponsePartition::default()
-                            .with_partition_index(p)
-                            .with_committed_offset(-1)
-                            .with_error_code(code)
-                    });
-                    OffsetFetchResponseTopic::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(partitions.collect())
-                });
-                let response = wire::OffsetFetchResponse::default()
-                    .with_error_code(code)
-                    .with_topics(topics.collect());
-                enc(correlation_id, version, &response)
-            }
-            _ => enc(
-                correlation_id,
-                version,
-                &wire::OffsetDeleteResponse::default().with_error_code(code),
-            ),
+                OffsetFetchResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(partitions.collect())
+            });
+            let response = wire::OffsetFetchResponse::default()
+                .with_error_code(code)
+                .with_topics(topics.collect());
+            enc(correlation_id, version, &response)
         }
-    }
+        _ => return None,
+    };
+    Some(answer)
 }
 
 /// Takes out of `body` what the principal may not touch; the rest goes to Python.
 pub(crate) fn screen(body: &mut ControlBody, access: &Arc<Access>, broker: &Broker) -> Screened {
     let mut out = Screened::default();
-    let topic = |op: Operation, name: &str| access.allows_topic(op, name);
+    let topic = |op: Operation, name: &str| denied(access.allows_topic(op, name));
+    let group = |op: Operation, name: &str| denied(access.allows_group(op, name));
     match body {
         ControlBody::CreateTopics(r) => {
             let cluster = access.allows_cluster(Operation::Create);
-            r.topics.retain(|t| {
-                let allowed = cluster || topic(Operation::Create, &t.name);
-                if !allowed {
-                    out.topics.push((t.name.to_string(), Vec::new()));
-                }
-                allowed
-            });
+            keep_allowed(
+                &mut r.topics,
+                |t| topic(Operation::Create, &t.name).filter(|()| !cluster),
+                |t, ()| out.topics.push((t.name.to_string(), Vec::new())),
+            );
         }
         ControlBody::DeleteTopics(r) => {
-            r.topic_names.retain(|name| {
-                let allowed = topic(Operation::Delete, name);
-                if !allowed {
-                    out.topics.push((name.to_string(), Vec::new()));
-                }
-                allowed
-            });
-            r.topics.retain(|t| {
-                let name = match &t.name {
-                    Some(name) => Some(name.to_string()),
-                    None => broker
-                        .topic_by_id(t.topic_id)
-                        .map(|t| t.record.name.to_string()),
-                };
-                // An id no topic has is left to Python (UNKNOWN_TOPIC_ID).
-                let allowed = name.as_deref().is_none_or(|n| topic(Operation::Delete, n));
-                if !allowed {
-                    out.topic_ids
-                        .push((t.name.as_ref().map(|n| n.to_string()), t.topic_id));
-                }
-                allowed
-            });
+            keep_allowed(
+                &mut r.topic_names,
+                |name| topic(Operation::Delete, name),
+                |name, ()| out.topics.push((name.to_string(), Vec::new())),
+            );
+            keep_allowed(
+                &mut r.topics,
+                |t| {
+                    let name = match &t.name {
+                        Some(name) => Some(name.to_string()),
+                        None => broker
+                            .topic_by_id(t.topic_id)
+                            .map(|t| t.record.name.to_string()),
+                    };
+                    // An id no topic has is left to Python (UNKNOWN_TOPIC_ID).
+                    topic(Operation::Delete, name.as_deref()?)
+                },
+                |t, ()| {
+                    let name = t.name.as_ref().map(|n| n.to_string());
+                    out.topic_ids.push((name, t.topic_id));
+                },
+            );
         }
-        ControlBody::CreatePartitions(r) => r.topics.retain(|t| {
-            let allowed = topic(Operation::Alter, &t.name);
-            if !allowed {
-                out.topics.push((t.name.to_string(), Vec::new()));
-            }
-            allowed
-        }),
-        ControlBody::OffsetCommit(r) => r.topics.retain(|t| {
-            let allowed = topic(Operation::Read, &t.name);
-            if !allowed {
+        ControlBody::CreatePartitions(r) => keep_allowed(
+            &mut r.topics,
+            |t| topic(Operation::Alter, &t.name),
+            |t, ()| out.topics.push((t.name.to_string(), Vec::new())),
+        ),
+        ControlBody::OffsetCommit(r) => keep_allowed(
+            &mut r.topics,
+            |t| topic(Operation::Read, &t.name),
+            |t, ()| {
                 let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
                 out.topics.push((t.name.to_string(), partitions));
-            }
-            allowed
-        }),
-        ControlBody::OffsetDelete(r) => r.topics.retain(|t| {
-            let allowed = topic(Operation::Read, &t.name);
-            if !allowed {
+            },
+        ),
+        ControlBody::OffsetDelete(r) => keep_allowed(
+            &mut r.topics,
+            |t| topic(Operation::Read, &t.name),
+            |t, ()| {
                 let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
                 out.topics.push((t.name.to_string(), partitions));
-            }
-            allowed
-        }),
+            },
+        ),
         ControlBody::OffsetFetch(r) => {
             out.listing = Some(access.clone());
             if let Some(topics) = r.topics.as_mut() {
-                topics.retain(|t| {
-                    let allowed = topic(Operation::Describe, &t.name);
-                    if !allowed {
-                        out.topics
-                            .push((t.name.to_string(), t.partition_indexes.clone()));
-                    }
-                    allowed
-                });
+                keep_allowed(
+                    topics,
+                    |t| topic(Operation::Describe, &t.name),
+                    |t, ()| {
+                        let partitions = t.partition_indexes.clone();
+                        out.topics.push((t.name.to_string(), partitions));
+                    },
+                );
             }
-            r.groups.retain(|g| {
-                let allowed = access.allows_group(Operation::Describe, &g.group_id);
-                if !allowed {
-                    out.groups.push(g.group_id.to_string());
-                }
-                allowed
-            });
+            keep_allowed(
+                &mut r.groups,
+                |g| group(Operation::Describe, &g.group_id),
+                |g, ()| out.groups.push(g.group_id.to_string()),
+            );
             for group in &mut r.groups {
                 let Some(topics) = group.topics.as_mut() else {
                     continue;
@@ -261,64 +229,79 @@ pub(crate) fn screen(body: &mut ControlBody, access: &Arc<Access>, broker: &Brok
                     .group_topics
                     .entry(group.group_id.to_string())
                     .or_default();
-                topics.retain(|t| {
-                    let allowed = topic(Operation::Describe, &t.name);
-                    if !allowed {
-                        refused.push((t.name.to_string(), t.partition_indexes.clone()));
-                    }
-                    allowed
-                });
+                keep_allowed(
+                    topics,
+                    |t| topic(Operation::Describe, &t.name),
+                    |t, ()| refused.push((t.name.to_string(), t.partition_indexes.clone())),
+                );
             }
         }
-        ControlBody::DescribeGroups(r) => r.groups.retain(|g| {
-            let allowed = access.allows_group(Operation::Describe, g);
-            if !allowed {
-                out.groups.push(g.to_string());
-            }
-            allowed
-        }),
-        ControlBody::DeleteGroups(r) => r.groups_names.retain(|g| {
-            let allowed = access.allows_group(Operation::Delete, g);
-            if !allowed {
-                out.groups.push(g.to_string());
-            }
-            allowed
-        }),
+        ControlBody::DescribeGroups(r) => keep_allowed(
+            &mut r.groups,
+            |g| group(Operation::Describe, g),
+            |g, ()| out.groups.push(g.to_string()),
+        ),
+        ControlBody::DeleteGroups(r) => keep_allowed(
+            &mut r.groups_names,
+            |g| group(Operation::Delete, g),
+            |g, ()| out.groups.push(g.to_string()),
+        ),
         ControlBody::ListGroups(_) => {
             if !access.allows_cluster(Operation::Describe) {
                 out.listing = Some(access.clone());
             }
         }
-        ControlBody::DescribeConfigs(r) => r.resources.retain(|res| {
-            let code = config_refusal(access, res.resource_type, &res.resource_name, false);
-            if let Some(code) = code {
-                out.resources
-                    .push((res.resource_type, res.resource_name.to_string(), code));
-            }
-            code.is_none()
-        }),
-        ControlBody::AlterConfigs(r) => r.resources.retain(|res| {
-            let code = config_refusal(access, res.resource_type, &res.resource_name, true);
-            if let Some(code) = code {
-                out.resources
-                    .push((res.resource_type, res.resource_name.to_string(), code));
-            }
-            code.is_none()
-        }),
-        ControlBody::IncrementalAlterConfigs(r) => r.resources.retain(|res| {
-            let code = config_refusal(access, res.resource_type, &res.resource_name, true);
-            if let Some(code) = code {
-                out.resources
-                    .push((res.resource_type, res.resource_name.to_string(), code));
-            }
-            code.is_none()
-        }),
+        ControlBody::DescribeConfigs(r) => keep_allowed(
+            &mut r.resources,
+            |res| config_refusal(access, res.resource_type, &res.resource_name, false),
+            |res, code| {
+                let name = res.resource_name.to_string();
+                out.resources.push((res.resource_type, name, code));
+            },
+        ),
+        ControlBody::AlterConfigs(r) => keep_allowed(
+            &mut r.resources,
+            |res| config_refusal(access, res.resource_type, &res.resource_name, true),
+            |res, code| {
+                let name = res.resource_name.to_string();
+                out.resources.push((res.resource_type, name, code));
+            },
+        ),
+        ControlBody::IncrementalAlterConfigs(r) => keep_allowed(
+            &mut r.resources,
+            |res| config_refusal(access, res.resource_type, &res.resource_name, true),
+            |res, code| {
+                let name = res.resource_name.to_string();
+                out.resources.push((res.resource_type, name, code));
+            },
+        ),
         ControlBody::JoinGroup(_)
         | ControlBody::SyncGroup(_)
         | ControlBody::Heartbeat(_)
         | ControlBody::LeaveGroup(_) => {}
     }
     out
+}
+
+/// Keeps the items `refusal` has nothing against and hands each other one, with its
+/// refusal, to `refused`.
+fn keep_allowed<T, R>(
+    items: &mut Vec<T>,
+    refusal: impl Fn(&T) -> Option<R>,
+    mut refused: impl FnMut(&T, R),
+) {
+    items.retain(|item| match refusal(item) {
+        None => true,
+        Some(reason) => {
+            refused(item, reason);
+            false
+        }
+    });
+}
+
+/// A refusal (with nothing more to say) unless `allowed`.
+fn denied(allowed: bool) -> Option<()> {
+    (!allowed).then_some(())
 }
 
 /// The error for a config resource the principal may not describe (or alter); None if it may.
@@ -614,7 +597,7 @@ mod tests {
                     .to_vec(),
             ),
         );
-        assert!(refusal(&body, &access).is_none());
+        assert!(refused_answer(&body, &access, 7, 5).is_none());
         let screened = screen(&mut body, &access, &t.broker);
         let ControlBody::CreateTopics(asked) = &body else {
             unreachable!()
@@ -647,10 +630,11 @@ mod tests {
         let join = |g: &str| {
             ControlBody::JoinGroup(wire::JoinGroupRequest::default().with_group_id(group_id(g)))
         };
-        assert!(refusal(&join("g"), &access).is_none());
+        assert!(refused_answer(&join("g"), &access, 7, 5).is_none());
         let body = join("other");
-        let refused = refusal(&body, &access).expect("refused");
-        let frame = refused.encode(&body, 7, 5).unwrap();
+        let frame = refused_answer(&body, &access, 7, 5)
+            .expect("refused")
+            .unwrap();
         let (_, read): (_, wire::JoinGroupResponse) =
             crate::protocol::header::testing::read_response(frame, 5);
         assert_eq!(read.error_code, 30);
@@ -663,7 +647,7 @@ mod tests {
                     OffsetCommitRequestPartition::default().with_partition_index(3)
                 ])]);
         let mut body = ControlBody::OffsetCommit(commit);
-        assert!(refusal(&body, &access).is_none());
+        assert!(refused_answer(&body, &access, 7, 5).is_none());
         let t = tokio::runtime::Runtime::new().unwrap();
         let broker = t.block_on(crate::broker::tests::broker(1 << 20));
         let screened = screen(&mut body, &access, &broker.broker);

@@ -156,7 +156,15 @@ impl Broker {
                 .await;
         }
         match self.log.catalog.delete_manifests(&gone).await {
-            Ok(()) => gone.iter().for_each(|key| self.log.wal.remove(key)),
+            Ok(()) => {
+                if !gone.is_empty() {
+                    // Which objects went, for an operator tracing one: compaction holds their
+                    // records in segments now.
+                    tracing::debug!(objects = gone.len(), keys = ?gone,
+                        "deleted compacted write-ahead objects and their manifests");
+                }
+                gone.iter().for_each(|key| self.log.wal.remove(key))
+            }
             Err(error) => tracing::warn!(%error, manifests = gone.len(),
                 "removing manifests of deleted objects failed; retrying next round"),
         }

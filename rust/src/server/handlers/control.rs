@@ -19,8 +19,9 @@ pub async fn handle(
     access: &Arc<Access>,
 ) -> Result<Bytes, WireError> {
     let mut body = ControlBody::decode(&request)?;
-    if let Some(refused) = control::refusal(&body, access) {
-        return refused.encode(&body, request.correlation_id, request.api_version);
+    let (correlation_id, version) = (request.correlation_id, request.api_version);
+    if let Some(answer) = control::refused_answer(&body, access, correlation_id, version) {
+        return answer;
     }
     let screened = control::screen(&mut body, access, broker);
     broker
