@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.parser import text_string_to_metric_families as prometheus_text_families
 from support import admin_wire as aw
@@ -74,6 +76,39 @@ class Endpoint:
             time.sleep(0.2)
 
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def served_families(endpoint: Endpoint) -> dict[str, tuple[str, frozenset[str]]]:
+    """Each metric family of /metrics as the README names it (counters with their _total),
+    with its type and label names."""
+    status, _, body = endpoint.get("/metrics")
+    assert status == 200, body
+    out = {}
+    for family in text_string_to_metric_families(body):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {label for sample in family.samples for label in sample.labels}
+        out[name] = (family.type, frozenset(labels - {"le"}))  # le: a histogram's buckets
+    return out
+
+
+def readme_metrics_table() -> dict[str, tuple[str, frozenset[str]]]:
+    """The README's metrics table: metric, type and label names of each row."""
+    rows = {}
+    in_table = False
+    for line in README.read_text().splitlines():
+        if line.startswith("| Metric | Type | Labels |"):
+            in_table = True
+            continue
+        if in_table and not line.startswith("|"):
+            break
+        if in_table and not line.startswith("|---"):
+            metric, kind, labels = (cell.strip() for cell in line.strip("|").split("|")[:3])
+            rows[metric.strip("`")] = (kind, frozenset(re.findall(r"`([a-z_]+)`", labels)))
+    assert rows, "no metrics table in the README"
+    return rows
+
+
 def with_endpoint(start, args: list[str] | None = None, **kw) -> tuple[object, Endpoint]:
     port = free_port()
     broker = start(["--metrics-addr", f"127.0.0.1:{port}", *(args or [])], **kw)
@@ -85,6 +120,26 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
     for i in range(count):
         producer.produce(topic, key=str(i % 2).encode(), value=b"v" * 100, partition=i % 2)
     assert producer.flush(30) == 0
+
+
+def test_group_lag_is_reported_after_a_restart_without_any_group_request(broker_factory):
+    """A group whose consumers are down sends nothing: after a restart its coordinator takes
+    it up from the store on its own, so the lag series (the one an alert watches) exists."""
+    broker, endpoint = with_endpoint(broker_factory, env={"KAFSCALE_DEFAULT_PARTITIONS": "2"})
+    topic, group = f"adopt-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    produce(broker.bootstrap, topic, 40)  # 20 records per partition
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        committed = [TopicPartition(topic, 0, 15), TopicPartition(topic, 1, 18)]
+        consumer.commit(offsets=committed, asynchronous=False)
+    finally:
+        consumer.close()
+    broker.restart()
+    endpoint.wait_ready(200)
+    for partition, lag in (("0", 5), ("1", 2)):
+        labels = {"group": group, "topic": topic, "partition": partition}
+        assert endpoint.wait_sample("kafscale_consumer_group_lag", labels, lag) == lag
+    assert "took up 1 stored group(s)" in broker.log_text()
 
 
 def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
@@ -124,6 +179,8 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
         assert samples[("kafscale_coordinated_groups", ())] == 1
     finally:
         consumer.close()
+
+    assert served_families(endpoint) == readme_metrics_table()
 
     by_topic = (("topic", topic),)
     assert samples[("kafscale_produce_records_total", by_topic)] == 50

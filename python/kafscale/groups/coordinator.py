@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
@@ -65,6 +66,11 @@ GROUP_APIS = frozenset(
 
 # How often sessions are checked for expiry and groups for a coordinator change.
 SWEEP_INTERVAL_S = 0.25
+
+# How often stored groups this broker coordinates but has not loaded are taken up (the first
+# time at start-up): a group whose consumers are down sends nothing, and its lag must still be
+# reported by its coordinator (after a restart or when coordinators move).
+ADOPT_INTERVAL_S = 30.0
 
 
 class CoordinatorCore(Protocol):
@@ -283,7 +289,7 @@ class GroupCoordinator:
         self._membership.resume(group)
         self._groups[group_id] = group
         if group.revision:
-            log.info(
+            log.debug(
                 "coordinating group %r (generation %d, %s, %d members)",
                 group_id,
                 group.generation,
@@ -301,8 +307,13 @@ class GroupCoordinator:
         self._membership.abandon(group, code)
 
     async def run(self) -> None:
-        """Expires sessions and gives up groups that moved to another broker, until cancelled."""
+        """Expires sessions, gives up groups that moved to another broker and takes up the
+        stored ones that moved here, until cancelled."""
+        adopt_at = time.monotonic()
         while True:
+            if time.monotonic() >= adopt_at:
+                adopt_at = time.monotonic() + ADOPT_INTERVAL_S
+                await self.adopt_stored_groups()
             await asyncio.sleep(SWEEP_INTERVAL_S)
             for group in list(self._groups.values()):
                 if self._core.coordinator_for(group.group_id) != self._settings.broker_id:
@@ -314,6 +325,27 @@ class GroupCoordinator:
                         await self._membership.expire(group)
                     except Exception:
                         log.exception("expiring sessions of group %r failed", group.group_id)
+
+    async def adopt_stored_groups(self) -> int:
+        """Loads the stored groups this broker coordinates and has not loaded yet (so their
+        committed offsets, and lag, are reported without waiting for a request); the number
+        taken up. A store outage is logged and retried at the next round."""
+        try:
+            stored = await self._storage.group_ids()
+        except StoreUnavailable as exc:
+            log.warning("cannot list stored groups to take up: %s", exc)
+            return 0
+        adopted = 0
+        for group_id in stored:
+            if group_id in self._groups or self._closed:
+                continue
+            if self._core.coordinator_for(group_id) != self._settings.broker_id:
+                continue
+            if not isinstance(await self._acquire(group_id), int):
+                adopted += 1
+        if adopted:
+            log.info("took up %d stored group(s) this broker coordinates", adopted)
+        return adopted
 
     def metrics_report(self) -> list[tuple[str, str, int, list[tuple[str, int, int]]]]:
         """Each coordinated group as ``(group_id, state, member count, [(topic, partition,

@@ -4,6 +4,7 @@
 //! can never drift from what the broker really holds; `server::ops_endpoint` serves them with the
 //! health checks. This module is a leaf: it knows nothing of the broker.
 
+pub(crate) mod process;
 pub mod traffic;
 
 use std::fmt::Write;
@@ -243,6 +244,14 @@ impl Metrics {
         if failed {
             self.metadata_errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// The error counter of a store's operation, at 0 until it fails.
+    pub fn preset_metadata_errors(&self, store: &'static str, operation: &'static str) {
+        drop(
+            self.metadata_errors
+                .get_or_create(&MetadataLabels { store, operation }),
+        );
     }
 
     pub fn set_groups(&self, snapshot: GroupSnapshot) {

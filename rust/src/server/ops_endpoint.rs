@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use crate::broker::gauges::BrokerGauges;
 use crate::broker::traffic::TopicTrafficCollector;
 use crate::broker::Broker;
+use crate::metrics::process::ProcessCollector;
 use crate::server::tls::{Side, Tls};
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -50,6 +51,7 @@ pub async fn serve(
     broker.metrics.register(&mut registry);
     registry.register_collector(Box::new(TopicTrafficCollector::new(broker.clone())));
     registry.register_collector(Box::new(BrokerGauges::new(broker.clone())));
+    registry.register_collector(Box::new(ProcessCollector));
     let endpoint = Arc::new(Endpoint {
         broker,
         registry,
