@@ -14,6 +14,8 @@ step() { printf '\n==> %s\n' "$*"; }
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+# promtool and prometheus: the checks of deploy/monitoring's alert rules and dashboard queries
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if ((${#missing[@]})); then
   step "apt-get install ${missing[*]}"
   SUDO=""
