@@ -181,6 +181,7 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
         consumer.close()
 
     assert served_families(endpoint) == readme_metrics_table()
+    assert samples[("kafscale_partitions_without_owner", ())] == 0
 
     by_topic = (("topic", topic),)
     assert samples[("kafscale_produce_records_total", by_topic)] == 50

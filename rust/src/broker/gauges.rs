@@ -1,6 +1,7 @@
 //! Gauges computed at scrape time from what the broker holds right now: owned partitions,
-//! segment cache size, and, from the Python coordinator's latest report, coordinated groups,
-//! their members and each committed offset's lag behind the partition's high watermark.
+//! partitions nobody owns (in this broker's view of the cluster), segment cache size, and,
+//! from the Python coordinator's latest report, coordinated groups, their members and each
+//! committed offset's lag behind the partition's high watermark.
 
 use std::sync::Arc;
 
@@ -54,6 +55,14 @@ impl Collector for BrokerGauges {
             "Partitions this broker owns (writes and flushes)",
             None,
             owned as i64,
+        )?;
+        gauge(
+            &mut encoder,
+            "kafscale_partitions_without_owner",
+            "Partitions of the cluster that no live broker owns, as this broker's view of the \
+             metadata store has it (writes to them fail until one is claimed)",
+            None,
+            self.broker.cluster().partitions_without_owner() as i64,
         )?;
         gauge(
             &mut encoder,

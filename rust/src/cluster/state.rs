@@ -178,6 +178,15 @@ impl ClusterState {
         })
     }
 
+    /// Partitions of existing topics that no live broker owns (never claimed yet, or the
+    /// owner key names a broker that is gone).
+    pub fn partitions_without_owner(&self) -> usize {
+        let live = |id: &i32| self.brokers.contains_key(id);
+        self.partitions()
+            .filter(|(_, _, view)| !view.owner.is_some_and(|(id, _)| live(&id)))
+            .count()
+    }
+
     pub fn live_brokers(&self) -> Vec<i32> {
         self.brokers.keys().copied().collect()
     }
@@ -291,6 +300,19 @@ mod tests {
             (0, 2)
         );
         assert_eq!(state.leader("t", 2), Some(1));
+        assert_eq!(state.partitions_without_owner(), 3);
+        let mut state = state;
+        state.apply(
+            "/k/ns",
+            "/k/ns/partitions/t/0/owner",
+            Some(&kv("/k/ns/partitions/t/0/owner", "1", 6)),
+        );
+        state.apply(
+            "/k/ns",
+            "/k/ns/partitions/t/1/owner",
+            Some(&kv("/k/ns/partitions/t/1/owner", "7", 7)),
+        );
+        assert_eq!(state.partitions_without_owner(), 2, "broker 7 is not alive");
         assert_eq!(state.topic_revision("t"), Some(2));
         assert_eq!(state.topic_revision("u"), None);
     }
