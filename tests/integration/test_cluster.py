@@ -13,6 +13,7 @@ by its owner, not taken after a lease expired.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -424,3 +425,15 @@ def test_sigterm_handoff_and_join_under_load(kc):
         stats = wl.verify()
     assert stats["duplicates"] == 0, f"graceful moves left requests in doubt: {stats}"
     print(stats)
+    # Ownership changes are logged as one summary line per pass, not one line per partition.
+    leads = [
+        p
+        for t in (topic, idle)
+        for p in kc.leaders(t).values()
+        if p.broker_id == newcomer.broker_id
+    ]
+    took_over = re.findall(r"took over (\d+) partitions?: ", newcomer.log_text())
+    assert sum(map(int, took_over)) >= len(leads) > 0, took_over
+    handed = "".join(b.log_text() for b in kc.live if b is not newcomer)
+    assert re.search(r"handed off \d+ partitions?: ", handed), "no hand-off summary"
+    assert "handed the partition off" not in handed

@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::Notify;
 
+use super::events::Change;
 use crate::broker::{Broker, Topic};
 use crate::log::claimed_partition;
 use crate::meta::catalog::{CatalogError, ClaimTarget, PartitionRecord, VersionedPartition};
@@ -137,6 +138,7 @@ impl Broker {
         futures::stream::iter(batches)
             .for_each_concurrent(TRANSACTIONS_IN_FLIGHT, |batch| self.claim_batch(batch))
             .await;
+        self.ownership.events.summarise();
     }
 
     /// Claims a batch in one transaction; halves it while a transaction fails its checks.
@@ -185,12 +187,9 @@ impl Broker {
                 .release_partition(&topic.record.name, id, &owned)
                 .await;
         } else {
-            tracing::debug!(
-                topic = topic.record.name,
-                partition = id,
-                epoch = owned.record.leader_epoch,
-                "took over the partition"
-            );
+            self.ownership
+                .events
+                .record(Change::TookOver, &topic.record.name, id);
             let limits = topic.limits.clone();
             let log = Arc::new(claimed_partition(&topic.record, id, limits, owned));
             let ctx = self.log.clone();

@@ -109,7 +109,7 @@ impl Broker {
                     work.push(second);
                     work.push(batch);
                 }
-                Ok(None) => tracing::info!(topic = %batch[0].0.topic, partition = batch[0].0.id,
+                Ok(None) => tracing::debug!(topic = %batch[0].0.topic, partition = batch[0].0.id,
                     "compaction found the partition moved; leaving it to its owner"),
                 Err(error) => tracing::warn!(%error, partitions = batch.len(),
                     "committing compacted segments failed; retrying next round"),

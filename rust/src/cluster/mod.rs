@@ -3,6 +3,7 @@
 pub mod assignment;
 mod claims;
 pub mod compaction;
+mod events;
 pub mod ownership;
 pub mod retention;
 pub mod state;

@@ -20,6 +20,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 
 use super::claims::ClaimQueue;
+use super::events::{Change, OwnershipEvents};
 use super::state::{ClusterState, Touched};
 use crate::broker::{Broker, Slot, Topic};
 use crate::log::follower_partition;
@@ -57,6 +58,8 @@ pub(crate) struct Ownership {
     wake: Notify,
     pub(crate) claims: ClaimQueue,
     releases: Releases,
+    /// Partitions taken over, handed off and lost, summarised after each pass.
+    pub(crate) events: OwnershipEvents,
     /// Passes run so far (tests check that an idle broker runs none).
     #[cfg(test)]
     passes: std::sync::atomic::AtomicUsize,
@@ -238,6 +241,7 @@ impl Broker {
             }
         }
         *pass = Some(state);
+        self.ownership.events.summarise();
     }
 
     /// Takes a manifest change into the write-ahead index; the partitions it extends.
@@ -429,8 +433,9 @@ impl Broker {
         key_is_ours: bool,
     ) {
         let current = slot.current();
-        tracing::warn!(topic = %topic.record.name, partition = id,
-            "lost ownership of the partition; serving reads only");
+        self.ownership
+            .events
+            .record(Change::Lost, &topic.record.name, id);
         current.abandon(ResponseError::NotLeaderOrFollower);
         slot.replace(current.to_follower());
         // A pass looks at it again: if it is still assigned here and nobody owns it now (the
@@ -500,11 +505,10 @@ impl Broker {
                 }
             }
             slot.replace(partition.to_follower());
-            tracing::info!(
-                topic = topic.record.name,
-                partition = id,
-                "handed the partition off"
-            );
+            broker
+                .ownership
+                .events
+                .record(Change::HandedOff, &topic.record.name, id);
             slot.end_change();
             broker.ownership.revisit(&topic.record.name, id);
         });
