@@ -396,3 +396,27 @@ def test_offset_for_leader_epoch(genv):
                 assert got[(topic, 7)].error_code == aw.UNKNOWN_TOPIC_OR_PARTITION, got
     finally:
         genv.heal()
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs
+
+
+def test_each_admin_change_is_logged_once(genv):
+    """Creating a topic, adding partitions, altering its configs and deleting it each leave
+    one line in the brokers' logs (the core's), not one from each side of the control plane."""
+    topic = unique("logged")
+    with open_admin(genv, "confluent") as admin:
+        assert admin.create_topics([TopicSpec(topic, 2)]) == [(topic, 0)]
+        assert admin.create_partitions({topic: 3}) == {topic: 0}
+        assert admin.alter_configs(aw.TOPIC_RESOURCE, topic, {"retention.ms": "90000"}) == 0
+        assert admin.delete_topics([topic]) == {topic: 0}
+    named = [
+        line
+        for broker in genv.live
+        for line in broker.log_text().splitlines()
+        if f'topic="{topic}"' in line or f"'{topic}'" in line
+    ]
+    for action in ("topic created", "partitions added", "topic configs changed", "topic deleted"):
+        assert sum(action in line for line in named) == 1, (action, named)
+    assert not [line for line in named if "kafscale.admin" in line], named

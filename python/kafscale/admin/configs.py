@@ -10,7 +10,6 @@ its own result; unknown keys are left out of a describe, refused in an alter.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,8 +41,6 @@ if TYPE_CHECKING:
     from kafscale._core import BrokerSettings
 
 __all__ = ["alter_configs", "describe_configs", "topic_configs"]
-
-log = logging.getLogger(__name__)
 
 
 class ConfigCore(Protocol):
@@ -263,7 +260,6 @@ async def _alter_one(
     configs = _new_topic_configs(dict(topic.configs), resource, incremental)
     if not validate_only:
         await core.alter_topic_configs(resource.resource_name, configs)
-        log.info("topic %r configs are now %s", resource.resource_name, configs)
 
 
 # Kafka's BROKER_LOGGER resource type: also a broker-side mutation, also refused.

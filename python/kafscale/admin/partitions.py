@@ -9,7 +9,6 @@ broker right after the response. ``timeout_ms`` bounds the wait as in CreateTopi
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
@@ -26,8 +25,6 @@ from kafscale.admin.topics import (
 from kafscale.errors import ErrorCode
 
 __all__ = ["create_partitions"]
-
-log = logging.getLogger(__name__)
 
 
 class PartitionCore(Protocol):
@@ -63,7 +60,6 @@ async def _grow(
         await _check(core, item)
         if not validate_only:
             await core.create_partitions(item.name, item.count)
-            log.info("topic %r now has %d partitions", item.name, item.count)
     except Rejected as r:
         return TopicResult(item.name, r.code, r.message)
     except api_error as exc:

@@ -248,7 +248,6 @@ async def _create_one(
         return api_error_result(plan.name, exc)
     except Exception:
         return internal_error_result(plan.name, "creation")
-    log.info("created topic %r with %d partition(s)", plan.name, plan.partitions)
     created = CreatedTopic(topic.topic_id, topic.partitions, dict(topic.configs))
     return TopicResult(plan.name, created=created)
 
@@ -262,7 +261,6 @@ async def _delete_one(
         return api_error_result(name, exc)
     except Exception:
         return internal_error_result(name, "deletion")
-    log.info("deleted topic %r", name)
     return TopicResult(name)
 
 

@@ -346,11 +346,11 @@ impl Broker {
         let (_, revision) = self
             .log
             .catalog
-            .alter_topic_configs(name, configs)
+            .alter_topic_configs(name, configs.clone())
             .await
             .map_err(catalog_error)?;
         self.catch_up(revision).await;
-        tracing::info!(topic = name, "topic configs changed");
+        tracing::info!(topic = name, ?configs, "topic configs changed");
         self.topic(name).ok_or_else(deleted_meanwhile)
     }
 

@@ -413,8 +413,16 @@ async fn read_requests<R: ReadSide>(
         match read {
             Some(Ok(0)) => return ReadEnd::Closed, // the client closed between requests
             Some(Ok(read)) => buffered.add(read),
-            // A TLS client that closed without close_notify, as many do: a close like any other.
-            Some(Err(FrameError::Io(error))) if error.kind() == io::ErrorKind::UnexpectedEof => {
+            // A client that went away: a TLS client that closed without close_notify (as many
+            // do), or one whose socket was reset. A close like any other.
+            Some(Err(FrameError::Io(error)))
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::UnexpectedEof
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::BrokenPipe
+                ) =>
+            {
                 tracing::debug!(%peer, %error, "closing connection");
                 return ReadEnd::Closed;
             }
