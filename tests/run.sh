@@ -101,6 +101,7 @@ if [[ $# -eq 0 && ${KAFSCALE_SKIP_LATEST:-0} != 1 ]]; then
   step "pytest (latest environment): analytics and client tests"
   PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$LATEST/bin/python" -m pytest -ra \
     tests/integration/test_spark_source.py tests/integration/test_polars_scan.py \
+    tests/integration/test_iceberg.py \
     tests/integration/test_segment_reader.py tests/integration/test_cli_segments.py \
     tests/integration/test_clients.py tests/integration/test_idempotence.py \
     tests/integration/test_tls.py tests/integration/test_sasl.py
