@@ -488,6 +488,10 @@ class SegmentSource:
     ]:
         """(object, base offset, first offset, last offset, batches, records,
         [(object, offset, byte, message)]): every problem of one segment and its index."""
+    def orphan_indexes(
+        self, topic: str, partition: int
+    ) -> list[tuple[str, int | None, int | None, str]]:
+        """[(object, offset, byte, message)]: the partition's index objects without a segment."""
     def scan(
         self,
         topic: str,

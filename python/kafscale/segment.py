@@ -177,6 +177,11 @@ class SegmentSource:
             obj, base, first, last, batches, records, [SegmentProblem(*p) for p in problems]
         )
 
+    def orphan_indexes(self, topic: str, partition: int) -> list[SegmentProblem]:
+        """The partition's ``.index`` objects whose segment is gone, as problems (from the
+        listing alone; :meth:`verify` checks the indexes that have their segment)."""
+        return [SegmentProblem(*p) for p in self._core.orphan_indexes(topic, partition)]
+
     def read(
         self,
         topic: str,

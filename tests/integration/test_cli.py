@@ -76,6 +76,48 @@ def test_help_and_usage_errors():
         assert says in run.err, f"{args}: {run.err}"
 
 
+COMMANDS = {
+    "topics": ["list", "create", "describe", "alter", "delete"],
+    "groups": ["list", "describe", "delete", "reset-offsets"],
+    "brokers": ["list"],
+    "users": ["list", "set", "delete"],
+    "acls": ["list", "add", "remove"],
+    "segments": ["ls", "dump", "verify"],
+}
+
+
+def listed_names(help_text: str, heading: str) -> list[str]:
+    """The names of a help text's ``commands:`` or ``actions:`` section."""
+    lines = help_text.split(f"\n{heading}:\n", 1)[1].splitlines()
+    # "    NAME  summary"; wrapped summaries continue further indented
+    return [line.split()[0] for line in lines[1:] if line[:4] == "    " and line[4:5] != " "]
+
+
+def test_a_command_left_out_lists_the_commands():
+    """`kafscale` alone, and a group without its action (`kafscale topics`), print the help
+    with every command (action) and its one-line summary on stderr, then argparse's error
+    line, and exit 2 like any missing argument; stdout stays empty."""
+    run = kafscale()
+    assert run.code == 2 and run.out == "", run
+    assert run.err.startswith("usage: kafscale "), run.err
+    assert listed_names(run.err, "commands") == list(COMMANDS), run.err
+    assert "segments  list, dump and verify segment objects" in run.err, run.err
+    assert run.err.strip().splitlines()[-1] == (
+        "kafscale: error: the following arguments are required: COMMAND"
+    )
+    for group, actions in COMMANDS.items():
+        run = kafscale(group)
+        assert run.code == 2 and run.out == "", f"{group}: {run}"
+        assert run.err.startswith(f"usage: kafscale {group} "), run.err
+        assert listed_names(run.err, "actions") == actions, run.err
+        assert run.err.strip().splitlines()[-1] == (
+            f"kafscale {group}: error: the following arguments are required: ACTION"
+        )
+    # --help still goes to stdout with exit 0, and lists the same
+    assert listed_names(ok("--help").out, "commands") == list(COMMANDS)
+    assert listed_names(ok("topics", "--help").out, "actions") == COMMANDS["topics"]
+
+
 def test_the_wheel_installs_the_kafscale_command():
     """`pip install` puts `kafscale` next to the interpreter (the package's console script)."""
     command = Path(sys.executable).with_name("kafscale")
@@ -231,6 +273,49 @@ def test_topic_errors_say_what_to_do(node):
     assert partition_counts(node, topic) == {"cli": 3}
     ok("topics", "create", topic, "--partitions", "3", "--if-not-exists", *bs(node))
     ok("topics", "delete", "cli-missing", "--if-exists", *bs(node))
+
+
+def test_counts_are_singular_for_one_and_hints_are_said_once(node):
+    """ "1 partition", "2 partitions" in every message that counts; the advice of an error is
+    said once, also when the broker's own message gives it (KafScale's do)."""
+    topic = unique("cli-one")
+    run = ok("topics", "create", topic, "--partitions", "1", *bs(node))
+    assert run.out.strip() == f"created topic {topic} with 1 partition"
+    run = kafscale("topics", "alter", topic, "--partitions", "1", *bs(node))
+    assert run.code == 1, run
+    line = one_error_line(run)
+    assert f"topic {topic} has 1 partition already" in line, line
+    assert line.count("partitions can only be added") == 1, line
+    assert line.endswith("give --partitions more than 1"), line
+    run = ok("topics", "alter", topic, "--partitions", "2", *bs(node))
+    assert run.out.strip() == f"topic {topic} now has 2 partitions (had 1)"
+    run = kafscale("topics", "alter", topic, "--partitions", "2", *bs(node))
+    assert "has 2 partitions already" in one_error_line(run), run.err
+
+    # the node runs without an authorizer: the broker's message says what to do, once
+    run = kafscale("acls", "list", *bs(node))
+    assert run.code == 1, run
+    line = one_error_line(run)
+    assert line.count("--authorizer acl") == 1, line
+
+    group = unique("cli-one-g")
+    run = ok(
+        "groups",
+        "reset-offsets",
+        group,
+        "--topic",
+        f"{topic}:0",
+        "--to-earliest",
+        "--execute",
+        *bs(node),
+    )
+    assert f"committed the new offsets of group {group} on 1 partition\n" in run.err, run.err
+    run = kafscale(
+        "groups", "reset-offsets", group, "--topic", f"{topic}:5", "--to-earliest", *bs(node)
+    )
+    line = one_error_line(run)
+    assert f"topic {topic} has no partition 5 (it has partitions 0 to 1)" in line, line
+    assert ".." not in line, line
 
 
 # ---------------------------------------------------------------------------------------------

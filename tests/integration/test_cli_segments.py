@@ -5,7 +5,8 @@ ls is checked against the object listing, dump against what a confluent-kafka co
 through the broker. verify gets damaged copies (in a temporary directory, or under another
 namespace of the bucket; the broker's own objects are never touched), made the way
 test_segment_reader.py makes them: a flipped byte inside a batch, a deleted middle segment, a
-truncated segment, a missing .index. Each must be reported with its object and offset, exit 1.
+truncated segment, a missing .index, a segment deleted without its .index. Each must be
+reported with its object and offset, exit 1.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import datetime as dt
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 from support import segment_format as sf
 from support.analytics_env import LocalObjects, S3Objects
-from support.cli_runner import CLI_HANG_GUARD, Run, kafscale
+from support.cli_runner import CLI_HANG_GUARD, Run, kafscale, one_error_line
 from support.clients import Got, Msg, confluent_consume, confluent_produce, unique
 from support.cluster import create_topic
 from support.procs import S3_ENV
@@ -138,6 +140,15 @@ def problem_lines(run: Run) -> list[str]:
     return [line for line in run.out.splitlines() if line.startswith("PROBLEM ")]
 
 
+def offsets(first: int, last: int) -> str:
+    """How the CLI says an inclusive range of offsets (never Rust's 7268..=7911)."""
+    return f"offset {first}" if first == last else f"offsets {first} to {last}"
+
+
+# sizes with decimal units (kB, MB) or tqdm's SI letters on 1024-based counts ("3.00M")
+NOT_BINARY = re.compile(r"\d ?(kB|MB|GB|[kMG](?![a-zA-Z]))")
+
+
 # ---------------------------------------------------------------------------------------------
 # ls and dump
 
@@ -223,7 +234,9 @@ def test_verify_clean(stored):
     assert f"{ROUNDS * PER_ROUND * PARTITIONS} records" in summary, summary
     assert summary.endswith("no problems"), summary
     assert not problem_lines(run)
-    assert f"verify: {segments}/{segments} segments" in run.err and "\r" not in run.err, run.err
+    assert f"verify: {segments}/{segments} segments, " in run.err and "\r" not in run.err, run.err
+    assert re.search(r"segments, \d+(\.\d)? [KMG]iB of \d+(\.\d)? [KMG]iB \(100%\)", run.err)
+    assert not NOT_BINARY.search(run.err + summary), run.err
     every = stored.place.run("verify", "-o", "json", "--no-progress")
     assert every.code == 0 and json.loads(every.out)["problems"] == [], every.out
 
@@ -245,6 +258,10 @@ def test_verify_reports_a_flipped_byte(stored, tmp_path):
     name = key.rsplit("/", 1)[1]
     hits = [line for line in problem_lines(run) if name in line]
     assert hits, run.out
+    crc = f"batch CRC-32C mismatch (batch at byte {batch.position}, "
+    crc += f"{offsets(batch.base_offset, batch.last_offset)})"
+    assert any(crc in line for line in hits), run.out
+    assert ".." not in run.out, run.out
     assert run.out.strip().splitlines()[-1].endswith("found"), run.out
     report = json.loads(place.run("verify", "--topic", stored.topic, "-o", "json").out)
     at = [p["offset"] for p in report["problems"] if p["object"].endswith(name)]
@@ -259,7 +276,7 @@ def test_verify_reports_a_gap(stored, tmp_path):
     place.delete(key.removesuffix(".kfs") + ".index")
     run = place.run("verify", "--topic", stored.topic)
     assert run.code == 1, run
-    gap = f"gap: offsets {seg.base_offset}..{seg.last_offset} missing"
+    gap = f"gap: {offsets(seg.base_offset, seg.last_offset)} missing"
     assert any(
         gap in line and line.startswith(f"PROBLEM {stored.topic}/1 ") for line in problem_lines(run)
     ), run.out
@@ -296,6 +313,33 @@ def test_verify_reports_a_missing_index(stored, tmp_path):
     assert any(stem in line and "index" in line.lower() for line in problem_lines(run)), run.out
 
 
+def test_verify_reports_an_index_without_its_segment(stored, tmp_path):
+    """A segment deleted while its .index stays: the last one of a partition (nothing else
+    shows that its offsets are gone) and a middle one (also a gap) are each reported at the
+    index object, exit 1."""
+    place = damaged_copy(stored, tmp_path)
+    last = place.segment_keys(stored.topic, 1)[-1]
+    mid, seg = middle(place, stored.topic, 0)
+    for key in (last, mid):
+        place.delete(key)
+    run = place.run("verify", "--topic", stored.topic, "--no-progress")
+    assert run.code == 1, run
+    for key, p in ((last, 1), (mid, 0)):
+        index = key.removesuffix(".kfs") + ".index"
+        base = int(key.rsplit("-", 1)[1].removesuffix(".kfs"))
+        assert any(
+            line.startswith(f"PROBLEM {stored.topic}/{p} {index} (offset {base}): ")
+            and f"the index has no segment: {key} is missing" in line
+            for line in problem_lines(run)
+        ), f"{index}:\n{run.out}"
+    gap = f"gap: {offsets(seg.base_offset, seg.last_offset)} missing"
+    assert any(gap in line for line in problem_lines(run)), run.out
+    assert run.out.strip().splitlines()[-1].endswith("3 problems found"), run.out
+    report = json.loads(place.run("verify", "--topic", stored.topic, "-o", "json").out)
+    orphans = [p for p in report["problems"] if p["object"].endswith(".index")]
+    assert sorted(p["partition"] for p in orphans) == [0, 1], report
+
+
 def test_verify_progress_bar_on_a_terminal(stored):
     """With stderr on a terminal (a pty that reports no size, as some CI runners do) the
     progress is a bar that reaches 100%."""
@@ -326,6 +370,11 @@ def test_verify_progress_bar_on_a_terminal(stored):
     out = proc.communicate(timeout=CLI_HANG_GUARD)[0].decode()
     assert proc.returncode == 0, (out, screen)
     assert b"100%" in screen and b"verify" in screen, screen
+    # sizes and rate in binary units, like every size the CLI prints
+    text = screen.decode(errors="replace")
+    assert re.search(r"\d B/s|\d(\.\d)? [KMG]iB/s", text), text
+    assert re.search(r"[KMG]iB/\d+(\.\d)? [KMG]iB", text), text
+    assert not NOT_BINARY.search(text), text
     assert out.strip().endswith("no problems"), out
 
 
@@ -333,6 +382,23 @@ def test_segments_errors_say_what_to_do(stored, tmp_path):
     place = stored.place
     run = place.run("ls", location=str(tmp_path / "nowhere"))
     assert run.code == 1 and "no such directory" in run.err, run
+    if isinstance(place.store, LocalObjects):
+        # the broker's data directory without its namespace: one line naming the directory
+        # to pass, from ls (with and without --topic) and verify alike
+        data_dir = str(Path(place.location).parent)
+        for args in (["ls"], ["ls", "--topic", stored.topic], ["verify"]):
+            run = place.run(*args, location=data_dir)
+            assert run.code == 1 and run.out == "", f"{args}: {run}"
+            line = one_error_line(run)
+            assert f"no segments under {data_dir}: it is a broker's data directory" in line, line
+            assert line.endswith(f"; pass {place.location}"), line
+    else:
+        for action in ("ls", "verify"):
+            run = place.run(action, location=place.location + "-missing")
+            assert run.code == 1 and run.out == "", run
+            line = one_error_line(run)
+            assert f"no segments under {place.location}-missing; " in line, line
+            assert "s3://BUCKET/NAMESPACE" in line, line
     if place.env is not None:
         run = place.run("ls", location="s3://kafscale-no-such-bucket/default")
         assert run.code == 1 and "cannot read s3://kafscale-no-such-bucket" in run.err, run

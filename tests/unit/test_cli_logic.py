@@ -57,7 +57,7 @@ def test_a_partition_may_start_above_zero():
 def test_gap_between_segments():
     infos, checks = segments((0, 0, 9), (20, 20, 29))
     (found,) = joins("t", 0, infos, checks)
-    assert found.message.startswith("gap: offsets 10..19 missing between ns/t/0/segment-")
+    assert found.message.startswith("gap: offsets 10 to 19 missing between ns/t/0/segment-")
     assert (found.object, found.offset) == (checks[1].object, 10)
 
 
@@ -71,7 +71,7 @@ def test_overlap_between_segments():
 def test_first_record_after_the_base_offset():
     infos, checks = segments((0, 3, 9))
     (found,) = joins("t", 0, infos, checks)
-    assert found.message.startswith("gap: offsets 0..2 missing at the start of the segment")
+    assert found.message.startswith("gap: offsets 0 to 2 missing at the start of the segment")
 
 
 def test_first_record_before_the_base_offset():

@@ -48,7 +48,7 @@ async def _check(core: PartitionCore, item: Any) -> None:
     if item.count <= topic.partitions:
         raise Rejected(
             ErrorCode.INVALID_PARTITIONS,
-            f"topic {item.name!r} has {topic.partitions} partitions; partitions can only be "
+            f"topic {item.name!r} has {_partitions(topic.partitions)}; partitions can only be "
             f"added: ask for more than {topic.partitions} (got {item.count})",
         )
 
@@ -95,3 +95,7 @@ async def create_partitions(
             for r in (results[name] for name in counts)
         ]
     )
+
+
+def _partitions(count: int) -> str:
+    return f"{count} partition" if count == 1 else f"{count} partitions"

@@ -9,7 +9,8 @@ protocol, and inspect the segment objects it stores.
     kafscale segments ls | dump | verify      (s3://BUCKET/NAMESPACE or DATA_DIR/NAMESPACE)
 
 Exit codes: 0 success; 1 the command failed (the message on stderr says why and what to do),
-or ``segments verify`` found problems; 2 bad arguments; 130 interrupted.
+or ``segments verify`` found problems; 2 bad arguments (a command or action left out: its help,
+with the list of them, on stderr); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -33,14 +34,29 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required=True: argparse would then print only a usage line without the commands.
+    # main() prints the help (that lists them) of a command or group given without one.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     topics.register(commands)
     groups.register(commands)
     brokers.register(commands)
     users.register(commands)
     acls.register(commands)
     segments.register(commands)
+    parser.set_defaults(func=None, command_parser=parser)
+    for group in commands.choices.values():  # `kafscale topics` without an action
+        group.set_defaults(command_parser=group)
     return parser
+
+
+def missing_command(parser: argparse.ArgumentParser) -> int:
+    """``kafscale`` or ``kafscale GROUP`` alone: the parser's help, which lists its commands
+    (or actions), and argparse's error line on stderr; exit code 2 as for any missing
+    argument."""
+    parser.print_help(sys.stderr)
+    what = "COMMAND" if parser.prog == "kafscale" else "ACTION"
+    print(f"{parser.prog}: error: the following arguments are required: {what}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _version() -> str:
@@ -59,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --version (0) or bad arguments (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     # every command's parser sets its handler as the default of ``func``
-    command: Callable[[argparse.Namespace], int] = args.func
+    command: Callable[[argparse.Namespace], int] | None = args.func
+    if command is None:
+        return missing_command(args.command_parser)
     try:
         return command(args)
     except CliError as err:

@@ -47,7 +47,8 @@ OPERATIONS = (
 
 _LIST_HINT = "`kafscale acls list` shows the ACLs"
 _HINTS: dict[int, str] = {
-    SECURITY_DISABLED: "the brokers run without an authorizer: start them with --authorizer acl",
+    # KafScale's own message says this already (then the hint is left out, see CliError)
+    SECURITY_DISABLED: "start the brokers with --authorizer acl",
     CLUSTER_AUTHORIZATION_FAILED: (
         "log in (--command-config) as one of the brokers' --super-users, or as a principal "
         "with an ACL allowing Alter on the cluster (Describe to list)"
@@ -181,7 +182,7 @@ def register(commands: Any) -> None:
         description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = acls.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = acls.add_subparsers(dest="action", metavar="ACTION", title="actions")
 
     p = sub.add_parser(
         "list",

@@ -16,7 +16,7 @@ from .kafka import Kafka, add_connection_flags
 
 def register(commands: Any) -> None:
     brokers = commands.add_parser("brokers", help="the brokers of the cluster")
-    sub = brokers.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = brokers.add_subparsers(dest="action", metavar="ACTION", title="actions")
     p = sub.add_parser("list", help="broker ids, addresses and the partitions each leads")
     add_connection_flags(p)
     output.add_output_flag(p)

@@ -23,7 +23,14 @@ class CliError(Exception):
         self.code = code  # the Kafka error code behind it, when there is one
 
     def __str__(self) -> str:
-        return f"{self.what}; {self.hint}" if self.hint else self.what
+        return f"{self.what}; {self.hint}" if self.hint and not self.hint_said() else self.what
+
+    def hint_said(self) -> bool:
+        """True when ``what`` gives the hint's advice already, as a broker's own message may
+        (KafScale's say what to do): the hint's first clause, up to its first colon, is in
+        it. Then the hint is left out rather than said twice."""
+        first = (self.hint or "").split(": ", 1)[0].strip().lower()
+        return bool(first) and first in self.what.lower()
 
 
 def print_error(err: CliError) -> None:

@@ -23,10 +23,10 @@ from .kafka import Kafka, add_connection_flags
 def register(commands: Any) -> None:
     groups = commands.add_parser(
         "groups",
-        help="list, describe, delete consumer groups and reset their offsets",
+        help="list, describe and delete consumer groups; reset offsets",
         description=plain(__doc__),
     )
-    sub = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = groups.add_subparsers(dest="action", metavar="ACTION", title="actions")
 
     p = sub.add_parser("list", help="group ids, states and types")
     p.add_argument(

@@ -74,5 +74,12 @@ def note(message: str) -> None:
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
-    """plural(1, "segment") -> "1 segment"; plural(3, "batch", "batches") -> "3 batches"."""
+    """plural(1, "segment") -> "1 segment"; plural(3, "batch", "batches") -> "3 batches".
+    Every count the CLI shows a person goes through it."""
     return f"{n} {word}" if n == 1 else f"{n} {words or word + 's'}"
+
+
+def offsets(first: int, last: int) -> str:
+    """offsets(7, 7) -> "offset 7"; offsets(7268, 7911) -> "offsets 7268 to 7911" (both
+    included; never Rust's or Python's range syntax, which people read differently)."""
+    return f"offset {first}" if first == last else f"offsets {first} to {last}"

@@ -4,6 +4,10 @@ A bar redraws itself with carriage returns, which turns a log file or a CI trans
 endless line; so when stderr is not a terminal the same progress is printed as whole lines, at
 most every ``LINE_EVERY_S`` seconds, plus a last line when the work is done. Results go to
 stdout through :meth:`Progress.write`, which keeps them from being drawn over by the bar.
+
+Sizes are binary (KiB, MiB, GiB) in the bar and the lines alike, as everywhere in the CLI:
+tqdm's own scaling prints 1024-based counts with SI letters ("3.00M") next to a decimal rate
+("1.57MB/s"), so the bar formats its sizes with :func:`human_bytes`.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO, TypedDict
+from functools import cache
+from typing import Any, TextIO, TypedDict
 
-from .output import human_bytes
+from .output import human_bytes, plural
 
 LINE_EVERY_S = 2.0
 
@@ -41,16 +46,13 @@ class Progress:
         self._last_line = self.started
         self._bar = None
         if enabled and _is_terminal(self.stream):
-            from tqdm import tqdm
-
-            self._bar = tqdm(
+            self._bar = _byte_bar()(
                 total=total_bytes,
                 unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
                 desc=label,
                 file=self.stream,
                 leave=True,
+                bar_format=BAR_FORMAT,
                 **_width(self.stream),
             )
 
@@ -83,11 +85,35 @@ class Progress:
     def _line(self, tail: str) -> None:
         share = f" ({100 * self.bytes // self.total_bytes}%)" if self.total_bytes else ""
         print(
-            f"{self.label}: {self.items}/{self.total_items} segments, "
+            f"{self.label}: {self.items}/{plural(self.total_items, 'segment')}, "
             f"{human_bytes(self.bytes)} of {human_bytes(self.total_bytes)}{share}, {tail}",
             file=self.stream,
             flush=True,
         )
+
+
+# tqdm's default layout, with sizes and rate from human_bytes
+BAR_FORMAT = "{l_bar}{bar}| {done}/{size} [{elapsed}<{remaining}, {speed}{postfix}]"
+
+
+@cache
+def _byte_bar() -> Any:
+    """A tqdm bar class whose format has ``done``, ``size`` and ``speed`` in binary units
+    (tqdm is imported only when a bar is drawn)."""
+    from tqdm import tqdm
+
+    class ByteBar(tqdm):  # type: ignore[type-arg]
+        @property
+        def format_dict(self) -> dict[str, Any]:
+            info = dict(super().format_dict)
+            n, elapsed = info["n"] or 0, info["elapsed"] or 0
+            rate = info["rate"] or (n / elapsed if elapsed else None)
+            info["done"] = human_bytes(int(n))
+            info["size"] = human_bytes(int(info["total"] or 0))
+            info["speed"] = f"{human_bytes(int(rate))}/s" if rate is not None else "? B/s"
+            return info
+
+    return ByteBar
 
 
 class _Size(TypedDict, total=False):

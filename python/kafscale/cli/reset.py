@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
         description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("group")
+    p.add_argument("group", metavar="GROUP")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--topic",
@@ -62,7 +62,9 @@ def register(sub: Any) -> None:
     to = p.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="the log start of each partition")
     to.add_argument("--to-latest", action="store_true", help="the log end of each partition")
-    to.add_argument("--to-offset", type=non_negative_int, metavar="N")
+    to.add_argument(
+        "--to-offset", type=non_negative_int, metavar="N", help="this offset in each partition"
+    )
     to.add_argument(
         "--to-datetime",
         type=timestamp_ms,
@@ -153,8 +155,10 @@ def chosen_partitions(
         count = len(metadata.topics[topic].partitions)
         for p in parts if parts is not None else range(count):
             if p >= count:
+                which = "partition 0" if count == 1 else f"partitions 0 to {count - 1}"
                 raise CliError(
-                    f"topic {topic} has no partition {p} (it has {count}: 0..{count - 1})"
+                    f"topic {topic} has no partition {p} (it has {which})",
+                    f"`kafscale topics describe {topic}` lists its partitions",
                 )
             out.append((topic, p))
     return sorted(set(out))
@@ -199,7 +203,7 @@ def cmd_reset_offsets(args: argparse.Namespace) -> int:
     desc = describe_group(kafka, args.group)
     if desc.members:
         problem = (
-            f"group {args.group} has {len(desc.members)} active member(s) (state "
+            f"group {args.group} has {output.plural(len(desc.members), 'active member')} (state "
             f"{state_name(desc.state)}): offsets can only be reset while the group is empty"
         )
         if args.execute:
@@ -232,7 +236,10 @@ def cmd_reset_offsets(args: argparse.Namespace) -> int:
         )
     if args.execute:
         commit(kafka, args.group, targets)
-        output.note(f"committed the new offsets of group {args.group} on {len(targets)} partitions")
+        output.note(
+            f"committed the new offsets of group {args.group} on "
+            f"{output.plural(len(targets), 'partition')}"
+        )
     else:
         output.note("dry run: nothing was changed; add --execute to commit these offsets")
     return EXIT_OK

@@ -1,6 +1,6 @@
 """``kafscale segments ls|dump|verify``: a topic's segment objects read straight from object
-storage (``s3://bucket/namespace``) or a single broker's ``<data dir>/<namespace>``, through
-``kafscale.segment`` (no broker involved).
+storage (``s3://bucket/namespace``) or a single broker's ``<data dir>/<namespace>``, with no
+broker involved.
 
 S3 settings not given as flags come from the standard AWS environment variables
 (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 from . import output, verify
 from .args import non_negative_int, plain, positive_int
 from .errors import EXIT_OK, CliError
-from .storage import add_location_flags, object_name, open_source, partitions_of, storage
+from .storage import (
+    add_location_flags,
+    nothing_stored,
+    object_name,
+    open_source,
+    partitions_of,
+    storage,
+)
 
 if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
     from kafscale.segment import SegmentSource
@@ -34,7 +41,7 @@ def register(commands: Any) -> None:
         description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = segments.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = segments.add_subparsers(dest="action", metavar="ACTION", title="actions")
 
     p = sub.add_parser(
         "ls", help="partitions under a location, or the segments of a topic's partitions"
@@ -47,8 +54,10 @@ def register(commands: Any) -> None:
 
     p = sub.add_parser("dump", help="print a partition's records")
     add_location_flags(p)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=non_negative_int, required=True, metavar="P")
+    p.add_argument("--topic", required=True, help="the topic")
+    p.add_argument(
+        "--partition", type=non_negative_int, required=True, metavar="P", help="its partition"
+    )
     p.add_argument(
         "--from-offset",
         type=non_negative_int,
@@ -78,6 +87,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     source = open_source(args)
     with storage(args.location):
         rows = segment_rows(source, args) if args.topic else partition_rows(source)
+        if not rows and args.topic:  # partition folders without a single segment object
+            raise CliError(
+                f"no segments of topic {args.topic} under {args.location}",
+                f"`kafscale segments verify {args.location} --topic {args.topic}` reports "
+                "what its partitions hold",
+            )
+        if not rows:
+            raise nothing_stored(args.location)
     if args.output == output.JSON:
         output.print_json(rows)
     elif args.topic:
@@ -109,11 +126,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 ]
                 for r in rows
             ],
-        )
-    if not rows:
-        output.note(
-            f"no segments under {args.location}: is it the broker's data directory joined with "
-            "its namespace, or s3://BUCKET/NAMESPACE with the brokers' namespace?"
         )
     return EXIT_OK
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import CliError
@@ -80,9 +81,71 @@ def object_name(topic: str, partition: int, base_offset: int) -> str:
     return f"{topic}/{partition}/segment-{base_offset:020d}.kfs"
 
 
+WAL_FOLDER = "!wal"  # a namespace's write-ahead objects (no topic name has a "!")
+NAMESPACE_HINT = (
+    "give a broker's data directory joined with its namespace (the brokers' --s3-namespace, "
+    "default: default), e.g. ./kafscale-data/default, or s3://BUCKET/NAMESPACE"
+)
+
+
+def stored_topics(source: SegmentSource) -> list[str]:
+    """The topics under the location that have at least one partition with segments."""
+    return [t for t in source.topics() if source.partitions(t)]
+
+
+def nothing_stored(location: str) -> CliError:
+    """The error for a location without a single segment, saying what it is instead: a
+    broker's data directory given without its namespace (naming the namespace directories to
+    pass), a data directory without any namespace directory, or a namespace whose records are
+    all still in the write-ahead log."""
+    if location.startswith("s3://"):
+        return CliError(f"no segments under {location}", NAMESPACE_HINT)
+    root = Path(location.removeprefix("file://"))
+    try:
+        namespaces = [d for d in sorted(root.iterdir()) if _namespace_dir(d)]
+        if namespaces:
+            paths = " or ".join(str(d) for d in namespaces)
+            return CliError(
+                f"no segments under {location}: it is a broker's data directory, and the "
+                "segments are in its namespace directory",
+                f"pass {paths}",
+            )
+        if (root / "metadata.redb").is_file():
+            return CliError(
+                f"no namespace directory found under the data directory {location} (the brokers "
+                "have stored no segments there, or keep them in S3)",
+                f"pass {location}/NAMESPACE with the brokers' --s3-namespace (default: default) "
+                "once they have stored segments, or s3://BUCKET/NAMESPACE",
+            )
+        if (root / WAL_FOLDER).is_dir():
+            return CliError(
+                f"no segments under {location} yet: the brokers' records are still in its "
+                f"write-ahead log ({WAL_FOLDER})",
+                "retry once the brokers have compacted it into segments",
+            )
+    except OSError:  # unreadable: the generic message
+        pass
+    return CliError(f"no segments under {location}", NAMESPACE_HINT)
+
+
+def _namespace_dir(path: Path) -> bool:
+    """A namespace directory: a write-ahead log folder, or a topic folder with a partition
+    folder (a number) in it."""
+    if not path.is_dir():
+        return False
+    if (path / WAL_FOLDER).is_dir():
+        return True
+    return any(
+        t.is_dir() and any(p.name.isdigit() and p.is_dir() for p in t.iterdir())
+        for t in path.iterdir()
+    )
+
+
 def partitions_of(source: SegmentSource, topic: str, only: int | None) -> list[int]:
     partitions = source.partitions(topic)
     if not partitions:
+        if not stored_topics(source):
+            raise nothing_stored(source.location)
         raise CliError(
             f"no segments of topic {topic} under {source.location}",
             f"`kafscale segments ls {source.location}` lists the topics stored there",

@@ -34,7 +34,7 @@ def register(commands: Any) -> None:
         description="Create, inspect, change and delete topics through the Kafka admin APIs of the "
         "brokers at --bootstrap-server.",
     )
-    sub = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = topics.add_subparsers(dest="action", metavar="ACTION", title="actions")
 
     p = sub.add_parser("list", help="topic names and partition counts")
     add_connection_flags(p)
@@ -42,7 +42,7 @@ def register(commands: Any) -> None:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("create", help="create a topic")
-    p.add_argument("topic")
+    p.add_argument("topic", metavar="TOPIC")
     p.add_argument(
         "--partitions",
         type=positive_int,
@@ -78,8 +78,15 @@ def register(commands: Any) -> None:
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("alter", help="change configs or add partitions")
-    p.add_argument("topic")
-    p.add_argument("--config", type=key_value, action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument(
+        "--config",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set the topic's own value, repeatable (the keys of `topics create --config`)",
+    )
     p.add_argument(
         "--delete-config",
         action="append",
@@ -87,7 +94,12 @@ def register(commands: Any) -> None:
         metavar="KEY",
         help="remove the topic's own value: the broker default applies again",
     )
-    p.add_argument("--partitions", type=positive_int, metavar="N", help="new partition count")
+    p.add_argument(
+        "--partitions",
+        type=positive_int,
+        metavar="N",
+        help="new partition count, more than the topic has (partitions can only be added)",
+    )
     add_connection_flags(p)
     p.set_defaults(func=cmd_alter, parser=p)
 
@@ -147,11 +159,15 @@ def cmd_create(args: argparse.Namespace) -> int:
             return EXIT_OK
         raise
     if args.partitions is not None:
-        print(f"created topic {args.topic} with {args.partitions} partitions")
+        print(f"created topic {args.topic} with {output.plural(args.partitions, 'partition')}")
         return EXIT_OK
     count = partition_counts(kafka.metadata()).get(args.topic)
     # A broker that has not caught up yet may not list it.
-    how = "the brokers' default partition count" if count is None else f"{count} partitions"
+    how = (
+        "the brokers' default partition count"
+        if count is None
+        else output.plural(count, "partition")
+    )
     print(f"created topic {args.topic} with {how}")
     return EXIT_OK
 
@@ -288,10 +304,21 @@ def cmd_alter(args: argparse.Namespace) -> int:
         args.parser.error("say what to change: --config, --delete-config and/or --partitions")
     both = {k for k, _ in args.config} & set(args.delete_config)
     if both:
-        args.parser.error(f"{', '.join(sorted(both))}: both --config and --delete-config")
+        args.parser.error(
+            f"{', '.join(sorted(both))}: given to both --config and --delete-config; "
+            "set it or delete it"
+        )
     kafka = Kafka.from_args(args)
     metadata = kafka.metadata()
     require_topics(metadata, [args.topic])
+    before = len(metadata.topics[args.topic].partitions)
+    if args.partitions and args.partitions <= before:
+        raise CliError(
+            f"topic {args.topic} has {output.plural(before, 'partition')} already, and "
+            "partitions can only be added (nothing was changed)",
+            f"give --partitions more than {before}",
+            code=ErrorCode.INVALID_PARTITIONS,
+        )
     if args.config or args.delete_config:
         entries = [
             ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in args.config
@@ -311,8 +338,10 @@ def cmd_alter(args: argparse.Namespace) -> int:
             [NewPartitions(args.topic, args.partitions)], operation_timeout=kafka.timeout
         )[args.topic]
         kafka.result(future, "adding partitions to topic", args.topic)
-        before = len(metadata.topics[args.topic].partitions)
-        print(f"topic {args.topic} now has {args.partitions} partitions (had {before})")
+        print(
+            f"topic {args.topic} now has {output.plural(args.partitions, 'partition')} "
+            f"(had {before})"
+        )
     return EXIT_OK
 
 

@@ -57,7 +57,7 @@ def register(commands: Any) -> None:
         description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = users.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = users.add_subparsers(dest="action", metavar="ACTION", title="actions")
 
     p = sub.add_parser("list", help="users with their SCRAM mechanisms and iteration counts")
     add_connection_flags(p)
@@ -73,7 +73,9 @@ def register(commands: Any) -> None:
         "twice without echo.",
     )
     p.add_argument("name", type=user_name, metavar="NAME")
-    p.add_argument("--mechanism", required=True, choices=MECHANISMS)
+    p.add_argument(
+        "--mechanism", required=True, choices=MECHANISMS, help="the credential's SCRAM mechanism"
+    )
     p.add_argument(
         "--iterations",
         type=positive_int,

@@ -1,11 +1,12 @@
 """``kafscale segments verify``: check every segment of every partition and report every
 problem, not just the first.
 
-Within a segment the reader's ``SegmentSource.verify`` checks the header, each batch's CRC, that
-batches follow each other, the footer and segment CRC, and the ``.index``. Across segments this
-module checks that they join up: a segment must start right after the last offset the previous
-one holds (else offsets are missing, or stored twice), and its first record must be at its base
-offset. The first segment of a partition may start above 0 (retention removed older ones).
+Within each segment: the header, each batch's CRC, that batches follow each other, the footer
+and segment CRC, and its ``.index``. Across segments: that they join up (a segment must start
+right after the last offset the previous one holds, else offsets are missing or stored twice)
+and that each one's first record is at its base offset; the first segment of a partition may
+start above 0 (retention removed older ones). An ``.index`` object whose segment is gone is a
+problem too.
 
 Exit code 0 when nothing was found, 1 when anything was; one summary line either way.
 """
@@ -18,9 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import output
 from .args import non_negative_int, plain
-from .errors import EXIT_FAILED, EXIT_OK, CliError
+from .errors import EXIT_FAILED, EXIT_OK
 from .progress import Progress
-from .storage import add_location_flags, object_name, open_source, partitions_of, storage
+from .storage import (
+    add_location_flags,
+    nothing_stored,
+    object_name,
+    open_source,
+    partitions_of,
+    storage,
+)
 
 if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
     from kafscale.segment import SegmentCheck, SegmentObject, SegmentSource
@@ -97,8 +105,8 @@ def joins(
         if first is not None and first > base:
             add(
                 base,
-                f"gap: offsets {base}..{first - 1} missing at the start of the segment "
-                f"(its first record is at {first})",
+                f"gap: {output.offsets(base, first - 1)} missing at the start of the segment "
+                f"(its first record is at offset {first})",
             )
         elif first is not None and first < base:
             add(
@@ -112,7 +120,7 @@ def joins(
         if base > expected:
             add(
                 expected,
-                f"gap: offsets {expected}..{base - 1} missing between "
+                f"gap: {output.offsets(expected, base - 1)} missing between "
                 f"{before.object} and this segment",
             )
         elif base < expected:
@@ -140,6 +148,17 @@ def check_segment(
         Finding(info.topic, info.partition, p.object, p.offset, p.byte, p.message)
         for p in check.problems
     ]
+
+
+def orphans(source: SegmentSource, topic: str, partition: int) -> list[Finding]:
+    """The partition's index objects without their segment; a storage failure is a finding."""
+    try:
+        problems = source.orphan_indexes(topic, partition)
+    except OSError as exc:
+        return [
+            Finding(topic, partition, f"{topic}/{partition}/", None, None, f"cannot list: {exc}")
+        ]
+    return [Finding(topic, partition, p.object, p.offset, p.byte, p.message) for p in problems]
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -170,6 +189,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 report(progress, problems, findings, args.output)
                 progress.advance(info.size, f"{topic}/{partition}@{info.base_offset}")
             report(progress, joins(topic, partition, infos, checks), findings, args.output)
+            report(progress, orphans(source, topic, partition), findings, args.output)
     finally:
         progress.close()
     counts = ", ".join(
@@ -204,15 +224,10 @@ def listing(
 ) -> dict[tuple[str, int], list[SegmentObject]]:
     """{(topic, partition): its segment objects in offset order} of everything to verify, from
     the object listing alone: no object is read yet, so a damaged one hides nothing."""
-    topics = list(dict.fromkeys(args.topic)) if args.topic else source.topics()
-    if not topics:
-        raise CliError(
-            f"no segments under {args.location}",
-            "give the broker's data directory joined with its namespace, or "
-            "s3://BUCKET/NAMESPACE with the namespace the brokers use",
-        )
-    return {
-        (topic, p): source.segment_objects(topic, p)
-        for topic in topics
-        for p in partitions_of(source, topic, args.partition)
-    }
+    if args.topic:
+        chosen = {t: partitions_of(source, t, args.partition) for t in dict.fromkeys(args.topic)}
+    else:  # folders without partitions (a namespace, when given a data directory) are skipped
+        chosen = {t: parts for t in source.topics() if (parts := source.partitions(t))}
+        if not chosen:
+            raise nothing_stored(args.location)
+    return {(t, p): source.segment_objects(t, p) for t, parts in chosen.items() for p in parts}

@@ -2,9 +2,10 @@
 //! which stops at the first problem, it walks on and reports every one it can see: header,
 //! each batch's CRC, offsets that skip or repeat inside the segment, the footer and segment CRC,
 //! and whether every index entry points at the batch it names. A length field that lies ends
-//! the walk, since nothing after it can be located.
+//! the walk, since nothing after it can be located. Across a partition's listing,
+//! [`orphan_indexes`] finds index objects whose segment is gone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 
@@ -15,6 +16,26 @@ use crate::log::segment::{
     FOOTER_MAGIC, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
 use crate::store::{SegmentObject, SegmentStore, StoreError};
+
+/// `count(1, "byte")` is "1 byte", `count(3, "byte")` "3 bytes": counts in messages for people.
+fn count(n: impl Into<i128>, word: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// "offset 7" or "offsets 7268 to 7911": an inclusive range of offsets for people (not Rust's
+/// `7268..=7911`).
+fn offsets(first: i64, last: i64) -> String {
+    if first == last {
+        format!("offset {first}")
+    } else {
+        format!("offsets {first} to {last}")
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -85,7 +106,10 @@ fn check_segment(check: &mut SegmentCheck, object: &Bytes) -> HashMap<usize, i64
     let base = check.base_offset;
     let len = object.len();
     if len < SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN {
-        let message = format!("truncated: {len} bytes, shorter than a segment header and footer");
+        let message = format!(
+            "truncated: {}, shorter than a segment header and footer",
+            count(len as u64, "byte")
+        );
         check.problem(Some(base), Some(0), message);
         return HashMap::new();
     }
@@ -140,7 +164,8 @@ fn check_segment(check: &mut SegmentCheck, object: &Bytes) -> HashMap<usize, i64
     let declared = i32::from_be_bytes(object[16..20].try_into().unwrap());
     if walk.complete && i64::from(declared) != walk.offsets {
         let message = format!(
-            "header declares {declared} offsets, the batches hold {}",
+            "header declares {}, the batches hold {}",
+            count(declared, "offset"),
             walk.offsets
         );
         check.problem(Some(base), Some(16), message);
@@ -170,7 +195,10 @@ fn walk_batches(check: &mut SegmentCheck, area: &[u8]) -> Walk {
         let rest = &area[position..];
         let Some(header) = BatchHeader::parse(rest) else {
             let message = if rest.len() < BATCH_HEADER_LEN {
-                format!("{} stray bytes after the last batch", rest.len())
+                format!(
+                    "{} after the last batch",
+                    count(rest.len() as u64, "stray byte")
+                )
             } else {
                 "malformed batch header (bad length); the rest of the segment is unreadable".into()
             };
@@ -179,8 +207,10 @@ fn walk_batches(check: &mut SegmentCheck, area: &[u8]) -> Walk {
         };
         if header.size > rest.len() {
             let missing = header.size - rest.len();
-            let message =
-                format!("batch runs past the end of the segment ({missing} bytes missing)");
+            let message = format!(
+                "batch runs past the end of the segment ({} missing)",
+                count(missing as u64, "byte")
+            );
             check.problem(Some(header.base_offset), Some(position), message);
             return walk;
         }
@@ -190,16 +220,15 @@ fn walk_batches(check: &mut SegmentCheck, area: &[u8]) -> Walk {
             check.problem(Some(header.base_offset), Some(position), message);
         } else if crc32c(&batch[CRC_START..]) != header.crc {
             let message = format!(
-                "batch CRC-32C mismatch (batch at byte {position}, offsets {}..={})",
-                header.base_offset,
-                header.last_offset()
+                "batch CRC-32C mismatch (batch at byte {position}, {})",
+                offsets(header.base_offset, header.last_offset())
             );
             check.problem(Some(header.base_offset), Some(position), message);
         }
         if header.base_offset > expected_next {
             let message = format!(
-                "offsets {expected_next}..={} are missing inside the segment",
-                header.base_offset - 1
+                "gap inside the segment: {} missing",
+                offsets(expected_next, header.base_offset - 1)
             );
             check.problem(Some(expected_next), Some(position), message);
         } else if header.base_offset < expected_next {
@@ -258,4 +287,36 @@ fn check_index(check: &mut SegmentCheck, object: &str, index: &[u8], starts: &Ha
             )),
         }
     }
+}
+
+/// Index objects of `topic`/`partition` without their segment object, as problems: the
+/// segment was deleted (or never uploaded) but its index was left behind, so the offsets it
+/// indexed are gone. One listing of the partition; no object is read.
+pub async fn orphan_indexes(
+    store: &SegmentStore,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<Problem>, StoreError> {
+    let listed = store.list_partition(topic, partition).await?;
+    let segments: HashSet<i64> = listed
+        .iter()
+        .filter(|s| s.kind == SegmentObject::Data)
+        .map(|s| s.base_offset)
+        .collect();
+    Ok(listed
+        .iter()
+        .filter(|s| s.kind == SegmentObject::Index && !segments.contains(&s.base_offset))
+        .map(|s| {
+            let data = store.segment_path(topic, partition, s.base_offset, SegmentObject::Data);
+            let index = store.segment_path(topic, partition, s.base_offset, SegmentObject::Index);
+            Problem {
+                object: index.to_string(),
+                offset: Some(s.base_offset),
+                byte: None,
+                message: format!(
+                    "the index has no segment: {data} is missing (deleted, or never stored)"
+                ),
+            }
+        })
+        .collect())
 }

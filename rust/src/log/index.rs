@@ -75,7 +75,7 @@ pub enum IndexError {
     BadMagic,
     #[error("unsupported index version {0}")]
     BadVersion(u16),
-    #[error("index declares {declared} entries but holds {present}")]
+    #[error("index declares {declared} entr{} but holds {present}", if *declared == 1 { "y" } else { "ies" })]
     EntryCount { declared: i32, present: usize },
 }
 

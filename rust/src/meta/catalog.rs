@@ -151,7 +151,7 @@ pub enum CatalogError {
     #[error("no topic has the id {0}")]
     UnknownTopicId(Uuid),
     /// A partition count a topic cannot grow to.
-    #[error("topic '{topic}' has {current} partitions; {reason}")]
+    #[error("topic '{topic}' has {current} partition{}; {reason}", if *current == 1 { "" } else { "s" })]
     PartitionCount {
         topic: String,
         current: i32,

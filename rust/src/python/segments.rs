@@ -18,8 +18,11 @@ use crate::analytics::columns::kafka_schema;
 use crate::analytics::error::ReadError;
 use crate::analytics::reader::TopicReader;
 use crate::analytics::scan::{BatchLimits, PartitionScan};
-use crate::analytics::verify::verify_segment;
+use crate::analytics::verify::{orphan_indexes, verify_segment};
 use crate::store::{S3Credentials, SegmentObject, SegmentStore, StorageLocation};
+
+/// A problem as Python gets it: (object, offset, byte, message).
+type ProblemRow = (String, Option<i64>, Option<u64>, String);
 
 /// What `SegmentSource.verify` returns (see there).
 type VerifiedSegment = (
@@ -29,7 +32,7 @@ type VerifiedSegment = (
     Option<i64>,
     u64,
     u64,
-    Vec<(String, Option<i64>, Option<u64>, String)>,
+    Vec<ProblemRow>,
 );
 
 fn runtime() -> &'static Runtime {
@@ -222,6 +225,24 @@ impl SegmentSource {
             check.records,
             problems,
         ))
+    }
+
+    /// Index objects of the partition without their segment object, as `[(object, offset,
+    /// byte, message)]` problems, from one listing.
+    fn orphan_indexes(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+    ) -> PyResult<Vec<ProblemRow>> {
+        let store = self.reader.store();
+        let problems = self.block_on(py, async {
+            Ok(orphan_indexes(store, topic, partition).await?)
+        })?;
+        Ok(problems
+            .into_iter()
+            .map(|p| (p.object, p.offset, p.byte, p.message))
+            .collect())
     }
 
     #[pyo3(signature = (topic, partition, start_offset, end_offset, *, include_headers,
