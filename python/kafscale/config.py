@@ -15,6 +15,7 @@ The attribute names are the ones the Rust core reads (``_core.BrokerSettings``).
 from __future__ import annotations
 
 import argparse
+import contextvars
 import dataclasses
 import ipaddress
 import os
@@ -88,8 +89,36 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# While load_settings builds Settings: the flag or variable each given setting came from, so
+# that messages name settings the way the user gave them.
+_GIVEN: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "kafscale_settings_given", default=None
+)
+
+
 def _both(name: str) -> str:
-    return f"{flag(name)} / {env_var(name)}"
+    """The setting ``name`` in a message: as the user gave it (``--s3-bucket`` or
+    ``KAFSCALE_S3_BUCKET``); one they did not give the way they gave the others (a variable
+    when every one given was a variable, otherwise a flag). Outside load_settings: both."""
+    given = _GIVEN.get()
+    if given is None:
+        return f"{flag(name)} / {env_var(name)}"
+    if name in given:
+        return given[name]
+    if given and all(term.startswith("KAFSCALE_") for term in given.values()):
+        return env_var(name)
+    return flag(name)
+
+
+def _how_to_set(name: str, value: str) -> str:
+    """How to give ``name`` a value, in the user's terms: ``--s3-region us-east-1`` or
+    ``KAFSCALE_S3_REGION=us-east-1``."""
+    term = _both(name)
+    if term.startswith("--"):
+        return f"{term} {value}"
+    if term.startswith("KAFSCALE_"):
+        return f"{term}={value}"
+    return f"{flag(name)} {value} (or {env_var(name)}={value})"
 
 
 # --- parsing: text -> typed value (raises _Unparsable with what is expected) -------------------
@@ -906,6 +935,14 @@ class Settings:
             )
 
     @property
+    def setting_names(self) -> dict[str, str]:
+        """What the user called each setting they gave, by attribute name: its flag
+        (``--s3-bucket``) or its environment variable (``KAFSCALE_S3_BUCKET``), so that
+        messages name it the same way. Settings left at their default are not in it."""
+        given: dict[str, str] = self.__dict__.get("_given_as", {})
+        return dict(given)
+
+    @property
     def listener_specs(self) -> list[_listeners.ListenerSpec]:
         """Every listener the core binds, the first one --broker-addr's when --listeners is
         unset."""
@@ -941,8 +978,8 @@ class Settings:
         if self.s3_bucket and not self.s3_region:
             raise SettingsError(
                 f"{_both('s3_bucket')} is set but {_both('s3_region')} is not; set the "
-                "bucket's region, e.g. KAFSCALE_S3_REGION=us-east-1 (S3-compatible servers "
-                "usually accept any value)"
+                f"bucket's region, e.g. {_how_to_set('s3_region', 'us-east-1')} (S3-compatible "
+                "servers usually accept any value)"
             )
         if self.etcd_endpoints and not self.s3_bucket:
             raise SettingsError(
@@ -960,7 +997,7 @@ class Settings:
                 if getattr(self, name):
                     raise SettingsError(
                         f"{_both(name)} is set but {_both('s3_bucket')} is not; set the "
-                        f"bucket too, or unset {env_var(name)}"
+                        f"bucket too, or unset {_both(name)}"
                     )
 
 
@@ -1026,11 +1063,13 @@ def load_settings(
     environ = os.environ if environ is None else environ
     args = build_parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     values: dict[str, Any] = {}
+    given: dict[str, str] = {}  # setting -> the flag or variable it came from
     for f in dataclasses.fields(Settings):
         meta: _Meta = f.metadata["kafscale"]
         raw = getattr(args, f.name)
         if isinstance(raw, bool):  # --flag / --no-flag
             values[f.name] = raw
+            given[f.name] = flag(f.name)
             continue
         if raw is not None:
             where, other = flag(f.name), f"env {env_var(f.name)}"
@@ -1039,13 +1078,22 @@ def load_settings(
             if raw == "":
                 continue  # default
             where, other = env_var(f.name), f"flag {flag(f.name)}"
+        given[f.name] = where
         try:
             values[f.name] = meta.parse(raw)
         except _Unparsable as exc:
             raise SettingsError(f"invalid value {raw!r} for {where} ({other}): {exc}") from None
 
     _derive_advertised(values)
-    return Settings(**values)
+    token = _GIVEN.set(given)
+    try:
+        settings = Settings(**values)
+    finally:
+        _GIVEN.reset(token)
+    # Not a field: it describes where the values came from, not a setting (frozen, so set
+    # the way dataclasses do).
+    object.__setattr__(settings, "_given_as", given)
+    return settings
 
 
 def _derive_advertised(values: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 //! The broker's settings as the core sees them. Python builds and validates the user-facing
 //! `kafscale.config.Settings`; the core extracts the same attribute names.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,9 +107,42 @@ pub struct BrokerConfig {
     pub message_timestamp_after_max_ms: i64,
     pub max_uncompressed_batch_bytes: usize,
     pub producer_id_expiration_ms: i64,
+    /// What the user calls each setting (by attribute name): the environment variable for
+    /// one set that way, otherwise its flag. Messages name settings this way.
+    pub setting_names: HashMap<String, String>,
 }
 
 impl BrokerConfig {
+    /// The setting `name` (`s3_bucket`) as the user gave it: `--s3-bucket` or
+    /// `KAFSCALE_S3_BUCKET`. One left at its default is named the way the user gave the
+    /// others: as a variable when every one given was a variable, otherwise as a flag.
+    pub fn setting(&self, name: &str) -> String {
+        if let Some(given) = self.setting_names.get(name) {
+            return given.clone();
+        }
+        let variables = !self.setting_names.is_empty()
+            && self
+                .setting_names
+                .values()
+                .all(|n| n.starts_with("KAFSCALE_"));
+        if variables {
+            format!("KAFSCALE_{}", name.to_ascii_uppercase())
+        } else {
+            format!("--{}", name.replace('_', "-"))
+        }
+    }
+
+    /// How to give the setting `name` another value: `pass --s3-bucket BUCKET` or
+    /// `set KAFSCALE_S3_BUCKET=BUCKET`.
+    pub fn how_to_set(&self, name: &str, value: &str) -> String {
+        let setting = self.setting(name);
+        if setting.starts_with("--") {
+            format!("pass {setting} {value}")
+        } else {
+            format!("set {setting}={value}")
+        }
+    }
+
     /// The SASL listeners' settings (credentials stored under `catalog`).
     pub(crate) fn authorizer_settings(&self) -> AuthorizerSettings {
         AuthorizerSettings {
@@ -166,13 +200,19 @@ impl BrokerConfig {
     /// Where segments go. Contradictory settings are an error, never a silent choice.
     pub fn storage(&self) -> Result<StorageLocation, String> {
         match (&self.s3_bucket, self.use_memory_s3) {
-            (Some(_), true) => {
-                Err("KAFSCALE_USE_MEMORY_S3 and KAFSCALE_S3_BUCKET are both set: choose one".into())
-            }
+            (Some(_), true) => Err(format!(
+                "{} and {} are both set: choose one",
+                self.setting("use_memory_s3"),
+                self.setting("s3_bucket")
+            )),
             (None, true) => Ok(StorageLocation::Memory),
             (Some(bucket), false) => {
                 let region = self.s3_region.clone().ok_or_else(|| {
-                    format!("KAFSCALE_S3_BUCKET={bucket} needs KAFSCALE_S3_REGION as well")
+                    format!(
+                        "{} {bucket} needs a region as well: {}",
+                        self.setting("s3_bucket"),
+                        self.how_to_set("s3_region", "REGION")
+                    )
                 })?;
                 Ok(StorageLocation::S3 {
                     bucket: bucket.clone(),

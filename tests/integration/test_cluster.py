@@ -247,7 +247,7 @@ def test_etcd_unreachable_at_startup(broker_factory, moto, s3_bucket):
     code = broker.wait_exit(SETTLE_S)
     text = broker.log_text()
     assert code != 0, f"exit code {code}:\n{text[-2000:]}"
-    assert "KAFSCALE_ETCD_ENDPOINTS" in text, text[-2000:]
+    assert f"cannot reach etcd at --etcd-endpoints {endpoint}" in text, text[-2000:]
     assert "listening on" not in text
 
 

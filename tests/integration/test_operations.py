@@ -258,7 +258,9 @@ def test_metrics_address_problems_are_reported(broker_factory):
     port = endpoint.base.rsplit(":", 1)[1]
     clash = broker_factory(["--metrics-addr", f"127.0.0.1:{port}"], start=False)
     assert clash.start(wait=False).wait_exit() == 1
-    assert f"KAFSCALE_METRICS_ADDR 127.0.0.1:{port}: cannot listen" in clash.log_text()
+    assert (
+        f"127.0.0.1:{port} is in use by another process: stop it or pass --metrics-addr HOST:PORT"
+    ) in clash.log_text()
     assert taken.running
 
 

@@ -61,8 +61,10 @@ def test_fields_match_core_contract() -> None:
     # read-only properties: the core only reads them (and Settings is frozen)
     declared = [n.name for n in cls.body if isinstance(n, ast.FunctionDef)]
     assert declared[:2] == ["listener_specs", "tls"]
+    # last: how the user named each setting they gave (for the core's messages)
+    assert declared[-1] == "setting_names"
     names = [f.name for f in dataclasses.fields(Settings)]
-    assert names == list(LISTENER_SETTINGS) + declared[2:] + list(CONTROL_PLANE_SETTINGS)
+    assert names == list(LISTENER_SETTINGS) + declared[2:-1] + list(CONTROL_PLANE_SETTINGS)
 
 
 def test_flag_beats_env_beats_default() -> None:
@@ -139,7 +141,10 @@ def test_unparsable_number_from_env_names_both() -> None:
 def test_out_of_range(name: str, value: str) -> None:
     message = error_of(**{env_var(name): value})
     assert env_var(name) in message
+    assert flag(name) not in message  # named as the user gave it
+    message = error_of([flag(name), value])
     assert flag(name) in message
+    assert env_var(name) not in message
 
 
 def test_readahead_zero_allowed() -> None:
@@ -215,8 +220,21 @@ def test_region_or_endpoint_without_bucket(env: dict[str, str]) -> None:
 
 def test_memory_s3_with_bucket_is_a_contradiction() -> None:
     message = error_of(["--use-memory-s3"], KAFSCALE_S3_BUCKET="b", KAFSCALE_S3_REGION="r")
-    assert "KAFSCALE_USE_MEMORY_S3" in message and "KAFSCALE_S3_BUCKET" in message
+    assert "--use-memory-s3" in message and "KAFSCALE_S3_BUCKET" in message
     assert "choose one" in message
+
+
+def test_messages_name_settings_as_given() -> None:
+    """A hint names a setting the way the user gave the others: flags for flags, variables
+    for variables."""
+    message = error_of(["--s3-bucket", "b"])
+    assert message.startswith("--s3-bucket is set but --s3-region is not"), message
+    assert "e.g. --s3-region us-east-1" in message and "KAFSCALE_" not in message
+    message = error_of(KAFSCALE_S3_BUCKET="b")
+    assert message.startswith("KAFSCALE_S3_BUCKET is set but KAFSCALE_S3_REGION is not")
+    assert "e.g. KAFSCALE_S3_REGION=us-east-1" in message and "--" not in message
+    s = load(["--s3-bucket", "b"], KAFSCALE_S3_REGION="r")
+    assert s.setting_names == {"s3_bucket": "--s3-bucket", "s3_region": "KAFSCALE_S3_REGION"}
 
 
 def test_endpoint_must_be_url() -> None:
@@ -229,7 +247,7 @@ def test_endpoint_must_be_url() -> None:
 )
 def test_bad_broker_addr(addr: str) -> None:
     message = error_of(["--broker-addr", addr])
-    assert "--broker-addr" in message and "KAFSCALE_BROKER_ADDR" in message
+    assert "--broker-addr" in message and "KAFSCALE_BROKER_ADDR" not in message
 
 
 def test_advertised_defaults_follow_listen_addr() -> None:

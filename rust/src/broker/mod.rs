@@ -7,6 +7,7 @@ pub(crate) mod gauges;
 pub mod health;
 pub mod running;
 pub mod served_topic;
+mod startup;
 #[cfg(test)]
 pub mod tests;
 pub mod topic_rules;
@@ -82,33 +83,40 @@ impl Broker {
     /// the partitions. Errors name the setting at fault.
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, String> {
         let location = config.storage()?;
-        let store = SegmentStore::open(&location, &config.s3_namespace)?;
-        store.probe().await.map_err(|e| {
-            format!(
-                "object storage {} is not usable: {e}. Check KAFSCALE_S3_ENDPOINT, \
-                 KAFSCALE_S3_BUCKET, KAFSCALE_S3_REGION and the AWS credentials",
-                store.describe()
-            )
-        })?;
+        // The data directory holds the embedded metadata store, or the segments.
+        let uses_data_dir = config.etcd_endpoints.is_none()
+            || matches!(location, crate::store::StorageLocation::LocalDir(_));
+        if uses_data_dir {
+            startup::check_data_dir(&config)?;
+        }
+        let store = SegmentStore::open(&location, &config.s3_namespace)
+            .map_err(|e| startup::store_not_opened(&config, e))?;
+        store
+            .check()
+            .await
+            .map_err(|e| startup::store_unusable(&config, e))?;
         let metrics = Arc::new(Metrics::default());
         let kv: Arc<dyn KvStore> = match config.etcd_endpoints() {
             Some(endpoints) => Arc::new(MeteredKv::new(
                 EtcdStore::connect(&endpoints, config.etcd_credentials(), config.lease_ttl())
-                    .await?,
+                    .await
+                    .map_err(|e| startup::etcd_unusable(&config, e))?,
                 "etcd",
                 metrics.clone(),
             )),
             None => Arc::new(MeteredKv::new(
-                EmbeddedStore::open(&config.metadata_path())?,
+                EmbeddedStore::open(&config.metadata_path())
+                    .map_err(|e| startup::embedded_unusable(&config, &e))?,
                 "embedded",
                 metrics.clone(),
             )),
         };
         let catalog = Arc::new(Catalog::new(kv.clone(), &config.s3_namespace));
+        // The first request that needs a login (etcd grants a lease without one).
         let cluster_id = catalog
             .cluster_id()
             .await
-            .map_err(|e| format!("metadata store: {e}"))?;
+            .map_err(|e| startup::metadata_unusable(&config, &e))?;
         // Group records change with every offset commit and only the Python coordinator
         // reads them: mirroring them would rebuild the cluster view on each commit.
         let mirror = Mirror::start(

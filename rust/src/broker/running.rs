@@ -14,15 +14,9 @@ use crate::server::connection::Entry;
 use crate::server::tls::Tls;
 use crate::server::BoundListener;
 
-/// Why a broker did not start.
+/// Why a broker did not start: one line in the user's terms (see `startup`).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{setting} {addr}: cannot listen: {source}")]
-    Listen {
-        setting: String,
-        addr: String,
-        source: std::io::Error,
-    },
     #[error("{0}")]
     Open(String),
 }
@@ -36,12 +30,14 @@ pub struct Running {
     server: Mutex<Option<JoinHandle<()>>>,
 }
 
-async fn listen(setting: &str, addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
-    let failed = |source| StartError::Listen {
-        setting: setting.to_string(),
-        addr: addr.to_string(),
-        source,
-    };
+/// Binds `addr`, which the setting `name` (`broker_addr`, `listeners`, `metrics_addr`) gave.
+async fn listen(
+    config: &BrokerConfig,
+    name: &str,
+    addr: &str,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let failed =
+        |e: std::io::Error| StartError::Open(super::startup::cannot_listen(config, name, addr, &e));
     let listener = TcpListener::bind(addr).await.map_err(failed)?;
     let bound = listener.local_addr().map_err(failed)?;
     Ok((listener, bound))
@@ -54,9 +50,17 @@ async fn bind_listeners(
     tls: Option<&Arc<Tls>>,
 ) -> Result<Vec<BoundListener>, StartError> {
     let mut bound = Vec::new();
-    for spec in &mut config.listener_specs {
+    // The listeners are --broker-addr's one unless --listeners was given.
+    let given = if config.setting_names.contains_key("listeners") {
+        "listeners"
+    } else {
+        "broker_addr"
+    };
+    let specs = config.listener_specs.clone();
+    for (i, spec) in specs.iter().enumerate() {
         let setting = format!("listener {}", spec.name);
-        let (listener, addr) = listen(&setting, &spec.bind).await?;
+        let (listener, addr) = listen(config, given, &spec.bind).await?;
+        let spec = &mut config.listener_specs[i];
         if spec.advertised_port == 0 {
             spec.advertised_port = i32::from(addr.port());
         }
@@ -88,7 +92,9 @@ impl Running {
             Some(files)
                 if config.metrics_tls || config.listener_specs.iter().any(|l| l.is_tls()) =>
             {
-                let tls = Tls::load(files.clone()).map_err(StartError::Open)?;
+                super::startup::check_tls_files(&config).map_err(StartError::Open)?;
+                let tls = Tls::load(files.clone())
+                    .map_err(|e| StartError::Open(super::startup::tls_unusable(&config, &e)))?;
                 tls.spawn_reloads();
                 Some(tls)
             }
@@ -101,7 +107,7 @@ impl Running {
             .collect::<Result<_, _>>()
             .map_err(|e| StartError::Open(e.to_string()))?;
         let ops_listener = match &config.metrics_addr {
-            Some(addr) => Some(listen("KAFSCALE_METRICS_ADDR", addr).await?.0),
+            Some(addr) => Some(listen(&config, "metrics_addr", addr).await?.0),
             None => None,
         };
         let ops_tls = if config.metrics_tls {

@@ -94,6 +94,7 @@ fn config(dir: &tempfile::TempDir, segment_bytes: usize) -> BrokerConfig {
         message_timestamp_after_max_ms: 3_600_000,
         max_uncompressed_batch_bytes: 128 << 20,
         producer_id_expiration_ms: 86_400_000,
+        setting_names: Default::default(),
     }
 }
 

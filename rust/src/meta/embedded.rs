@@ -79,13 +79,12 @@ impl EmbeddedStore {
     /// `open` with the watch limits chosen (tests use small ones).
     fn open_with(path: &Path, history: usize, live: usize) -> Result<EmbeddedStore, String> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                format!("KAFSCALE_DATA_DIR {}: cannot create it: {e}", dir.display())
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?;
         }
         let db = Database::create(path).map_err(|e| {
             format!(
-                "metadata store {}: {e} (is another broker using this KAFSCALE_DATA_DIR?)",
+                "the embedded metadata store {} cannot be opened: {e}",
                 path.display()
             )
         })?;

@@ -2,7 +2,6 @@
 //! that a background task keeps alive; ephemeral keys are attached to it, so etcd deletes them
 //! when this broker stops renewing it (crash, pause, partition) or revokes it (shutdown).
 
-use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -37,6 +36,84 @@ pub struct EtcdStore {
     endpoints: String,
 }
 
+/// Why the broker could not open its etcd session; the caller names the setting at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    /// Nothing accepted the connection (refused, no route, unknown host): the innermost cause.
+    #[error("cannot reach etcd at {endpoints}: {cause}")]
+    Unreachable { endpoints: String, cause: String },
+    /// etcd refused the user, password or missing login (its own words).
+    #[error("etcd at {endpoints} refused the login: {answer}")]
+    Auth { endpoints: String, answer: String },
+    #[error("etcd at {endpoints} did not answer within {} s", REQUEST_TIMEOUT.as_secs())]
+    NoAnswer { endpoints: String },
+    #[error("etcd at {endpoints}: {answer}")]
+    Other { endpoints: String, answer: String },
+}
+
+impl ConnectError {
+    fn of(endpoints: &str, error: etcd::Error) -> ConnectError {
+        let endpoints = endpoints.to_string();
+        let status = match &error {
+            etcd::Error::GRpcStatus(status) => Some(status),
+            _ => None,
+        };
+        let answer = status.map_or_else(|| error.to_string(), |s| s.message().to_string());
+        if let Some(answer) = login_refused(&answer) {
+            return ConnectError::Auth { endpoints, answer };
+        }
+        // A connection that failed comes back as a status carrying the transport error.
+        let transport: Option<&(dyn std::error::Error + 'static)> = match &error {
+            etcd::Error::TransportError(e) => Some(e),
+            etcd::Error::GRpcStatus(status) => {
+                std::error::Error::source(status).map(|_| status as &dyn std::error::Error)
+            }
+            _ => None,
+        };
+        if let Some(transport) = transport {
+            return ConnectError::Unreachable {
+                endpoints,
+                cause: root_cause(transport),
+            };
+        }
+        ConnectError::Other { endpoints, answer }
+    }
+}
+
+/// etcd's own words when `text` (an error's message) says it refused the login or the
+/// user's permissions: the `etcdserver: ...` part.
+pub fn login_refused(text: &str) -> Option<String> {
+    const REFUSALS: [&str; 6] = [
+        "authentication failed",
+        "user name is empty",
+        "invalid auth token",
+        "permission denied",
+        "authentication is not enabled",
+        "user name not found",
+    ];
+    if !REFUSALS.iter().any(|refusal| text.contains(refusal)) {
+        return None;
+    }
+    let start = text.find("etcdserver:").unwrap_or(0);
+    let answer = &text[start..];
+    let end = answer.find('"').unwrap_or(answer.len());
+    Some(answer[..end].trim().to_string())
+}
+
+/// The innermost error's message ("Connection refused (os error 111)").
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    let text = cause.to_string();
+    // io::Error says "Connection refused (os error 111)": the number tells people nothing.
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
 /// The current lease and the session number handed out to watchers of `session()`.
 struct Session {
     lease: AtomicI64,
@@ -50,15 +127,13 @@ impl EtcdStore {
         endpoints: &[String],
         user: Option<(String, String)>,
         lease_ttl: Duration,
-    ) -> Result<EtcdStore, String> {
+    ) -> Result<EtcdStore, ConnectError> {
         let described = endpoints.join(",");
-        let failed = |what: &str, e: &dyn Display| {
-            format!(
-                "etcd at {described}: {what}: {e}. Check that KAFSCALE_ETCD_ENDPOINTS lists the \
-                 client URLs of a running etcd that this host can reach (e.g. \
-                 http://127.0.0.1:2379) and, if etcd has authentication enabled, \
-                 KAFSCALE_ETCD_USERNAME and KAFSCALE_ETCD_PASSWORD"
-            )
+        let failed = |e: Option<etcd::Error>| match e {
+            Some(e) => ConnectError::of(&described, e),
+            None => ConnectError::NoAnswer {
+                endpoints: described.clone(),
+            },
         };
         let mut options = etcd::ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
@@ -70,15 +145,13 @@ impl EtcdStore {
         if let Some((name, password)) = user {
             options = options.with_user(name, password);
         }
-        let client = bounded(etcd::Client::connect(endpoints, Some(options)))
+        let client = answered(etcd::Client::connect(endpoints, Some(options)))
             .await
-            .map_err(|e| failed("cannot connect", &e))?;
+            .map_err(failed)?;
         let ttl = lease_seconds(lease_ttl);
         let mut lease = client.lease_client();
         // The first request: with no credentials to check, `connect` itself sends nothing.
-        let granted = bounded(lease.grant(ttl, None))
-            .await
-            .map_err(|e| failed("cannot grant this broker's lease", &e))?;
+        let granted = answered(lease.grant(ttl, None)).await.map_err(failed)?;
         let session = Arc::new(Session {
             lease: AtomicI64::new(granted.id()),
             number: watch::channel(1).0,
@@ -178,6 +251,16 @@ async fn renew(lease: &mut etcd::LeaseClient, session: &Session, ttl: i64) -> bo
 
 /// An etcd call with an overall deadline: the per-request timeout does not cover waiting for
 /// a connection when no endpoint answers at all.
+/// The call's result within the request timeout; `Err(None)` when it had none by then.
+async fn answered<T>(
+    call: impl Future<Output = Result<T, etcd::Error>>,
+) -> Result<T, Option<etcd::Error>> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+        Ok(result) => result.map_err(Some),
+        Err(_) => Err(None),
+    }
+}
+
 async fn bounded<T>(call: impl Future<Output = Result<T, etcd::Error>>) -> Result<T, MetaError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
         Ok(Ok(value)) => Ok(value),
@@ -571,8 +654,14 @@ mod tests {
         let started = Instant::now();
         let nobody = vec![format!("http://127.0.0.1:{}", free_port())];
         let error = EtcdStore::connect(&nobody, None, TTL).await.err().unwrap();
-        assert!(error.contains("KAFSCALE_ETCD_ENDPOINTS"), "{error}");
-        assert!(error.contains(&nobody[0]), "{error}");
+        assert!(matches!(error, ConnectError::Unreachable { .. }), "{error}");
+        let text = error.to_string();
+        assert!(text.contains(&nobody[0]), "{text}");
+        assert!(text.contains("Connection refused"), "{text}");
+        assert!(
+            !text.contains("tonic") && !text.contains("os error"),
+            "{text}"
+        );
 
         // one that accepts connections but never answers
         let etcd = TestEtcd::start().await;
@@ -580,7 +669,14 @@ mod tests {
         let error = EtcdStore::connect(&etcd.endpoints(), None, TTL).await;
         etcd.resume();
         let error = error.err().unwrap();
-        assert!(error.contains("KAFSCALE_ETCD_ENDPOINTS"), "{error}");
+        // no answer to the requests, or to the connection's handshake (connect timeout)
+        assert!(
+            matches!(
+                error,
+                ConnectError::NoAnswer { .. } | ConnectError::Unreachable { .. }
+            ),
+            "{error}"
+        );
         assert!(started.elapsed() < Duration::from_secs(30));
     }
 }

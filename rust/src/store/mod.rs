@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -16,6 +16,10 @@ use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, 
 
 #[cfg(test)]
 pub mod faulty;
+mod problems;
+
+pub(crate) use problems::has_configured_credentials;
+pub use problems::{concise, one_line, OpenError, Unusable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -23,7 +27,8 @@ pub enum StoreError {
     AlreadyExists(String),
     #[error("object {0} not found")]
     NotFound(String),
-    #[error("object storage: {0}")]
+    /// The store's own message (callers say it is about object storage).
+    #[error("{0}")]
     Other(String),
 }
 
@@ -32,10 +37,13 @@ impl From<object_store::Error> for StoreError {
         match e {
             object_store::Error::AlreadyExists { path, .. } => StoreError::AlreadyExists(path),
             object_store::Error::NotFound { path, .. } => StoreError::NotFound(path),
-            other => StoreError::Other(other.to_string()),
+            other => StoreError::Other(concise(&other.to_string())),
         }
     }
 }
+
+/// How long a probe of the store waits for its answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Where segments live, as configured.
 #[derive(Debug, Clone)]
@@ -98,24 +106,27 @@ pub struct SegmentStore {
 }
 
 impl SegmentStore {
-    pub fn open(location: &StorageLocation, namespace: &str) -> Result<SegmentStore, String> {
+    pub fn open(location: &StorageLocation, namespace: &str) -> Result<SegmentStore, OpenError> {
         let local_root = match location {
             StorageLocation::LocalDir(dir) => Some(dir.clone()),
             _ => None,
         };
         let (store, description): (Arc<dyn ObjectStore>, String) = match location {
             StorageLocation::LocalDir(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    format!("KAFSCALE_DATA_DIR {}: cannot create it: {e}", dir.display())
+                std::fs::create_dir_all(dir).map_err(|e| OpenError::Directory {
+                    dir: dir.clone(),
+                    error: e.to_string(),
                 })?;
-                let fs = LocalFileSystem::new_with_prefix(dir).map_err(|e| {
-                    format!("KAFSCALE_DATA_DIR {}: cannot use it: {e}", dir.display())
-                })?;
+                let fs =
+                    LocalFileSystem::new_with_prefix(dir).map_err(|e| OpenError::Directory {
+                        dir: dir.clone(),
+                        error: e.to_string(),
+                    })?;
                 (Arc::new(fs), format!("local directory {}", dir.display()))
             }
             StorageLocation::Memory => (
                 Arc::new(InMemory::new()),
-                "memory (KAFSCALE_USE_MEMORY_S3: data is lost on exit)".to_string(),
+                "memory (data is lost on exit)".to_string(),
             ),
             StorageLocation::S3 {
                 bucket,
@@ -152,9 +163,19 @@ impl SegmentStore {
                         .with_endpoint(endpoint)
                         .with_virtual_hosted_style_request(false);
                 }
-                let s3 = builder
-                    .build()
-                    .map_err(|e| format!("KAFSCALE_S3_BUCKET {bucket}: {e}"))?;
+                // An S3-compatible server (an endpoint given here or in AWS_ENDPOINT_URL) never
+                // gets credentials from a cloud instance's metadata service: without any
+                // configured, object_store would ask 169.254.169.254, a request to a machine
+                // nobody configured, before failing. Refuse instead, saying how to give them.
+                if let Some(url) = builder.get_config_value(&AmazonS3ConfigKey::Endpoint) {
+                    if !has_configured_credentials(&builder) {
+                        return Err(OpenError::NoCredentials { endpoint: url });
+                    }
+                }
+                let s3 = builder.build().map_err(|e| OpenError::S3 {
+                    bucket: bucket.clone(),
+                    message: one_line(&e.to_string()),
+                })?;
                 let at = endpoint.as_deref().unwrap_or("AWS");
                 (
                     Arc::new(s3),
@@ -189,9 +210,24 @@ impl SegmentStore {
     pub async fn probe(&self) -> Result<(), StoreError> {
         let prefix = Path::from(self.namespace.as_str());
         let listing = self.store.list_with_delimiter(Some(&prefix));
-        match tokio::time::timeout(Duration::from_secs(15), listing).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, listing).await {
             Ok(result) => result.map(|_| ()).map_err(StoreError::from),
-            Err(_) => Err(StoreError::Other("no answer within 15 s".into())),
+            Err(_) => Err(StoreError::Other(format!(
+                "no answer within {} s",
+                PROBE_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    /// Like `probe`, for start-up: what is wrong, classified so the message can say what to
+    /// do about it.
+    pub async fn check(&self) -> Result<(), Unusable> {
+        let prefix = Path::from(self.namespace.as_str());
+        let listing = self.store.list_with_delimiter(Some(&prefix));
+        match tokio::time::timeout(PROBE_TIMEOUT, listing).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Unusable::classify(&e)),
+            Err(_) => Err(Unusable::NoAnswer),
         }
     }
 
@@ -343,6 +379,50 @@ impl SegmentStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endpoint_without_credentials_is_refused_before_any_request() {
+        let location = StorageLocation::S3 {
+            bucket: "b".into(),
+            region: "us-east-1".into(),
+            endpoint: Some("http://127.0.0.1:9".into()),
+            credentials: None,
+        };
+        let keys = S3Credentials {
+            access_key_id: "k".into(),
+            secret_access_key: "s".into(),
+            session_token: None,
+        };
+        let with_keys = match location.clone() {
+            StorageLocation::S3 {
+                bucket,
+                region,
+                endpoint,
+                ..
+            } => StorageLocation::S3 {
+                bucket,
+                region,
+                endpoint,
+                credentials: Some(keys),
+            },
+            _ => unreachable!(),
+        };
+        assert!(SegmentStore::open(&with_keys, "ns").is_ok());
+        // Only meaningful where the test's environment has no AWS credentials of its own.
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+            && std::env::var_os("AWS_SECRET_ACCESS_KEY").is_none()
+            && std::env::var_os("AWS_SKIP_SIGNATURE").is_none()
+            && std::env::var_os("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
+            && std::env::var_os("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
+            && std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
+        {
+            let refused = SegmentStore::open(&location, "ns").err();
+            assert!(
+                matches!(refused, Some(OpenError::NoCredentials { .. })),
+                "{refused:?}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn conditional_create_never_overwrites() {
