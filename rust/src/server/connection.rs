@@ -33,7 +33,7 @@ use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
 use super::low_water::LowWater;
 use super::sasl::{Authenticator, Gate, SaslSettings};
-use super::tls::{Side, Tls};
+use super::tls::{Side, Tls, TLS_READ_BUFFER};
 use crate::auth::authorizer::{Access, ANONYMOUS};
 use crate::broker::Broker;
 use crate::protocol::frame::{FrameError, FrameReader, FRAME_HEADER_LEN};
@@ -106,7 +106,7 @@ impl ReadSide for OwnedReadHalf {
 /// A TLS connection's read side: the stream's half, and a second handle on the socket to
 /// watch for the client's close (the TLS stream owns the socket).
 pub(crate) struct TlsReadSide {
-    half: tokio::io::ReadHalf<TlsStream<TcpStream>>,
+    half: tokio::io::ReadHalf<TlsStream<tokio::io::BufReader<TcpStream>>>,
     socket: TcpStream,
 }
 
@@ -121,9 +121,10 @@ impl AsyncRead for TlsReadSide {
 }
 
 impl ReadSide for TlsReadSide {
-    /// rustls stops reading from the socket while decrypted bytes wait: it holds at most two
-    /// records' plaintext and one record's ciphertext, under 56 KiB.
-    const HELD: usize = 64 * 1024;
+    /// rustls stops reading while decrypted bytes wait: it holds at most two records'
+    /// plaintext and one record's ciphertext (under 56 KiB), and the buffer beneath it up to
+    /// `TLS_READ_BUFFER` more.
+    const HELD: usize = 64 * 1024 + TLS_READ_BUFFER;
 
     fn hung_up(&self) -> impl Future<Output = ()> + Send + '_ {
         peer_closed(move || self.socket.ready(Interest::READABLE))
