@@ -1103,6 +1103,19 @@ def scratch_dir(keep: bool) -> Iterator[Path]:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def run_in_scratch(out: dict[str, Any], keep: bool, run: Callable[[Path], None]) -> int:
+    """Runs a bench in a scratch dir, its failure noted in ``out["errors"]`` rather than
+    raised, then prints ``out`` as the one JSON line of stdout."""
+    with scratch_dir(keep) as root:
+        try:
+            run(root)
+        except Exception as exc:
+            out["errors"].append(f"{type(exc).__name__}: {exc}")
+            log(f"error: {exc}")
+    print(json.dumps(out), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out: dict[str, Any] = {

@@ -220,14 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "errors": [],
     }
-    with bb.scratch_dir(args.keep_data) as root:
-        try:
-            run(args, root, out)
-        except Exception as exc:
-            out["errors"].append(f"{type(exc).__name__}: {exc}")
-            bb.log(f"error: {exc}")
-    print(json.dumps(out), flush=True)
-    return 0
+    return bb.run_in_scratch(out, args.keep_data, lambda root: run(args, root, out))
 
 
 if __name__ == "__main__":

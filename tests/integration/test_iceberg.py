@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import runpy
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +28,6 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
-from pyspark.sql import SparkSession
 from support import analytics_env
 from support.analytics_env import AnalyticsData, Row, arrow_rows, consume_rows, row_order
 from support.clients import (
@@ -39,9 +37,10 @@ from support.clients import (
     kafka_python_produce,
     kcat_produce,
 )
+from support.spark_session import local_spark
 
-from kafscale.spark import KafScaleDataSource, latest_offsets
 from kafscale.spark import iceberg as ice
+from kafscale.spark import latest_offsets
 
 analytics = analytics_env.analytics
 
@@ -53,20 +52,8 @@ ARROW_SCHEMA = pa.schema([pa.field("key", pa.binary())])
 
 @pytest.fixture(scope="module")
 def spark():
-    with pytest.MonkeyPatch.context() as mp:
-        # Spark's Python workers must run this interpreter: it has pyarrow and kafscale
-        mp.setenv("PYSPARK_PYTHON", sys.executable)
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("kafscale-iceberg-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        session.dataSource.register(KafScaleDataSource)
+    with local_spark("kafscale-iceberg-tests") as session:
         yield session
-        session.stop()
 
 
 def source_args(data: AnalyticsData) -> list[str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import runpy
-import sys
 from collections import Counter
 from collections.abc import Callable
 from itertools import pairwise
@@ -41,6 +40,7 @@ from support.analytics_env import (
     without_headers,
 )
 from support.clients import Msg, confluent_produce
+from support.spark_session import local_spark
 
 from kafscale.segment import kafka_schema
 from kafscale.spark import KafScaleDataSource, spark_schema
@@ -55,22 +55,9 @@ PUSHDOWN = "spark.sql.python.filterPushdown.enabled"  # off by default in Spark 
 
 @pytest.fixture(scope="module")
 def spark():
-    with pytest.MonkeyPatch.context() as mp:
-        # Spark's Python workers must run this interpreter: it has pyarrow and kafscale
-        mp.setenv("PYSPARK_PYTHON", sys.executable)
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("kafscale-spark-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config(PUSHDOWN, "true")
-            .getOrCreate()
-        )
-        session.dataSource.register(KafScaleDataSource)
+    conf = {"spark.sql.session.timeZone": "UTC", PUSHDOWN: "true"}
+    with local_spark("kafscale-spark-tests", **conf) as session:
         yield session
-        session.stop()
 
 
 def read(spark: SparkSession, data: AnalyticsData, **options: str) -> DataFrame:
