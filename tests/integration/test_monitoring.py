@@ -31,8 +31,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from confluent_kafka import Consumer, Producer
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from support.group_traffic import consumed_and_committed, produce
 from support.procs import ManagedProcess, free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -236,13 +236,6 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
 # --- against a real broker and a real Prometheus -----------------------------------------------
 
 
-def produce(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(count):
-        producer.produce(topic, value=b"v" * 100, partition=i % 2)
-    assert producer.flush(30) == 0
-
-
 def get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         return response.read().decode()
@@ -259,25 +252,8 @@ def traffic_broker(module_broker_factory):
     url = f"http://127.0.0.1:{port}/metrics"
     topic, group = f"mon-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     produce(broker.bootstrap, topic, 40)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        seen, deadline = 0, time.monotonic() + 60
-        while seen < 40 and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                seen += 1
-        assert seen == 40
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    with consumed_and_committed(broker.bootstrap, topic, group, 40):
+        pass
     produce(broker.bootstrap, topic, 10)
     # Lag is worked out from the coordinator's report, refreshed every second.
     deadline = time.monotonic() + 20

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.parser import text_string_to_metric_families as prometheus_text_families
 from support import admin_wire as aw
@@ -22,6 +22,7 @@ from support import group_wire as gw
 from support import kafka_wire as kw
 from support import segment_format as sf
 from support.admin_clients import ConfluentAdmin
+from support.group_traffic import consumed_and_committed, produce
 from support.kafka_wire import RawConnection
 from support.procs import free_port, paused
 from support.tls import make_pki
@@ -115,13 +116,6 @@ def with_endpoint(start, args: list[str] | None = None, **kw) -> tuple[object, E
     return broker, Endpoint(port)
 
 
-def produce(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(count):
-        producer.produce(topic, key=str(i % 2).encode(), value=b"v" * 100, partition=i % 2)
-    assert producer.flush(30) == 0
-
-
 def test_group_lag_is_reported_after_a_restart_without_any_group_request(broker_factory):
     """A group whose consumers are down sends nothing: after a restart its coordinator takes
     it up from the store on its own, so the lag series (the one an alert watches) exists."""
@@ -151,24 +145,7 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
 
     topic, group = f"ops-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     produce(broker.bootstrap, topic, 40)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        consumer.subscribe([topic])
-        seen = 0
-        deadline = time.monotonic() + 60
-        while seen < 40 and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                seen += 1
-        assert seen == 40
-        consumer.commit(asynchronous=False)
+    with consumed_and_committed(broker.bootstrap, topic, group, 40):
         produce(broker.bootstrap, topic, 10)  # 5 more per partition, not yet consumed
 
         for partition in ("0", "1"):
@@ -177,8 +154,6 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
         samples = endpoint.samples()
         assert samples[("kafscale_group_members", (("group", group), ("state", "Stable")))] == 1
         assert samples[("kafscale_coordinated_groups", ())] == 1
-    finally:
-        consumer.close()
 
     assert served_families(endpoint) == readme_metrics_table()
     assert samples[("kafscale_partitions_without_owner", ())] == 0
