@@ -32,6 +32,7 @@ import multiprocessing as mp
 import os
 import secrets
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -189,6 +190,18 @@ def client_security(broker: Any) -> ClientSecurity:
     """The security properties for ``broker.addr``; brokers of other benches (cluster_bench's
     members) have none and are PLAINTEXT."""
     return getattr(broker, "security", PLAINTEXT)
+
+
+@contextlib.contextmanager
+def over_plaintext(broker: Broker) -> Iterator[None]:
+    """Points the bench's clients at the broker's PLAINTEXT listener for a while (the
+    --compare-plaintext rounds: the same broker, heap and topic over both listeners)."""
+    saved = broker.client_port, broker.security
+    broker.client_port, broker.security = broker.port, PLAINTEXT
+    try:
+        yield
+    finally:
+        broker.client_port, broker.security = saved
 
 
 # --------------------------------------------------------------------------------------------
@@ -885,6 +898,68 @@ def fetch_cold_phase(broker: Broker, args: argparse.Namespace) -> dict[str, Any]
     return run_fetch(broker, args, ranges, 1, "fetch_cold")
 
 
+COMPARED_PHASES = {
+    "produce_acks_all": lambda broker, args: run_produce(broker, args, "-1", "produce_acks_all"),
+    "fetch_cache": fetch_cache_phase,
+}
+
+
+def wait_idle(broker: Broker, timeout: float = 60.0) -> None:
+    """Waits until the broker is done with what the last phase left it (compacting the
+    write-ahead data a produce phase wrote into segments): under 4 % of a core for 1 s."""
+    deadline = time.monotonic() + timeout
+    last = broker.cpu_seconds()
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = broker.cpu_seconds()
+        if now - last < 0.04:
+            return
+        last = now
+    log(f"broker not idle after {timeout:.0f} s; measuring anyway")
+
+
+def security_cost(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    """--compare-plaintext: produce_acks_all and fetch_cache over the PLAINTEXT listener and
+    over the secured one of the same broker, alternately, ``args.compare_plaintext`` times
+    each (the first of a pair alternates too, so that a drift of the broker's state over the
+    run weighs on both sides). Each phase's broker CPU counts until the broker is idle again,
+    so that the segments a produce phase's data is compacted into count for that phase and
+    not for whichever runs next; the medians of CPU per GiB and their ratio."""
+    cpu: dict[str, dict[str, list[float]]] = {
+        name: {"plaintext": [], "secured": []} for name in COMPARED_PHASES
+    }
+    mb_s: dict[str, dict[str, list[float]]] = {
+        name: {"plaintext": [], "secured": []} for name in COMPARED_PHASES
+    }
+    for round_no in range(args.compare_plaintext):
+        order = ["plaintext", "secured"] if round_no % 2 == 0 else ["secured", "plaintext"]
+        for side in order:
+            for name, run in COMPARED_PHASES.items():
+                log(f"security_cost round {round_no + 1}/{args.compare_plaintext}: {side} {name}")
+                wait_idle(broker)
+                before = broker.cpu_seconds()
+                with over_plaintext(broker) if side == "plaintext" else contextlib.nullcontext():
+                    fig = run(broker, args)
+                wait_idle(broker)
+                cpu[name][side].append(
+                    round((broker.cpu_seconds() - before) / (fig["bytes"] / GIB), 3)
+                )
+                mb_s[name][side].append(fig["mb_s"])
+
+    cost: dict[str, Any] = {"rounds": args.compare_plaintext}
+    for name, sides in cpu.items():
+        medians = {side: statistics.median(runs) for side, runs in sides.items()}
+        cost[name] = {
+            "plaintext_cpu_s_per_gib": sides["plaintext"],
+            "secured_cpu_s_per_gib": sides["secured"],
+            "plaintext_mb_s": statistics.median(mb_s[name]["plaintext"]),
+            "secured_mb_s": statistics.median(mb_s[name]["secured"]),
+            "cpu_ratio": round(medians["secured"] / medians["plaintext"], 3),
+        }
+        log(f"security_cost {name}: CPU per GiB secured / plaintext = {cost[name]['cpu_ratio']}")
+    return cost
+
+
 @dataclass
 class Suite:
     args: argparse.Namespace
@@ -936,6 +1011,8 @@ class Suite:
         self.phase("produce_acks_1", lambda: run_produce(broker, args, "1", "produce_acks_1"))
         self.phase("latency", lambda: run_latency(broker, args))
         self.phase("fetch_cache", lambda: fetch_cache_phase(broker, args))
+        if args.compare_plaintext and self.opts.security is not None:
+            self.phase("security_cost", lambda: security_cost(broker, args), True)
         with contextlib.suppress(Exception):
             marks = watermarks(broker.addr, TOPIC, args.partitions, client_security(broker))
             self.out["topic_bytes"] = sum(h - lo for lo, h in marks.values()) * args.value_bytes
@@ -987,17 +1064,27 @@ def targets(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         # the memory store keeps every segment in the broker's own heap
         excl = round(out["broker_peak_rss_mib"] - out["topic_bytes"] / MIB, 1)
         rss["broker_peak_rss_mib_excl_memory_store"] = entry(excl, "<=", budget)
-    return rss | {
-        "produce_acks_all_broker_cpu_s_per_gib": entry(
-            get("produce_acks_all", "broker_cpu_s_per_gib"), "<=", 1.0
-        ),
-        "fetch_cache_broker_cpu_s_per_gib": entry(
-            get("fetch_cache", "broker_cpu_s_per_gib"), "<=", 0.5
-        ),
-        "produce_acks_all_mb_s": entry(get("produce_acks_all", "mb_s"), ">=", 100),
-        "fetch_cache_mb_s": entry(get("fetch_cache", "mb_s"), ">=", 300),
-        "latency_p99_ms": entry(get("latency", "p99_ms"), "<=", args.flush_interval_ms + 30),
-    }
+    return (
+        rss
+        | {
+            "produce_acks_all_broker_cpu_s_per_gib": entry(
+                get("produce_acks_all", "broker_cpu_s_per_gib"), "<=", 1.0
+            ),
+            "fetch_cache_broker_cpu_s_per_gib": entry(
+                get("fetch_cache", "broker_cpu_s_per_gib"), "<=", 0.5
+            ),
+            "produce_acks_all_mb_s": entry(get("produce_acks_all", "mb_s"), ">=", 100),
+            "fetch_cache_mb_s": entry(get("fetch_cache", "mb_s"), ">=", 300),
+            "latency_p99_ms": entry(get("latency", "p99_ms"), "<=", args.flush_interval_ms + 30),
+        }
+        | {
+            f"security_cost_{name}_cpu_ratio": entry(
+                (get("security_cost", name) or {}).get("cpu_ratio"), "<=", 1.3
+            )
+            for name in COMPARED_PHASES
+            if "security_cost" in out
+        }
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1073,6 +1160,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="plaintext",
         help="listener every client uses: plaintext (--broker-addr), or an SSL / SASL_SSL "
         f"(SASL {SASL_MECHANISM}) listener next to it, with a throwaway PKI",
+    )
+    ap.add_argument(
+        "--compare-plaintext",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="with --security ssl/sasl_ssl: afterwards run produce_acks_all and fetch_cache "
+        "ROUNDS times over each listener, alternately, and report the CPU ratio",
     )
     ap.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
     args = ap.parse_args(argv)

@@ -5,7 +5,12 @@
 //! counts those against its budgets (server/budget.rs) before asking for more.
 
 use bytes::{Buf, Bytes, BytesMut};
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::Poll;
+
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::io::poll_read_buf;
 
 /// Smallest possible request: api key, api version, correlation id, client id length.
 const MIN_REQUEST_LEN: usize = 10;
@@ -63,19 +68,45 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         whole.saturating_sub(have)
     }
 
-    /// Reads what has arrived, at most `limit` bytes (at least one). `Ok(0)`: the peer closed
-    /// between two requests. Cancel-safe: bytes read are kept for the next call.
-    pub async fn fill(&mut self, limit: usize) -> Result<usize, FrameError> {
+    /// Reads what has arrived, at most `limit` bytes (at least one): everything the reader
+    /// hands over without waiting, so that a TLS stream, which yields one record per read,
+    /// costs one call per chunk and not one per record. `Ok(0)`: the peer closed between two
+    /// requests. Each time it must wait for the peer it first calls `on_wait` with the reader
+    /// and the bytes the next frame still misses ([`Self::missing`]). Cancel-safe: bytes
+    /// read are kept for the next call.
+    pub async fn fill(
+        &mut self,
+        limit: usize,
+        mut on_wait: impl FnMut(&R, usize),
+    ) -> Result<usize, FrameError> {
         let limit = limit.max(1);
         self.buffer.reserve(limit);
-        let read = (&mut self.reader)
-            .take(limit as u64)
-            .read_buf(&mut self.buffer)
-            .await?;
-        if read == 0 && !self.buffer.is_empty() {
-            return Err(FrameError::Truncated);
-        }
-        Ok(read)
+        let mut read = 0;
+        poll_fn(|cx| loop {
+            let mut room = (&mut self.reader).take((limit - read) as u64);
+            match poll_read_buf(Pin::new(&mut room), cx, &mut self.buffer) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(read)),
+                Poll::Ready(Ok(more)) if read + more == limit => {
+                    return Poll::Ready(Ok(limit));
+                }
+                Poll::Ready(Ok(more)) => read += more,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending if read > 0 => return Poll::Ready(Ok(read)),
+                Poll::Pending => {
+                    on_wait(&self.reader, self.missing());
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await
+        .map_err(FrameError::Io)
+        .and_then(|read| {
+            if read == 0 && !self.buffer.is_empty() {
+                Err(FrameError::Truncated)
+            } else {
+                Ok(read)
+            }
+        })
     }
 
     /// The next whole frame's payload among the bytes received, if there is one. A header
@@ -122,7 +153,7 @@ mod tests {
             if let Some(frame) = reader.next_frame()? {
                 return Ok(Some(frame));
             }
-            if reader.fill(chunk).await? == 0 {
+            if reader.fill(chunk, |_, _| ()).await? == 0 {
                 return Ok(None);
             }
         }
@@ -134,11 +165,11 @@ mod tests {
         input.extend((1000i32).to_be_bytes());
         let mut reader = FrameReader::new(&input[..], 100);
         assert_eq!(reader.missing(), FRAME_HEADER_LEN);
-        reader.fill(2).await.unwrap();
+        reader.fill(2, |_, _| ()).await.unwrap();
         assert_eq!(reader.missing(), 2);
-        reader.fill(7).await.unwrap();
+        reader.fill(7, |_, _| ()).await.unwrap();
         assert_eq!(reader.missing(), 24 - 9);
-        reader.fill(100).await.unwrap();
+        reader.fill(100, |_, _| ()).await.unwrap();
         assert_eq!(reader.missing(), 0, "a whole frame is buffered");
         reader.next_frame().unwrap().unwrap();
         // The next prefix declares more than the limit: nothing is waited for.
@@ -190,7 +221,7 @@ mod tests {
         let mut reader = FrameReader::new(&input[..], 200 << 20);
         let mut total = 0;
         loop {
-            let read = reader.fill(256).await;
+            let read = reader.fill(256, |_, _| ()).await;
             match read {
                 Ok(n) => {
                     assert!(n <= 256);

@@ -33,7 +33,7 @@ use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
 use super::low_water::LowWater;
 use super::sasl::{Authenticator, Gate, SaslSettings};
-use super::tls::{Side, Tls, TLS_READ_BUFFER};
+use super::tls::{Side, Tls};
 use crate::auth::authorizer::{Access, ANONYMOUS};
 use crate::broker::Broker;
 use crate::protocol::frame::{FrameError, FrameReader, FRAME_HEADER_LEN};
@@ -83,7 +83,8 @@ enum ReadEnd {
 /// The read side of a connection, and how to tell that its client closed while nothing of
 /// it is being read.
 pub(crate) trait ReadSide: AsyncRead + Unpin + Send {
-    /// Request bytes this side may have taken from the socket and not handed on yet.
+    /// Request bytes this side may have taken from the socket and not handed on yet when it
+    /// reports that it must wait for the peer.
     const HELD: usize;
 
     fn hung_up(&self) -> impl Future<Output = ()> + Send + '_;
@@ -121,10 +122,11 @@ impl AsyncRead for TlsReadSide {
 }
 
 impl ReadSide for TlsReadSide {
-    /// rustls stops reading while decrypted bytes wait: it holds at most two records'
-    /// plaintext and one record's ciphertext (under 56 KiB), and the buffer beneath it up to
-    /// `TLS_READ_BUFFER` more.
-    const HELD: usize = 64 * 1024 + TLS_READ_BUFFER;
+    /// The TLS stream waits only once rustls has no plaintext left and the buffer beneath it
+    /// is empty; rustls has then decrypted every whole record it read and holds at most the
+    /// start of one: under its largest wire size (16 KiB of payload, up to 2 KiB of
+    /// expansion, a 5-byte header).
+    const HELD: usize = 16 * 1024 + 2048 + 5;
 
     fn hung_up(&self) -> impl Future<Output = ()> + Send + '_ {
         peer_closed(move || self.socket.ready(Interest::READABLE))
@@ -389,7 +391,6 @@ async fn read_requests<R: ReadSide>(
             // connection close without an answer, which is true - nothing of it was stored.
             return ReadEnd::Stopped;
         }
-        low_water.expect(frames.get_ref().socket(), frames.missing(), R::HELD);
         let own = buffered.bytes();
         let more = async {
             let allowed = tokio::select! {
@@ -400,7 +401,11 @@ async fn read_requests<R: ReadSide>(
                 // the budgets (a partial request's bytes count) until its frame deadline.
                 () = frames.get_ref().hung_up() => return Ok(0),
             };
-            frames.fill(allowed).await
+            frames
+                .fill(allowed, |side, missing| {
+                    low_water.expect(side.socket(), missing, R::HELD)
+                })
+                .await
         };
         let read = tokio::select! {
             read = within(frame_deadline, more) => read,

@@ -6,7 +6,9 @@
 //! Over TLS that is each record (librdkafka writes 16 KiB records one by one): 50,000
 //! wake-ups per GiB produced against 3,000 in plaintext, and each costs a context switch
 //! and an epoll round. The mark is only ever a lower bound of what the peer must still send
-//! for the frame, so it cannot hold back a frame that is complete; the kernel also wakes the
+//! for the frame, so it cannot hold back a frame that is complete. A connection sets it only
+//! when it is about to wait (its last read found nothing), from what the frame still misses
+//! then: reads that find bytes waiting cost no syscall for it. The kernel also wakes the
 //! reader regardless on a close, under memory pressure, or when the receive window is nearly
 //! shut (tcp_data_ready), so a mark the buffer cannot reach does not stall the connection.
 

@@ -22,7 +22,7 @@ use crate::config::TlsFiles;
 /// Ciphertext read from the socket at once. rustls reads 4 KiB per call; reading 64 KiB into
 /// a buffer beneath it cuts the receive calls of a large request 16-fold (8 % less broker CPU
 /// per GiB produced over SASL_SSL, bench/broker_bench.py), for one more copy of the bytes.
-pub(crate) const TLS_READ_BUFFER: usize = 64 * 1024;
+const TLS_READ_BUFFER: usize = 64 * 1024;
 
 /// Accepts TLS connections with the certificate the files hold now.
 pub(crate) struct Tls {
