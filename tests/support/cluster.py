@@ -251,7 +251,7 @@ def moved_away(
     before: dict[str, dict[int, Leader]], gone_id: int
 ) -> Callable[[dict[str, dict[int, Leader]]], str | None]:
     """An ``until`` check for a broker leaving: its partitions have new owners with higher
-    epochs; every other partition keeps owner and epoch (rendezvous hashing moves nothing
+    epochs; every other partition keeps owner and epoch (placement moves nothing
     else)."""
 
     def check(now: dict[str, dict[int, Leader]]) -> str | None:

@@ -5,5 +5,6 @@ mod claims;
 pub mod compaction;
 mod events;
 pub mod ownership;
+mod placement;
 pub mod retention;
 pub mod state;

@@ -148,6 +148,8 @@ struct Visits {
     everything: bool,
     topics: BTreeSet<String>,
     partitions: HashSet<(String, i32)>,
+    /// Topics whose placement changed: every partition of them.
+    placed: Vec<String>,
 }
 
 impl Broker {
@@ -177,6 +179,7 @@ impl Broker {
             Some(mut state) if !revisits.everything => {
                 let changes = self.mirror.take_changes();
                 let brokers = state.live_brokers();
+                let mut placement_changed = false;
                 for (key, value) in &changes.keys {
                     if key.starts_with(&manifests) {
                         extended.extend(self.apply_manifest(key, value.as_ref()));
@@ -188,16 +191,25 @@ impl Broker {
                     }
                     match state.apply(root, key, value.as_ref()) {
                         Touched::Topic(name) => {
+                            placement_changed = true;
                             visits.topics.insert(name);
                         }
                         Touched::Partition(topic, id) => {
+                            placement_changed = true;
                             visits.topics.insert(topic.clone());
                             visits.partitions.insert((topic, id));
                         }
-                        Touched::Broker | Touched::Other => {}
+                        Touched::Broker => placement_changed = true,
+                        Touched::Other => {}
                     }
                 }
                 state.revision = changes.revision;
+                if placement_changed {
+                    // Placement starts from the owners: a claim or release, a topic created,
+                    // grown or deleted, a broker come or gone can each move partitions of a
+                    // topic no key of this batch names.
+                    visits.placed = state.refresh_placement();
+                }
                 visits.everything = state.live_brokers() != brokers;
                 state
             }
@@ -228,8 +240,9 @@ impl Broker {
                 self.reconcile_topic(&topic, &state);
             }
         } else {
-            for topic in &grown {
-                self.reconcile_topic(topic, &state);
+            let placed = visits.placed.iter().filter_map(|name| self.topic(name));
+            for topic in grown.iter().cloned().chain(placed) {
+                self.reconcile_topic(&topic, &state);
             }
             for (name, id) in &visits.partitions {
                 let Some(topic) = self.topic(name) else {

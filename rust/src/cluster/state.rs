@@ -10,7 +10,8 @@ use std::sync::Arc;
 use crate::meta::catalog::{BrokerRecord, PartitionRecord, TopicRecord};
 use crate::meta::kv::KeyValue;
 
-use super::assignment::{coordinator_of, owner_of};
+use super::assignment::coordinator_of;
+use super::placement::{Placement, TopicShape};
 
 /// One partition as the store has it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,6 +42,9 @@ pub struct ClusterState {
     /// The store revision of each topic's key (a partition's first claim is conditioned on it).
     topic_revisions: Arc<HashMap<String, i64>>,
     partitions: Arc<HashMap<String, Arc<PartitionTable>>>,
+    /// Who should own each partition, for the topics and live brokers as of the last
+    /// `refresh_placement`.
+    placement: Arc<Placement>,
 }
 
 /// What one key change was about.
@@ -68,7 +72,36 @@ impl ClusterState {
         for kv in entries {
             state.apply(root, &kv.key, Some(kv));
         }
+        state.refresh_placement();
         state
+    }
+
+    /// Places the partitions again after topics, live brokers or owners changed (`apply`
+    /// leaves that to its caller, once per batch of changes); the topics whose placement
+    /// changed.
+    pub fn refresh_placement(&mut self) -> Vec<String> {
+        let live = |owner: Option<(i32, i64)>| {
+            owner
+                .map(|(id, _)| id)
+                .filter(|id| self.brokers.contains_key(id))
+        };
+        let shapes: Vec<TopicShape<'_>> = self
+            .topics
+            .values()
+            .map(|t| {
+                let table = self.partitions.get(&t.name);
+                TopicShape {
+                    name: &t.name,
+                    created_ms: t.created_ms,
+                    owners: (0..t.partitions.max(0) as usize)
+                        .map(|id| live(table.and_then(|t| t.get(id)?.as_ref()?.owner)))
+                        .collect(),
+                }
+            })
+            .collect();
+        let (placement, moved) = self.placement.recompute(&shapes, &self.live_brokers());
+        self.placement = Arc::new(placement);
+        moved
     }
 
     /// Takes in the current value of one key under `root` (None: deleted).
@@ -193,7 +226,7 @@ impl ClusterState {
 
     /// The broker that should own the partition, given who is alive now.
     pub fn assigned_owner(&self, topic: &str, partition: i32) -> Option<i32> {
-        owner_of(topic, partition, &self.live_brokers())
+        self.placement.owner(topic, partition)
     }
 
     /// The live broker that coordinates consumer group `group_id`.
@@ -252,8 +285,10 @@ mod tests {
     fn parses_brokers_topics_partitions_and_owners() {
         let record =
             r#"{"leader_epoch":3,"epoch_history":[],"log_start_offset":0,"high_watermark":9}"#;
+        let topic = r#"{"name":"t","id":"00000000-0000-0000-0000-000000000001","partitions":2,"configs":{},"created_ms":0}"#;
         let entries = [
             kv("/k/ns/brokers/1", r#"{"id":1,"host":"h","port":9}"#, 2),
+            kv("/k/ns/topics/t", topic, 3),
             kv("/k/ns/partitions/t/0", record, 5),
             kv("/k/ns/partitions/t/0/owner", "1", 5),
             kv("/k/ns/partitions/t/1", record, 6),
