@@ -138,22 +138,18 @@ fn extras_in_order(topics: &[&TopicShape<'_>], brokers: &[i32]) -> Vec<Vec<i32>>
         })
         .collect();
     for ((topic, holders), extras) in topics.iter().zip(&holders).zip(&mut extras) {
-        let by_weight = |brokers: &mut Vec<i32>| {
-            brokers.sort_by_key(|&b| (Reverse(extra_weight(topic, b)), b));
-        };
-        let mut keep: Vec<i32> = holders
-            .iter()
-            .copied()
-            .filter(|b| extras.binary_search(b).is_err())
-            .collect();
-        by_weight(&mut keep);
-        for holder in keep {
-            let mut given: Vec<i32> = extras
+        // The brokers of `among` that are not in `set`, heaviest for the topic first.
+        let outside = |among: &[i32], set: &[i32]| {
+            let mut chosen: Vec<i32> = among
                 .iter()
                 .copied()
-                .filter(|b| holders.binary_search(b).is_err())
+                .filter(|b| set.binary_search(b).is_err())
                 .collect();
-            by_weight(&mut given);
+            chosen.sort_by_key(|&b| (Reverse(extra_weight(topic, b)), b));
+            chosen
+        };
+        for holder in outside(holders, extras) {
+            let given = outside(extras, holders);
             let swap = given.into_iter().rev().find(|&b| {
                 let mut after = tally.clone();
                 *after.get_mut(&holder).expect("a broker") += 1;
