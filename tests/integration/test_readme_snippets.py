@@ -371,31 +371,18 @@ def prepared(block: Block, env: Env) -> str:
     return text + EPILOGUES.get(block.id, "")
 
 
-def is_synopsis(line: str) -> bool:
-    """A usage line (`list | describe [TOPIC…]`), not a command: alternatives and optional
-    parts in brackets."""
-    return (
-        "[" in line
-        or "…" in line
-        or re.search(r"\| (describe|alter|delete|list)\b", line) is not None
-    )
-
-
-def shell_script(text: str, bootstrap: str) -> tuple[str, list[str]]:
-    """The runnable lines of a shell block, with ``--bootstrap-server`` added where a Kafka
-    command relies on the default 127.0.0.1:9092; and the synopsis lines left out."""
-    run, skipped = [], []
+def shell_script(text: str, bootstrap: str) -> str:
+    """A shell block with ``--bootstrap-server`` added where a Kafka command relies on the
+    default 127.0.0.1:9092."""
+    run = []
     for line in text.splitlines():
-        if is_synopsis(line):
-            skipped.append(line)
-            continue
         if re.search(rf"\bkafscale ({'|'.join(KAFKA_SUBCOMMANDS)})\b", line) and (
             "--bootstrap-server" not in line
         ):
             code, sep, comment = line.partition("  #")
             line = f"{code.rstrip()} --bootstrap-server {bootstrap}{'  #' if sep else ''}{comment}"
         run.append(line)
-    return "\n".join(run), skipped
+    return "\n".join(run)
 
 
 def run_checked(argv: list[str], env: Env, cwd: Path, what: str) -> subprocess.CompletedProcess:
@@ -418,10 +405,7 @@ def run_checked(argv: list[str], env: Env, cwd: Path, what: str) -> subprocess.C
 
 
 def run_shell(block: Block, env: Env, cwd: Path) -> None:
-    script, skipped = shell_script(prepared(block, env), env.bootstrap)
-    assert script.strip(), f"{block.id}: nothing runnable (all synopsis lines: {skipped})"
-    # only the command's usage lines may be left out, never a line of shell
-    assert all(line.startswith("kafscale ") for line in skipped), skipped
+    script = shell_script(prepared(block, env), env.bootstrap)
     run_checked(["bash", "-euo", "pipefail", "-c", script], env, cwd, script)
 
 
