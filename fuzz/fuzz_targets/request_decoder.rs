@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
     let mut frames = FrameReader::new(data, MAX_REQUEST_BYTES);
     // The whole input arrives at once. The server closes the connection at the first bad
     // frame; so does this loop.
-    if futures::executor::block_on(frames.fill(data.len())).is_err() {
+    if futures::executor::block_on(frames.fill(data.len(), |_, _| ())).is_err() {
         return;
     }
     while let Ok(Some(frame)) = frames.next_frame() {
