@@ -80,6 +80,13 @@ def proc_status_kib(pid: int, key: str) -> int:
     return 0
 
 
+def proc_minor_faults(pid: int) -> int:
+    """Minor page faults of a process (all its threads): each is a page of fresh memory
+    touched (or one given back to the system and touched again)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rindex(")") + 2 :].split()[7])  # field 10 of proc(5), minflt
+
+
 def proc_wakeups(pid: int) -> int:
     """Times the process's threads went to sleep waiting (voluntary context switches): each
     is a wake-up later, and on a busy connection each costs more than the bytes it reads."""
@@ -98,9 +105,14 @@ class Usage:
 
     cpu_s: float
     wakeups: int
+    page_faults: int
 
     def __sub__(self, before: Usage) -> Usage:
-        return Usage(self.cpu_s - before.cpu_s, self.wakeups - before.wakeups)
+        return Usage(
+            self.cpu_s - before.cpu_s,
+            self.wakeups - before.wakeups,
+            self.page_faults - before.page_faults,
+        )
 
 
 def self_cpu_seconds() -> float:
@@ -271,7 +283,8 @@ class Broker(procs.Broker):
         return proc_cpu_seconds(self.pid)
 
     def usage(self) -> Usage:
-        return Usage(proc_cpu_seconds(self.pid), proc_wakeups(self.pid))
+        pid = self.pid
+        return Usage(proc_cpu_seconds(pid), proc_wakeups(pid), proc_minor_faults(pid))
 
     def rss_mib(self) -> float:
         return proc_status_kib(self.pid, "VmRSS") / 1024
@@ -680,6 +693,7 @@ def phase_figures(
         "broker_cpu_s_per_gib": round(broker_cpu / gib, 3) if gib > 0 else None,
         "broker_cpu_util": round(broker_cpu / wall, 2) if wall > 0 else None,
         "broker_wakeups_per_gib": round(usage.wakeups / gib) if gib > 0 else None,
+        "broker_page_faults_per_gib": round(usage.page_faults / gib) if gib > 0 else None,
         "driver_procs": len(results),
         "driver_cpu_s": round(driver_cpu, 2),
         "driver_cpu_util": round(driver_cpu / wall, 2) if wall > 0 else None,
@@ -724,6 +738,7 @@ def run_produce(broker: Broker, args: argparse.Namespace, acks: str, label: str)
     log(
         f"{label}: {fig['mb_s']} MB/s, {fig['records_s']} rec/s, broker "
         f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, {fig['broker_wakeups_per_gib']} wake-ups/GiB, "
+        f"{fig['broker_page_faults_per_gib']} page faults/GiB, "
         f"driver {fig['driver_cpu_s']} CPU-s"
     )
     return fig
@@ -749,6 +764,7 @@ def run_fetch(
     log(
         f"{label}: {fig['mb_s']} MB/s, {fig['records_s']} rec/s, broker "
         f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, {fig['broker_wakeups_per_gib']} wake-ups/GiB, "
+        f"{fig['broker_page_faults_per_gib']} page faults/GiB, "
         f"driver {fig['driver_cpu_s']} CPU-s"
     )
     return fig

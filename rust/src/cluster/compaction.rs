@@ -261,7 +261,8 @@ mod tests {
         assert_eq!(p0.segments().len(), 3);
         assert_eq!(end(&p1), 0);
         let read = reader::read(&b.log, &p0, 0, 1 << 20, true).await.unwrap();
-        let offsets: Vec<i64> = crate::log::segment::BatchWalker::new(&read.records)
+        let records = read.records.concat();
+        let offsets: Vec<i64> = crate::log::segment::BatchWalker::new(&records)
             .map(|r| r.unwrap().1.base_offset)
             .collect();
         assert_eq!(offsets, (0..6).map(|i| i * 10).collect::<Vec<_>>());
@@ -298,7 +299,8 @@ mod tests {
         assert!(manifests.unwrap().kvs.is_empty());
         // the log reads the same from segments alone
         let read = reader::read(&b.log, &p1, 0, 1 << 20, true).await.unwrap();
-        let offsets: Vec<i64> = crate::log::segment::BatchWalker::new(&read.records)
+        let records = read.records.concat();
+        let offsets: Vec<i64> = crate::log::segment::BatchWalker::new(&records)
             .map(|r| r.unwrap().1.base_offset)
             .collect();
         assert_eq!(offsets, (0..6).collect::<Vec<_>>());

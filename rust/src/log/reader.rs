@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
 use kafka_protocol::ResponseError;
 use object_store::path::Path;
@@ -24,7 +24,8 @@ use crate::store::{SegmentObject, StoreError};
 const RUNS_IN_PARALLEL: usize = 8;
 
 pub struct ReadResult {
-    pub records: Bytes,
+    /// The record batches read, as slices of the objects they are in (in order).
+    pub records: Vec<Bytes>,
     pub high_watermark: i64,
     pub log_start_offset: i64,
 }
@@ -248,7 +249,7 @@ async fn read_once(
         }
     }
     Ok(ReadResult {
-        records: concat(collected.slices),
+        records: collected.slices,
         high_watermark: view.high_watermark,
         log_start_offset: view.log_start_offset,
     })
@@ -310,20 +311,6 @@ pub(super) fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseE
         "segment batches are malformed"
     );
     ResponseError::KafkaStorageError
-}
-
-fn concat(mut slices: Vec<Bytes>) -> Bytes {
-    match slices.len() {
-        0 => Bytes::new(),
-        1 => slices.pop().unwrap(),
-        _ => {
-            let mut all = BytesMut::with_capacity(slices.iter().map(Bytes::len).sum());
-            for slice in &slices {
-                all.extend_from_slice(slice);
-            }
-            all.freeze()
-        }
-    }
 }
 
 /// Batch bytes of `segment` that start at or before the batch holding `offset`.

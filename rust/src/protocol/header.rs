@@ -72,6 +72,10 @@ pub enum WireError {
     NoControlAnswer,
 }
 
+pub(crate) fn response_header(correlation_id: i32) -> ResponseHeader {
+    ResponseHeader::default().with_correlation_id(correlation_id)
+}
+
 /// Encodes a response frame: size, response header (at the version the API uses), body.
 pub fn encode_response<T: Encodable + HeaderVersion>(
     correlation_id: i32,
@@ -79,7 +83,7 @@ pub fn encode_response<T: Encodable + HeaderVersion>(
     body: &T,
 ) -> Result<Bytes, WireError> {
     let header_version = T::header_version(version);
-    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header = response_header(correlation_id);
     let size = header
         .compute_size(header_version)
         .and_then(|h| body.compute_size(version).map(|b| h + b))
@@ -99,6 +103,8 @@ pub fn encode_response<T: Encodable + HeaderVersion>(
 pub mod testing {
     use bytes::{Buf, BytesMut};
 
+    use crate::protocol::splice::ResponseFrame;
+
     use super::*;
 
     /// A request as the connection hands it to dispatch, its body encoded at `version`.
@@ -115,7 +121,11 @@ pub mod testing {
     }
 
     /// The correlation id and body of a response frame, decoded as a client would.
-    pub fn read_response<T: Decodable + HeaderVersion>(mut frame: Bytes, version: i16) -> (i32, T) {
+    pub fn read_response<T: Decodable + HeaderVersion>(
+        frame: impl Into<ResponseFrame>,
+        version: i16,
+    ) -> (i32, T) {
+        let mut frame = frame.into().to_bytes();
         let size = frame.get_i32();
         assert_eq!(
             size as usize,

@@ -2,6 +2,7 @@
 
 pub mod frame;
 pub mod header;
+pub mod splice;
 pub(crate) mod versions;
 
 use kafka_protocol::messages::TopicName;

@@ -11,13 +11,14 @@
 //! that is gone - while the other responses owed (produce acks) are still sent.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf, Ready};
 use tokio::net::tcp::OwnedReadHalf;
@@ -57,6 +58,9 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Request bytes one connection dispatches between two yields to the runtime.
 const YIELD_EVERY_BYTES: usize = 1 << 20;
+
+/// Chunks gathered into one write: a response's record slices, well under IOV_MAX (1024).
+const IOVECS_PER_WRITE: usize = 64;
 
 /// How often a connection stalled by its budgets checks whether its client has gone.
 const CLOSED_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -532,11 +536,13 @@ async fn write_answers(
                 fetch_turn,
             }) => {
                 let closing = match reply {
-                    Reply::Response(bytes) => write_response(&mut socket, &bytes, idle).await.err(),
+                    Reply::Response(frame) => write_response(&mut socket, frame.chunks(), idle)
+                        .await
+                        .err(),
                     Reply::None => None,
                     Reply::Close(reason) => Some(reason.to_string()),
                     Reply::Final(bytes) => {
-                        Some(match write_response(&mut socket, &bytes, idle).await {
+                        Some(match write_response(&mut socket, &[bytes], idle).await {
                             Ok(()) => "authentication failed".to_string(),
                             Err(error) => error,
                         })
@@ -563,17 +569,26 @@ async fn write_answers(
     }
 }
 
-/// Writes one response; fails if the client takes none of it for `idle` (a client that
-/// stops reading must not pin its responses, and the budgets with them, for ever).
+/// Writes one response, its chunks gathered into each write (record data goes from the
+/// cache to the socket without a copy of its own); fails if the client takes none of it for
+/// `idle` (a client that stops reading must not pin its responses, and the budgets with
+/// them, for ever).
 async fn write_response(
     socket: &mut (impl AsyncWrite + Unpin),
-    mut bytes: &[u8],
+    chunks: &[Bytes],
     idle: Duration,
 ) -> Result<(), String> {
-    while !bytes.is_empty() {
-        match tokio::time::timeout(idle, socket.write(bytes)).await {
+    let mut slices: Vec<IoSlice<'_>> = chunks
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(|c| IoSlice::new(c))
+        .collect();
+    let mut rest = slices.as_mut_slice();
+    while !rest.is_empty() {
+        let gathered = rest.len().min(IOVECS_PER_WRITE);
+        match tokio::time::timeout(idle, socket.write_vectored(&rest[..gathered])).await {
             Ok(Ok(0)) => return Err("the client closed the connection".into()),
-            Ok(Ok(written)) => bytes = &bytes[written..],
+            Ok(Ok(written)) => IoSlice::advance_slices(&mut rest, written),
             Ok(Err(error)) => return Err(error.to_string()),
             Err(_) => return Err(unread(idle)),
         }
@@ -630,9 +645,66 @@ mod tests {
     #[tokio::test]
     async fn a_response_is_sent_whole_not_left_in_the_streams_buffer() {
         let mut stream = Buffering::default();
-        write_response(&mut stream, b"response", Duration::from_secs(1))
+        let chunks = [Bytes::from_static(b"response")];
+        write_response(&mut stream, &chunks, Duration::from_secs(1))
             .await
             .unwrap();
         assert_eq!(stream.sent, b"response");
+    }
+
+    /// A socket that takes at most 3 bytes of a gathered write at a time.
+    #[derive(Default)]
+    struct Trickling(Vec<u8>);
+
+    impl AsyncWrite for Trickling {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let taken = buf.len().min(3);
+            self.0.extend_from_slice(&buf[..taken]);
+            Poll::Ready(Ok(taken))
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let mut taken = 0;
+            for buf in bufs {
+                let part = buf.len().min(3 - taken);
+                self.0.extend_from_slice(&buf[..part]);
+                taken += part;
+            }
+            Poll::Ready(Ok(taken))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_response_in_chunks_goes_out_in_order_across_partial_writes() {
+        let mut stream = Trickling::default();
+        let chunks: Vec<Bytes> = ["ab", "", "cdefg", "h", "ijklmnop"]
+            .into_iter()
+            .map(|s| Bytes::from_static(s.as_bytes()))
+            .chain((0..100).map(|i| Bytes::from(vec![b'0' + (i % 10) as u8; 2])))
+            .collect();
+        write_response(&mut stream, &chunks, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(stream.0, chunks.concat());
     }
 }

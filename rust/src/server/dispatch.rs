@@ -65,8 +65,8 @@ pub(crate) fn dispatch(
             None => None,
         };
         let reply = handler.await;
-        if let Reply::Response(bytes) = &reply {
-            charge.add(bytes.len());
+        if let Reply::Response(frame) = &reply {
+            charge.add(frame.len());
         }
         metrics.observe_request(api, started);
         Answer {

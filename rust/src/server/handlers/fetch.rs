@@ -3,7 +3,9 @@
 //! or MaxWaitMs, whichever comes first. The response is bounded by the request's MaxBytes,
 //! the broker's `fetch_max_bytes` and the room left in the connection's and broker's budgets
 //! of bytes in flight, each partition by its MaxBytes; the first batch is returned whole even
-//! if larger (KIP-74), so a consumer always progresses.
+//! if larger (KIP-74), so a consumer always progresses. Record data is not copied into the
+//! response: the encoded frame holds slices of the cached objects it was read from, written
+//! with vectored writes (protocol/splice.rs).
 //!
 //! A partition named twice is read once: like Kafka (which builds the request's partitions
 //! into a map keyed by topic-partition), the last entry's offset and MaxBytes win and the
@@ -32,9 +34,21 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::log::reader;
+use crate::log::segment::count_records;
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::splice::{encode_spliced, ResponseFrame, Splices};
 use crate::protocol::topic_name;
 use crate::server::budget::Charge;
+
+/// One partition's answer: its response entry, and the record data read for it (None: an
+/// error, or a partition the client may not read), which goes into the records field when the
+/// response is encoded.
+struct Answered {
+    topic: String,
+    topic_id: Uuid,
+    data: PartitionData,
+    records: Option<Vec<Bytes>>,
+}
 
 struct Wanted {
     topic: String,
@@ -53,7 +67,7 @@ pub(crate) async fn handle(
     request: Request,
     mut room: Charge,
     access: &Access,
-) -> Result<Bytes, WireError> {
+) -> Result<ResponseFrame, WireError> {
     let body: FetchRequest = request.body()?;
     let by_id = request.api_version >= 13;
     let wanted = resolve(broker, &body, request.api_version, access);
@@ -85,8 +99,48 @@ pub(crate) async fn handle(
         }
     };
     count_fetch(broker, &responses);
-    let response = FetchResponse::default().with_responses(group(responses, by_id));
-    encode_response(request.correlation_id, request.api_version, &response)
+    encode(
+        request.correlation_id,
+        request.api_version,
+        &responses,
+        by_id,
+    )
+}
+
+/// The response frame, with the record data spliced in as slices of the objects it was read
+/// from (no copy) wherever the codec lets it.
+fn encode(
+    correlation_id: i32,
+    version: i16,
+    responses: &[Answered],
+    by_id: bool,
+) -> Result<ResponseFrame, WireError> {
+    let mut splices = Splices::default();
+    let spliced = group(responses, by_id, |slices| splices.stand_in(slices.to_vec()));
+    let body = FetchResponse::default().with_responses(spliced);
+    match encode_spliced(correlation_id, version, &body, splices) {
+        Ok(frame) => Ok(frame),
+        Err(Some(error)) => Err(error),
+        Err(None) => {
+            tracing::warn!(
+                "the codec did not write a fetch response's records in one piece; copying them"
+            );
+            let copied = group(responses, by_id, |slices| Bytes::from(slices.concat()));
+            let body = FetchResponse::default().with_responses(copied);
+            encode_response(correlation_id, version, &body).map(ResponseFrame::from)
+        }
+    }
+}
+
+impl Wanted {
+    fn answer(&self, data: PartitionData, records: Option<Vec<Bytes>>) -> Answered {
+        Answered {
+            topic: self.topic.clone(),
+            topic_id: self.topic_id,
+            data,
+            records,
+        }
+    }
 }
 
 fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) -> Vec<Wanted> {
@@ -167,7 +221,7 @@ async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
-) -> (Vec<(String, Uuid, PartitionData)>, usize, bool) {
+) -> (Vec<Answered>, usize, bool) {
     let mut responses = Vec::with_capacity(wanted.len());
     let mut total = 0usize;
     let mut any_error = false;
@@ -187,52 +241,54 @@ async fn read_all(
             },
             Err(ResponseError::TopicAuthorizationFailed) => {
                 let denied = data.with_error_code(ResponseError::TopicAuthorizationFailed.code());
-                responses.push((w.topic.clone(), w.topic_id, denied));
+                responses.push(w.answer(denied, None));
                 continue;
             }
             Err(e) => Err(*e),
         };
-        let data = match read {
+        let answer = match read {
             Ok(result) => {
-                total += result.records.len();
-                data.with_high_watermark(result.high_watermark)
+                total += result.records.iter().map(Bytes::len).sum::<usize>();
+                let data = data
+                    .with_high_watermark(result.high_watermark)
                     .with_last_stable_offset(result.high_watermark)
-                    .with_log_start_offset(result.log_start_offset)
-                    .with_records(Some(result.records))
+                    .with_log_start_offset(result.log_start_offset);
+                w.answer(data, Some(result.records))
             }
             Err(error) => {
                 any_error = true;
                 let data = data.with_error_code(error.code());
-                match &w.partition {
+                let data = match &w.partition {
                     // Consumers use the log bounds to reset after OFFSET_OUT_OF_RANGE.
                     Ok(p) => data
                         .with_high_watermark(p.high_watermark())
                         .with_last_stable_offset(p.high_watermark())
                         .with_log_start_offset(p.log_start_offset()),
                     Err(_) => data,
-                }
+                };
+                w.answer(data, None)
             }
         };
-        responses.push((w.topic.clone(), w.topic_id, data));
+        responses.push(answer);
     }
     (responses, total, any_error)
 }
 
 /// Per topic named in the request and not refused: one request, and the records and bytes it
 /// returns.
-fn count_fetch(broker: &Broker, responses: &[(String, Uuid, PartitionData)]) {
+fn count_fetch(broker: &Broker, responses: &[Answered]) {
     let mut per_topic: Vec<(&str, u64, u64)> = Vec::new();
     let denied = ResponseError::TopicAuthorizationFailed.code();
-    for (topic, _, data) in responses.iter().filter(|(.., d)| d.error_code != denied) {
-        let (records, bytes) = data.records.as_ref().map_or((0, 0), |r| {
-            (crate::log::segment::count_records(r), r.len() as u64)
-        });
-        match per_topic.iter_mut().find(|(t, ..)| t == topic) {
+    for answered in responses.iter().filter(|a| a.data.error_code != denied) {
+        let slices = answered.records.as_deref().unwrap_or_default();
+        let records = slices.iter().map(|s| count_records(s)).sum();
+        let bytes = slices.iter().map(|s| s.len() as u64).sum();
+        match per_topic.iter_mut().find(|(t, ..)| *t == answered.topic) {
             Some(entry) => {
                 entry.1 += records;
                 entry.2 += bytes;
             }
-            None => per_topic.push((topic, records, bytes)),
+            None => per_topic.push((&answered.topic, records, bytes)),
         }
     }
     for (topic, records, bytes) in per_topic {
@@ -240,27 +296,34 @@ fn count_fetch(broker: &Broker, responses: &[(String, Uuid, PartitionData)]) {
     }
 }
 
-/// Groups partition responses by topic, keeping request order.
+/// Groups partition responses by topic, keeping request order; `records` makes a records
+/// field of the data read.
 fn group(
-    responses: Vec<(String, Uuid, PartitionData)>,
+    responses: &[Answered],
     by_id: bool,
+    mut records: impl FnMut(&[Bytes]) -> Bytes,
 ) -> Vec<FetchableTopicResponse> {
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-    for (name, id, data) in responses {
+    for answered in responses {
         let same = topics.last().is_some_and(|t| {
             if by_id {
-                t.topic_id == id
+                t.topic_id == answered.topic_id
             } else {
-                t.topic.0.as_str() == name
+                t.topic.0.as_str() == answered.topic
             }
         });
         if !same {
             topics.push(
                 FetchableTopicResponse::default()
-                    .with_topic(topic_name(&name))
-                    .with_topic_id(id),
+                    .with_topic(topic_name(&answered.topic))
+                    .with_topic_id(answered.topic_id),
             );
         }
+        let data = answered.data.clone();
+        let data = match &answered.records {
+            Some(slices) => data.with_records(Some(records(slices))),
+            None => data,
+        };
         topics.last_mut().unwrap().partitions.push(data);
     }
     topics

@@ -28,10 +28,11 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::protocol::header::WireError;
+use crate::protocol::splice::ResponseFrame;
 
 /// What goes back on the wire for one request.
 pub enum Reply {
-    Response(Bytes),
+    Response(ResponseFrame),
     /// acks=0 produce: no response at all.
     None,
     /// Undecodable or unanswerable: close the connection.
@@ -40,10 +41,10 @@ pub enum Reply {
     Final(Bytes),
 }
 
-impl From<Result<Bytes, WireError>> for Reply {
-    fn from(result: Result<Bytes, WireError>) -> Self {
+impl<T: Into<ResponseFrame>> From<Result<T, WireError>> for Reply {
+    fn from(result: Result<T, WireError>) -> Self {
         match result {
-            Ok(bytes) => Reply::Response(bytes),
+            Ok(frame) => Reply::Response(frame.into()),
             Err(reason) => Reply::Close(reason),
         }
     }

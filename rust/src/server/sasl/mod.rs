@@ -155,7 +155,7 @@ impl Authenticator {
         framed.extend_from_slice(&(outcome.auth_bytes.len() as u32).to_be_bytes());
         framed.extend_from_slice(&outcome.auth_bytes);
         Gate::Answer {
-            reply: Reply::Response(framed.freeze()),
+            reply: Reply::Response(framed.freeze().into()),
             delay: Duration::ZERO,
         }
     }
@@ -355,7 +355,7 @@ impl Authenticator {
     {
         let reply = match encode_response(request.correlation_id, request.api_version, response) {
             Ok(bytes) if failed => Reply::Final(bytes),
-            Ok(bytes) => Reply::Response(bytes),
+            Ok(bytes) => Reply::Response(bytes.into()),
             Err(reason) => Reply::Close(reason),
         };
         let delay = if failed {
