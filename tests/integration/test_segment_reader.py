@@ -82,6 +82,21 @@ def multi_entry_segment(data: AnalyticsData) -> tuple[int, sf.Segment, sf.Index]
     raise AssertionError("the reference data has no segment with two index entries")
 
 
+def entry_before_a_later_batch(
+    data: AnalyticsData,
+) -> tuple[int, sf.Segment, sf.Index, tuple[int, int]]:
+    """(partition, segment, index, (offset, position)): an index entry after the first with a
+    batch after the one it names, and that later batch's position. How the clients batched
+    the reference data decides which segment has one; the last entry often names the last
+    batch."""
+    for key, seg, index in stored_batches(data):
+        for offset, position in index.entries[1:]:
+            later = [b.position for b in seg.batches if b.position > position]
+            if later:
+                return segment_base(key)[0], seg, index, (offset, later[0])
+    raise AssertionError("the reference data has no index entry with a batch after its own")
+
+
 def test_reference_data_is_varied(analytics):
     """Guards the other tests' reach: every codec is stored, the rows hold null keys, null and
     empty values and null header values, and timestamps go back and forth along the log."""
@@ -293,11 +308,9 @@ def test_index_skips_what_lies_before_the_start(analytics, tmp_path):
 def test_index_pointing_past_its_batch_never_gives_wrong_rows(analytics, tmp_path):
     """An index entry that names a later batch's position than its offset's: the reader must
     notice (SegmentError) or read correctly anyway, never skip records silently."""
-    p, seg, index = multi_entry_segment(analytics)
+    p, seg, index, (offset, later) = entry_before_a_later_batch(analytics)
     location = copy_partition(analytics, p, tmp_path)
     index_path = location / analytics.topic / str(p) / f"segment-{seg.base_offset:020d}.index"
-    offset, position = index.entries[1]
-    later = next(b.position for b in seg.batches if b.position > position)
     entries = [(o, later if o == offset else pos) for o, pos in index.entries]
     index_path.write_bytes(sf.build_index(entries, index.interval))
     source = SegmentSource.open(str(location))
