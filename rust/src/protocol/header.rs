@@ -1,7 +1,8 @@
 //! Request headers and response framing.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message};
 
 /// A request whose header is decoded; the body is decoded by the handler for its API.
@@ -72,8 +73,45 @@ pub enum WireError {
     NoControlAnswer,
 }
 
-pub(crate) fn response_header(correlation_id: i32) -> ResponseHeader {
-    ResponseHeader::default().with_correlation_id(correlation_id)
+/// A response frame about to be encoded: size prefix, response header (at the version the
+/// API uses), body.
+pub(crate) struct ResponseEncoding<'a, T> {
+    header: ResponseHeader,
+    header_version: i16,
+    version: i16,
+    body: &'a T,
+    /// The frame's length, size prefix included.
+    pub(crate) len: usize,
+}
+
+impl<'a, T: Encodable + HeaderVersion> ResponseEncoding<'a, T> {
+    pub(crate) fn new(correlation_id: i32, version: i16, body: &'a T) -> Result<Self, WireError> {
+        let header_version = T::header_version(version);
+        let header = ResponseHeader::default().with_correlation_id(correlation_id);
+        let unencodable = |e: &dyn std::fmt::Display| WireError::Unencodable(e.to_string());
+        let size = header
+            .compute_size(header_version)
+            .and_then(|h| body.compute_size(version).map(|b| h + b))
+            .map_err(|e| unencodable(&e))?;
+        if i32::try_from(size).is_err() {
+            return Err(unencodable(&format!("a response of {size} bytes")));
+        }
+        Ok(ResponseEncoding {
+            header,
+            header_version,
+            version,
+            body,
+            len: 4 + size,
+        })
+    }
+
+    pub(crate) fn write<B: ByteBufMut>(&self, out: &mut B) -> Result<(), WireError> {
+        out.put_i32((self.len - 4) as i32); // fits: checked in `new`
+        self.header
+            .encode(out, self.header_version)
+            .and_then(|_| self.body.encode(out, self.version))
+            .map_err(|e| WireError::Unencodable(e.to_string()))
+    }
 }
 
 /// Encodes a response frame: size, response header (at the version the API uses), body.
@@ -82,18 +120,9 @@ pub fn encode_response<T: Encodable + HeaderVersion>(
     version: i16,
     body: &T,
 ) -> Result<Bytes, WireError> {
-    let header_version = T::header_version(version);
-    let header = response_header(correlation_id);
-    let size = header
-        .compute_size(header_version)
-        .and_then(|h| body.compute_size(version).map(|b| h + b))
-        .map_err(|e| WireError::Unencodable(e.to_string()))?;
-    let mut out = BytesMut::with_capacity(4 + size);
-    out.put_i32(size as i32);
-    header
-        .encode(&mut out, header_version)
-        .and_then(|_| body.encode(&mut out, version))
-        .map_err(|e| WireError::Unencodable(e.to_string()))?;
+    let encoding = ResponseEncoding::new(correlation_id, version, body)?;
+    let mut out = BytesMut::with_capacity(encoding.len);
+    encoding.write(&mut out)?;
     Ok(out.freeze())
 }
 

@@ -19,7 +19,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
-use super::header::{response_header, WireError};
+use super::header::{ResponseEncoding, WireError};
 
 /// Virtual size of the stand-in mapping: slot offsets plus the longest stand-in must fit.
 /// Read-only and never touched, so it costs address space only.
@@ -152,12 +152,7 @@ pub fn encode_spliced<T: Encodable + HeaderVersion>(
     body: &T,
     splices: Splices,
 ) -> Result<ResponseFrame, Option<WireError>> {
-    let header_version = T::header_version(version);
-    let header = response_header(correlation_id);
-    let size = header
-        .compute_size(header_version)
-        .and_then(|h| body.compute_size(version).map(|b| h + b))
-        .map_err(unencodable)?;
+    let encoding = ResponseEncoding::new(correlation_id, version, body).map_err(Some)?;
     let spliced: usize = splices
         .slots
         .iter()
@@ -168,15 +163,11 @@ pub fn encode_spliced<T: Encodable + HeaderVersion>(
     let mut out = SplicingBuf {
         done: Vec::new(),
         done_len: 0,
-        tail: BytesMut::with_capacity(4 + size.saturating_sub(spliced)),
+        tail: BytesMut::with_capacity(encoding.len.saturating_sub(spliced)),
         splices,
         mismatch: false,
     };
-    out.put_i32(i32::try_from(size).map_err(|_| unencodable(format!("{size} bytes")))?);
-    header
-        .encode(&mut out, header_version)
-        .and_then(|_| body.encode(&mut out, version))
-        .map_err(unencodable)?;
+    encoding.write(&mut out).map_err(Some)?;
     if out.mismatch || !out.splices.all_taken() {
         return Err(None);
     }
@@ -185,13 +176,9 @@ pub fn encode_spliced<T: Encodable + HeaderVersion>(
         chunks.push(out.tail.freeze());
     }
     Ok(ResponseFrame {
-        len: 4 + size,
+        len: encoding.len,
         chunks,
     })
-}
-
-fn unencodable(error: impl std::fmt::Display) -> Option<WireError> {
-    Some(WireError::Unencodable(error.to_string()))
 }
 
 /// The codec's output: bytes written so far, in chunks (spliced record data between copied
