@@ -4,6 +4,7 @@ pub mod assignment;
 mod claims;
 pub mod compaction;
 mod events;
+mod extras;
 pub mod ownership;
 mod placement;
 pub mod retention;

@@ -189,18 +189,22 @@ impl Broker {
                         acls_changed = true;
                         continue;
                     }
-                    match state.apply(root, key, value.as_ref()) {
+                    let touched = state.apply(root, key, value.as_ref());
+                    // Placement starts from the topics, the brokers and the owners; a
+                    // partition's record (written by claims and compactions) is not part of it.
+                    placement_changed |= matches!(
+                        touched,
+                        Touched::Topic(_) | Touched::Broker | Touched::Owner(..)
+                    );
+                    match touched {
                         Touched::Topic(name) => {
-                            placement_changed = true;
                             visits.topics.insert(name);
                         }
-                        Touched::Partition(topic, id) => {
-                            placement_changed = true;
+                        Touched::Partition(topic, id) | Touched::Owner(topic, id) => {
                             visits.topics.insert(topic.clone());
                             visits.partitions.insert((topic, id));
                         }
-                        Touched::Broker => placement_changed = true,
-                        Touched::Other => {}
+                        Touched::Broker | Touched::Other => {}
                     }
                 }
                 state.revision = changes.revision;

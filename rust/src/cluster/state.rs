@@ -52,7 +52,10 @@ pub struct ClusterState {
 pub enum Touched {
     Broker,
     Topic(String),
+    /// A partition's record (log start, epochs, ...).
     Partition(String, i32),
+    /// A partition's owner key.
+    Owner(String, i32),
     /// Another kind of key (cluster id, pending deletions), or one that does not parse.
     Other,
 }
@@ -92,7 +95,6 @@ impl ClusterState {
                 let table = self.partitions.get(&t.name);
                 TopicShape {
                     name: &t.name,
-                    created_ms: t.created_ms,
                     owners: (0..t.partitions.max(0) as usize)
                         .map(|id| live(table.and_then(|t| t.get(id)?.as_ref()?.owner)))
                         .collect(),
@@ -153,7 +155,7 @@ impl ClusterState {
                     Some((owner?, kv.mod_revision))
                 });
                 self.update_view(topic, id, |view| view.owner = owner);
-                Touched::Partition((*topic).to_string(), id)
+                Touched::Owner((*topic).to_string(), id)
             }),
             _ => None,
         };
@@ -367,7 +369,7 @@ mod tests {
         let published = state.clone();
         let owner = kv("/k/ns/partitions/t/1/owner", "1", 3);
         let touched = state.apply("/k/ns", &owner.key, Some(&owner));
-        assert_eq!(touched, Touched::Partition("t".into(), 1));
+        assert_eq!(touched, Touched::Owner("t".into(), 1));
         assert_eq!(state.partition("t", 1).unwrap().owner, Some((1, 3)));
         assert_eq!(published.partition("t", 1).unwrap().owner, None);
         assert_eq!(
