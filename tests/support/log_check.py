@@ -376,6 +376,12 @@ class LogChecker:
         (apart from uncommitted write-ahead objects the sweep may still leave); the last
         report either way (callers assert on it)."""
         deadline = time.monotonic() + timeout
+        # Waiting for the manifests to go reads the metadata only; a check reads and decodes
+        # every object (tens of seconds for a wide topic), so it runs once they are gone.
+        while read_metadata(self.load_metadata(), self.namespace).manifests:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         while True:
             report = self.check(topics)
             if (report.manifests == 0 and not report.unswept()) or time.monotonic() > deadline:

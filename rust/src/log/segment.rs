@@ -6,8 +6,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::batch::{BatchHeader, BATCH_HEADER_LEN};
-use super::checksum::crc32c;
+use super::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
+use super::checksum::{crc32c, crc32c_combine};
 use super::index::IndexBuilder;
 
 pub const SEGMENT_MAGIC: &[u8; 4] = b"KAFS";
@@ -30,6 +30,19 @@ pub struct StoredBatch {
 impl StoredBatch {
     pub fn size(&self) -> usize {
         self.prefix.len() + self.body.len()
+    }
+
+    /// The CRC-32C of the whole stored batch, from the checksum its header carries (which
+    /// validation checked against the bytes on the way in) and its first bytes: the bytes are
+    /// not read again. Should they have changed since, the result is not their checksum, and
+    /// a segment footer made of it shows that.
+    fn checksum(&self) -> u32 {
+        let mut head = [0u8; CRC_START];
+        let from_prefix = self.prefix.len().min(CRC_START);
+        head[..from_prefix].copy_from_slice(&self.prefix[..from_prefix]);
+        head[from_prefix..].copy_from_slice(&self.body[..CRC_START - from_prefix]);
+        let carried = u32::from_be_bytes(head[CRC_START - 4..].try_into().expect("4 bytes"));
+        crc32c_combine(crc32c(&head), carried, self.size() - CRC_START)
     }
 }
 
@@ -86,13 +99,14 @@ pub fn build_segment(
 
     let mut index = IndexBuilder::new(index_interval);
     let mut max_timestamp = i64::MIN;
+    let mut crc = 0;
     for batch in batches {
         index.add_batch(batch.base_offset, object.len() as u32, batch.offset_count);
         object.put_slice(&batch.prefix);
         object.put_slice(&batch.body);
         max_timestamp = max_timestamp.max(batch.max_timestamp);
+        crc = crc32c_combine(crc, batch.checksum(), batch.size());
     }
-    let crc = crc32c(&object[SEGMENT_HEADER_LEN..]);
     object.put_u32(crc);
     object.put_i64(last_offset);
     object.put_slice(FOOTER_MAGIC);
@@ -261,6 +275,41 @@ pub(crate) mod tests {
             ParsedSegment::parse(object.freeze()).unwrap_err(),
             SegmentError::Truncated(20)
         );
+    }
+
+    /// The footer checksum is combined from the batches' own: the same as a pass over the
+    /// bytes however a batch is split into prefix and body, and a batch whose bytes no longer
+    /// match its checksum makes a segment that does not parse.
+    #[test]
+    fn the_footer_checksum_comes_from_the_batches_checksums() {
+        let batches = [stored(0, 3), stored(3, 40), stored(43, 1)];
+        let built = build_segment(&batches, 1, 100);
+        let area = &built.object[SEGMENT_HEADER_LEN..built.object.len() - SEGMENT_FOOTER_LEN];
+        let at = built.object.len() - SEGMENT_FOOTER_LEN;
+        let footer = u32::from_be_bytes(built.object[at..at + 4].try_into().unwrap());
+        assert_eq!(footer, crc32c(area));
+        let whole: Vec<StoredBatch> = batches
+            .iter()
+            .map(|b| StoredBatch {
+                prefix: Bytes::new(),
+                body: [b.prefix.clone(), b.body.clone()].concat().into(),
+                ..b.clone()
+            })
+            .collect();
+        assert_eq!(build_segment(&whole, 1, 100).object, built.object);
+        let mut changed = BytesMut::from(&batches[1].body[..]);
+        changed[100] ^= 1;
+        let tampered = [
+            batches[0].clone(),
+            StoredBatch {
+                body: changed.freeze(),
+                ..batches[1].clone()
+            },
+        ];
+        assert!(matches!(
+            ParsedSegment::parse(build_segment(&tampered, 1, 100).object),
+            Err(SegmentError::Crc { .. })
+        ));
     }
 
     proptest! {
