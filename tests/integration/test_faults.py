@@ -23,7 +23,7 @@ import pytest
 from support import kafka_wire as kw
 from support import segment_format as sf
 from support.clients import unique
-from support.cluster import create_topic, moved_away, moved_to, read_partition
+from support.cluster import create_topic, moved_away, moved_to, read_partition, served_offsets
 from support.load import RETRIABLE, Workload, busiest, wait_for
 from support.log_check import LogChecker
 from support.procs import paused
@@ -286,10 +286,14 @@ def test_etcd_outage(cluster, etcd, partitions):
         until = time.monotonic() + OUTAGE_S
         # sent first: reading a wide topic from every broker takes a good part of the outage
         probes = probe_owners(wl, c, owners, "etcd")
+        # Every broker serves a sample of 20 partitions (all of a narrow topic): a broker
+        # that does not own a partition reads it from S3, and reading all of a wide topic
+        # three times takes a minute on this test's S3 server, far past the outage.
+        sample = sorted(committed)[:: max(1, partitions // 20)]
         for b in c.live:
-            for p, (_start, end) in committed.items():
-                got = read_partition(b.bootstrap, topic, p, 0, end)
-                assert [r.offset for r in got] == list(range(end)), (b.name, p)
+            for p in sample:
+                end = committed[p][1]
+                assert served_offsets(b.bootstrap, topic, p, end) == list(range(end)), (b.name, p)
         for probe in probes:
             probe.collect(timeout=max(0.1, until - time.monotonic() - 1))
         assert_refused(probes, "etcd down")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import kafka_wire as kw
@@ -296,6 +296,25 @@ class StoredRecord:
     value: bytes | None
 
 
+def _served_batches(
+    bootstrap: str, topic: str, partition: int, start: int, end: int
+) -> Iterator[sf.Batch]:
+    """The batches one broker serves for [start, end) of a partition, in order (raw Fetch
+    v4); fails when it stops making progress for a minute."""
+    offset = start
+    deadline = time.monotonic() + 60
+    with kw.RawConnection.to(bootstrap) as conn:
+        while offset < end:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}/{partition}: stuck at offset {offset} of {end}")
+            res = kw.fetch(conn, topic, partition, offset, max_wait_ms=200)
+            assert res.error_code == kw.NONE, f"fetch {topic}/{partition}@{offset}: {res}"
+            for batch in whole_batches(res.records or b""):
+                if batch.last_offset >= offset:
+                    yield batch
+                    offset = batch.last_offset + 1
+
+
 def read_partition(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *, strict: bool = True
 ) -> list[StoredRecord]:
@@ -306,23 +325,26 @@ def read_partition(
     the caller checks the offsets."""
     out: list[StoredRecord] = []
     offset = start
-    deadline = time.monotonic() + 60
-    with kw.RawConnection.to(bootstrap) as conn:
-        while offset < end:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{topic}/{partition}: stuck at offset {offset} of {end}")
-            res = kw.fetch(conn, topic, partition, offset, max_wait_ms=200)
-            assert res.error_code == kw.NONE, f"fetch {topic}/{partition}@{offset}: {res}"
-            for batch in whole_batches(res.records or b""):
-                for rec in batch.records():
-                    if offset <= rec.offset < end:
-                        assert rec.offset == offset or not strict, (
-                            f"{topic}/{partition}: offset {rec.offset} after {offset - 1}"
-                        )
-                        epoch = batch.partition_leader_epoch
-                        out.append(StoredRecord(rec.offset, epoch, rec.value))
-                        offset = rec.offset + 1
+    for batch in _served_batches(bootstrap, topic, partition, start, end):
+        for rec in batch.records():
+            if offset <= rec.offset < end:
+                assert rec.offset == offset or not strict, (
+                    f"{topic}/{partition}: offset {rec.offset} after {offset - 1}"
+                )
+                out.append(StoredRecord(rec.offset, batch.partition_leader_epoch, rec.value))
+                offset = rec.offset + 1
     return out
+
+
+def served_offsets(bootstrap: str, topic: str, partition: int, end: int) -> list[int]:
+    """The offsets in [0, end) one broker serves for a partition, from the batch headers:
+    readable, without decoding every record (reading a wide topic from each broker must fit
+    in a short outage)."""
+    return [
+        o
+        for batch in _served_batches(bootstrap, topic, partition, 0, end)
+        for o in range(batch.base_offset, min(batch.last_offset + 1, end))
+    ]
 
 
 def missing_offsets(recs: list[StoredRecord], start: int, end: int) -> list[tuple[int, int]]:

@@ -14,6 +14,9 @@ pub const SEGMENT_MAGIC: &[u8; 4] = b"KAFS";
 pub const FOOTER_MAGIC: &[u8; 4] = b"END!";
 pub const SEGMENT_VERSION: u16 = 1;
 pub const SEGMENT_HEADER_LEN: usize = 32;
+/// Batches from this size on have their share of a segment's checksum combined from their own
+/// (two combines, about 0.6 µs, against about 1.6 µs to read 16 KiB).
+const COMBINED_FROM: usize = 16 * 1024;
 pub const SEGMENT_FOOTER_LEN: usize = 16;
 
 /// A batch as it will be stored: the rewritten prefix plus the untouched rest of the bytes the
@@ -99,14 +102,25 @@ pub fn build_segment(
 
     let mut index = IndexBuilder::new(index_interval);
     let mut max_timestamp = i64::MIN;
+    // The footer checksum: a large batch's comes from its own (no pass over its bytes); runs
+    // of small batches, where combining costs more than reading, are checksummed as they lie.
     let mut crc = 0;
+    let mut unsummed = object.len();
     for batch in batches {
         index.add_batch(batch.base_offset, object.len() as u32, batch.offset_count);
+        let large = batch.size() >= COMBINED_FROM;
+        if large {
+            crc = crc32c_combine(crc, crc32c(&object[unsummed..]), object.len() - unsummed);
+        }
         object.put_slice(&batch.prefix);
         object.put_slice(&batch.body);
         max_timestamp = max_timestamp.max(batch.max_timestamp);
-        crc = crc32c_combine(crc, batch.checksum(), batch.size());
+        if large {
+            crc = crc32c_combine(crc, batch.checksum(), batch.size());
+            unsummed = object.len();
+        }
     }
+    crc = crc32c_combine(crc, crc32c(&object[unsummed..]), object.len() - unsummed);
     object.put_u32(crc);
     object.put_i64(last_offset);
     object.put_slice(FOOTER_MAGIC);
@@ -277,12 +291,19 @@ pub(crate) mod tests {
         );
     }
 
-    /// The footer checksum is combined from the batches' own: the same as a pass over the
-    /// bytes however a batch is split into prefix and body, and a batch whose bytes no longer
-    /// match its checksum makes a segment that does not parse.
+    /// The footer checksum is combined from the large batches' own: the same as a pass over
+    /// the bytes however a batch is split into prefix and body, and a large batch whose bytes
+    /// no longer match its checksum makes a segment that does not parse.
     #[test]
     fn the_footer_checksum_comes_from_the_batches_checksums() {
-        let batches = [stored(0, 3), stored(3, 40), stored(43, 1)];
+        // Small and large (over COMBINED_FROM) batches mixed.
+        let batches = [
+            stored(0, 3),
+            stored(3, 1500),
+            stored(1503, 1),
+            stored(1504, 1200),
+        ];
+        assert!(batches[1].size() >= COMBINED_FROM && batches[3].size() >= COMBINED_FROM);
         let built = build_segment(&batches, 1, 100);
         let area = &built.object[SEGMENT_HEADER_LEN..built.object.len() - SEGMENT_FOOTER_LEN];
         let at = built.object.len() - SEGMENT_FOOTER_LEN;
