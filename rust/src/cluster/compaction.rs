@@ -352,4 +352,38 @@ mod tests {
         let committed = b.log.catalog.commit_owned_records(&changes).await.unwrap();
         assert!(committed.is_some(), "the new claim's compaction was fenced");
     }
+
+    #[tokio::test]
+    async fn a_compaction_whose_answer_was_lost_is_taken_in() {
+        let t = broker(100).await;
+        let b = &t.broker;
+        b.create_topic("t", 1, Default::default()).await.unwrap();
+        assert_eq!(produce(b, "t", 0, 3).await, 0);
+        let p = b.topic("t").unwrap().partitions[0].current();
+        let c = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
+        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
+        let landed = b.log.catalog.commit_owned_records(&changes).await.unwrap();
+        // the store committed it, the broker never heard: its record stays the one before
+        drop(c);
+        let landed = landed.unwrap();
+        assert_eq!(p.owned().unwrap().record.segment_end(), 0);
+        // the cluster view shows the segment end moved: the objects compacted go
+        assert!(eventually(|| viewed_end(b, 0) == 3).await);
+        b.delete_compacted_objects().await;
+        assert!(b.log.wal.manifests().is_empty());
+        // the owner took the record in: it reads its log from the segment and compacts on
+        assert!(eventually(|| p.owned().is_some_and(|o| o.revision == landed)).await);
+        assert_eq!(p.owned().unwrap().record.segment_end(), 3);
+        let read = reader::read(&b.log, &p, 0, 1 << 20, true).await.unwrap();
+        let records = read.records.concat();
+        let offsets: Vec<i64> = crate::log::segment::BatchWalker::new(&records)
+            .map(|r| r.unwrap().1.base_offset)
+            .collect();
+        assert_eq!(offsets, vec![0]);
+        assert_eq!(produce(b, "t", 0, 2).await, 3);
+        let c = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
+        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
+        let next = b.log.catalog.commit_owned_records(&changes).await.unwrap();
+        assert!(next.is_some(), "the compaction after it was fenced");
+    }
 }

@@ -415,7 +415,17 @@ impl Broker {
                 let mirror_saw_claim = state.revision >= owned.owner_revision;
                 if (!key_is_ours && mirror_saw_claim) || !current.is_leader() {
                     self.drop_ownership(topic, id, slot, key_is_ours);
-                } else if key_is_ours && !assigned_here && slot.begin_change() {
+                    return;
+                }
+                if let Some(record) = view.record.as_ref().filter(|_| key_is_ours) {
+                    if view.revision > owned.revision {
+                        let (record, revision) = (record.clone(), view.revision);
+                        tokio::spawn(async move {
+                            current.adopt_landed_record(&record, revision).await;
+                        });
+                    }
+                }
+                if key_is_ours && !assigned_here && slot.begin_change() {
                     self.spawn_hand_off(topic.clone(), id);
                 }
             }

@@ -61,6 +61,29 @@ impl Partition {
         self.observe_end(record.high_watermark);
     }
 
+    /// An owner learns of a newer record under its own owner key. Only the owner writes that
+    /// record, so this is a change of its own (compaction, retention) whose answer was lost
+    /// (etcd timed out or restarted, yet committed it). Taken as committed: otherwise every
+    /// later change would be fenced by the record's revision, and once the write-ahead objects
+    /// the change compacted are deleted, reads would miss the segments it added. The segment
+    /// list is made again from a fresh listing (`list_owned`, which also removes a producer
+    /// snapshot the record no longer names).
+    pub async fn adopt_landed_record(&self, record: &PartitionRecord, revision: i64) {
+        let _one_at_a_time = self.record_lock.lock().await;
+        let mut state = self.state();
+        let committed = &state.committed;
+        if committed.owner_revision == 0 || revision <= committed.revision {
+            return; // given up meanwhile, or its own commit was taken in meanwhile
+        }
+        tracing::warn!(topic = %self.topic, partition = self.id, revision,
+            known = committed.revision, segment_end = record.segment_end(),
+            "taking in a change of the partition record whose commit seemed to fail");
+        state.producers.truncate_below(record.log_start_offset);
+        state.committed.record = record.clone();
+        state.committed.revision = revision;
+        state.segments = None;
+    }
+
     /// A follower learns that the log is committed up to `end` (a write-ahead manifest of its
     /// owner); an owner's end moves only with its own commits.
     pub fn observe_end(&self, end: i64) {
