@@ -361,7 +361,8 @@ def test_delete_topic_in_cluster(kc):
     wait_for(
         lambda: not kc.meta.keys_of_topic(topic) and not kc.objects(topic),
         SETTLE_S,
-        f"etcd keys and S3 objects of {topic} gone (left: {kc.meta.keys_of_topic(topic)})",
+        lambda: f"etcd keys and S3 objects of {topic} gone (left: "
+        f"{kc.meta.keys_of_topic(topic)}, {kc.objects(topic)})",
     )
     for b in kc.live:
         wait_for(

@@ -607,15 +607,17 @@ def busiest(cluster: Cluster, topic: str) -> tuple[object, list[int]]:
     return cluster.brokers[broker_id], sorted(by_broker[broker_id])
 
 
-def wait_for(condition, timeout: float, what: str, interval: float = 0.1):
-    """Poll ``condition()`` until it returns something truthy (returned); else fail."""
+def wait_for(condition, timeout: float, what, interval: float = 0.1):
+    """Poll ``condition()`` until it returns something truthy (returned); else fail, saying
+    ``what`` was waited for (a string, or a callable that describes the state at the end)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = condition()
         if result:
             return result
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    described = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout}s waiting for {described}")
 
 
 def tcp_reachable(addr: str) -> bool:

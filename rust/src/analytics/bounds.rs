@@ -52,7 +52,8 @@ pub async fn committed_bounds(
                 .map_err(|e| format!("etcd key {topic_key} does not hold a topic record: {e}"))?
                 .partitions
         }
-        None => 0,
+        // No topic (a deleted one's records stay until its owners let go): nothing to read.
+        None => return Ok(Vec::new()),
     };
     let mut records = BTreeMap::new();
     for kv in listing.kvs() {

@@ -28,7 +28,6 @@ use crate::cluster::state::ClusterState;
 use crate::config::BrokerConfig;
 use crate::error::ApiError;
 use crate::log::cache::SegmentCache;
-use crate::log::partition::Partition;
 use crate::log::wal::writer::WalWriter;
 use crate::log::LogContext;
 use crate::meta::catalog::{Catalog, CatalogError, TopicRecord};
@@ -436,13 +435,9 @@ impl Broker {
             .delete_topic(name, id)
             .await
             .map_err(catalog_error)?;
-        let removed = self.topic(name);
         self.catch_up(revision).await;
-        let partitions: Vec<_> = removed
-            .map(|t| t.partitions.iter().map(|s| s.current()).collect())
-            .unwrap_or_default();
         tracing::info!(topic = name, "topic deleted; removing its segments");
-        self.spawn_object_deletion(name.to_string(), partitions);
+        self.spawn_object_deletion(name.to_string());
         Ok(())
     }
 
@@ -450,35 +445,23 @@ impl Broker {
         match self.log.catalog.pending_deletions().await {
             Ok(pending) => {
                 for deletion in pending {
-                    self.spawn_object_deletion(deletion.topic, Vec::new());
+                    self.spawn_object_deletion(deletion.topic);
                 }
             }
             Err(error) => tracing::warn!(%error, "could not list pending topic deletions"),
         }
     }
 
-    fn spawn_object_deletion(self: &Arc<Self>, topic: String, partitions: Vec<Arc<Partition>>) {
+    /// Deletes a deleted topic's objects once its owners stopped writing, then its partition
+    /// keys and the deletion marker (see `Catalog::delete_topic`). Write-ahead objects are not
+    /// the topic's: the sweep deletes them.
+    fn spawn_object_deletion(self: &Arc<Self>, topic: String) {
         let broker = self.clone();
         tokio::spawn(async move {
-            // A compaction already under way may still upload; wait for it so nothing is left
-            // behind. (Write-ahead objects are not the topic's: the sweep deletes them.)
-            for partition in &partitions {
-                partition.wait_for_record_changes().await;
-            }
+            broker.owners_let_go(&topic).await;
             let mut backoff = Duration::from_millis(100);
             loop {
-                let deleted = broker.log.store.delete_topic_objects(&topic).await;
-                let finished = match deleted {
-                    Ok(count) => broker
-                        .log
-                        .catalog
-                        .finish_deletion(&topic)
-                        .await
-                        .map(|()| count)
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                match finished {
+                match broker.remove_deleted_topic(&topic).await {
                     Ok(count) => {
                         tracing::info!(topic, objects = count, "topic segments removed");
                         broker.deletions_done.notify_waiters();
@@ -492,6 +475,40 @@ impl Broker {
                 }
             }
         });
+    }
+
+    /// Waits until no owner key of the deleted topic is left: each owner gives its key up once
+    /// it stopped writing (`spawn_let_go`), or loses it with its session. No claim can make a
+    /// new one (claims require the topic key), so the copy of the store decides.
+    async fn owners_let_go(&self, topic: &str) {
+        let prefix = self.log.catalog.partitions_prefix(topic);
+        let mut changes = self.mirror.changes();
+        loop {
+            let keys = self.mirror.range(&prefix);
+            if !keys.iter().any(|kv| kv.key.ends_with("/owner")) {
+                return;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+        }
+    }
+
+    /// The partition keys, the objects (how many), then the deletion marker.
+    async fn remove_deleted_topic(&self, topic: &str) -> Result<usize, String> {
+        let catalog = &self.log.catalog;
+        catalog
+            .remove_partition_keys(topic)
+            .await
+            .map_err(|e| e.to_string())?;
+        let store = &self.log.store;
+        let count = store
+            .delete_topic_objects(topic)
+            .await
+            .map_err(|e| e.to_string())?;
+        catalog
+            .finish_deletion(topic)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(count)
     }
 
     /// SIGTERM, first part: stop taking writes and flush every buffer. The server then sends

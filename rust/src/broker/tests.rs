@@ -212,3 +212,45 @@ fn a_metadata_store_limit_is_a_policy_violation_not_a_storage_error() {
     let answered = super::catalog_error(CatalogError::Meta(down));
     assert_eq!(answered.code, ResponseError::KafkaStorageError);
 }
+
+#[tokio::test]
+async fn a_deleted_topics_objects_go_once_its_owner_stopped_writing() {
+    use crate::log::partition::now_ms;
+    use crate::store::SegmentObject;
+    let t = broker(100).await;
+    let b = &t.broker;
+    b.create_topic("t", 1, BTreeMap::new()).await.unwrap();
+    assert_eq!(produce(b, "t", 0, 3).await, 0);
+    let p = b.topic("t").unwrap().partitions[0].current();
+    // a compaction under way: its segment is uploaded, its commit still to come
+    let compacting = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
+    b.delete_topic("t", None).await.unwrap();
+    let catalog = &b.log.catalog;
+    let kv = catalog.kv();
+    let owner = catalog.owner_key("t", 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        kv.get(&owner).await.unwrap().is_some(),
+        "the owner let go while compacting"
+    );
+    assert_eq!(catalog.pending_deletions().await.unwrap().len(), 1);
+    // it uploads another segment before it ends (a later one of the same compaction)
+    let late = b.log.store.segment_path("t", 0, 3, SegmentObject::Data);
+    b.log
+        .store
+        .put_new(&late, bytes::Bytes::from_static(b"late"))
+        .await
+        .unwrap();
+    drop(compacting);
+    let finished = async {
+        while !catalog.pending_deletions().await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), finished)
+        .await
+        .unwrap();
+    assert!(b.log.store.list_partition("t", 0).await.unwrap().is_empty());
+    let left = kv.range(&catalog.partitions_prefix("t")).await.unwrap();
+    assert!(left.kvs.is_empty(), "partition keys left");
+}

@@ -25,6 +25,7 @@ use super::state::{ClusterState, Touched};
 use crate::broker::{Broker, Slot, Topic};
 use crate::log::follower_partition;
 use crate::log::limits::TopicLimits;
+use crate::log::partition::Partition;
 use crate::log::wal::index::{Extended, WalIndex};
 use crate::meta::catalog::{PartitionRecord, TopicRecord};
 use crate::meta::kv::KeyValue;
@@ -320,7 +321,7 @@ impl Broker {
     /// there, failing their buffered writes. Looks at the topics named in `only`, or at all.
     /// Returns the topics that are new or have new partitions.
     fn sync_topics(
-        &self,
+        self: &Arc<Self>,
         state: &ClusterState,
         only: Option<&BTreeSet<String>>,
     ) -> Vec<Arc<Topic>> {
@@ -333,10 +334,11 @@ impl Broker {
                     .get(name)
                     .is_some_and(|record| record.id == topic.record.id);
             if !alive {
-                for slot in &topic.partitions {
-                    slot.current()
-                        .abandon(ResponseError::UnknownTopicOrPartition);
+                let logs: Vec<_> = topic.partitions.iter().map(|s| s.current()).collect();
+                for log in &logs {
+                    log.abandon(ResponseError::UnknownTopicOrPartition);
                 }
+                self.spawn_let_go(name, logs);
                 self.metrics.forget_topic(name);
             }
             alive
@@ -503,6 +505,34 @@ impl Broker {
             }
             topic.partitions[id as usize].end_change();
             broker.ownership.revisit(name, id);
+        });
+    }
+
+    /// The partitions of a deleted topic that this broker owned: once no compaction of them is
+    /// under way any more (one may still be uploading a segment), their owner keys go, so the
+    /// topic's deletion can remove its objects knowing nothing more is written
+    /// (`Catalog::delete_topic`). Retried until done; a key no longer ours is left.
+    fn spawn_let_go(self: &Arc<Self>, topic: &str, logs: Vec<Arc<Partition>>) {
+        if logs.iter().all(|log| log.owned().is_none()) {
+            return;
+        }
+        let broker = self.clone();
+        let topic = topic.to_string();
+        tokio::spawn(async move {
+            let mut owned = Vec::new();
+            for log in logs {
+                log.wait_for_record_changes().await;
+                if let Some(committed) = log.owned() {
+                    owned.push((log.id, committed.owner_revision));
+                }
+            }
+            let mut backoff = Duration::from_millis(100);
+            let catalog = &broker.log.catalog;
+            while let Err(error) = catalog.release_owner_keys(&topic, owned.clone()).await {
+                tracing::warn!(topic, %error, "giving up a deleted topic's partitions failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
         });
     }
 

@@ -39,7 +39,7 @@ pub struct ClusterState {
     pub revision: i64,
     pub brokers: BTreeMap<i32, BrokerRecord>,
     pub topics: Arc<BTreeMap<String, TopicRecord>>,
-    /// The store revision of each topic's key (a partition's first claim is conditioned on it).
+    /// The store revision of each topic's key (every claim is conditioned on it).
     topic_revisions: Arc<HashMap<String, i64>>,
     partitions: Arc<HashMap<String, Arc<PartitionTable>>>,
     /// Who should own each partition, for the topics and live brokers as of the last

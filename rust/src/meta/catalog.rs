@@ -174,8 +174,9 @@ pub struct ClaimTarget {
     pub partition: i32,
     /// `revision` 0: the partition has no record yet (`PartitionRecord::empty()`).
     pub current: VersionedPartition,
-    /// The revision of the topic key as the claimant saw it. The first claim of a partition
-    /// also requires it unchanged, so no record is created for a topic deleted meanwhile.
+    /// The revision of the topic key as the claimant saw it. A claim requires it unchanged,
+    /// so no partition of a topic deleted meanwhile is claimed (its records stay until its
+    /// owners let go, see `delete_topic`).
     pub topic_revision: i64,
 }
 
@@ -410,9 +411,14 @@ impl Catalog {
     }
 
     /// Removes the topic from the metadata and records that its objects are still to be
-    /// deleted (the caller deletes them, then calls `finish_deletion`). Returns the revision.
-    /// With `id`, only the topic of that id goes: a topic re-created under the name since the
-    /// caller looked the id up stays.
+    /// deleted. Returns the revision. With `id`, only the topic of that id goes: a topic
+    /// re-created under the name since the caller looked the id up stays.
+    ///
+    /// The partitions' keys stay for now: an owner key is the right to write the partition's
+    /// objects, and a compaction under way may still upload a segment. Each owner gives its
+    /// key up once it has stopped writing; the caller then removes the partition keys
+    /// (`remove_partition_keys`), deletes the objects and calls `finish_deletion`. Until then
+    /// the name cannot be used again, so nothing of a new topic is at the objects' names.
     pub async fn delete_topic(&self, name: &str, id: Option<Uuid>) -> Result<i64, CatalogError> {
         let missing = || match id {
             Some(id) => CatalogError::UnknownTopicId(id),
@@ -431,7 +437,6 @@ impl Catalog {
         };
         let ops = vec![
             Op::Delete(self.topic_key(name)),
-            Op::DeletePrefix(format!("{}/partitions/{name}/", self.root)),
             Op::Put(self.deletion_key(name), encode(&pending)),
         ];
         let compares = vec![Compare::ModRevision(self.topic_key(name), kv.mod_revision)];
@@ -450,6 +455,18 @@ impl Catalog {
             .iter()
             .map(parse)
             .collect()
+    }
+
+    /// The prefix of a topic's partition records and owner keys.
+    pub fn partitions_prefix(&self, topic: &str) -> String {
+        format!("{}/partitions/{topic}/", self.root)
+    }
+
+    /// Removes a deleted topic's partition records, once no owner key is left among them.
+    pub async fn remove_partition_keys(&self, topic: &str) -> Result<(), MetaError> {
+        let prefix = self.partitions_prefix(topic);
+        self.kv.txn(vec![], vec![Op::DeletePrefix(prefix)]).await?;
+        Ok(())
     }
 
     pub async fn finish_deletion(&self, topic: &str) -> Result<(), MetaError> {
@@ -525,8 +542,9 @@ impl Catalog {
         let mut records = Vec::with_capacity(targets.len());
         let mut topics_checked = HashSet::new();
         for target in targets {
-            let first_claim = target.current.revision == 0;
-            if first_claim && topics_checked.insert(target.topic.as_str()) {
+            // The topic as the claimer saw it: a deleted topic keeps its partition records
+            // until its owners let go (see `delete_topic`), and none may be claimed again.
+            if topics_checked.insert(target.topic.as_str()) {
                 let topic = self.topic_key(&target.topic);
                 compares.push(Compare::ModRevision(topic, target.topic_revision));
             }
@@ -556,8 +574,8 @@ impl Catalog {
     }
 
     /// Splits claims into transactions the store takes: at most its operation limit of
-    /// compares and of ops (two of each per claim, and a compare per topic whose partitions
-    /// are claimed for the first time) and about `MAX_TXN_BYTES` of records each.
+    /// compares and of ops (two of each per claim, and a compare per topic) and about
+    /// `MAX_TXN_BYTES` of records each.
     pub fn claim_batches<T>(
         &self,
         claims: Vec<T>,
@@ -568,17 +586,11 @@ impl Catalog {
         let (mut bytes, mut compares) = (0, 0);
         let mut topics_checked: HashSet<String> = HashSet::new();
         for claim in claims {
-            let (size, first_claim_of) = {
+            let (size, topic) = {
                 let claimed = target(&claim);
-                let first = claimed.current.revision == 0;
-                (
-                    claimed.approximate_size(),
-                    first.then(|| claimed.topic.clone()),
-                )
+                (claimed.approximate_size(), claimed.topic.clone())
             };
-            let topic_compare = first_claim_of
-                .as_ref()
-                .is_some_and(|topic| !topics_checked.contains(topic));
+            let topic_compare = !topics_checked.contains(&topic);
             let fits = |batch: &Vec<T>| {
                 2 * (batch.len() + 1) <= max_ops
                     && compares + 2 + usize::from(topic_compare) <= max_ops
@@ -593,10 +605,7 @@ impl Catalog {
                 }
             }
             bytes += size;
-            compares += 2;
-            if let Some(topic) = first_claim_of {
-                compares += usize::from(topics_checked.insert(topic));
-            }
+            compares += 2 + usize::from(topics_checked.insert(topic));
         }
         batches
     }
@@ -625,6 +634,34 @@ impl Catalog {
             Some(_) => Ok(()),
             None => Err(CatalogError::Fenced(topic.to_string(), partition)),
         }
+    }
+
+    /// Removes owner keys of `topic`, each if it is still the one written at its revision, as
+    /// many per transaction as the store takes. A transaction refused because one key moved is
+    /// split until that key stands alone (and is left: it is not ours any more).
+    pub async fn release_owner_keys(
+        &self,
+        topic: &str,
+        owned: Vec<(i32, i64)>,
+    ) -> Result<(), MetaError> {
+        let per_txn = self.kv.max_txn_ops().max(1);
+        let mut work: Vec<Vec<(i32, i64)>> = owned.chunks(per_txn).map(<[_]>::to_vec).collect();
+        while let Some(mut chunk) = work.pop() {
+            let keys = chunk
+                .iter()
+                .map(|&(p, revision)| (self.owner_key(topic, p), revision));
+            let (compares, ops) = keys
+                .map(|(key, revision)| {
+                    (Compare::ModRevision(key.clone(), revision), Op::Delete(key))
+                })
+                .unzip();
+            if self.kv.txn(compares, ops).await?.is_none() && chunk.len() > 1 {
+                let second = chunk.split_off(chunk.len() / 2);
+                work.push(second);
+                work.push(chunk);
+            }
+        }
+        Ok(())
     }
 
     /// Moves the log start forward (retention), under the same fencing as a commit.

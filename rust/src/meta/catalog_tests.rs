@@ -21,11 +21,19 @@ async fn topics_are_created_once_and_deleted_with_their_partitions() {
         Err(CatalogError::TopicExists(_))
     ));
     assert_eq!(catalog.topics().await.unwrap(), vec![created.clone()]);
-    catalog.claim_partition("orders", 2, 1).await.unwrap();
+    let claimed = catalog.claim_partition("orders", 2, 1).await.unwrap();
     catalog.delete_topic("orders", None).await.unwrap();
+    // the owner key stays until its owner lets go, then the partition keys go
+    let owner_key = catalog.owner_key("orders", 2);
+    let owner = || catalog.kv().get(&owner_key);
+    assert!(owner().await.unwrap().is_some());
+    catalog
+        .release_partition("orders", 2, &claimed)
+        .await
+        .unwrap();
+    catalog.remove_partition_keys("orders").await.unwrap();
     assert!(catalog.partition("orders", 2).await.unwrap().is_none());
-    let owner = catalog.kv().get(&catalog.owner_key("orders", 2)).await;
-    assert!(owner.unwrap().is_none());
+    assert!(owner().await.unwrap().is_none());
     // recreating waits for the object deletion to finish
     assert!(matches!(
         catalog.create_topic("orders", 1, BTreeMap::new()).await,
@@ -155,8 +163,28 @@ async fn no_record_is_created_for_a_topic_changed_or_deleted_meanwhile() {
     catalog.add_partitions("t", 4, 8).await.unwrap();
     assert!(catalog.claim_partitions(&seen, 1).await.unwrap().is_none());
     let seen = targets(&catalog, &[0, 1]).await;
+    let claimed = catalog
+        .claim_partitions(&seen[1..], 1)
+        .await
+        .unwrap()
+        .unwrap();
+    catalog
+        .release_partition("t", 1, &claimed[0])
+        .await
+        .unwrap();
+    let seen = targets(&catalog, &[0, 1]).await;
     catalog.delete_topic("t", None).await.unwrap();
-    assert!(catalog.claim_partitions(&seen, 1).await.unwrap().is_none());
+    // neither the first claim of a partition nor another claim of one with a record
+    assert!(catalog
+        .claim_partitions(&seen[..1], 1)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(catalog
+        .claim_partitions(&seen[1..], 1)
+        .await
+        .unwrap()
+        .is_none());
     let left = catalog.kv().range(&catalog.partition_key("t", 0)).await;
     assert!(left.unwrap().kvs.is_empty());
     assert!(matches!(
@@ -281,7 +309,7 @@ async fn claim_batches_stay_within_the_stores_limits() {
         let batches = catalog.claim_batches(claims, |t| t);
         batches.iter().map(Vec::len).collect()
     };
-    // first claims: two compares each and one for their topic
+    // two compares each and one for their topic
     let first = max_ops / 2 - 1;
     assert_eq!(sizes(vec![one.clone(); first * 2 + 3]), [first, first, 3]);
     let of_topic = |name: &str| ClaimTarget {
@@ -292,13 +320,10 @@ async fn claim_batches_stay_within_the_stores_limits() {
         .flat_map(|_| [of_topic("t"), of_topic("u"), of_topic("v")])
         .collect();
     assert_eq!(sizes(three)[0], (max_ops - 3) / 2);
-    // claims of existing records need no topic compare
+    // claims of existing records check their topic too (a deleted topic keeps its records
+    // until its owners let go)
     one.current.revision = 7;
-    let per_txn = max_ops / 2;
-    assert_eq!(
-        sizes(vec![one.clone(); per_txn * 2 + 3]),
-        [per_txn, per_txn, 3]
-    );
+    assert_eq!(sizes(vec![one.clone(); first * 2 + 3]), [first, first, 3]);
     // records with long epoch histories: fewer per transaction, by bytes
     let mut long = one;
     long.current.record.epoch_history = vec![
@@ -385,4 +410,28 @@ fn a_broker_is_reached_at_the_endpoint_of_the_listener_a_client_came_in_on() {
         serde_json::from_str(r#"{"id":1,"host":"b1.example","port":9092}"#).unwrap();
     assert_eq!(old.endpoint("PLAINTEXT"), Some(("b1.example", 9092)));
     assert_eq!(old.endpoint("SSL"), None);
+}
+
+#[tokio::test]
+async fn owner_keys_are_released_together_except_one_no_longer_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = catalog(&dir);
+    catalog.create_topic("t", 3, BTreeMap::new()).await.unwrap();
+    let seen = targets(&catalog, &[0, 1, 2]).await;
+    let claimed = catalog.claim_partitions(&seen, 1).await.unwrap().unwrap();
+    // partition 1 changed hands meanwhile: its key is broker 2's now
+    catalog
+        .release_partition("t", 1, &claimed[1])
+        .await
+        .unwrap();
+    catalog.claim_partition("t", 1, 2).await.unwrap();
+    let ours = claimed.iter().zip(0..).map(|(c, p)| (p, c.owner_revision));
+    catalog
+        .release_owner_keys("t", ours.collect())
+        .await
+        .unwrap();
+    for (p, left) in [(0, false), (1, true), (2, false)] {
+        let key = catalog.owner_key("t", p);
+        assert_eq!(catalog.kv().get(&key).await.unwrap().is_some(), left, "{p}");
+    }
 }
