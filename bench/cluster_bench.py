@@ -36,13 +36,7 @@ from typing import Any
 import broker_bench as bb
 from support.procs import EtcdServer, MotoServer  # on the path broker_bench set
 
-S3_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "kafscale-bench",
-    "AWS_SECRET_ACCESS_KEY": "kafscale-bench-secret",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-BUCKET = "kafscale-bench"
+BUCKET = bb.S3_BUCKET
 MOTO_REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) /' + BUCKET + r'/(\S*) HTTP/[\d.]+" (\d+)')
 ETCD_COUNTERS = {
     "proposals": "etcd_server_proposals_committed_total",
@@ -65,14 +59,6 @@ def start_etcd(root: Path) -> EtcdServer:
     etcd = EtcdServer(root / "etcd", root / "etcd.log").start()
     bb.log(f"etcd pid {etcd.pid} at {etcd.endpoint}")
     return etcd
-
-
-def start_moto(root: Path) -> MotoServer:
-    """moto from the bench's own environment (next to the driver, not the brokers)."""
-    moto = MotoServer(root / "moto", root / "moto.log").start()
-    moto.create_bucket(BUCKET)
-    bb.log(f"moto pid {moto.pid} at {moto.endpoint}, bucket {BUCKET}")
-    return moto
 
 
 def etcd_counters(etcd: Service) -> dict[str, float]:
@@ -114,8 +100,7 @@ class Members:
         self.exit_codes: list[int | None] = []
 
     def start(self, broker_id: int) -> bb.Broker:
-        extra = ["--s3-bucket", BUCKET, "--s3-region", S3_CREDENTIALS["AWS_REGION"]]
-        extra += ["--s3-endpoint", self.moto.endpoint, "--etcd-endpoints", self.etcd.endpoint]
+        extra = [*bb.s3_store_args(self.moto), "--etcd-endpoints", self.etcd.endpoint]
         extra += ["--broker-id", str(broker_id), "--lease-ttl-ms", str(self.args.lease_ttl_ms)]
         opts = dataclasses.replace(self.opts, extra_args=extra + self.opts.extra_args)
         broker = bb.start_broker(opts, self.root / f"broker{broker_id}")
@@ -308,9 +293,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
-    os.environ.update(S3_CREDENTIALS)  # the brokers inherit them (broker_bench.broker_env)
+    with bb.moto_server(root) as moto:
+        run_with(args, root, out, moto)
+
+
+def run_with(args: argparse.Namespace, root: Path, out: dict[str, Any], moto: MotoServer) -> None:
     etcd = start_etcd(root)
-    moto = start_moto(root)
     opts = bb.BrokerOptions(
         python=args.python,
         store="s3",
@@ -349,7 +337,6 @@ def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
     finally:
         members.stop_all()
         out["broker_exit_codes"] = members.exit_codes
-        moto.cleanup()
         etcd.cleanup()
 
 
