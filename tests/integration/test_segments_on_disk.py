@@ -9,6 +9,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from support import kafka_wire as kw
 from support import segment_format as sf
 from support.clients import Msg, confluent_consume, confluent_produce, counts, unique
@@ -152,14 +153,20 @@ def test_segment_bytes_rolls_segments(broker_factory):
         assert body <= seg_bytes + biggest_batch, f"{name} holds {body} batch bytes"
 
 
-def test_s3_segments_are_valid(broker_factory, moto, s3_bucket):
+@pytest.mark.parametrize("unsigned", [False, True], ids=["signed", "unsigned-payload"])
+def test_s3_segments_are_valid(broker_factory, moto, s3_bucket, unsigned):
+    """Over moto's plain HTTP the uploads are signed with their body's hash by default; with
+    AWS_UNSIGNED_PAYLOAD=true they are sent as over HTTPS (AWS itself), unhashed."""
     started = int(time.time() * 1000) - 1000
     namespace = "itest-ns"
+    env = dict(S3_ENV, AWS_UNSIGNED_PAYLOAD="true") if unsigned else dict(S3_ENV)
     broker = broker_factory(
         [*moto.broker_args(s3_bucket, namespace), "--default-partitions", "2"],
-        env=dict(S3_ENV),
+        env=env,
         flush_interval_ms=1500,
     )
+    signing = "upload bodies not signed" if unsigned else "upload bodies signed)"
+    assert signing in broker.log_text(), "the broker's start-up line names its store"
     topic = unique("seg-s3")
     kw.ensure_topic(broker.bootstrap, topic, 2)
     msgs = produce_rounds(broker.bootstrap, topic, 2)

@@ -196,7 +196,14 @@ impl SegmentStore {
                 let at = endpoint.as_deref().unwrap_or("AWS");
                 (
                     Arc::new(s3),
-                    format!("s3://{bucket} (region {region}, endpoint {at})"),
+                    format!(
+                        "s3://{bucket} (region {region}, endpoint {at}, {})",
+                        if sign_payload {
+                            "upload bodies signed"
+                        } else {
+                            "upload bodies not signed"
+                        }
+                    ),
                 )
             }
         };
