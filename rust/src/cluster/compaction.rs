@@ -19,6 +19,11 @@ use crate::meta::wal::WalManifest;
 /// Partitions compacted at once (each holds its runs' bytes while its segment uploads).
 const COMPACTIONS_IN_PARALLEL: usize = 8;
 
+/// Segment bytes that compactions done and waiting for their commit may hold (for the cache,
+/// which takes them once committed): past it they are committed before more are made, so a
+/// round's memory does not grow with the partitions that are due.
+const HELD_BYTES_PER_COMMIT: usize = 64 << 20;
+
 /// An object no manifest names is deleted once this old: far beyond any flush's upload and
 /// commit, so no commit of it can still land.
 const UNCOMMITTED_OBJECT_AGE: Duration = Duration::from_secs(600);
@@ -50,15 +55,18 @@ pub fn spawn(broker: &Arc<Broker>) {
 
 impl Broker {
     /// Compacts every owned partition that is due and commits the switches in batches: one
-    /// metadata write per 64 partitions compacted, whatever the segments each got. Only the
-    /// partitions with write-ahead runs are looked at: an idle partition costs nothing here.
+    /// metadata write per 64 partitions compacted or `HELD_BYTES_PER_COMMIT` of segments,
+    /// whichever comes first. Only the partitions with write-ahead runs are looked at: an idle
+    /// partition costs nothing here. A partition whose compaction stopped at its share of
+    /// memory with more due is compacted again, until none is: the memory stays bounded, not
+    /// the bytes a round compacts.
     pub(crate) async fn compact_owned(&self) {
         let with_runs = self.log.wal.partitions_with_runs();
         if with_runs.is_empty() {
             return;
         }
         let by_id = self.topics_by_id();
-        let owned: Vec<Arc<Partition>> = with_runs
+        let mut due: Vec<Arc<Partition>> = with_runs
             .into_iter()
             .filter_map(|(topic_id, id)| {
                 let slot = by_id
@@ -69,24 +77,43 @@ impl Broker {
             })
             .filter(|p| p.is_leader())
             .collect();
-        let now = now_ms();
-        let ready: Vec<(Arc<Partition>, Compacted)> = futures::stream::iter(owned)
-            .map(|p| async move { p.compact(&self.log, now).await.map(|c| (p, c)) })
-            .buffer_unordered(COMPACTIONS_IN_PARALLEL)
-            .filter_map(|c| async move { c })
-            .collect()
-            .await;
-        let per_txn = (self.log.catalog.kv().max_txn_ops() / 2).max(1);
-        let mut ready = ready.into_iter().peekable();
-        while ready.peek().is_some() {
-            let batch: Vec<_> = ready.by_ref().take(per_txn).collect();
-            self.commit_compacted(batch).await;
+        while !due.is_empty() && !self.stopping.load(Ordering::Acquire) {
+            due = self.compact_partitions(due).await;
         }
     }
 
+    /// One pass over `due`; returns the partitions committed with more still due.
+    async fn compact_partitions(&self, due: Vec<Arc<Partition>>) -> Vec<Arc<Partition>> {
+        let now = now_ms();
+        let compactions = futures::stream::iter(due)
+            .map(|p| async move { p.compact(&self.log, now).await.map(|c| (p, c)) })
+            .buffer_unordered(COMPACTIONS_IN_PARALLEL)
+            .filter_map(|c| async move { c });
+        let mut compactions = std::pin::pin!(compactions);
+        let per_txn = (self.log.catalog.kv().max_txn_ops() / 2).max(1);
+        let (mut ready, mut held, mut again) = (Vec::new(), 0, Vec::new());
+        while let Some((partition, compacted)) = compactions.next().await {
+            held += compacted.held_bytes();
+            ready.push((partition, compacted));
+            if ready.len() >= per_txn || held >= HELD_BYTES_PER_COMMIT {
+                again.extend(self.commit_compacted(std::mem::take(&mut ready)).await);
+                held = 0;
+            }
+        }
+        if !ready.is_empty() {
+            again.extend(self.commit_compacted(ready).await);
+        }
+        again
+    }
+
     /// Commits one batch; a batch refused because one partition moved is split until the
-    /// moved one stands alone (it is given up; its new owner compacts it).
-    async fn commit_compacted(&self, batch: Vec<(Arc<Partition>, Compacted)>) {
+    /// moved one stands alone (it is given up; its new owner compacts it). Returns the
+    /// partitions committed that have more due.
+    async fn commit_compacted(
+        &self,
+        batch: Vec<(Arc<Partition>, Compacted)>,
+    ) -> Vec<Arc<Partition>> {
+        let mut more = Vec::new();
         let mut work = vec![batch];
         while let Some(mut batch) = work.pop() {
             let changes: Vec<_> = batch
@@ -101,6 +128,9 @@ impl Broker {
             match self.log.catalog.commit_owned_records(&changes).await {
                 Ok(Some(revision)) => {
                     for (partition, compacted) in batch {
+                        if compacted.more_due() {
+                            more.push(partition.clone());
+                        }
                         partition.compacted(&self.log, compacted, revision);
                     }
                 }
@@ -115,6 +145,7 @@ impl Broker {
                     "committing compacted segments failed; retrying next round"),
             }
         }
+        more
     }
 
     /// Deletes the write-ahead objects (then manifests) whose runs are all in segments, or
@@ -304,6 +335,22 @@ mod tests {
             .map(|r| r.unwrap().1.base_offset)
             .collect();
         assert_eq!(offsets, (0..6).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_round_compacts_past_one_compactions_limits_until_nothing_is_due() {
+        let t = broker(100).await;
+        let b = &t.broker;
+        b.create_topic("t", 1, Default::default()).await.unwrap();
+        for round in 0..40 {
+            assert_eq!(produce(b, "t", 0, 1).await, round);
+        }
+        // a segment of about 100 bytes is a batch or two: far more segments than one
+        // compaction makes (16) are due, and one round makes them all
+        b.compact_owned().await;
+        let p = b.topic("t").unwrap().partitions[0].current();
+        assert_eq!(p.owned().unwrap().record.segment_end(), 40);
+        assert!(p.segments().len() > 16, "{} segments", p.segments().len());
     }
 
     #[tokio::test]

@@ -29,12 +29,32 @@ pub struct Compacted {
     /// The segments uploaded, in offset order, with their batch bytes when this broker built
     /// them (for the cache).
     segments: Vec<(SegmentMeta, Bytes)>,
+    /// It stopped at its limits (`SEGMENTS_PER_COMPACTION`, `HELD_BYTES_PER_COMPACTION`), not
+    /// because nothing more was due.
+    more_due: bool,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
 /// Segments one compaction of a partition uploads at most (the rest waits for the next
 /// interval); they are committed together, in one metadata write.
 const SEGMENTS_PER_COMPACTION: usize = 16;
+
+/// Segment bytes one compaction holds at most until its commit (at least one segment, however
+/// large): with several partitions compacting at once, their segments are the largest memory
+/// a busy broker holds outside its cache.
+const HELD_BYTES_PER_COMPACTION: usize = 8 << 20;
+
+impl Compacted {
+    /// The segments' batch bytes it holds for the cache until committed.
+    pub fn held_bytes(&self) -> usize {
+        self.segments.iter().map(|(_, batches)| batches.len()).sum()
+    }
+
+    /// Whether the partition has more due once this is committed.
+    pub fn more_due(&self) -> bool {
+        self.more_due
+    }
+}
 
 impl Partition {
     /// Uploads the next segments while the write-ahead runs above the segment end are due
@@ -55,16 +75,22 @@ impl Partition {
             .record
             .segment_end()
             .max(owned.record.log_start_offset);
-        let mut segments = Vec::new();
-        while segments.len() < SEGMENTS_PER_COMPACTION {
+        let mut segments: Vec<(SegmentMeta, Bytes)> = Vec::new();
+        let mut held = 0;
+        let within_limits = |segments: &Vec<_>, held| {
+            segments.len() < SEGMENTS_PER_COMPACTION && held < HELD_BYTES_PER_COMPACTION
+        };
+        while within_limits(&segments, held) {
             match self.next_segment(ctx, from, end, now_ms).await {
                 Some((meta, cached)) => {
                     from = meta.last_offset + 1;
+                    held += cached.len();
                     segments.push((meta, cached));
                 }
                 None => break,
             }
         }
+        let more_due = !within_limits(&segments, held);
         if segments.is_empty() {
             return None;
         }
@@ -80,6 +106,7 @@ impl Partition {
             owned,
             record,
             segments,
+            more_due,
             _lock: lock,
         })
     }
