@@ -58,8 +58,9 @@ impl Broker {
     /// metadata write per 64 partitions compacted or `HELD_BYTES_PER_COMMIT` of segments,
     /// whichever comes first. Only the partitions with write-ahead runs are looked at: an idle
     /// partition costs nothing here. A partition whose compaction stopped at its share of
-    /// memory with more due is compacted again, until none is: the memory stays bounded, not
-    /// the bytes a round compacts.
+    /// memory with more due is compacted again, until none is or the round has taken a
+    /// compaction interval (then the objects compacted are deleted, and the next round, due
+    /// at once, goes on): the memory stays bounded, not the bytes a round compacts.
     pub(crate) async fn compact_owned(&self) {
         let with_runs = self.log.wal.partitions_with_runs();
         if with_runs.is_empty() {
@@ -77,8 +78,12 @@ impl Broker {
             })
             .filter(|p| p.is_leader())
             .collect();
+        let until = tokio::time::Instant::now() + self.log.settings.wal_compaction_interval;
         while !due.is_empty() && !self.stopping.load(Ordering::Acquire) {
             due = self.compact_partitions(due).await;
+            if tokio::time::Instant::now() >= until {
+                break;
+            }
         }
     }
 
