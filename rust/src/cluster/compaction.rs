@@ -19,11 +19,6 @@ use crate::meta::wal::WalManifest;
 /// Partitions compacted at once (each holds its runs' bytes while its segment uploads).
 const COMPACTIONS_IN_PARALLEL: usize = 8;
 
-/// Segment bytes that compactions done and waiting for their commit may hold (for the cache,
-/// which takes them once committed): past it they are committed before more are made, so a
-/// round's memory does not grow with the partitions that are due.
-const HELD_BYTES_PER_COMMIT: usize = 64 << 20;
-
 /// An object no manifest names is deleted once this old: far beyond any flush's upload and
 /// commit, so no commit of it can still land.
 const UNCOMMITTED_OBJECT_AGE: Duration = Duration::from_secs(600);
@@ -55,12 +50,11 @@ pub fn spawn(broker: &Arc<Broker>) {
 
 impl Broker {
     /// Compacts every owned partition that is due and commits the switches in batches: one
-    /// metadata write per 64 partitions compacted or `HELD_BYTES_PER_COMMIT` of segments,
-    /// whichever comes first. Only the partitions with write-ahead runs are looked at: an idle
-    /// partition costs nothing here. A partition whose compaction stopped at its share of
-    /// memory with more due is compacted again, until none is or the round has taken a
-    /// compaction interval (then the objects compacted are deleted, and the next round, due
-    /// at once, goes on): the memory stays bounded, not the bytes a round compacts.
+    /// metadata write per 64 partitions compacted, whatever the segments each got. Only the
+    /// partitions with write-ahead runs are looked at: an idle partition costs nothing here.
+    /// A partition whose compaction stopped at its limits with more due is compacted again,
+    /// until none is or the round has taken a compaction interval (then the objects compacted
+    /// are deleted, and the next round, due at once, goes on).
     pub(crate) async fn compact_owned(&self) {
         let with_runs = self.log.wal.partitions_with_runs();
         if with_runs.is_empty() {
@@ -96,13 +90,11 @@ impl Broker {
             .filter_map(|c| async move { c });
         let mut compactions = std::pin::pin!(compactions);
         let per_txn = (self.log.catalog.kv().max_txn_ops() / 2).max(1);
-        let (mut ready, mut held, mut again) = (Vec::new(), 0, Vec::new());
-        while let Some((partition, compacted)) = compactions.next().await {
-            held += compacted.held_bytes();
-            ready.push((partition, compacted));
-            if ready.len() >= per_txn || held >= HELD_BYTES_PER_COMMIT {
+        let (mut ready, mut again) = (Vec::new(), Vec::new());
+        while let Some(compacted) = compactions.next().await {
+            ready.push(compacted);
+            if ready.len() >= per_txn {
                 again.extend(self.commit_compacted(std::mem::take(&mut ready)).await);
-                held = 0;
             }
         }
         if !ready.is_empty() {
@@ -295,6 +287,12 @@ mod tests {
         // partition 1 is small and young: left in the write-ahead objects
         assert_eq!(end(&p0), 60);
         assert_eq!(p0.segments().len(), 3);
+        // the segments' batches moved in the cache from their pending names to their own
+        for segment in p0.segments() {
+            let key = p0.object_key(segment.base_offset);
+            assert!(b.log.cache.contains(&key), "{key} not cached");
+            assert!(!b.log.cache.contains(&format!("pending:{key}")));
+        }
         assert_eq!(end(&p1), 0);
         let read = reader::read(&b.log, &p0, 0, 1 << 20, true).await.unwrap();
         let records = read.records.concat();

@@ -75,6 +75,22 @@ impl SegmentCache {
         }
     }
 
+    /// Moves an entry to another key, if it is still cached (a segment uploaded under a
+    /// pending name, once its commit made it part of the log).
+    pub fn rename(&self, from: &str, to: String) {
+        let entry = {
+            let mut inner = self.inner();
+            let entry = inner.entries.pop(from);
+            if let Some(entry) = &entry {
+                inner.bytes -= entry.bytes.len();
+            }
+            entry
+        };
+        if let Some(entry) = entry {
+            self.insert(to, entry);
+        }
+    }
+
     /// Caches a segment this broker just wrote (a slice of the uploaded object, no copy).
     pub fn insert_segment(&self, key: String, built: &BuiltSegment) {
         self.insert(
@@ -130,5 +146,17 @@ mod tests {
         assert_eq!(cache.used_bytes(), 80);
         cache.insert("huge".into(), entry(101));
         assert!(!cache.contains("huge"));
+    }
+
+    #[test]
+    fn a_renamed_entry_keeps_its_bytes_under_the_new_key() {
+        let cache = SegmentCache::new(100);
+        cache.insert("pending".into(), entry(40));
+        cache.rename("pending", "segment".into());
+        assert!(!cache.contains("pending") && cache.contains("segment"));
+        assert_eq!(cache.used_bytes(), 40);
+        // gone meanwhile (evicted): nothing to move
+        cache.rename("pending", "other".into());
+        assert!(!cache.contains("other"));
     }
 }

@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use super::Partition;
 use crate::log::batch::BatchHeader;
+use crate::log::cache::CachedBatches;
 use crate::log::occupant::{self, PutOutcome};
 use crate::log::reader::load_run;
 use crate::log::segment::{build_segment, BatchWalker, ParsedSegment, SegmentMeta, StoredBatch};
@@ -26,10 +27,11 @@ pub struct Compacted {
     pub owned: VersionedPartition,
     /// The record with `segment_end` moved past the segments.
     pub record: PartitionRecord,
-    /// The segments uploaded, in offset order, with their batch bytes when this broker built
-    /// them (for the cache).
-    segments: Vec<(SegmentMeta, Bytes)>,
-    /// It stopped at its limits (`SEGMENTS_PER_COMPACTION`, `HELD_BYTES_PER_COMPACTION`), not
+    /// The segments uploaded, in offset order. Their batch bytes wait in the cache under a
+    /// pending name (`pending_key`) until the commit: the cache's bound covers them, and they
+    /// count for nothing if the commit fails.
+    segments: Vec<SegmentMeta>,
+    /// It stopped at its limits (`SEGMENTS_PER_COMPACTION`, `BYTES_PER_COMPACTION`), not
     /// because nothing more was due.
     more_due: bool,
     _lock: tokio::sync::OwnedMutexGuard<()>,
@@ -39,17 +41,11 @@ pub struct Compacted {
 /// interval); they are committed together, in one metadata write.
 const SEGMENTS_PER_COMPACTION: usize = 16;
 
-/// Segment bytes one compaction holds at most until its commit (at least one segment, however
-/// large): with several partitions compacting at once, their segments are the largest memory
-/// a busy broker holds outside its cache.
-const HELD_BYTES_PER_COMPACTION: usize = 8 << 20;
+/// Segment bytes one compaction uploads at most before its commit (at least one segment,
+/// however large): the commits of a busy partition come every few segments, not once a round.
+const BYTES_PER_COMPACTION: u64 = 8 << 20;
 
 impl Compacted {
-    /// The segments' batch bytes it holds for the cache until committed.
-    pub fn held_bytes(&self) -> usize {
-        self.segments.iter().map(|(_, batches)| batches.len()).sum()
-    }
-
     /// Whether the partition has more due once this is committed.
     pub fn more_due(&self) -> bool {
         self.more_due
@@ -75,22 +71,30 @@ impl Partition {
             .record
             .segment_end()
             .max(owned.record.log_start_offset);
-        let mut segments: Vec<(SegmentMeta, Bytes)> = Vec::new();
-        let mut held = 0;
-        let within_limits = |segments: &Vec<_>, held| {
-            segments.len() < SEGMENTS_PER_COMPACTION && held < HELD_BYTES_PER_COMPACTION
+        let mut segments: Vec<SegmentMeta> = Vec::new();
+        let mut uploaded = 0;
+        let within_limits = |segments: &Vec<_>, uploaded| {
+            segments.len() < SEGMENTS_PER_COMPACTION && uploaded < BYTES_PER_COMPACTION
         };
-        while within_limits(&segments, held) {
+        while within_limits(&segments, uploaded) {
             match self.next_segment(ctx, from, end, now_ms).await {
-                Some((meta, cached)) => {
+                Some((meta, batches)) => {
                     from = meta.last_offset + 1;
-                    held += cached.len();
-                    segments.push((meta, cached));
+                    uploaded += meta.size;
+                    if !batches.is_empty() {
+                        let start = crate::log::segment::SEGMENT_HEADER_LEN as u64;
+                        let cached = CachedBatches {
+                            start,
+                            bytes: batches,
+                        };
+                        ctx.cache.insert(self.pending_key(meta.base_offset), cached);
+                    }
+                    segments.push(meta);
                 }
                 None => break,
             }
         }
-        let more_due = !within_limits(&segments, held);
+        let more_due = !within_limits(&segments, uploaded);
         if segments.is_empty() {
             return None;
         }
@@ -173,18 +177,12 @@ impl Partition {
             segments,
             ..
         } = compacted;
-        for (segment, batches) in &segments {
+        for segment in &segments {
             ctx.metrics.compaction_segments_written.inc();
             ctx.metrics.compaction_bytes_written.inc_by(segment.size);
-            if !batches.is_empty() {
-                let start = crate::log::segment::SEGMENT_HEADER_LEN as u64;
-                let cached = crate::log::cache::CachedBatches {
-                    start,
-                    bytes: batches.clone(),
-                };
-                ctx.cache
-                    .insert(self.object_key(segment.base_offset), cached);
-            }
+            let base = segment.base_offset;
+            ctx.cache
+                .rename(&self.pending_key(base), self.object_key(base));
         }
         if let Some(old) = owned.record.producer_snapshot {
             if record.producer_snapshot != Some(old) {
@@ -198,7 +196,7 @@ impl Partition {
             owner_revision: owned.owner_revision,
         };
         if let Some(listed) = state.segments.as_mut() {
-            listed.extend(segments.into_iter().map(|(segment, _)| segment));
+            listed.extend(segments);
         }
     }
 
@@ -241,6 +239,11 @@ impl Partition {
             }
         }
         (next > last).then_some(batches)
+    }
+
+    /// Where an uploaded segment's batches wait in the cache until its commit.
+    fn pending_key(&self, base_offset: i64) -> String {
+        format!("pending:{}", self.object_key(base_offset))
     }
 
     /// Creates the segment's objects; false if the data object's name is taken by other bytes.
