@@ -42,8 +42,10 @@ pub struct Compacted {
 const SEGMENTS_PER_COMPACTION: usize = 16;
 
 /// Segment bytes one compaction uploads at most before its commit (at least one segment,
-/// however large): the commits of a busy partition come every few segments, not once a round.
-const BYTES_PER_COMPACTION: u64 = 8 << 20;
+/// however large), so that large segments are committed as they come, not a round's worth at
+/// once. Each compaction also stores the producer state anew (one more upload and one delete),
+/// so its size is what keeps those few per GiB.
+const BYTES_PER_COMPACTION: u64 = 64 << 20;
 
 impl Compacted {
     /// Whether the partition has more due once this is committed.
