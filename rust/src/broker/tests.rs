@@ -13,6 +13,7 @@ use super::Broker;
 use crate::config::{BrokerConfig, ListenerConfig};
 use crate::log::batch::tests::encoded_batch;
 use crate::log::batch::validate_batches;
+use crate::log::partition::{now_ms, Compacted, Partition};
 
 pub struct TestBroker {
     pub broker: Arc<Broker>,
@@ -213,17 +214,23 @@ fn a_metadata_store_limit_is_a_policy_violation_not_a_storage_error() {
     assert_eq!(answered.code, ResponseError::KafkaStorageError);
 }
 
+/// Topic `t` of one partition holding three records, and a compaction of them whose segment
+/// is uploaded and whose commit is still to come (it holds the partition's record lock).
+pub async fn uploaded_compaction(broker: &Arc<Broker>) -> (Arc<Partition>, Compacted) {
+    broker.create_topic("t", 1, BTreeMap::new()).await.unwrap();
+    assert_eq!(produce(broker, "t", 0, 3).await, 0);
+    let p = broker.topic("t").unwrap().partitions[0].current();
+    let later = now_ms() + 3_600_000;
+    let compacted = p.compact(&broker.log, later).await.expect("due");
+    (p, compacted)
+}
+
 #[tokio::test]
 async fn a_deleted_topics_objects_go_once_its_owner_stopped_writing() {
-    use crate::log::partition::now_ms;
     use crate::store::SegmentObject;
     let t = broker(100).await;
     let b = &t.broker;
-    b.create_topic("t", 1, BTreeMap::new()).await.unwrap();
-    assert_eq!(produce(b, "t", 0, 3).await, 0);
-    let p = b.topic("t").unwrap().partitions[0].current();
-    // a compaction under way: its segment is uploaded, its commit still to come
-    let compacting = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
+    let (_, compacting) = uploaded_compaction(b).await;
     b.delete_topic("t", None).await.unwrap();
     let catalog = &b.log.catalog;
     let kv = catalog.kv();

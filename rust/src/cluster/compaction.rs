@@ -256,7 +256,7 @@ fn all_compacted(state: &ClusterState, manifest: &WalManifest) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::tests::{broker, produce};
+    use crate::broker::tests::{broker, produce, uploaded_compaction};
     use crate::log::reader;
     use crate::meta::kv::Op;
     use crate::meta::mirror::tests::eventually;
@@ -266,6 +266,12 @@ mod tests {
         let state = b.cluster();
         let view = state.partition("t", id).unwrap();
         view.record.as_ref().unwrap().segment_end()
+    }
+
+    /// Commits a compaction as the compaction loop does; its revision, None if fenced.
+    async fn commit(b: &Broker, p: &Partition, c: &Compacted) -> Option<i64> {
+        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
+        b.log.catalog.commit_owned_records(&changes).await.unwrap()
     }
 
     #[tokio::test]
@@ -308,14 +314,7 @@ mod tests {
         let later = now_ms() + 3_600_000;
         for p in [&p0, &p1] {
             while let Some(c) = p.compact(&b.log, later).await {
-                let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
-                let revision = b
-                    .log
-                    .catalog
-                    .commit_owned_records(&changes)
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let revision = commit(b, p, &c).await.unwrap();
                 p.compacted(&b.log, c, revision);
             }
         }
@@ -360,13 +359,9 @@ mod tests {
     async fn nothing_is_deleted_while_the_copy_of_the_store_is_rebuilding() {
         let t = broker(100).await;
         let b = &t.broker;
-        b.create_topic("t", 1, Default::default()).await.unwrap();
-        assert_eq!(produce(b, "t", 0, 3).await, 0);
-        let p = b.topic("t").unwrap().partitions[0].current();
-        let c = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
-        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
-        let revision = b.log.catalog.commit_owned_records(&changes).await.unwrap();
-        p.compacted(&b.log, c, revision.unwrap());
+        let (p, c) = uploaded_compaction(b).await;
+        let revision = commit(b, &p, &c).await.unwrap();
+        p.compacted(&b.log, c, revision);
         assert!(eventually(|| viewed_end(b, 0) == 3).await);
         // mid-rebuild the copy can lack topics and brokers whose objects are still needed
         b.mirror.set_live(false);
@@ -398,24 +393,20 @@ mod tests {
         assert_eq!(produce(b, "t", 0, 3).await, 3);
         let p = slot.current();
         let c = p.compact(&b.log, later).await.expect("due");
-        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
-        let committed = b.log.catalog.commit_owned_records(&changes).await.unwrap();
-        assert!(committed.is_some(), "the new claim's compaction was fenced");
+        assert!(
+            commit(b, &p, &c).await.is_some(),
+            "the new claim's compaction was fenced"
+        );
     }
 
     #[tokio::test]
     async fn a_compaction_whose_answer_was_lost_is_taken_in() {
         let t = broker(100).await;
         let b = &t.broker;
-        b.create_topic("t", 1, Default::default()).await.unwrap();
-        assert_eq!(produce(b, "t", 0, 3).await, 0);
-        let p = b.topic("t").unwrap().partitions[0].current();
-        let c = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
-        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
-        let landed = b.log.catalog.commit_owned_records(&changes).await.unwrap();
+        let (p, c) = uploaded_compaction(b).await;
+        let landed = commit(b, &p, &c).await.unwrap();
         // the store committed it, the broker never heard: its record stays the one before
         drop(c);
-        let landed = landed.unwrap();
         assert_eq!(p.owned().unwrap().record.segment_end(), 0);
         // the cluster view shows the segment end moved: the objects compacted go
         assert!(eventually(|| viewed_end(b, 0) == 3).await);
@@ -432,8 +423,9 @@ mod tests {
         assert_eq!(offsets, vec![0]);
         assert_eq!(produce(b, "t", 0, 2).await, 3);
         let c = p.compact(&b.log, now_ms() + 3_600_000).await.expect("due");
-        let changes = [(&*p.topic, p.id, &c.owned, &c.record)];
-        let next = b.log.catalog.commit_owned_records(&changes).await.unwrap();
-        assert!(next.is_some(), "the compaction after it was fenced");
+        assert!(
+            commit(b, &p, &c).await.is_some(),
+            "the compaction after it was fenced"
+        );
     }
 }
