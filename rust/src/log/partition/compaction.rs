@@ -14,7 +14,6 @@ use bytes::Bytes;
 
 use super::Partition;
 use crate::log::batch::BatchHeader;
-use crate::log::cache::CachedBatches;
 use crate::log::occupant::{self, PutOutcome};
 use crate::log::reader::load_run;
 use crate::log::segment::{build_segment, BatchWalker, ParsedSegment, SegmentMeta, StoredBatch};
@@ -80,17 +79,9 @@ impl Partition {
         };
         while within_limits(&segments, uploaded) {
             match self.next_segment(ctx, from, end, now_ms).await {
-                Some((meta, batches)) => {
+                Some(meta) => {
                     from = meta.last_offset + 1;
                     uploaded += meta.size;
-                    if !batches.is_empty() {
-                        let start = crate::log::segment::SEGMENT_HEADER_LEN as u64;
-                        let cached = CachedBatches {
-                            start,
-                            bytes: batches,
-                        };
-                        ctx.cache.insert(self.pending_key(meta.base_offset), cached);
-                    }
                     segments.push(meta);
                 }
                 None => break,
@@ -117,14 +108,15 @@ impl Partition {
         })
     }
 
-    /// Uploads the segment that starts at `from` if the runs from there are due.
+    /// Uploads the segment that starts at `from` if the runs from there are due; its batches
+    /// wait in the cache under its pending name until the commit.
     async fn next_segment(
         &self,
         ctx: &LogContext,
         from: i64,
         end: i64,
         now_ms: i64,
-    ) -> Option<(SegmentMeta, Bytes)> {
+    ) -> Option<SegmentMeta> {
         let runs = ctx.wal.runs_from((self.topic_id, self.id), from);
         let runs: Vec<_> = runs
             .into_iter()
@@ -159,15 +151,16 @@ impl Partition {
         let built = tokio::task::spawn_blocking(move || build_segment(&batches, now_ms, interval))
             .await
             .ok()?;
+        let base = built.meta.base_offset;
         match self
-            .put_segment(ctx, built.meta.base_offset, &built.object, &built.index)
+            .put_segment(ctx, base, &built.object, &built.index)
             .await?
         {
-            true => Some((built.meta.clone(), built.batches())),
-            false => {
-                let occupant = self.take_occupant(ctx, built.meta.base_offset, end).await?;
-                Some((occupant, Bytes::new()))
+            true => {
+                ctx.cache.insert_segment(self.pending_key(base), &built);
+                Some(built.meta)
             }
+            false => self.take_occupant(ctx, base, end).await,
         }
     }
 
