@@ -86,7 +86,7 @@ async fn write_segments(segments: i64) -> Data {
         let built = build_segment(&batches, 0, 50);
         let base = built.meta.base_offset;
         for (kind, bytes) in [
-            (SegmentObject::Data, built.object.clone()),
+            (SegmentObject::Data, built.object()),
             (SegmentObject::Index, built.index.clone()),
         ] {
             let path = store.segment_path(TOPIC, 0, base, kind);
@@ -250,7 +250,7 @@ async fn a_batch_expanding_past_the_bound_fails_the_read() {
             .collect();
         let built = build_segment(&[stored(&records, compression)], 0, 50);
         let path = store.segment_path(TOPIC, 0, 0, SegmentObject::Data);
-        store.put_new(&path, built.object.clone()).await.unwrap();
+        store.put_new(&path, built.object()).await.unwrap();
         let data = Data {
             reader: TopicReader::new(store, 1 << 20),
             end: 40,

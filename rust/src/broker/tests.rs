@@ -261,3 +261,35 @@ async fn a_deleted_topics_objects_go_once_its_owner_stopped_writing() {
     let left = kv.range(&catalog.partitions_prefix("t")).await.unwrap();
     assert!(left.kvs.is_empty(), "partition keys left");
 }
+
+#[tokio::test]
+async fn a_compacted_segment_is_cached_as_the_slices_of_its_runs() {
+    use crate::log::cache::CachedBatches;
+    let t = broker(100).await;
+    let b = &t.broker;
+    let (p, compacted) = uploaded_compaction(b).await;
+    let runs = b.log.wal.runs_from((p.topic_id, p.id), 0);
+    let run_key = runs[0].cache_key();
+    let run = b
+        .log
+        .cache
+        .get(&run_key)
+        .expect("a run is cached at its commit");
+    let (owned, record) = (compacted.owned.clone(), compacted.record.clone());
+    let revision = b
+        .log
+        .catalog
+        .commit_owned_records(&[("t", 0, &owned, &record)])
+        .await
+        .unwrap()
+        .expect("committed");
+    p.compacted(&b.log, compacted, revision);
+    assert!(!b.log.cache.contains(&run_key), "the run is cached twice");
+    let segment = b.log.cache.get(&p.object_key(0)).expect("segment cached");
+    let first = |c: &CachedBatches| c.batches().next().unwrap().unwrap().0;
+    assert_eq!(
+        first(&segment).as_ptr(),
+        first(&run).as_ptr(),
+        "the segment copied its batches"
+    );
+}

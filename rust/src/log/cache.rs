@@ -2,18 +2,57 @@
 //! broker's own flushes, by readahead and by reads that missed.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use lru::LruCache;
 
-use super::segment::{BuiltSegment, SEGMENT_HEADER_LEN};
+use super::batch::BatchHeader;
+use super::segment::{BatchWalker, BuiltSegment, SegmentError, SEGMENT_HEADER_LEN};
 
-/// Batch bytes of one segment from byte `start` of the `.kfs` object to the footer.
+/// Batch bytes of one segment (or write-ahead run) from byte `start` of its object on, in
+/// pieces that each hold whole batches: a compacted segment is cached as the slices of the runs
+/// it was built from, without a copy.
 #[derive(Debug, Clone)]
 pub struct CachedBatches {
     pub start: u64,
-    pub bytes: Bytes,
+    pieces: Arc<[Bytes]>,
+}
+
+impl CachedBatches {
+    /// Batches read or written in one piece.
+    pub fn whole(start: u64, bytes: Bytes) -> CachedBatches {
+        CachedBatches {
+            start,
+            pieces: Arc::new([bytes]),
+        }
+    }
+
+    pub fn pieces(start: u64, pieces: &[Bytes]) -> CachedBatches {
+        CachedBatches {
+            start,
+            pieces: pieces.into(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(Bytes::len).sum()
+    }
+
+    /// The header of the first batch, if there is one.
+    pub fn first_header(&self) -> Option<BatchHeader> {
+        BatchHeader::parse(self.pieces.first()?)
+    }
+
+    /// Every batch, as a slice, with its header, in order. Stops at an incomplete batch at the
+    /// end of a piece (a ranged read may end mid-batch); a malformed one is an error.
+    pub fn batches(&self) -> impl Iterator<Item = Result<(Bytes, BatchHeader), SegmentError>> + '_ {
+        self.pieces.iter().flat_map(|piece| {
+            BatchWalker::new(piece).map(move |walked| {
+                walked.map(|(at, header)| (piece.slice(at..at + header.size), header))
+            })
+        })
+    }
 }
 
 struct Inner {
@@ -58,18 +97,18 @@ impl SegmentCache {
     }
 
     pub fn insert(&self, key: String, batches: CachedBatches) {
-        let size = batches.bytes.len();
+        let size = batches.len();
         if size > self.capacity {
             return;
         }
         let mut inner = self.inner();
         if let Some(old) = inner.entries.put(key, batches) {
-            inner.bytes -= old.bytes.len();
+            inner.bytes -= old.len();
         }
         inner.bytes += size;
         while inner.bytes > self.capacity {
             match inner.entries.pop_lru() {
-                Some((_, evicted)) => inner.bytes -= evicted.bytes.len(),
+                Some((_, evicted)) => inner.bytes -= evicted.len(),
                 None => break,
             }
         }
@@ -82,7 +121,7 @@ impl SegmentCache {
             let mut inner = self.inner();
             let entry = inner.entries.pop(from);
             if let Some(entry) = &entry {
-                inner.bytes -= entry.bytes.len();
+                inner.bytes -= entry.len();
             }
             entry
         };
@@ -91,15 +130,18 @@ impl SegmentCache {
         }
     }
 
-    /// Caches a segment this broker just wrote (a slice of the uploaded object, no copy).
+    /// Caches a segment this broker just wrote (the slices it was uploaded from, no copy).
     pub fn insert_segment(&self, key: String, built: &BuiltSegment) {
-        self.insert(
-            key,
-            CachedBatches {
-                start: SEGMENT_HEADER_LEN as u64,
-                bytes: built.batches(),
-            },
-        );
+        let batches = CachedBatches::pieces(SEGMENT_HEADER_LEN as u64, built.batches());
+        self.insert(key, batches);
+    }
+
+    /// Drops an entry (write-ahead runs now cached as part of their segment).
+    pub fn remove(&self, key: &str) {
+        let mut inner = self.inner();
+        if let Some(entry) = inner.entries.pop(key) {
+            inner.bytes -= entry.len();
+        }
     }
 
     /// Claims a key for loading; false if it is cached or already being loaded.
@@ -129,10 +171,7 @@ mod tests {
     use super::*;
 
     fn entry(n: usize) -> CachedBatches {
-        CachedBatches {
-            start: 32,
-            bytes: Bytes::from(vec![0u8; n]),
-        }
+        CachedBatches::whole(32, Bytes::from(vec![0u8; n]))
     }
 
     #[test]
@@ -146,6 +185,18 @@ mod tests {
         assert_eq!(cache.used_bytes(), 80);
         cache.insert("huge".into(), entry(101));
         assert!(!cache.contains("huge"));
+    }
+
+    #[test]
+    fn an_entry_in_pieces_counts_them_all_and_a_removed_one_nothing() {
+        let cache = SegmentCache::new(100);
+        let pieces = [Bytes::from(vec![0u8; 30]), Bytes::from(vec![0u8; 20])];
+        cache.insert("pieces".into(), CachedBatches::pieces(32, &pieces));
+        assert_eq!(cache.used_bytes(), 50);
+        cache.remove("pieces");
+        cache.remove("never there");
+        assert_eq!(cache.used_bytes(), 0);
+        assert!(!cache.contains("pieces"));
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! writer does when the name is taken is its own business (compaction, see
 //! `log::partition::compaction`).
 
-use bytes::Bytes;
 use object_store::path::Path;
+use object_store::PutPayload;
 
 use super::LogContext;
 use crate::store::StoreError;
@@ -21,8 +21,9 @@ pub enum PutOutcome {
 pub async fn put_new(
     ctx: &LogContext,
     path: &Path,
-    object: Bytes,
+    object: impl Into<PutPayload>,
 ) -> Result<PutOutcome, StoreError> {
+    let object = object.into();
     let started = std::time::Instant::now();
     let put = ctx.store.put_new(path, object.clone()).await;
     ctx.metrics
@@ -33,10 +34,23 @@ pub async fn put_new(
     }
     match put {
         Ok(()) => Ok(PutOutcome::Created),
-        Err(StoreError::AlreadyExists(_)) if ctx.store.get(path).await? == object => {
+        Err(StoreError::AlreadyExists(_)) if holds(&ctx.store.get(path).await?, &object) => {
             Ok(PutOutcome::Created)
         }
         Err(StoreError::AlreadyExists(_)) => Ok(PutOutcome::Occupied),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `found` is the bytes of `payload`, piece after piece.
+fn holds(found: &[u8], payload: &PutPayload) -> bool {
+    if found.len() != payload.content_length() {
+        return false;
+    }
+    let mut rest = found;
+    payload.iter().all(|piece| {
+        let (head, tail) = rest.split_at(piece.len());
+        rest = tail;
+        head == &piece[..]
+    })
 }

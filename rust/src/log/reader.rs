@@ -12,10 +12,9 @@ use object_store::path::Path;
 
 use super::cache::CachedBatches;
 use super::partition::Partition;
-use super::segment::{BatchWalker, SegmentMeta, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use super::segment::{SegmentMeta, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use super::wal::index::IndexedRun;
 use super::LogContext;
-use crate::log::batch::BatchHeader;
 use crate::log::index::SparseIndex;
 use crate::store::{SegmentObject, StoreError};
 
@@ -40,12 +39,12 @@ struct Collected {
 }
 
 impl Collected {
-    /// Takes the batches of `bytes` that hold `next` and later, while they fit. False once the
-    /// response is full. A batch that starts past `next` means the view skipped part of the
-    /// log (offsets are contiguous): it is refused, never served as if nothing was there.
-    fn take(&mut self, bytes: &Bytes) -> Result<bool, TakeError> {
-        for item in BatchWalker::new(bytes) {
-            let (position, header) = item.map_err(|_| TakeError::Malformed)?;
+    /// Takes the batches of `batches` that hold `next` and later, while they fit. False once
+    /// the response is full. A batch that starts past `next` means the view skipped part of
+    /// the log (offsets are contiguous): it is refused, never served as if nothing was there.
+    fn take(&mut self, batches: &CachedBatches) -> Result<bool, TakeError> {
+        for item in batches.batches() {
+            let (batch, header) = item.map_err(|_| TakeError::Malformed)?;
             if header.last_offset() < self.next {
                 continue;
             }
@@ -60,8 +59,7 @@ impl Collected {
             if !(fits || first_of_response) {
                 return Ok(false);
             }
-            self.slices
-                .push(bytes.slice(position..position + header.size));
+            self.slices.push(batch);
             self.total += header.size;
             self.next = header.last_offset() + 1;
         }
@@ -206,7 +204,7 @@ async fn read_once(
     let mut full = false;
     for (i, segment) in view.segments.iter().enumerate() {
         let batches = load_from(ctx, partition, segment, collected.next).await?;
-        full = !collected.take(&batches.bytes).map_err(|e| match e {
+        full = !collected.take(&batches).map_err(|e| match e {
             TakeError::Malformed => corrupt(partition, segment).into(),
             TakeError::Gap { expected, found } => ReadFailure::Gap { expected, found },
         })?;
@@ -223,7 +221,7 @@ async fn read_once(
             .map(|run| load_run(ctx, run))
             .buffered(RUNS_IN_PARALLEL);
         while let Some(loaded) = loads.next().await {
-            let (run, bytes) = match loaded {
+            let (run, batches) = match loaded {
                 Ok(loaded) => loaded,
                 Err(RunLoadError::Collected) => {
                     return Err(ReadFailure::Stale {
@@ -235,7 +233,7 @@ async fn read_once(
             if run.run.base_offset >= view.high_watermark {
                 break;
             }
-            let taken = collected.take(&bytes).map_err(|e| match e {
+            let taken = collected.take(&batches).map_err(|e| match e {
                 TakeError::Malformed => {
                     tracing::error!(object = %run.object, position = run.run.position,
                         "write-ahead run is malformed");
@@ -277,11 +275,11 @@ impl From<RunLoadError> for ResponseError {
 pub(crate) async fn load_run(
     ctx: &LogContext,
     run: IndexedRun,
-) -> Result<(IndexedRun, Bytes), RunLoadError> {
+) -> Result<(IndexedRun, CachedBatches), RunLoadError> {
     let key = run.cache_key();
     if let Some(cached) = ctx.cache.get(&key) {
         ctx.metrics.cache_hits.inc();
-        return Ok((run, cached.bytes));
+        return Ok((run, cached));
     }
     ctx.metrics.cache_misses.inc();
     let path = Path::parse(&*run.object).map_err(|e| {
@@ -294,15 +292,9 @@ pub(crate) async fn load_run(
         Err(StoreError::NotFound(_)) => return Err(RunLoadError::Collected),
         Err(e) => return Err(RunLoadError::Failed(read_failed(&path, e))),
     };
-    let start = run.run.position;
-    ctx.cache.insert(
-        key,
-        CachedBatches {
-            start,
-            bytes: bytes.clone(),
-        },
-    );
-    Ok((run, bytes))
+    let loaded = CachedBatches::whole(run.run.position, bytes);
+    ctx.cache.insert(key, loaded.clone());
+    Ok((run, loaded))
 }
 
 pub(super) fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseError {
@@ -322,7 +314,9 @@ pub(super) async fn load_from(
 ) -> Result<CachedBatches, ResponseError> {
     let key = partition.object_key(segment.base_offset);
     if let Some(cached) = ctx.cache.get(&key) {
-        let covers = BatchHeader::parse(&cached.bytes).is_some_and(|h| h.base_offset <= offset);
+        let covers = cached
+            .first_header()
+            .is_some_and(|h| h.base_offset <= offset);
         if cached.start == SEGMENT_HEADER_LEN as u64 || covers {
             ctx.metrics.cache_hits.inc();
             return Ok(cached);
@@ -376,7 +370,7 @@ async fn fetch_batches(
         .get_range(&path, start..end)
         .await
         .map_err(|e| read_failed(&path, e))?;
-    Ok(CachedBatches { start, bytes })
+    Ok(CachedBatches::whole(start, bytes))
 }
 
 /// A read that failed: logged with the object, answered with a retriable storage error.
@@ -412,7 +406,11 @@ mod tests {
     use crate::log::batch::tests::encoded_batch;
 
     /// `count` records in one batch at `base`, followed by the next batches given.
-    fn batches(ranges: &[(i64, usize)]) -> Bytes {
+    fn batches(ranges: &[(i64, usize)]) -> CachedBatches {
+        CachedBatches::whole(0, encoded(ranges))
+    }
+
+    fn encoded(ranges: &[(i64, usize)]) -> Bytes {
         let mut all = BytesMut::new();
         for &(base, count) in ranges {
             let batch = encoded_batch(count, 10, Compression::None);
@@ -441,6 +439,27 @@ mod tests {
         );
         assert_eq!(collected.slices.len(), 2);
         assert_eq!(collected.next, 6);
+    }
+
+    #[test]
+    fn batches_are_taken_across_pieces_as_slices_of_them() {
+        let pieces = [encoded(&[(0, 2)]), encoded(&[(2, 3), (5, 1)])];
+        let mut collected = collecting_from(3);
+        let cached = CachedBatches::pieces(0, &pieces);
+        assert_eq!(collected.take(&cached), Ok(true));
+        assert_eq!(collected.next, 6);
+        assert_eq!(collected.slices.len(), 2);
+        assert_eq!(collected.slices[0].as_ptr(), pieces[1].as_ptr());
+        // a gap between pieces is one too
+        let pieces = [encoded(&[(0, 2)]), encoded(&[(4, 1)])];
+        let found = collecting_from(0).take(&CachedBatches::pieces(0, &pieces));
+        assert_eq!(
+            found,
+            Err(TakeError::Gap {
+                expected: 2,
+                found: 4
+            })
+        );
     }
 
     #[test]

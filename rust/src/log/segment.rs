@@ -5,6 +5,9 @@
 //! last offset i64 | `END!`. All integers big-endian.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use crc_fast::CrcAlgorithm::Crc32Iscsi;
+use crc_fast::Digest;
+use object_store::PutPayload;
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use super::checksum::{crc32c, crc32c_combine};
@@ -60,25 +63,37 @@ pub struct SegmentMeta {
     pub max_timestamp: Option<i64>,
 }
 
-/// A segment ready for upload: the `.kfs` object, the encoded index, and the metadata.
+/// A segment ready for upload: the `.kfs` object in pieces (its header, one slice per batch,
+/// its footer), the encoded index, and the metadata.
 pub struct BuiltSegment {
-    pub object: Bytes,
+    pub pieces: Vec<Bytes>,
     pub index: Bytes,
     pub meta: SegmentMeta,
 }
 
 impl BuiltSegment {
-    /// The batch bytes between header and footer (a slice of the object, no copy).
-    pub fn batches(&self) -> Bytes {
-        self.object
-            .slice(SEGMENT_HEADER_LEN..self.object.len() - SEGMENT_FOOTER_LEN)
+    /// The batches between header and footer, one whole batch per slice.
+    pub fn batches(&self) -> &[Bytes] {
+        &self.pieces[1..self.pieces.len() - 1]
+    }
+
+    /// The object to upload: the pieces as they are (the store sends them one after another).
+    pub fn payload(&self) -> PutPayload {
+        self.pieces.iter().cloned().collect()
+    }
+
+    /// The object in one buffer (a copy).
+    #[cfg(test)]
+    pub fn object(&self) -> Bytes {
+        self.pieces.concat().into()
     }
 }
 
 /// Assembles one segment from batches whose offsets are already final and contiguous.
 ///
-/// The batches are copied once into one contiguous object: the same bytes are uploaded and
-/// cached, and the produce requests they came from can be freed as soon as this returns.
+/// The batches are not copied: the object is uploaded, and cached, as slices of the buffers
+/// they are in (write-ahead runs, as compaction found them in the cache or read them). A
+/// batch still split into a rewritten prefix and the producer's bytes is joined into one.
 pub fn build_segment(
     batches: &[StoredBatch],
     created_ms: i64,
@@ -89,49 +104,59 @@ pub fn build_segment(
     let last = &batches[batches.len() - 1];
     let last_offset = last.base_offset + last.offset_count - 1;
     let messages: i64 = batches.iter().map(|b| b.offset_count).sum();
-    let batch_bytes: usize = batches.iter().map(StoredBatch::size).sum();
 
-    let mut object = BytesMut::with_capacity(SEGMENT_HEADER_LEN + batch_bytes + SEGMENT_FOOTER_LEN);
-    object.put_slice(SEGMENT_MAGIC);
-    object.put_u16(SEGMENT_VERSION);
-    object.put_u16(0);
-    object.put_i64(base_offset);
-    object.put_i32(messages as i32);
-    object.put_i64(created_ms);
-    object.put_u32(0);
+    let mut header = BytesMut::with_capacity(SEGMENT_HEADER_LEN);
+    header.put_slice(SEGMENT_MAGIC);
+    header.put_u16(SEGMENT_VERSION);
+    header.put_u16(0);
+    header.put_i64(base_offset);
+    header.put_i32(messages as i32);
+    header.put_i64(created_ms);
+    header.put_u32(0);
+    let mut pieces = Vec::with_capacity(batches.len() + 2);
+    pieces.push(header.freeze());
 
     let mut index = IndexBuilder::new(index_interval);
+    let mut position = SEGMENT_HEADER_LEN;
     let mut max_timestamp = i64::MIN;
-    // The footer checksum: a large batch's comes from its own (no pass over its bytes); runs
-    // of small batches, where combining costs more than reading, are checksummed as they lie.
+    // The footer checksum: a large batch's comes from its own (no pass over its bytes); the
+    // small ones between, where combining costs more than reading, are read as they come.
     let mut crc = 0;
-    let mut unsummed = object.len();
+    let mut small = Digest::new(Crc32Iscsi);
+    let mut small_len = 0;
     for batch in batches {
-        index.add_batch(batch.base_offset, object.len() as u32, batch.offset_count);
-        let large = batch.size() >= COMBINED_FROM;
-        if large {
-            crc = crc32c_combine(crc, crc32c(&object[unsummed..]), object.len() - unsummed);
+        index.add_batch(batch.base_offset, position as u32, batch.offset_count);
+        let whole = if batch.prefix.is_empty() {
+            batch.body.clone()
+        } else {
+            [&batch.prefix[..], &batch.body[..]].concat().into()
+        };
+        if whole.len() >= COMBINED_FROM {
+            crc = crc32c_combine(crc, small.finalize_reset() as u32, small_len);
+            crc = crc32c_combine(crc, batch.checksum(), whole.len());
+            small_len = 0;
+        } else {
+            small.update(&whole);
+            small_len += whole.len();
         }
-        object.put_slice(&batch.prefix);
-        object.put_slice(&batch.body);
+        position += whole.len();
         max_timestamp = max_timestamp.max(batch.max_timestamp);
-        if large {
-            crc = crc32c_combine(crc, batch.checksum(), batch.size());
-            unsummed = object.len();
-        }
+        pieces.push(whole);
     }
-    crc = crc32c_combine(crc, crc32c(&object[unsummed..]), object.len() - unsummed);
-    object.put_u32(crc);
-    object.put_i64(last_offset);
-    object.put_slice(FOOTER_MAGIC);
+    crc = crc32c_combine(crc, small.finalize() as u32, small_len);
+    let mut footer = BytesMut::with_capacity(SEGMENT_FOOTER_LEN);
+    footer.put_u32(crc);
+    footer.put_i64(last_offset);
+    footer.put_slice(FOOTER_MAGIC);
+    pieces.push(footer.freeze());
     BuiltSegment {
         meta: SegmentMeta {
             base_offset,
             last_offset,
-            size: object.len() as u64,
+            size: (position + SEGMENT_FOOTER_LEN) as u64,
             max_timestamp: Some(max_timestamp),
         },
-        object: object.freeze(),
+        pieces,
         index: index.encode(),
     }
 }
@@ -263,7 +288,7 @@ pub(crate) mod tests {
     #[test]
     fn header_and_footer_bytes_are_exact() {
         let built = build_segment(&[stored(100, 2)], 0x0102030405, 100);
-        let object = built.object.clone();
+        let object = built.object();
         assert_eq!(&object[0..8], b"KAFS\x00\x01\x00\x00");
         assert_eq!(&object[8..16], &100i64.to_be_bytes());
         assert_eq!(&object[16..20], &2i32.to_be_bytes());
@@ -278,7 +303,7 @@ pub(crate) mod tests {
     #[test]
     fn corruption_is_detected() {
         let built = build_segment(&[stored(0, 3)], 1, 100);
-        let mut object = BytesMut::from(&built.object[..]);
+        let mut object = BytesMut::from(&built.object()[..]);
         object[40] ^= 0xff;
         assert!(matches!(
             ParsedSegment::parse(object.clone().freeze()),
@@ -304,10 +329,10 @@ pub(crate) mod tests {
             stored(1504, 1200),
         ];
         assert!(batches[1].size() >= COMBINED_FROM && batches[3].size() >= COMBINED_FROM);
-        let built = build_segment(&batches, 1, 100);
-        let area = &built.object[SEGMENT_HEADER_LEN..built.object.len() - SEGMENT_FOOTER_LEN];
-        let at = built.object.len() - SEGMENT_FOOTER_LEN;
-        let footer = u32::from_be_bytes(built.object[at..at + 4].try_into().unwrap());
+        let built = build_segment(&batches, 1, 100).object();
+        let area = &built[SEGMENT_HEADER_LEN..built.len() - SEGMENT_FOOTER_LEN];
+        let at = built.len() - SEGMENT_FOOTER_LEN;
+        let footer = u32::from_be_bytes(built[at..at + 4].try_into().unwrap());
         assert_eq!(footer, crc32c(area));
         let whole: Vec<StoredBatch> = batches
             .iter()
@@ -317,7 +342,7 @@ pub(crate) mod tests {
                 ..b.clone()
             })
             .collect();
-        assert_eq!(build_segment(&whole, 1, 100).object, built.object);
+        assert_eq!(build_segment(&whole, 1, 100).object(), built);
         let mut changed = BytesMut::from(&batches[1].body[..]);
         changed[100] ^= 1;
         let tampered = [
@@ -328,9 +353,27 @@ pub(crate) mod tests {
             },
         ];
         assert!(matches!(
-            ParsedSegment::parse(build_segment(&tampered, 1, 100).object),
+            ParsedSegment::parse(build_segment(&tampered, 1, 100).object()),
             Err(SegmentError::Crc { .. })
         ));
+    }
+
+    #[test]
+    fn whole_batches_are_uploaded_as_the_slices_they_are() {
+        let run = [stored(0, 3), stored(3, 2)]
+            .iter()
+            .map(|b| StoredBatch {
+                prefix: Bytes::new(),
+                body: [b.prefix.clone(), b.body.clone()].concat().into(),
+                ..b.clone()
+            })
+            .collect::<Vec<_>>();
+        let built = build_segment(&run, 1, 100);
+        assert_eq!(built.batches().len(), 2);
+        for (piece, batch) in built.batches().iter().zip(&run) {
+            assert_eq!(piece.as_ptr(), batch.body.as_ptr(), "a batch was copied");
+        }
+        assert_eq!(built.payload().content_length(), built.meta.size as usize);
     }
 
     proptest! {
@@ -343,10 +386,12 @@ pub(crate) mod tests {
                 b
             }).collect();
             let built = build_segment(&batches, 42, 100);
-            let parsed = ParsedSegment::parse(built.object.clone()).unwrap();
+            let object = built.object();
+            prop_assert_eq!(object.len() as u64, built.meta.size);
+            let parsed = ParsedSegment::parse(object.clone()).unwrap();
             prop_assert_eq!(parsed.base_offset, 1000);
             prop_assert_eq!(parsed.last_offset, offset - 1);
-            let message_count = i32::from_be_bytes(built.object[16..20].try_into().unwrap());
+            let message_count = i32::from_be_bytes(object[16..20].try_into().unwrap());
             prop_assert_eq!(message_count as i64, offset - 1000);
             let walked: Vec<_> = BatchWalker::new(&parsed.batches).map(|r| r.unwrap()).collect();
             prop_assert_eq!(walked.len(), batches.len());

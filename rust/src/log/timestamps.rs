@@ -10,9 +10,10 @@ use bytes::Bytes;
 use kafka_protocol::records::{RecordBatchDecoder, RecordSet};
 use kafka_protocol::ResponseError;
 
+use super::cache::CachedBatches;
 use super::partition::Partition;
 use super::reader::{corrupt, load_from, load_run};
-use super::segment::{BatchWalker, SegmentMeta};
+use super::segment::SegmentMeta;
 use super::LogContext;
 
 /// A segment's largest batch timestamp (read once, then remembered on the partition).
@@ -26,7 +27,7 @@ pub async fn segment_max_timestamp(
     }
     let batches = load_from(ctx, partition, segment, segment.base_offset).await?;
     let mut max = i64::MIN;
-    for item in BatchWalker::new(&batches.bytes) {
+    for item in batches.batches() {
         let (_, header) = item.map_err(|_| corrupt(partition, segment))?;
         max = max.max(header.max_timestamp);
     }
@@ -50,7 +51,7 @@ pub async fn offset_for_timestamp(
             continue;
         }
         let batches = load_from(ctx, partition, &segment, segment.base_offset).await?;
-        let (hit, segment_max) = first_at_or_after(partition, &batches.bytes, timestamp, log_start)
+        let (hit, segment_max) = first_at_or_after(partition, &batches, timestamp, log_start)
             .map_err(|()| corrupt(partition, &segment))?;
         if hit.is_some() {
             return Ok(hit);
@@ -65,9 +66,9 @@ pub async fn offset_for_timestamp(
         if run.run.max_timestamp < timestamp || run.run.base_offset >= end {
             continue;
         }
-        let (run, bytes) = load_run(ctx, run).await?;
+        let (run, batches) = load_run(ctx, run).await?;
         let (hit, _) =
-            first_at_or_after(partition, &bytes, timestamp, log_start).map_err(|()| {
+            first_at_or_after(partition, &batches, timestamp, log_start).map_err(|()| {
                 tracing::error!(object = %run.object, "write-ahead run is malformed");
                 ResponseError::KafkaStorageError
             })?;
@@ -82,18 +83,18 @@ pub async fn offset_for_timestamp(
 /// timestamp; and the largest batch timestamp seen.
 fn first_at_or_after(
     partition: &Partition,
-    batches: &Bytes,
+    batches: &CachedBatches,
     timestamp: i64,
     log_start: i64,
 ) -> Result<(Option<(i64, i64)>, i64), ()> {
     let mut max = i64::MIN;
-    for item in BatchWalker::new(batches) {
-        let (position, header) = item.map_err(|_| ())?;
+    for item in batches.batches() {
+        let (batch, header) = item.map_err(|_| ())?;
         max = max.max(header.max_timestamp);
         if header.max_timestamp < timestamp || header.last_offset() < log_start {
             continue;
         }
-        let set = decode(partition, batches.slice(position..position + header.size))?;
+        let set = decode(partition, batch)?;
         let hit = set
             .records
             .iter()
@@ -121,7 +122,7 @@ pub async fn max_timestamp_record(
         segment_end = segment.last_offset + 1;
         let segment_max = if segment.base_offset < log_start {
             let batches = load_from(ctx, partition, &segment, log_start).await?;
-            largest_from(partition, &batches.bytes, log_start)
+            largest_from(partition, &batches, log_start)
                 .map_err(|()| corrupt(partition, &segment))?
         } else {
             segment_max_timestamp(ctx, partition, &segment).await?
@@ -137,8 +138,8 @@ pub async fn max_timestamp_record(
             max = max.max(run.run.max_timestamp);
             continue;
         }
-        let (run, bytes) = load_run(ctx, run).await?;
-        max = max.max(largest_from(partition, &bytes, log_start).map_err(|()| {
+        let (run, batches) = load_run(ctx, run).await?;
+        max = max.max(largest_from(partition, &batches, log_start).map_err(|()| {
             tracing::error!(object = %run.object, "write-ahead run is malformed");
             ResponseError::KafkaStorageError
         })?);
@@ -150,10 +151,10 @@ pub async fn max_timestamp_record(
 }
 
 /// The largest timestamp of the records of `batches` at or after `log_start`.
-fn largest_from(partition: &Partition, batches: &Bytes, log_start: i64) -> Result<i64, ()> {
+fn largest_from(partition: &Partition, batches: &CachedBatches, log_start: i64) -> Result<i64, ()> {
     let mut max = i64::MIN;
-    for item in BatchWalker::new(batches) {
-        let (position, header) = item.map_err(|_| ())?;
+    for item in batches.batches() {
+        let (batch, header) = item.map_err(|_| ())?;
         if header.last_offset() < log_start {
             continue;
         }
@@ -161,7 +162,7 @@ fn largest_from(partition: &Partition, batches: &Bytes, log_start: i64) -> Resul
             max = max.max(header.max_timestamp);
             continue;
         }
-        let set = decode(partition, batches.slice(position..position + header.size))?;
+        let set = decode(partition, batch)?;
         let kept = set.records.iter().filter(|r| r.offset >= log_start);
         max = max.max(kept.map(|r| r.timestamp).max().unwrap_or(i64::MIN));
     }

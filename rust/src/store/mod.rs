@@ -295,10 +295,13 @@ impl SegmentStore {
 
     /// Writes an object that must not exist yet (If-None-Match: *), so nothing committed is
     /// ever overwritten.
-    pub async fn put_new(&self, path: &Path, object: Bytes) -> Result<(), StoreError> {
-        let payload = PutPayload::from(object);
+    pub async fn put_new(
+        &self,
+        path: &Path,
+        object: impl Into<PutPayload>,
+    ) -> Result<(), StoreError> {
         let options = PutOptions::from(PutMode::Create);
-        self.store.put_opts(path, payload, options).await?;
+        self.store.put_opts(path, object.into(), options).await?;
         Ok(())
     }
 

@@ -11,6 +11,7 @@
 //! it) and the next round writes afresh.
 
 use bytes::Bytes;
+use object_store::PutPayload;
 
 use super::Partition;
 use crate::log::batch::BatchHeader;
@@ -145,15 +146,10 @@ impl Partition {
             size >= segment_bytes
         });
         batches.truncate(cut.map_or(batches.len(), |i| i + 1));
-        // Copying and checksumming megabytes is blocking work: off the threads that serve
-        // connections and flushes (a tick compacts many segments back to back).
-        let interval = ctx.settings.index_interval;
-        let built = tokio::task::spawn_blocking(move || build_segment(&batches, now_ms, interval))
-            .await
-            .ok()?;
+        let built = build_segment(&batches, now_ms, ctx.settings.index_interval);
         let base = built.meta.base_offset;
         match self
-            .put_segment(ctx, base, &built.object, &built.index)
+            .put_segment(ctx, base, built.payload(), &built.index)
             .await?
         {
             true => {
@@ -172,6 +168,15 @@ impl Partition {
             segments,
             ..
         } = compacted;
+        // The runs compacted are cached as part of their segments now (the same slices):
+        // entries of their own would only count those bytes twice.
+        let (compacted_from, compacted_to) = (owned.record.segment_end(), record.segment_end());
+        for run in ctx.wal.runs_from((self.topic_id, self.id), compacted_from) {
+            if run.run.last_offset >= compacted_to {
+                break;
+            }
+            ctx.cache.remove(&run.cache_key());
+        }
         for segment in &segments {
             ctx.metrics.compaction_segments_written.inc();
             ctx.metrics.compaction_bytes_written.inc_by(segment.size);
@@ -210,9 +215,9 @@ impl Partition {
             if next > last {
                 break;
             }
-            let (run, bytes) = load_run(ctx, run).await.ok()?;
-            for item in BatchWalker::new(&bytes) {
-                let Ok((position, header)) = item else {
+            let (run, loaded) = load_run(ctx, run).await.ok()?;
+            for item in loaded.batches() {
+                let Ok((batch, header)) = item else {
                     tracing::error!(object = %run.object, "write-ahead run is malformed; not compacting");
                     return None;
                 };
@@ -227,10 +232,7 @@ impl Partition {
                     return None;
                 }
                 next = header.last_offset() + 1;
-                batches.push(stored(
-                    bytes.slice(position..position + header.size),
-                    &header,
-                ));
+                batches.push(stored(batch, &header));
             }
         }
         (next > last).then_some(batches)
@@ -247,13 +249,13 @@ impl Partition {
         &self,
         ctx: &LogContext,
         base: i64,
-        object: &Bytes,
+        object: PutPayload,
         index: &Bytes,
     ) -> Option<bool> {
         let data = self.segment_path(ctx, base, SegmentObject::Data);
         let index_path = self.segment_path(ctx, base, SegmentObject::Index);
-        for (path, bytes) in [(&data, object), (&index_path, index)] {
-            match occupant::put_new(ctx, path, bytes.clone()).await {
+        for (path, payload) in [(&data, object), (&index_path, index.clone().into())] {
+            match occupant::put_new(ctx, path, payload).await {
                 Ok(PutOutcome::Created) => {}
                 Ok(PutOutcome::Occupied) if path == &data => return Some(false),
                 // The index of an occupant: rewritten with the occupant (see `take_occupant`).

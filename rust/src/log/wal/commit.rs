@@ -235,13 +235,9 @@ impl WalWriter {
             let runs = flight.manifest.topics.iter().flat_map(|t| &t.runs);
             for (part, run) in flight.parts.into_iter().zip(runs) {
                 let (start, end) = (run.position as usize, (run.position + run.length) as usize);
-                self.ctx.cache.insert(
-                    run_cache_key(flight.path.as_ref(), run.position),
-                    CachedBatches {
-                        start: run.position,
-                        bytes: flight.object.slice(start..end),
-                    },
-                );
+                let batches = CachedBatches::whole(run.position, flight.object.slice(start..end));
+                let key = run_cache_key(flight.path.as_ref(), run.position);
+                self.ctx.cache.insert(key, batches);
                 part.partition.complete_flush(
                     part.taken.replies,
                     &part.taken.recorded,
