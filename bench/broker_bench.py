@@ -52,6 +52,7 @@ MIB = 1 << 20
 MB = 1_000_000
 TOPIC = "kafscale-bench"
 DEFAULT_SEGMENT_BYTES = 4 * MIB  # the broker's default --segment-bytes
+COMPACTION_INTERVAL_S = 5.0  # the broker's default --wal-compaction-interval-ms
 VALUE_POOL = 64  # distinct pre-generated values, cycled (no per-message value generation)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -947,15 +948,22 @@ COMPARED_PHASES = {
 }
 
 
-def wait_idle(broker: Broker, timeout: float = 60.0) -> None:
+def wait_idle(broker: Broker, timeout: float = 90.0) -> None:
     """Waits until the broker is done with what the last phase left it (compacting the
-    write-ahead data a produce phase wrote into segments): under 4 % of a core for 1 s."""
+    write-ahead data a produce phase wrote into segments): under 4 % of a core for one whole
+    compaction interval and a second more. A shorter quiet spell is no proof: compaction runs
+    on the interval's tick, so a phase that ends soon after one tick leaves its data
+    uncompacted until the next (and it would land in a later phase, after a restart even)."""
     deadline = time.monotonic() + timeout
+    quiet_needed = COMPACTION_INTERVAL_S + 1.0
+    quiet_since = time.monotonic()
     last = broker.cpu_seconds()
     while time.monotonic() < deadline:
         time.sleep(1.0)
         now = broker.cpu_seconds()
-        if now - last < 0.04:
+        if now - last >= 0.04:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_needed:
             return
         last = now
     log(f"broker not idle after {timeout:.0f} s; measuring anyway")

@@ -288,8 +288,32 @@ async fn a_compacted_segment_is_cached_as_the_slices_of_its_runs() {
     let segment = b.log.cache.get(&p.object_key(0)).expect("segment cached");
     let first = |c: &CachedBatches| c.batches().next().unwrap().unwrap().0;
     assert_eq!(
-        first(&segment).as_ptr(),
-        first(&run).as_ptr(),
+        first(&segment).body.as_ptr(),
+        first(&run).body.as_ptr(),
         "the segment copied its batches"
     );
+}
+
+#[tokio::test]
+async fn a_large_batch_is_served_from_the_cache_as_the_produce_requests_bytes() {
+    let t = broker(1 << 20).await;
+    let b = &t.broker;
+    b.create_topic("t", 1, configs(&[])).await.unwrap();
+    let batch = encoded_batch(400, 100, Compression::None);
+    assert!(
+        batch.len() >= 16 << 10,
+        "a batch the write-ahead object slices"
+    );
+    assert_eq!(produce_batch(b, "t", 0, &batch).await, 0);
+    let p = b.topic("t").unwrap().partitions[0].current();
+    let read = crate::log::reader::read(&b.log, &p, 0, 1 << 20, true)
+        .await
+        .unwrap();
+    assert_eq!(b.log.metrics.cache_hits.get(), 1);
+    assert_eq!(read.record_count, 400);
+    assert_eq!(read.records.len(), 2, "the rewritten prefix and the rest");
+    assert_eq!(read.records[1].as_ptr(), batch[16..].as_ptr(), "copied");
+    let served = read.records.concat();
+    assert_eq!(&served[16..], &batch[16..]);
+    assert_eq!(&served[..8], &0i64.to_be_bytes());
 }

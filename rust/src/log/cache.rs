@@ -8,11 +8,12 @@ use bytes::Bytes;
 use lru::LruCache;
 
 use super::batch::BatchHeader;
-use super::segment::{BatchWalker, BuiltSegment, SegmentError, SEGMENT_HEADER_LEN};
+use super::pieces::PieceWalker;
+use super::segment::{BuiltSegment, SEGMENT_HEADER_LEN};
 
-/// Batch bytes of one segment (or write-ahead run) from byte `start` of its object on, in
-/// pieces that each hold whole batches: a compacted segment is cached as the slices of the runs
-/// it was built from, without a copy.
+/// Batch bytes of one segment (or write-ahead run) from byte `start` of its object on, in the
+/// pieces they were written or read in (`log::pieces`): a run this broker wrote is cached as
+/// the slices of the produce requests, a segment it compacted as the slices of its runs.
 #[derive(Debug, Clone)]
 pub struct CachedBatches {
     pub start: u64,
@@ -41,17 +42,12 @@ impl CachedBatches {
 
     /// The header of the first batch, if there is one.
     pub fn first_header(&self) -> Option<BatchHeader> {
-        BatchHeader::parse(self.pieces.first()?)
+        Some(self.batches().next()?.ok()?.1)
     }
 
-    /// Every batch, as a slice, with its header, in order. Stops at an incomplete batch at the
-    /// end of a piece (a ranged read may end mid-batch); a malformed one is an error.
-    pub fn batches(&self) -> impl Iterator<Item = Result<(Bytes, BatchHeader), SegmentError>> + '_ {
-        self.pieces.iter().flat_map(|piece| {
-            BatchWalker::new(piece).map(move |walked| {
-                walked.map(|(at, header)| (piece.slice(at..at + header.size), header))
-            })
-        })
+    /// Every batch with its header, in order (see `PieceWalker`).
+    pub fn batches(&self) -> PieceWalker<'_> {
+        PieceWalker::new(&self.pieces)
     }
 }
 

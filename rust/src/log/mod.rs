@@ -10,6 +10,7 @@ pub(crate) mod index;
 pub(crate) mod limits;
 pub(crate) mod occupant;
 pub(crate) mod partition;
+mod pieces;
 pub(crate) mod producers;
 pub(crate) mod reader;
 mod record_reader;

@@ -25,6 +25,8 @@ const RUNS_IN_PARALLEL: usize = 8;
 pub struct ReadResult {
     /// The record batches read, as slices of the objects they are in (in order).
     pub records: Vec<Bytes>,
+    /// Records in the batches read.
+    pub record_count: u64,
     pub high_watermark: i64,
     pub log_start_offset: i64,
 }
@@ -32,6 +34,7 @@ pub struct ReadResult {
 /// Batches taken into a fetch response so far.
 struct Collected {
     slices: Vec<Bytes>,
+    records: u64,
     total: usize,
     next: i64,
     max_bytes: usize,
@@ -59,7 +62,11 @@ impl Collected {
             if !(fits || first_of_response) {
                 return Ok(false);
             }
-            self.slices.push(batch);
+            if !batch.prefix.is_empty() {
+                self.slices.push(batch.prefix);
+            }
+            self.slices.push(batch.body);
+            self.records += header.record_count.max(0) as u64;
             self.total += header.size;
             self.next = header.last_offset() + 1;
         }
@@ -196,6 +203,7 @@ async fn read_once(
     let view = partition.read_view(offset)?;
     let mut collected = Collected {
         slices: Vec::new(),
+        records: 0,
         total: 0,
         next: offset,
         max_bytes,
@@ -248,6 +256,7 @@ async fn read_once(
     }
     Ok(ReadResult {
         records: collected.slices,
+        record_count: collected.records,
         high_watermark: view.high_watermark,
         log_start_offset: view.log_start_offset,
     })
@@ -423,6 +432,7 @@ mod tests {
     fn collecting_from(next: i64) -> Collected {
         Collected {
             slices: Vec::new(),
+            records: 0,
             total: 0,
             next,
             max_bytes: 1 << 20,
@@ -448,6 +458,7 @@ mod tests {
         let cached = CachedBatches::pieces(0, &pieces);
         assert_eq!(collected.take(&cached), Ok(true));
         assert_eq!(collected.next, 6);
+        assert_eq!(collected.records, 4);
         assert_eq!(collected.slices.len(), 2);
         assert_eq!(collected.slices[0].as_ptr(), pieces[1].as_ptr());
         // a gap between pieces is one too

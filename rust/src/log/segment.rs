@@ -38,6 +38,14 @@ impl StoredBatch {
         self.prefix.len() + self.body.len()
     }
 
+    /// The batch in one buffer: its body, or a copy of prefix and body joined.
+    pub fn joined(&self) -> Bytes {
+        if self.prefix.is_empty() {
+            return self.body.clone();
+        }
+        [&self.prefix[..], &self.body[..]].concat().into()
+    }
+
     /// The CRC-32C of the whole stored batch, from the checksum its header carries (which
     /// validation checked against the bytes on the way in) and its first bytes: the bytes are
     /// not read again. Should they have changed since, the result is not their checksum, and
@@ -63,8 +71,8 @@ pub struct SegmentMeta {
     pub max_timestamp: Option<i64>,
 }
 
-/// A segment ready for upload: the `.kfs` object in pieces (its header, one slice per batch,
-/// its footer), the encoded index, and the metadata.
+/// A segment ready for upload: the `.kfs` object in pieces (its header, the batches' slices as
+/// `log::pieces` lays them out, its footer), the encoded index, and the metadata.
 pub struct BuiltSegment {
     pub pieces: Vec<Bytes>,
     pub index: Bytes,
@@ -72,7 +80,7 @@ pub struct BuiltSegment {
 }
 
 impl BuiltSegment {
-    /// The batches between header and footer, one whole batch per slice.
+    /// The batches' pieces between header and footer.
     pub fn batches(&self) -> &[Bytes] {
         &self.pieces[1..self.pieces.len() - 1]
     }
@@ -92,8 +100,7 @@ impl BuiltSegment {
 /// Assembles one segment from batches whose offsets are already final and contiguous.
 ///
 /// The batches are not copied: the object is uploaded, and cached, as slices of the buffers
-/// they are in (write-ahead runs, as compaction found them in the cache or read them). A
-/// batch still split into a rewritten prefix and the producer's bytes is joined into one.
+/// they are in (write-ahead runs, as compaction found them in the cache or read them).
 pub fn build_segment(
     batches: &[StoredBatch],
     created_ms: i64,
@@ -113,7 +120,7 @@ pub fn build_segment(
     header.put_i32(messages as i32);
     header.put_i64(created_ms);
     header.put_u32(0);
-    let mut pieces = Vec::with_capacity(batches.len() + 2);
+    let mut pieces = Vec::with_capacity(2 * batches.len() + 2);
     pieces.push(header.freeze());
 
     let mut index = IndexBuilder::new(index_interval);
@@ -126,22 +133,22 @@ pub fn build_segment(
     let mut small_len = 0;
     for batch in batches {
         index.add_batch(batch.base_offset, position as u32, batch.offset_count);
-        let whole = if batch.prefix.is_empty() {
-            batch.body.clone()
-        } else {
-            [&batch.prefix[..], &batch.body[..]].concat().into()
-        };
-        if whole.len() >= COMBINED_FROM {
+        let size = batch.size();
+        if size >= COMBINED_FROM {
             crc = crc32c_combine(crc, small.finalize_reset() as u32, small_len);
-            crc = crc32c_combine(crc, batch.checksum(), whole.len());
+            crc = crc32c_combine(crc, batch.checksum(), size);
             small_len = 0;
         } else {
-            small.update(&whole);
-            small_len += whole.len();
+            small.update(&batch.prefix);
+            small.update(&batch.body);
+            small_len += size;
         }
-        position += whole.len();
+        position += size;
         max_timestamp = max_timestamp.max(batch.max_timestamp);
-        pieces.push(whole);
+        if !batch.prefix.is_empty() {
+            pieces.push(batch.prefix.clone());
+        }
+        pieces.push(batch.body.clone());
     }
     crc = crc32c_combine(crc, small.finalize() as u32, small_len);
     let mut footer = BytesMut::with_capacity(SEGMENT_FOOTER_LEN);
@@ -254,15 +261,6 @@ impl Iterator for BatchWalker<'_> {
     }
 }
 
-/// Records in a run of v2 record batches (each batch header carries its count), for fetch
-/// accounting without decoding records. A truncated tail batch (Fetch may cut one) is skipped.
-pub fn count_records(batches: &[u8]) -> u64 {
-    BatchWalker::new(batches)
-        .map_while(Result::ok)
-        .map(|(_, header)| header.record_count.max(0) as u64)
-        .sum()
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -359,20 +357,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn whole_batches_are_uploaded_as_the_slices_they_are() {
-        let run = [stored(0, 3), stored(3, 2)]
-            .iter()
-            .map(|b| StoredBatch {
-                prefix: Bytes::new(),
-                body: [b.prefix.clone(), b.body.clone()].concat().into(),
-                ..b.clone()
-            })
-            .collect::<Vec<_>>();
+    fn batches_are_uploaded_as_the_slices_they_are() {
+        let whole = stored(0, 3);
+        let whole = StoredBatch {
+            prefix: Bytes::new(),
+            body: whole.joined(),
+            ..whole
+        };
+        let run = [whole, stored(3, 2)];
         let built = build_segment(&run, 1, 100);
-        assert_eq!(built.batches().len(), 2);
-        for (piece, batch) in built.batches().iter().zip(&run) {
-            assert_eq!(piece.as_ptr(), batch.body.as_ptr(), "a batch was copied");
-        }
+        let ptrs = |pieces: &[Bytes]| pieces.iter().map(|p| p.as_ptr()).collect::<Vec<_>>();
+        let expected = [&run[0].body, &run[1].prefix, &run[1].body].map(|b| b.as_ptr());
+        assert_eq!(ptrs(built.batches()), expected, "a batch was copied");
         assert_eq!(built.payload().content_length(), built.meta.size as usize);
     }
 
@@ -403,24 +399,5 @@ pub(crate) mod tests {
                 prop_assert_eq!(hit.unwrap().1.base_offset, entry.offset);
             }
         }
-    }
-
-    fn batch(records: i32, payload: usize) -> Vec<u8> {
-        let mut b = vec![0u8; 61 + payload];
-        let length = (b.len() - 12) as i32;
-        b[8..12].copy_from_slice(&length.to_be_bytes());
-        b[57..61].copy_from_slice(&records.to_be_bytes());
-        b
-    }
-
-    #[test]
-    fn counts_records_across_batches_and_ignores_a_cut_tail() {
-        let mut bytes = batch(3, 10);
-        bytes.extend(batch(5, 0));
-        assert_eq!(count_records(&bytes), 8);
-        let whole = bytes.len();
-        bytes.extend(&batch(7, 40)[..30]);
-        assert_eq!(count_records(&bytes[..whole + 30]), 8);
-        assert_eq!(count_records(&[]), 0);
     }
 }

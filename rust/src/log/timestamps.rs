@@ -94,7 +94,7 @@ fn first_at_or_after(
         if header.max_timestamp < timestamp || header.last_offset() < log_start {
             continue;
         }
-        let set = decode(partition, batch)?;
+        let set = decode(partition, batch.joined())?;
         let hit = set
             .records
             .iter()
@@ -162,7 +162,7 @@ fn largest_from(partition: &Partition, batches: &CachedBatches, log_start: i64) 
             max = max.max(header.max_timestamp);
             continue;
         }
-        let set = decode(partition, batch)?;
+        let set = decode(partition, batch.joined())?;
         let kept = set.records.iter().filter(|r| r.offset >= log_start);
         max = max.max(kept.map(|r| r.timestamp).max().unwrap_or(i64::MIN));
     }

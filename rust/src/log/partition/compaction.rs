@@ -200,42 +200,60 @@ impl Partition {
         }
     }
 
-    /// The committed batches from the one holding `from` through the one holding `last`, from
-    /// the write-ahead runs (all there: runs above the segment end are never deleted). None if
-    /// a run cannot be read now, or is malformed or leaves a gap (logged).
+    /// The committed batches from the one holding `from` through the one holding `last` (see
+    /// `visit_committed_batches`); None if they cannot be read now.
     pub(super) async fn committed_batches(
         &self,
         ctx: &LogContext,
         from: i64,
         last: i64,
     ) -> Option<Vec<StoredBatch>> {
-        let mut batches: Vec<StoredBatch> = Vec::new();
+        let mut batches = Vec::new();
+        let read = self.visit_committed_batches(ctx, from, last, |batch, _| batches.push(batch));
+        read.await.then_some(batches)
+    }
+
+    /// Visits the committed batches from the one holding `from` through the one holding
+    /// `last` (and the rest of its run), from the write-ahead runs (all there: runs above the
+    /// segment end are never deleted), loading one run at a time. False if a run cannot be
+    /// read now, or is malformed or leaves a gap (logged).
+    pub(super) async fn visit_committed_batches(
+        &self,
+        ctx: &LogContext,
+        from: i64,
+        last: i64,
+        mut visit: impl FnMut(StoredBatch, &BatchHeader),
+    ) -> bool {
         let mut next = from;
+        let mut first = true;
         for run in ctx.wal.runs_from((self.topic_id, self.id), from) {
             if next > last {
                 break;
             }
-            let (run, loaded) = load_run(ctx, run).await.ok()?;
+            let Ok((run, loaded)) = load_run(ctx, run).await else {
+                return false;
+            };
             for item in loaded.batches() {
                 let Ok((batch, header)) = item else {
-                    tracing::error!(object = %run.object, "write-ahead run is malformed; not compacting");
-                    return None;
+                    tracing::error!(object = %run.object, "write-ahead run is malformed");
+                    return false;
                 };
                 if header.last_offset() < next {
                     continue;
                 }
                 // The first batch may begin below `from` (a log start inside a batch).
-                let first_holds_from = batches.is_empty() && header.base_offset < next;
+                let first_holds_from = first && header.base_offset < next;
                 if header.base_offset != next && !first_holds_from {
                     tracing::error!(topic = %self.topic, partition = self.id, expected = next,
-                        found = header.base_offset, "write-ahead runs have a gap; not compacting");
-                    return None;
+                        found = header.base_offset, "write-ahead runs have a gap");
+                    return false;
                 }
+                first = false;
                 next = header.last_offset() + 1;
-                batches.push(stored(batch, &header));
+                visit(batch, &header);
             }
         }
-        (next > last).then_some(batches)
+        next > last
     }
 
     /// Where an uploaded segment's batches wait in the cache until its commit.
@@ -291,9 +309,9 @@ impl Partition {
                     .committed_batches(ctx, from, theirs.last_offset)
                     .await?;
                 let mut bytes = theirs.batches.clone();
-                let same = ours.iter().all(|b| {
-                    let size = b.body.len().min(bytes.len());
-                    bytes.split_to(size) == b.body
+                let same = ours.iter().flat_map(|b| [&b.prefix, &b.body]).all(|piece| {
+                    let size = piece.len().min(bytes.len());
+                    bytes.split_to(size) == piece
                 }) && bytes.is_empty();
                 if same {
                     return self.take_as_segment(ctx, theirs, found.len() as u64).await;
@@ -332,16 +350,6 @@ impl Partition {
             size,
             max_timestamp: None,
         })
-    }
-}
-
-fn stored(batch: Bytes, header: &BatchHeader) -> StoredBatch {
-    StoredBatch {
-        prefix: Bytes::new(),
-        base_offset: header.base_offset,
-        offset_count: header.offset_count(),
-        max_timestamp: header.max_timestamp,
-        body: batch,
     }
 }
 

@@ -247,16 +247,16 @@ impl Partition {
         // replaying up to the end as of now takes in every producer batch.
         let end = self.high_watermark();
         if from < end {
-            let batches = self
-                .committed_batches(ctx, from, end - 1)
-                .await
-                .ok_or("the write-ahead runs after the snapshot cannot be read")?;
+            // Run by run: a log with much written since its snapshot (a backlog of
+            // compaction) is never held in memory whole.
             let now = now_ms();
-            for stored in &batches {
-                let header = BatchHeader::parse(&stored.body).ok_or("a malformed batch")?;
-                if let Some(batch) = ProducerBatch::of(&header) {
+            let read = self.visit_committed_batches(ctx, from, end - 1, |_, header| {
+                if let Some(batch) = ProducerBatch::of(header) {
                     producers.record(&batch, header.base_offset, header.last_offset(), now);
                 }
+            });
+            if !read.await {
+                return Err("the write-ahead runs after the snapshot cannot be read".into());
             }
         }
         producers.expire(now_ms(), expiration_ms);

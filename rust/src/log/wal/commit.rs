@@ -228,14 +228,16 @@ impl WalWriter {
         for flight in group {
             self.index.insert(&flight.key, flight.manifest.clone());
             metrics.wal_objects_written.inc();
-            metrics.wal_bytes_written.inc_by(flight.object.len() as u64);
+            metrics
+                .wal_bytes_written
+                .inc_by(flight.object.content_length() as u64);
             metrics
                 .flush_duration
                 .observe(flight.started.elapsed().as_secs_f64());
             let runs = flight.manifest.topics.iter().flat_map(|t| &t.runs);
-            for (part, run) in flight.parts.into_iter().zip(runs) {
-                let (start, end) = (run.position as usize, (run.position + run.length) as usize);
-                let batches = CachedBatches::whole(run.position, flight.object.slice(start..end));
+            let pieces = flight.object.as_ref();
+            for ((part, run), held) in flight.parts.into_iter().zip(runs).zip(flight.runs) {
+                let batches = CachedBatches::pieces(run.position, &pieces[held]);
                 let key = run_cache_key(flight.path.as_ref(), run.position);
                 self.ctx.cache.insert(key, batches);
                 part.partition.complete_flush(

@@ -8,11 +8,13 @@
 //! is taken (they may hold the offsets that follow its batches).
 
 use std::collections::{HashSet, VecDeque};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::path::Path;
+use object_store::PutPayload;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -59,7 +61,10 @@ pub(super) struct Flight {
     pub seq: u64,
     pub key: String,
     pub path: Path,
-    pub object: Bytes,
+    /// The object in the pieces it is uploaded and cached as (`log::pieces`).
+    pub object: PutPayload,
+    /// The pieces of `object` that hold each part's run, in the order of `parts`.
+    pub runs: Vec<Range<usize>>,
     pub manifest: WalManifest,
     /// The manifest as committed.
     pub encoded: Bytes,
@@ -297,7 +302,10 @@ impl WalWriter {
         pipeline.next_seq += 1;
         let mut flight = self.flight(seq, parts, slot);
         flight.urgent = urgent;
-        pipeline.note_taken(flight.object.len(), self.ctx.settings.flush_interval);
+        pipeline.note_taken(
+            flight.object.content_length(),
+            self.ctx.settings.flush_interval,
+        );
         let (store, path, object) = (
             self.ctx.store.clone(),
             flight.path.clone(),
@@ -327,7 +335,8 @@ impl WalWriter {
     fn flight(&self, seq: u64, parts: Vec<Part>, slot: OwnedSemaphorePermit) -> Flight {
         let created_ms = now_ms();
         let runs = parts.iter().map(|p| p.taken.batches.as_slice());
-        let (object, placements) = build_wal_object(created_ms, self.broker, runs);
+        let (pieces, placements) = build_wal_object(created_ms, self.broker, runs);
+        let object = PutPayload::from_iter(pieces);
         let name = format!("{}-{seq:012}", self.writer_id);
         let path = self.ctx.store.wal_path(self.broker, &name);
         let manifest = manifest_of(
@@ -336,13 +345,14 @@ impl WalWriter {
             path.as_ref(),
             self.broker,
             created_ms,
-            object.len() as u64,
+            object.content_length() as u64,
         );
         Flight {
             seq,
             key: self.ctx.catalog.manifest_key(self.broker, &name),
             path,
             object,
+            runs: placements.into_iter().map(|p| p.pieces).collect(),
             encoded: encode_manifest(&manifest),
             manifest,
             parts,

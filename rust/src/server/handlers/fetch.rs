@@ -34,7 +34,6 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::Partition;
 use crate::log::reader;
-use crate::log::segment::count_records;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::splice::{encode_spliced, ResponseFrame, Splices};
 use crate::protocol::topic_name;
@@ -48,6 +47,8 @@ struct Answered {
     topic_id: Uuid,
     data: PartitionData,
     records: Option<Vec<Bytes>>,
+    /// Records in `records` (for the per-topic metrics).
+    record_count: u64,
 }
 
 struct Wanted {
@@ -139,6 +140,7 @@ impl Wanted {
             topic_id: self.topic_id,
             data,
             records,
+            record_count: 0,
         }
     }
 }
@@ -253,7 +255,10 @@ async fn read_all(
                     .with_high_watermark(result.high_watermark)
                     .with_last_stable_offset(result.high_watermark)
                     .with_log_start_offset(result.log_start_offset);
-                w.answer(data, Some(result.records))
+                Answered {
+                    record_count: result.record_count,
+                    ..w.answer(data, Some(result.records))
+                }
             }
             Err(error) => {
                 any_error = true;
@@ -281,7 +286,7 @@ fn count_fetch(broker: &Broker, responses: &[Answered]) {
     let denied = ResponseError::TopicAuthorizationFailed.code();
     for answered in responses.iter().filter(|a| a.data.error_code != denied) {
         let slices = answered.records.as_deref().unwrap_or_default();
-        let records = slices.iter().map(|s| count_records(s)).sum();
+        let records = answered.record_count;
         let bytes = slices.iter().map(|s| s.len() as u64).sum();
         match per_topic.iter_mut().find(|(t, ..)| *t == answered.topic) {
             Some(entry) => {

@@ -23,6 +23,7 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::{AppendResult, Appended, Partition};
 use crate::log::validate::{validate_produce, Rejection};
+use crate::log::wal::object::{sliced, slices_pay};
 use crate::protocol::header::{encode_response, Request};
 
 /// A partition's outcome: decided now (an error, or a retry of stored batches), or once its
@@ -99,6 +100,9 @@ pub fn start(
     let acks_valid = matches!(acks, -1..=1);
     // How long the client lets us wait for durability before answering REQUEST_TIMED_OUT.
     let ack_timeout = std::time::Duration::from_millis(body.timeout_ms.max(0) as u64);
+    let records = body.topic_data.iter().flat_map(|t| &t.partition_data);
+    let records = records.filter_map(|p| p.records.as_deref());
+    let slices_pay = slices_pay(records, request.body.len());
     let mut topics = Vec::with_capacity(body.topic_data.len());
     let mut waiting_bytes = 0;
     for topic in body.topic_data {
@@ -112,14 +116,12 @@ pub fn start(
                 let pending = if !allowed {
                     Pending::Now(ResponseError::TopicAuthorizationFailed.into())
                 } else if acks_valid {
-                    append(
-                        broker,
-                        &name,
-                        data.index,
-                        data.records,
-                        acks != 0,
-                        &mut totals,
-                    )
+                    let wanted = Wanted {
+                        index: data.index,
+                        want_ack: acks != 0,
+                        slices_pay,
+                    };
+                    append(broker, &name, data.records, wanted, &mut totals)
                 } else {
                     Pending::Now(ResponseError::InvalidRequiredAcks.into())
                 };
@@ -175,14 +177,26 @@ struct TopicTotals {
     bytes: u64,
 }
 
+/// How one partition's records are to be appended.
+struct Wanted {
+    index: i32,
+    want_ack: bool,
+    /// The request's large batches may stay slices of it (`wal::object::slices_pay`).
+    slices_pay: bool,
+}
+
 fn append(
     broker: &Broker,
     topic: &str,
-    index: i32,
     records: Option<bytes::Bytes>,
-    want_ack: bool,
+    wanted: Wanted,
     totals: &mut TopicTotals,
 ) -> Pending {
+    let Wanted {
+        index,
+        want_ack,
+        slices_pay,
+    } = wanted;
     let partition = match find_partition(broker, topic, index) {
         Ok(partition) => partition,
         Err(error) => return Pending::Now(error.into()),
@@ -190,7 +204,7 @@ fn append(
     let records = records.unwrap_or_default();
     // Every record is checked before anything is appended: a bad batch stores nothing of
     // this partition's records.
-    let batches = match validate_produce(&records, &partition.produce_rules()) {
+    let mut batches = match validate_produce(&records, &partition.produce_rules()) {
         Ok(batches) => batches,
         Err(rejection) => {
             tracing::debug!(topic, partition = index, error = %rejection.error,
@@ -198,6 +212,11 @@ fn append(
             return Pending::Now(rejection);
         }
     };
+    if !slices_pay {
+        for batch in batches.iter_mut().filter(|b| sliced(b.bytes.len())) {
+            batch.bytes = bytes::Bytes::copy_from_slice(&batch.bytes);
+        }
+    }
     let (records, bytes) = batches.iter().fold((0u64, 0u64), |(r, b), batch| {
         (
             r + batch.header.record_count.max(0) as u64,
@@ -273,6 +292,7 @@ async fn outcome(
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::ApiKey;
     use kafka_protocol::records::Compression;
@@ -335,5 +355,50 @@ mod tests {
         // Nothing of "u" was appended: the next records start at offset 0.
         let answered = produce(&t.broker, &["u", "t"], &open()).await;
         assert_eq!(answered, [("u".to_string(), 0, 0), ("t".to_string(), 0, 3)]);
+    }
+
+    /// Partition 0 of `t` gets one large batch, partitions 1..=`smalls` a small one each, in
+    /// one request; where partition 0's batch body lies, and the request's bytes.
+    async fn large_batch_among(t: &Arc<Broker>, smalls: i32) -> (Bytes, Bytes) {
+        let data = (0..=smalls).map(|index| {
+            let records = encoded_batch(if index == 0 { 400 } else { 100 }, 100, Compression::None);
+            PartitionProduceData::default()
+                .with_index(index)
+                .with_records(Some(records))
+        });
+        let topic = TopicProduceData::default()
+            .with_name(topic_name("t"))
+            .with_partition_data(data.collect());
+        let body = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![topic]);
+        let asked = request(ApiKey::Produce, 9, &body);
+        let sent = asked.body.clone();
+        let window = Arc::new(ProduceWindow::default());
+        let Reply::Response(_) = start(t, asked, &window, &open()).await else {
+            panic!("no response");
+        };
+        let p = t.topic("t").unwrap().partitions[0].current();
+        let read = crate::log::reader::read(&t.log, &p, 0, 1 << 20, true);
+        let read = read.await.unwrap();
+        (read.records.last().unwrap().clone(), sent)
+    }
+
+    #[tokio::test]
+    async fn a_large_batch_stays_a_slice_of_the_request_only_where_it_is_most_of_it() {
+        let t = broker_with(&["t"], 41, 0).await;
+        let within =
+            |body: &Bytes, request: &Bytes| request.as_ptr_range().contains(&body.as_ptr());
+        let (body, request) = large_batch_among(&t.broker, 1).await;
+        assert!(
+            within(&body, &request),
+            "copied although most of the request"
+        );
+        let (body, request) = large_batch_among(&t.broker, 40).await;
+        assert!(
+            !within(&body, &request),
+            "keeps a request of small batches alive"
+        );
     }
 }
