@@ -124,7 +124,7 @@ pub async fn produce_batch(
     let batches = validate_batches(batch, log.max_message_bytes()).unwrap();
     let (ack, buffered) = log.append(batches, true).unwrap().buffered();
     broker.wal.note_append(&log, buffered);
-    let ack = tokio::time::timeout(Duration::from_secs(10), ack.unwrap());
+    let ack = tokio::time::timeout(Duration::from_secs(10), ack);
     ack.await.expect("no ack").unwrap().unwrap()
 }
 

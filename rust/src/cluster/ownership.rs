@@ -676,7 +676,7 @@ mod tests {
         let batches = validate_batches(&batch, 1 << 20).unwrap();
         let (ack, appended) = log.append(batches, true).unwrap().buffered();
         b.wal.note_append(&log, appended);
-        let acked = tokio::time::timeout(Duration::from_secs(10), ack.unwrap()).await;
+        let acked = tokio::time::timeout(Duration::from_secs(10), ack).await;
         assert_eq!(
             acked.unwrap().unwrap(),
             Err(ResponseError::NotLeaderOrFollower)

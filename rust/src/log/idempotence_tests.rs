@@ -36,7 +36,7 @@ fn append(f: &Fixture, p: &Arc<Partition>, bytes: &Bytes) -> Result<Appended, Re
 
 fn waiting(appended: Result<Appended, ResponseError>) -> oneshot::Receiver<AppendResult> {
     match appended.unwrap() {
-        Appended::Buffered(ack, _) => ack.unwrap(),
+        Appended::Buffered(ack, _) => ack,
         Appended::Stored(at) => panic!("answered at once with {at}"),
     }
 }

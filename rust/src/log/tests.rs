@@ -125,7 +125,7 @@ fn append_buffered(
     let batch = encoded_batch(records, 100, Compression::None);
     let batches = validate_batches(&batch, 1 << 20).unwrap();
     let (ack, buffered) = p.append(batches, true).unwrap().buffered();
-    (ack.unwrap(), buffered)
+    (ack, buffered)
 }
 
 /// Appends like Produce does: the writer hears of it.

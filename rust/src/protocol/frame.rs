@@ -1,8 +1,13 @@
 //! Length-prefixed Kafka frames: a 4-byte big-endian size, then that many bytes.
 //!
 //! The buffer grows with the bytes that actually arrive, never with the size a header
-//! declares: a client announcing 100 MiB and sending 2 MiB costs 2 MiB, and the caller
-//! counts those against its budgets (server/budget.rs) before asking for more.
+//! declares: a client announcing 100 MiB and sending 2 MiB costs at most twice that, and the
+//! caller counts what arrives against its budgets (server/budget.rs) before asking for more.
+//!
+//! A frame of `OWN_BUFFER_FROM` bytes or more ends up in a buffer of its own, exactly its
+//! size: its produced batches may stay cached as slices of it (`wal::object::slices_pay`),
+//! and a slice keeps its whole allocation alive. Grown by doubling it would keep up to twice
+//! its size, and the start of the next request with it.
 
 use bytes::{Buf, Bytes, BytesMut};
 use std::future::poll_fn;
@@ -16,6 +21,9 @@ use tokio_util::io::poll_read_buf;
 const MIN_REQUEST_LEN: usize = 10;
 /// The size prefix of every frame.
 pub(crate) const FRAME_HEADER_LEN: usize = 4;
+
+/// Frames from this size on are read into a buffer of their own (smaller ones share one).
+pub(crate) const OWN_BUFFER_FROM: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -56,20 +64,46 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Bytes still to arrive before the next frame is whole: the rest of its size prefix, or
     /// of its declared size once the prefix is in (0 when it is whole already, or invalid).
     pub fn missing(&self) -> usize {
-        let have = self.buffer.len();
-        let Some(prefix) = self.buffer.get(..FRAME_HEADER_LEN) else {
-            return FRAME_HEADER_LEN - have;
-        };
+        match self.declared() {
+            Some(whole) => whole.saturating_sub(self.buffer.len()),
+            None => FRAME_HEADER_LEN.saturating_sub(self.buffer.len()),
+        }
+    }
+
+    /// The next frame's length with its prefix, once the prefix is in (0 if it is invalid).
+    fn declared(&self) -> Option<usize> {
+        let prefix = self.buffer.get(..FRAME_HEADER_LEN)?;
         let size = i32::from_be_bytes(prefix.try_into().unwrap());
         let whole = usize::try_from(size)
             .ok()
             .filter(|size| *size <= self.max_frame)
             .map_or(0, |size| FRAME_HEADER_LEN + size);
-        whole.saturating_sub(have)
+        Some(whole)
     }
 
-    /// Reads what has arrived, at most `limit` bytes (at least one): everything the reader
-    /// hands over without waiting, so that a TLS stream, which yields one record per read,
+    /// Makes room for the next read of at most `limit` bytes and returns how many it may
+    /// take. The rest of a large frame goes into a buffer of its own that doubles with what
+    /// arrived (a copy of it each time) up to exactly the frame's size; a read never runs
+    /// past its end, so the next request starts in a buffer of its own too.
+    fn make_room(&mut self, limit: usize) -> usize {
+        let whole = self.declared().unwrap_or(0);
+        let have = self.buffer.len();
+        if whole < FRAME_HEADER_LEN + OWN_BUFFER_FROM || have >= whole {
+            self.buffer.reserve(limit);
+            return limit;
+        }
+        let limit = limit.min(whole - have);
+        if self.buffer.capacity() - have < limit {
+            let capacity = whole.min((have + limit).max(2 * have));
+            let mut own = BytesMut::with_capacity(capacity);
+            own.extend_from_slice(&self.buffer);
+            self.buffer = own;
+        }
+        limit
+    }
+
+    /// Reads what has arrived, at most `limit` bytes (at least one, and never past the end of
+    /// a large frame): everything the reader hands over without waiting, so that a TLS stream, which yields one record per read,
     /// costs one call per chunk and not one per record. `Ok(0)`: the peer closed between two
     /// requests. Each time it must wait for the peer it first calls `on_wait` with the reader
     /// and the bytes the next frame still misses ([`Self::missing`]). Cancel-safe: bytes
@@ -79,8 +113,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         limit: usize,
         mut on_wait: impl FnMut(&R, usize),
     ) -> Result<usize, FrameError> {
-        let limit = limit.max(1);
-        self.buffer.reserve(limit);
+        let limit = self.make_room(limit.max(1));
         let mut read = 0;
         poll_fn(|cx| loop {
             let mut room = (&mut self.reader).take((limit - read) as u64);
@@ -211,6 +244,27 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, FrameError::Truncated));
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_gets_a_buffer_of_exactly_its_size() {
+        let mut input = framed(&[1; 100_000]);
+        input.extend(framed(&[2; 20]));
+        input.extend(framed(&[3; OWN_BUFFER_FROM]));
+        for chunk in [1000, 4096, 65536] {
+            let mut reader = FrameReader::new(&input[..], 1 << 20);
+            let large = read_frame(&mut reader, chunk).await.unwrap().unwrap();
+            let small = read_frame(&mut reader, chunk).await.unwrap().unwrap();
+            let last = read_frame(&mut reader, chunk).await.unwrap().unwrap();
+            drop(reader);
+            assert_eq!(small.len(), 20);
+            // Each large frame is the only holder of its buffer, and fills it.
+            for frame in [large, last] {
+                let len = frame.len();
+                let own = frame.try_into_mut().expect("a buffer of its own");
+                assert_eq!((own.len(), own.capacity()), (len, len), "chunk {chunk}");
+            }
+        }
     }
 
     #[tokio::test]

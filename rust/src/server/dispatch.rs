@@ -95,7 +95,9 @@ fn handler(
     match request.api_key {
         // Appends happen now, in the connection's request order; only the wait is deferred.
         ApiKey::Produce => {
-            handlers::produce::start(&broker, request, &connection.produce_window, &access)
+            let held = Charge::new(&connection.budgets);
+            let produce_connection = (&connection.produce_window, held);
+            handlers::produce::start(&broker, request, produce_connection, &access)
         }
         ApiKey::Fetch => {
             let room = Charge::new(&connection.budgets);

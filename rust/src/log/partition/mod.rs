@@ -34,7 +34,7 @@ use idempotence::{Admission, Idempotence};
 pub type AppendResult = Result<i64, ResponseError>;
 
 /// Who to answer about a produce request, and the base offset it got.
-pub type Reply = (Option<oneshot::Sender<AppendResult>>, i64);
+pub type Reply = (oneshot::Sender<AppendResult>, i64);
 
 /// Buffered batches a flush took, in offset order, and who to answer once they are committed.
 pub struct Taken {
@@ -49,17 +49,17 @@ pub struct Taken {
 struct Chunk {
     batches: Vec<StoredBatch>,
     bytes: usize,
-    /// `None` for acks=0 produce requests.
-    waiter: Option<oneshot::Sender<AppendResult>>,
+    /// Told once the batches are durable or failed (an acks=0 request's handler waits for
+    /// it too: its bytes stay charged to the budgets until then).
+    waiter: oneshot::Sender<AppendResult>,
     /// The idempotent producers' batches among `batches`.
     recorded: Vec<Recorded>,
 }
 
 /// What an append did.
 pub enum Appended {
-    /// Buffered: the receiver completes once the batches are durable (None for acks=0); the
-    /// bytes buffered.
-    Buffered(Option<oneshot::Receiver<AppendResult>>, usize),
+    /// Buffered: the receiver completes once the batches are durable; the bytes buffered.
+    Buffered(oneshot::Receiver<AppendResult>, usize),
     /// A producer's retry of batches stored already, at this base offset.
     Stored(i64),
 }
@@ -67,7 +67,7 @@ pub enum Appended {
 #[cfg(test)]
 impl Appended {
     /// What a batch without producer id gets: buffered.
-    pub fn buffered(self) -> (Option<oneshot::Receiver<AppendResult>>, usize) {
+    pub fn buffered(self) -> (oneshot::Receiver<AppendResult>, usize) {
         match self {
             Appended::Buffered(ack, bytes) => (ack, bytes),
             Appended::Stored(at) => panic!("a retry answered with offset {at}"),
@@ -210,8 +210,9 @@ impl Partition {
 
     /// Takes validated batches into the write buffer, assigning their offsets, once the
     /// producer state admits them. Returns the receiver that completes when they are durable
-    /// (if an ack is wanted) and the bytes appended, for the write-ahead writer's accounting;
-    /// or, for a retry of stored batches, where they are.
+    /// and the bytes appended, for the write-ahead writer's accounting; or, for a retry of
+    /// stored batches, where they are (without `want_ack`, acks=0, also for a retry of
+    /// batches still buffered).
     pub fn append(
         &self,
         batches: Vec<IncomingBatch>,
@@ -234,7 +235,7 @@ impl Partition {
             }
             Admission::Duplicate(place) => {
                 let receiver = state.producers.await_original(place);
-                return Ok(Appended::Buffered(Some(receiver), 0));
+                return Ok(Appended::Buffered(receiver, 0));
             }
         };
         let epoch = state.committed.record.leader_epoch;
@@ -257,12 +258,7 @@ impl Partition {
                 max_timestamp: batch.header.max_timestamp,
             });
         }
-        let (waiter, receiver) = if want_ack {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
+        let (waiter, receiver) = oneshot::channel();
         state.pending.push(Chunk {
             batches: stored,
             bytes,
@@ -326,9 +322,7 @@ impl Partition {
             std::mem::take(&mut state.pending)
         };
         for chunk in chunks {
-            if let Some(waiter) = chunk.waiter {
-                let _ = waiter.send(Err(error));
-            }
+            let _ = chunk.waiter.send(Err(error));
         }
     }
 
@@ -385,9 +379,7 @@ impl Partition {
         self.raise_high_watermark(end);
         self.state().producers.commit(recorded, end);
         for (waiter, base_offset) in replies {
-            if let Some(waiter) = waiter {
-                let _ = waiter.send(Ok(base_offset));
-            }
+            let _ = waiter.send(Ok(base_offset));
         }
     }
 
@@ -395,9 +387,7 @@ impl Partition {
     /// appended meanwhile moves down to the committed end (or, `fenced`, is failed too).
     pub fn fail_flush(&self, replies: Vec<Reply>, error: ResponseError, fenced: bool) {
         for (waiter, _) in replies {
-            if let Some(waiter) = waiter {
-                let _ = waiter.send(Err(error));
-            }
+            let _ = waiter.send(Err(error));
         }
         self.rebase_after_failure(error, fenced);
     }
@@ -418,8 +408,8 @@ impl Partition {
             .partition(|chunk| !chunk.recorded.is_empty());
         state.pending = kept;
         state.pending_bytes -= failed.iter().map(|c| c.bytes).sum::<usize>();
-        for waiter in failed.into_iter().filter_map(|c| c.waiter) {
-            let _ = waiter.send(Err(error));
+        for chunk in failed {
+            let _ = chunk.waiter.send(Err(error));
         }
         let epoch = state.committed.record.leader_epoch;
         let mut next = self.high_watermark();

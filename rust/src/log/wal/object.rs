@@ -11,6 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::super::batch::BatchHeader;
 use super::super::segment::StoredBatch;
+use crate::protocol::frame::OWN_BUFFER_FROM;
 
 pub(crate) const WAL_MAGIC: &[u8; 4] = b"KWAL";
 pub(crate) const WAL_VERSION: u16 = 1;
@@ -24,8 +25,13 @@ const SLICED_FROM: usize = 16 * 1024;
 
 /// Whether the large batches of a produce request of `request_len` bytes should go on as
 /// slices of it: a slice keeps the whole request in memory for as long as its run is cached,
-/// so only where they make up at least half of it. Otherwise the caller copies them out.
+/// so only where they make up at least half of it, and only where the request has a buffer
+/// of its own (a smaller one shares its buffer with the requests around it; see
+/// `protocol::frame`). Otherwise the caller copies them out.
 pub(crate) fn slices_pay<'a>(records: impl Iterator<Item = &'a [u8]>, request_len: usize) -> bool {
+    if request_len < OWN_BUFFER_FROM {
+        return false;
+    }
     let mut sliced = 0;
     for mut rest in records {
         while let Some(header) = BatchHeader::parse(rest) {
@@ -155,7 +161,10 @@ mod tests {
         let large = stored(0, 2000).joined();
         let small = stored(0, 100).joined();
         let (l, s) = (&large[..], &small[..]);
-        assert!(slices_pay([l, s].into_iter(), l.len() + s.len() + 100));
+        let request = OWN_BUFFER_FROM.max(l.len() + s.len() + 100);
+        assert!(slices_pay([l, l, l, l, s].into_iter(), request));
+        // a request too small for a buffer of its own shares one with its neighbours
+        assert!(!slices_pay([l, s].into_iter(), l.len() + s.len() + 100));
         assert!(!slices_pay([s, s].into_iter(), 2 * s.len()));
         // one large batch among many small ones would keep them all in memory
         let smalls = [s; 200];

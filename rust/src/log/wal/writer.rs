@@ -332,7 +332,7 @@ impl WalWriter {
     }
 
     /// The object and manifest of `parts`, named by `seq`.
-    fn flight(&self, seq: u64, parts: Vec<Part>, slot: OwnedSemaphorePermit) -> Flight {
+    fn flight(&self, seq: u64, mut parts: Vec<Part>, slot: OwnedSemaphorePermit) -> Flight {
         let created_ms = now_ms();
         let runs = parts.iter().map(|p| p.taken.batches.as_slice());
         let (pieces, placements) = build_wal_object(created_ms, self.broker, runs);
@@ -347,6 +347,12 @@ impl WalWriter {
             created_ms,
             object.content_length() as u64,
         );
+        // The object holds the batches now (copies, or slices of the same requests): held
+        // here too, they would keep every request whose batches were copied alive until the
+        // commit.
+        for part in &mut parts {
+            part.taken.batches = Vec::new();
+        }
         Flight {
             seq,
             key: self.ctx.catalog.manifest_key(self.broker, &name),

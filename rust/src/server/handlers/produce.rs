@@ -1,7 +1,7 @@
 //! Produce v3–11. Validation and appends run synchronously in request order; the response waits
 //! until every partition's segment is durable (acks 1 and -1 alike: durability is the object
 //! store's, there are no followers), at most the request's timeout. acks=0 gets no response
-//! but is flushed the same way.
+//! but is flushed the same way, its bytes charged to the connection's budgets until then.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,6 +25,7 @@ use crate::log::partition::{AppendResult, Appended, Partition};
 use crate::log::validate::{validate_produce, Rejection};
 use crate::log::wal::object::{sliced, slices_pay};
 use crate::protocol::header::{encode_response, Request};
+use crate::server::budget::Charge;
 
 /// A partition's outcome: decided now (an error, or a retry of stored batches), or once its
 /// flush completes.
@@ -32,7 +33,6 @@ enum Pending {
     Now(Rejection),
     Stored(Arc<Partition>, i64),
     Flush(Arc<Partition>, oneshot::Receiver<AppendResult>),
-    Unacked,
 }
 
 /// Produce requests a client keeps in flight per connection by default: Kafka's limit for an
@@ -85,11 +85,13 @@ impl Drop for Waiting {
 
 /// A topic needs WRITE (else TOPIC_AUTHORIZATION_FAILED for each of its partitions, nothing of
 /// it appended, whether it exists or not); the request's other topics go on. A transactional
-/// id is not checked: transactional batches are refused anyway.
+/// id is not checked: transactional batches are refused anyway. `held`: where an acks=0
+/// request's bytes stay charged until they are durable (nothing else holds them: its answer
+/// is ready at once).
 pub fn start(
     broker: &Arc<Broker>,
     request: Request,
-    window: &Arc<ProduceWindow>,
+    (window, held): (&Arc<ProduceWindow>, Charge),
     access: &Access,
 ) -> BoxFuture<'static, Reply> {
     let body: ProduceRequest = match request.body() {
@@ -134,6 +136,10 @@ pub fn start(
         waiting_bytes += totals.bytes as usize;
         topics.push((name, partitions));
     }
+    if acks == 0 {
+        hold_until_flushed(held, waiting_bytes, topics, ack_timeout);
+        return async { Reply::None }.boxed();
+    }
     let waits = topics.iter().any(|(_, partitions)| {
         partitions
             .iter()
@@ -146,6 +152,8 @@ pub fn start(
         }
         waiting
     });
+    // Not the request itself: its bytes are freed once the write-ahead object holds them.
+    let (correlation_id, api_version) = (request.correlation_id, request.api_version);
     async move {
         let _waiting = waiting;
         let deadline = tokio::time::Instant::now() + ack_timeout;
@@ -161,13 +169,37 @@ pub fn start(
                     .with_partition_responses(partition_responses),
             );
         }
-        if acks == 0 {
-            return Reply::None;
-        }
         let response = ProduceResponse::default().with_responses(responses);
-        encode_response(request.correlation_id, request.api_version, &response).into()
+        encode_response(correlation_id, api_version, &response).into()
     }
     .boxed()
+}
+
+/// Keeps `bytes` of an acks=0 request charged to the budgets until its batches are durable
+/// or failed (at most `timeout`): an acks=0 producer is held back by the budgets like any
+/// other, instead of filling the write buffer while the object store is slow.
+fn hold_until_flushed(
+    mut held: Charge,
+    bytes: usize,
+    topics: Vec<(String, Vec<(i32, Pending)>)>,
+    timeout: std::time::Duration,
+) {
+    let flushes: Vec<_> = topics
+        .into_iter()
+        .flat_map(|(_, partitions)| partitions)
+        .filter_map(|(_, pending)| match pending {
+            Pending::Flush(_, receiver) => Some(receiver),
+            _ => None,
+        })
+        .collect();
+    if flushes.is_empty() {
+        return;
+    }
+    held.add(bytes);
+    tokio::spawn(async move {
+        let _held = held;
+        let _ = tokio::time::timeout(timeout, futures::future::join_all(flushes)).await;
+    });
 }
 
 /// What one topic of a request added to the log, for the produce metrics.
@@ -230,10 +262,7 @@ fn append(
                 totals.bytes += bytes;
                 broker.wal.note_append(&partition, buffered);
             }
-            match receiver {
-                Some(receiver) => Pending::Flush(partition, receiver),
-                None => Pending::Unacked,
-            }
+            Pending::Flush(partition, receiver)
         }
         Ok(Appended::Stored(base_offset)) => Pending::Stored(partition, base_offset),
         Err(error) => Pending::Now(error.into()),
@@ -250,7 +279,6 @@ async fn outcome(
         .with_log_append_time_ms(-1);
     let (result, log_start) = match pending {
         Pending::Now(rejection) => (Err(rejection), -1),
-        Pending::Unacked => (Ok(-1), -1),
         // A retry of a batch stored already: its offset as first answered.
         Pending::Stored(partition, base_offset) => (Ok(base_offset), partition.log_start_offset()),
         Pending::Flush(partition, receiver) => {
@@ -303,7 +331,50 @@ mod tests {
     use crate::log::batch::tests::encoded_batch;
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
+    use crate::server::budget::{Budgets, ByteBudget};
     use crate::server::handlers::testing::{alice, allow, broker_with, open};
+
+    /// A charge to budgets without limits.
+    fn uncharged() -> Charge {
+        let broker = Arc::new(ByteBudget::new(usize::MAX));
+        Charge::new(&Budgets::new(usize::MAX, broker))
+    }
+
+    #[tokio::test]
+    async fn an_acks_0_request_stays_charged_until_its_records_are_durable() {
+        let t = broker_with(&["t"], 1, 0).await;
+        let broker_budget = Arc::new(ByteBudget::new(1 << 30));
+        let held = Charge::new(&Budgets::new(1 << 30, broker_budget.clone()));
+        let records = encoded_batch(3, 10, Compression::None);
+        let data = PartitionProduceData::default()
+            .with_index(0)
+            .with_records(Some(records.clone()));
+        let body = ProduceRequest::default()
+            .with_acks(0)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(topic_name("t"))
+                .with_partition_data(vec![data])]);
+        let window = Arc::new(ProduceWindow::default());
+        let asked = request(ApiKey::Produce, 9, &body);
+        let reply = start(&t.broker, asked, (&window, held), &open()).await;
+        assert!(matches!(reply, Reply::None));
+        assert_eq!(
+            broker_budget.used(),
+            records.len(),
+            "released before the flush"
+        );
+        let partition = t.broker.topic("t").unwrap().partitions[0].current();
+        let released = async {
+            while broker_budget.used() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), released)
+            .await
+            .expect("the charge outlived the flush");
+        assert_eq!(partition.high_watermark(), 3);
+    }
 
     /// (topic, error, base offset) of each partition answered for 3 records to partition 0 of
     /// each topic, in one request.
@@ -326,7 +397,8 @@ mod tests {
             .with_topic_data(data.collect());
         let window = Arc::new(ProduceWindow::default());
         let asked = request(ApiKey::Produce, 9, &body);
-        let Reply::Response(frame) = start(broker, asked, &window, access).await else {
+        let Reply::Response(frame) = start(broker, asked, (&window, uncharged()), access).await
+        else {
             panic!("no response");
         };
         let (_, response): (_, ProduceResponse) = read_response(frame, 9);
@@ -361,7 +433,8 @@ mod tests {
     /// one request; where partition 0's batch body lies, and the request's bytes.
     async fn large_batch_among(t: &Arc<Broker>, smalls: i32) -> (Bytes, Bytes) {
         let data = (0..=smalls).map(|index| {
-            let records = encoded_batch(if index == 0 { 400 } else { 100 }, 100, Compression::None);
+            let records =
+                encoded_batch(if index == 0 { 1000 } else { 100 }, 100, Compression::None);
             PartitionProduceData::default()
                 .with_index(index)
                 .with_records(Some(records))
@@ -376,7 +449,7 @@ mod tests {
         let asked = request(ApiKey::Produce, 9, &body);
         let sent = asked.body.clone();
         let window = Arc::new(ProduceWindow::default());
-        let Reply::Response(_) = start(t, asked, &window, &open()).await else {
+        let Reply::Response(_) = start(t, asked, (&window, uncharged()), &open()).await else {
             panic!("no response");
         };
         let p = t.topic("t").unwrap().partitions[0].current();
