@@ -10,12 +10,12 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
-use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
 
 #[cfg(test)]
 pub mod faulty;
+mod memory;
 mod problems;
 
 pub(crate) use problems::has_configured_credentials;
@@ -138,7 +138,7 @@ impl SegmentStore {
                 (Arc::new(fs), format!("local directory {}", dir.display()))
             }
             StorageLocation::Memory => (
-                Arc::new(InMemory::new()),
+                Arc::new(memory::MemoryStore::default()),
                 "memory (data is lost on exit)".to_string(),
             ),
             StorageLocation::S3 {
