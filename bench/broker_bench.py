@@ -255,6 +255,9 @@ class BrokerOptions:
     store: str  # "memory", "local" or "s3" (the S3 flags are in extra_args)
     flush_interval_ms: int
     cache_bytes: int
+    # --queued-max-request-bytes: what the broker holds in requests and answers in flight
+    # (every produced byte until it is durable), the "buffered" of the RSS budgets
+    buffered_bytes: int
     segment_bytes: int | None
     readahead_segments: int | None
     log_level: str
@@ -337,6 +340,7 @@ class Broker(procs.Broker):
 def broker_args(opts: BrokerOptions) -> list[str]:
     """The flags after --broker-addr, --data-dir and --flush-interval-ms."""
     cmd = ["--cache-bytes", str(opts.cache_bytes), "--log-level", opts.log_level]
+    cmd += ["--queued-max-request-bytes", str(opts.buffered_bytes)]
     if opts.store == "memory":
         cmd.append("--use-memory-s3")
     if opts.segment_bytes is not None:
@@ -1138,9 +1142,12 @@ def targets(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     for key in ("broker_peak_rss_mib", "local_broker_peak_rss_mib", "cold_broker_peak_rss_mib"):
         if key in out:
             rss[key] = entry(out[key], "<=", budget)
-    # The broker's own memory: 64 MiB beyond the cache and the write buffers.
+    # The broker's own memory: 64 MiB beyond the cache and the bytes in flight.
     own_budget = round(64 + args.cache_bytes / MIB + args.buffered_bytes / MIB, 1)
-    for key in ("local_broker_peak_anon_rss_mib", "cold_broker_peak_anon_rss_mib"):
+    own = ["local_broker_peak_anon_rss_mib", "cold_broker_peak_anon_rss_mib"]
+    if args.store != "memory":  # (the memory store's objects are in the broker's heap)
+        own.append("broker_peak_anon_rss_mib")
+    for key in own:
         if key in out:
             rss[key] = entry(out[key], "<=", own_budget)
     if args.store == "memory" and "broker_peak_rss_mib" in out and "topic_bytes" in out:
@@ -1218,8 +1225,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--buffered-bytes",
         type=int,
         default=None,
-        help="write-buffer bytes in the RSS budgets (100 MiB + cache + 2x this for VmHWM, "
-        "64 MiB + cache + this for anonymous memory); default partitions x segment bytes",
+        help="bytes the broker may hold in requests and answers in flight, passed as its "
+        "--queued-max-request-bytes, and the buffered bytes of the RSS budgets (100 MiB + "
+        "cache + 2x this for VmHWM, 64 MiB + cache + this for anonymous memory); default "
+        "partitions x segment bytes",
     )
     ap.add_argument("--broker-log-level", default="info")
     ap.add_argument("--broker-arg", action="append", default=[], help="extra broker flag")
@@ -1353,6 +1362,7 @@ def main(argv: list[str] | None = None) -> int:
             store=args.store,
             flush_interval_ms=args.flush_interval_ms,
             cache_bytes=args.cache_bytes,
+            buffered_bytes=args.buffered_bytes,
             segment_bytes=args.segment_bytes,
             readahead_segments=args.readahead_segments,
             log_level=args.broker_log_level,

@@ -275,14 +275,7 @@ async fn a_compacted_segment_is_cached_as_the_slices_of_its_runs() {
         .cache
         .get(&run_key)
         .expect("a run is cached at its commit");
-    let (owned, record) = (compacted.owned.clone(), compacted.record.clone());
-    let revision = b
-        .log
-        .catalog
-        .commit_owned_records(&[("t", 0, &owned, &record)])
-        .await
-        .unwrap()
-        .expect("committed");
+    let revision = compacted.commit_alone(&b.log, "t", 0).await;
     p.compacted(&b.log, compacted, revision);
     assert!(!b.log.cache.contains(&run_key), "the run is cached twice");
     let segment = b.log.cache.get(&p.object_key(0)).expect("segment cached");

@@ -113,15 +113,7 @@ impl SegmentCache {
     /// Moves an entry to another key, if it is still cached (a segment uploaded under a
     /// pending name, once its commit made it part of the log).
     pub fn rename(&self, from: &str, to: String) {
-        let entry = {
-            let mut inner = self.inner();
-            let entry = inner.entries.pop(from);
-            if let Some(entry) = &entry {
-                inner.bytes -= entry.len();
-            }
-            entry
-        };
-        if let Some(entry) = entry {
+        if let Some(entry) = self.take(from) {
             self.insert(to, entry);
         }
     }
@@ -134,10 +126,15 @@ impl SegmentCache {
 
     /// Drops an entry (write-ahead runs now cached as part of their segment).
     pub fn remove(&self, key: &str) {
+        self.take(key);
+    }
+
+    /// Takes an entry out, uncounted.
+    fn take(&self, key: &str) -> Option<CachedBatches> {
         let mut inner = self.inner();
-        if let Some(entry) = inner.entries.pop(key) {
-            inner.bytes -= entry.len();
-        }
+        let entry = inner.entries.pop(key)?;
+        inner.bytes -= entry.len();
+        Some(entry)
     }
 
     /// Claims a key for loading; false if it is cached or already being loaded.

@@ -153,14 +153,7 @@ pub(super) async fn compact_and_commit(
     now_ms: i64,
 ) -> (super::partition::Compacted, i64) {
     let due = p.compact(&f.ctx, now_ms).await.expect("due");
-    let (owned, record) = (due.owned.clone(), due.record.clone());
-    let revision = f
-        .ctx
-        .catalog
-        .commit_owned_records(&[("orders", 0, &owned, &record)])
-        .await
-        .unwrap()
-        .expect("committed");
+    let revision = due.commit_alone(&f.ctx, "orders", 0).await;
     (due, revision)
 }
 

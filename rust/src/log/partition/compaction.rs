@@ -52,6 +52,14 @@ impl Compacted {
     pub fn more_due(&self) -> bool {
         self.more_due
     }
+
+    /// Commits the switch alone (the compaction loop batches it with others): its revision.
+    #[cfg(test)]
+    pub async fn commit_alone(&self, ctx: &LogContext, topic: &str, partition: i32) -> i64 {
+        let change = (topic, partition, &self.owned, &self.record);
+        let committed = ctx.catalog.commit_owned_records(&[change]).await;
+        committed.unwrap().expect("committed")
+    }
 }
 
 impl Partition {
