@@ -93,7 +93,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             return limit;
         }
         let limit = limit.min(whole - have);
-        if self.buffer.capacity() - have < limit {
+        // (A buffer larger than the frame: one a dropped request left, taken back by `reserve`.)
+        if self.buffer.capacity() - have < limit || self.buffer.capacity() > whole {
             let capacity = whole.min((have + limit).max(2 * have));
             let mut own = BytesMut::with_capacity(capacity);
             own.extend_from_slice(&self.buffer);
@@ -103,8 +104,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// Reads what has arrived, at most `limit` bytes (at least one, and never past the end of
-    /// a large frame): everything the reader hands over without waiting, so that a TLS stream, which yields one record per read,
-    /// costs one call per chunk and not one per record. `Ok(0)`: the peer closed between two
+    /// a large frame): everything the reader hands over without waiting, so that a TLS stream,
+    /// which yields one record per read, costs one call per chunk and not one per record. `Ok(0)`: the peer closed between two
     /// requests. Each time it must wait for the peer it first calls `on_wait` with the reader
     /// and the bytes the next frame still misses ([`Self::missing`]). Cancel-safe: bytes
     /// read are kept for the next call.
@@ -260,10 +261,27 @@ mod tests {
             assert_eq!(small.len(), 20);
             // Each large frame is the only holder of its buffer, and fills it.
             for frame in [large, last] {
-                let len = frame.len();
-                let own = frame.try_into_mut().expect("a buffer of its own");
-                assert_eq!((own.len(), own.capacity()), (len, len), "chunk {chunk}");
+                assert_fills_its_own_buffer(frame, chunk);
             }
+        }
+    }
+
+    fn assert_fills_its_own_buffer(frame: Bytes, chunk: usize) {
+        let len = frame.len();
+        let own = frame.try_into_mut().expect("a buffer of its own");
+        assert_eq!((own.len(), own.capacity()), (len, len), "chunk {chunk}");
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_is_not_read_into_the_larger_buffer_a_dropped_one_left() {
+        let mut input = framed(&[1; 300_000]);
+        input.extend(framed(&[2; 100_000]));
+        for chunk in [4096, 65536] {
+            let mut reader = FrameReader::new(&input[..], 1 << 20);
+            drop(read_frame(&mut reader, chunk).await.unwrap().unwrap());
+            let next = read_frame(&mut reader, chunk).await.unwrap().unwrap();
+            drop(reader);
+            assert_fills_its_own_buffer(next, chunk);
         }
     }
 

@@ -137,7 +137,12 @@ pub fn start(
         topics.push((name, partitions));
     }
     if acks == 0 {
-        hold_until_flushed(held, waiting_bytes, topics, ack_timeout);
+        let flushes = topics.into_iter().flat_map(|(_, partitions)| partitions);
+        let flushes = flushes.filter_map(|(_, pending)| match pending {
+            Pending::Flush(_, receiver) => Some(receiver),
+            _ => None,
+        });
+        hold_until_flushed(held, waiting_bytes, flushes.collect());
         return async { Reply::None }.boxed();
     }
     let waits = topics.iter().any(|(_, partitions)| {
@@ -158,10 +163,12 @@ pub fn start(
         let _waiting = waiting;
         let deadline = tokio::time::Instant::now() + ack_timeout;
         let mut responses = Vec::with_capacity(topics.len());
+        let mut unflushed = Vec::new();
         for (name, partitions) in topics {
             let mut partition_responses = Vec::with_capacity(partitions.len());
             for (index, pending) in partitions {
-                partition_responses.push(outcome(index, pending, deadline).await);
+                let answer = outcome(index, pending, deadline, &mut unflushed);
+                partition_responses.push(answer.await);
             }
             responses.push(
                 TopicProduceResponse::default()
@@ -169,36 +176,30 @@ pub fn start(
                     .with_partition_responses(partition_responses),
             );
         }
+        // Answered REQUEST_TIMED_OUT, but still buffered: charged until flushed, as acks=0.
+        hold_until_flushed(held, waiting_bytes, unflushed);
         let response = ProduceResponse::default().with_responses(responses);
         encode_response(correlation_id, api_version, &response).into()
     }
     .boxed()
 }
 
-/// Keeps `bytes` of an acks=0 request charged to the budgets until its batches are durable
-/// or failed (at most `timeout`): an acks=0 producer is held back by the budgets like any
-/// other, instead of filling the write buffer while the object store is slow.
+/// Keeps a request's `bytes` charged to the budgets until `flushes` are durable or failed:
+/// for a request that gets no answer (acks=0) or one answered before its flush (its timeout
+/// passed), whose batches stay buffered all the same. So no producer fills the write buffer
+/// past the budgets while the object store is slow, whatever its acks and timeout.
 fn hold_until_flushed(
     mut held: Charge,
     bytes: usize,
-    topics: Vec<(String, Vec<(i32, Pending)>)>,
-    timeout: std::time::Duration,
+    flushes: Vec<oneshot::Receiver<AppendResult>>,
 ) {
-    let flushes: Vec<_> = topics
-        .into_iter()
-        .flat_map(|(_, partitions)| partitions)
-        .filter_map(|(_, pending)| match pending {
-            Pending::Flush(_, receiver) => Some(receiver),
-            _ => None,
-        })
-        .collect();
     if flushes.is_empty() {
         return;
     }
     held.add(bytes);
     tokio::spawn(async move {
         let _held = held;
-        let _ = tokio::time::timeout(timeout, futures::future::join_all(flushes)).await;
+        futures::future::join_all(flushes).await;
     });
 }
 
@@ -269,10 +270,12 @@ fn append(
     }
 }
 
+/// A partition's answer; a flush still to come when `deadline` passes goes to `unflushed`.
 async fn outcome(
     index: i32,
     pending: Pending,
     deadline: tokio::time::Instant,
+    unflushed: &mut Vec<oneshot::Receiver<AppendResult>>,
 ) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default()
         .with_index(index)
@@ -281,13 +284,16 @@ async fn outcome(
         Pending::Now(rejection) => (Err(rejection), -1),
         // A retry of a batch stored already: its offset as first answered.
         Pending::Stored(partition, base_offset) => (Ok(base_offset), partition.log_start_offset()),
-        Pending::Flush(partition, receiver) => {
+        Pending::Flush(partition, mut receiver) => {
             // A dropped sender means the broker is going away: the write was not acknowledged.
             // Past the request's timeout the answer is REQUEST_TIMED_OUT, as in Kafka: the
             // records stay buffered and may still be written ("possibly persisted").
-            let result = match tokio::time::timeout_at(deadline, receiver).await {
+            let result = match tokio::time::timeout_at(deadline, &mut receiver).await {
                 Ok(answer) => answer.unwrap_or(Err(ResponseError::NotLeaderOrFollower)),
-                Err(_) => Err(ResponseError::RequestTimedOut),
+                Err(_) => {
+                    unflushed.push(receiver);
+                    Err(ResponseError::RequestTimedOut)
+                }
             };
             (
                 result.map_err(Rejection::from),
@@ -340,8 +346,9 @@ mod tests {
         Charge::new(&Budgets::new(usize::MAX, broker))
     }
 
-    #[tokio::test]
-    async fn an_acks_0_request_stays_charged_until_its_records_are_durable() {
+    /// Sends 3 records with `acks` and `timeout_ms`; asserts that they stay charged to the
+    /// budgets after the reply until they are durable. The reply.
+    async fn stays_charged_until_durable(acks: i16, timeout_ms: i32) -> Reply {
         let t = broker_with(&["t"], 1, 0).await;
         let broker_budget = Arc::new(ByteBudget::new(1 << 30));
         let held = Charge::new(&Budgets::new(1 << 30, broker_budget.clone()));
@@ -350,15 +357,14 @@ mod tests {
             .with_index(0)
             .with_records(Some(records.clone()));
         let body = ProduceRequest::default()
-            .with_acks(0)
-            .with_timeout_ms(10_000)
+            .with_acks(acks)
+            .with_timeout_ms(timeout_ms)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(topic_name("t"))
                 .with_partition_data(vec![data])]);
         let window = Arc::new(ProduceWindow::default());
         let asked = request(ApiKey::Produce, 9, &body);
         let reply = start(&t.broker, asked, (&window, held), &open()).await;
-        assert!(matches!(reply, Reply::None));
         assert_eq!(
             broker_budget.used(),
             records.len(),
@@ -374,6 +380,19 @@ mod tests {
             .await
             .expect("the charge outlived the flush");
         assert_eq!(partition.high_watermark(), 3);
+        reply
+    }
+
+    #[tokio::test]
+    async fn records_answered_before_their_flush_stay_charged_until_it() {
+        let unanswered = stays_charged_until_durable(0, 10_000).await;
+        assert!(matches!(unanswered, Reply::None));
+        let Reply::Response(frame) = stays_charged_until_durable(-1, 0).await else {
+            panic!("no response");
+        };
+        let (_, response): (_, ProduceResponse) = read_response(frame, 9);
+        let answer = &response.responses[0].partition_responses[0];
+        assert_eq!(answer.error_code, ResponseError::RequestTimedOut.code());
     }
 
     /// (topic, error, base offset) of each partition answered for 3 records to partition 0 of
