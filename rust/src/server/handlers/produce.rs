@@ -85,9 +85,9 @@ impl Drop for Waiting {
 
 /// A topic needs WRITE (else TOPIC_AUTHORIZATION_FAILED for each of its partitions, nothing of
 /// it appended, whether it exists or not); the request's other topics go on. A transactional
-/// id is not checked: transactional batches are refused anyway. `held`: where an acks=0
-/// request's bytes stay charged until they are durable (nothing else holds them: its answer
-/// is ready at once).
+/// id is not checked: transactional batches are refused anyway. `held`: where the request's
+/// bytes stay charged until they are durable once its answer no longer holds them (acks=0,
+/// answered at once; or answered REQUEST_TIMED_OUT before its flush).
 pub fn start(
     broker: &Arc<Broker>,
     request: Request,
