@@ -1,11 +1,17 @@
 //! LRU cache of segment batch bytes, bounded in bytes (`KAFSCALE_CACHE_BYTES`). Filled by this
 //! broker's own flushes, by readahead and by reads that missed.
+//!
+//! The bound covers reads on their way in too: a read from the object store first reserves
+//! room for the bytes it asks for (evicting what it must), and waits while reads in flight hold
+//! all of it. Otherwise many consumers missing at once, and their readahead, would each hold a
+//! segment outside any bound until it arrived.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use lru::LruCache;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::batch::BatchHeader;
 use super::pieces::PieceWalker;
@@ -54,11 +60,27 @@ impl CachedBatches {
 struct Inner {
     entries: LruCache<String, CachedBatches>,
     bytes: usize,
+    /// Room held by reads in flight (`Reservation`): entries get at most the rest.
+    reserved: usize,
+}
+
+impl Inner {
+    /// Evicts least recently used entries until entries and reservations fit `capacity`.
+    fn evict_beyond(&mut self, capacity: usize) {
+        while self.bytes + self.reserved > capacity {
+            match self.entries.pop_lru() {
+                Some((_, evicted)) => self.bytes -= evicted.len(),
+                None => break,
+            }
+        }
+    }
 }
 
 pub struct SegmentCache {
     capacity: usize,
     inner: Mutex<Inner>,
+    /// One permit per byte of capacity; a read in flight holds as many as it asks for.
+    room: Semaphore,
     /// Keys being loaded by readahead, so two fetches don't load the same segment twice.
     loading: Mutex<HashSet<String>>,
 }
@@ -70,7 +92,9 @@ impl SegmentCache {
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
                 bytes: 0,
+                reserved: 0,
             }),
+            room: Semaphore::new(capacity.min(Semaphore::MAX_PERMITS)),
             loading: Mutex::new(HashSet::new()),
         }
     }
@@ -102,11 +126,26 @@ impl SegmentCache {
             inner.bytes -= old.len();
         }
         inner.bytes += size;
-        while inner.bytes > self.capacity {
-            match inner.entries.pop_lru() {
-                Some((_, evicted)) => inner.bytes -= evicted.len(),
-                None => break,
-            }
+        inner.evict_beyond(self.capacity);
+    }
+
+    /// Room for `bytes` about to be read from the object store, waiting while reads in flight
+    /// hold it all. A read larger than the whole cache reserves all of it (and is then not
+    /// cached: `insert` refuses it).
+    pub async fn reserve(&self, bytes: usize) -> Reservation<'_> {
+        let bytes = bytes.min(self.capacity).min(u32::MAX as usize);
+        let permit = self
+            .room
+            .acquire_many(bytes as u32)
+            .await
+            .expect("the cache never closes its semaphore");
+        let mut inner = self.inner();
+        inner.reserved += bytes;
+        inner.evict_beyond(self.capacity);
+        Reservation {
+            cache: self,
+            bytes,
+            _permit: permit,
         }
     }
 
@@ -159,8 +198,33 @@ impl SegmentCache {
     }
 }
 
+/// Room in the cache held for a read in flight, given back when dropped (the read failed or
+/// was cancelled) or when its bytes take its place (`fill`).
+pub struct Reservation<'a> {
+    cache: &'a SegmentCache,
+    bytes: usize,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl Reservation<'_> {
+    /// Caches what the read brought in place of the room held for it.
+    pub fn fill(self, key: String, batches: CachedBatches) {
+        let cache = self.cache;
+        drop(self);
+        cache.insert(key, batches);
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.cache.inner().reserved -= self.bytes;
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
+
     use super::*;
 
     fn entry(n: usize) -> CachedBatches {
@@ -202,5 +266,38 @@ mod tests {
         // gone meanwhile (evicted): nothing to move
         cache.rename("pending", "other".into());
         assert!(!cache.contains("other"));
+    }
+
+    #[tokio::test]
+    async fn reads_in_flight_hold_room_that_entries_give_way_to() {
+        let cache = SegmentCache::new(100);
+        cache.insert("a".into(), entry(40));
+        cache.insert("b".into(), entry(40));
+        let first = cache.reserve(30).await;
+        assert!(
+            !cache.contains("a") && cache.contains("b"),
+            "the oldest entry made room"
+        );
+        // An insert leaves the reserved room free too.
+        cache.insert("c".into(), entry(40));
+        assert!(!cache.contains("b") && cache.contains("c"));
+        assert_eq!(cache.used_bytes(), 40);
+        // Reads may not reserve more than the cache holds in all: the next one waits.
+        let second = cache.reserve(60).await;
+        assert!(!cache.contains("c"));
+        assert!(cache.reserve(20).now_or_never().is_none());
+        first.fill("loaded".into(), entry(30));
+        assert!(cache.contains("loaded"));
+        assert_eq!(cache.used_bytes(), 30);
+        drop(second); // a read that failed gives its room back
+        let third = cache.reserve(70).await;
+        assert!(cache.contains("loaded"));
+        // A read larger than the cache takes all of it, and is not kept.
+        drop(third);
+        let huge = cache.reserve(500).await;
+        assert!(!cache.contains("loaded"));
+        huge.fill("huge".into(), entry(500));
+        assert!(!cache.contains("huge"));
+        assert!(cache.reserve(100).now_or_never().is_some());
     }
 }

@@ -296,13 +296,14 @@ pub(crate) async fn load_run(
         RunLoadError::Failed(ResponseError::KafkaStorageError)
     })?;
     let range = run.run.position..run.run.position + run.run.length;
+    let room = ctx.cache.reserve(run.run.length as usize).await;
     let bytes = match ctx.store.get_range(&path, range).await {
         Ok(bytes) => bytes,
         Err(StoreError::NotFound(_)) => return Err(RunLoadError::Collected),
         Err(e) => return Err(RunLoadError::Failed(read_failed(&path, e))),
     };
     let loaded = CachedBatches::whole(run.run.position, bytes);
-    ctx.cache.insert(key, loaded.clone());
+    room.fill(key, loaded.clone());
     Ok((run, loaded))
 }
 
@@ -337,9 +338,7 @@ pub(super) async fn load_from(
     } else {
         SEGMENT_HEADER_LEN as u64
     };
-    let loaded = fetch_batches(ctx, partition, segment, start).await?;
-    ctx.cache.insert(key, loaded.clone());
-    Ok(loaded)
+    fetch_batches(ctx, partition, segment, start, key).await
 }
 
 async fn index_position(
@@ -366,20 +365,25 @@ async fn index_position(
     }
 }
 
+/// Reads the batches of `segment` from byte `start` on into the cache under `key`.
 async fn fetch_batches(
     ctx: &LogContext,
     partition: &Partition,
     segment: &SegmentMeta,
     start: u64,
+    key: String,
 ) -> Result<CachedBatches, ResponseError> {
     let path = partition.segment_path(ctx, segment.base_offset, SegmentObject::Data);
     let end = segment.size - SEGMENT_FOOTER_LEN as u64;
+    let room = ctx.cache.reserve(end.saturating_sub(start) as usize).await;
     let bytes = ctx
         .store
         .get_range(&path, start..end)
         .await
         .map_err(|e| read_failed(&path, e))?;
-    Ok(CachedBatches::whole(start, bytes))
+    let loaded = CachedBatches::whole(start, bytes);
+    room.fill(key, loaded.clone());
+    Ok(loaded)
 }
 
 /// A read that failed: logged with the object, answered with a retriable storage error.
@@ -398,9 +402,8 @@ fn readahead(ctx: &Arc<LogContext>, partition: &Arc<Partition>, following: &[Seg
         let (ctx, partition, segment) = (ctx.clone(), partition.clone(), segment.clone());
         tokio::spawn(async move {
             let start = SEGMENT_HEADER_LEN as u64;
-            if let Ok(loaded) = fetch_batches(&ctx, &partition, &segment, start).await {
-                ctx.cache.insert(key.clone(), loaded);
-            }
+            // A failed read is retried by the fetch that needs it.
+            let _ = fetch_batches(&ctx, &partition, &segment, start, key.clone()).await;
             ctx.cache.end_loading(&key);
         });
     }

@@ -1,13 +1,16 @@
 //! Length-prefixed Kafka frames: a 4-byte big-endian size, then that many bytes.
 //!
-//! The buffer grows with the bytes that actually arrive, never with the size a header
-//! declares: a client announcing 100 MiB and sending 2 MiB costs at most twice that, and the
-//! caller counts what arrives against its budgets (server/budget.rs) before asking for more.
+//! Memory follows the bytes that actually arrive, never the size a header declares: a client
+//! announcing 100 MiB and sending 2 MiB costs at most twice that, and the caller counts what
+//! arrives against its budgets (server/budget.rs) before asking for more.
 //!
 //! A frame of `OWN_BUFFER_FROM` bytes or more ends up in a buffer of its own, exactly its
 //! size: its produced batches may stay cached as slices of it (`wal::object::slices_pay`),
 //! and a slice keeps its whole allocation alive. Grown by doubling it would keep up to twice
-//! its size, and the start of the next request with it.
+//! its size, and the start of the next request with it. Up to `ALLOCATE_AHEAD` of it is
+//! allocated before it arrives, so a typical produce request is received into its final
+//! buffer without a copy: an allocation is address space until written to (pages the
+//! allocator recycles were resident already), so what is resident still follows what arrived.
 
 use bytes::{Buf, Bytes, BytesMut};
 use std::future::poll_fn;
@@ -24,6 +27,10 @@ pub(crate) const FRAME_HEADER_LEN: usize = 4;
 
 /// Frames from this size on are read into a buffer of their own (smaller ones share one).
 pub(crate) const OWN_BUFFER_FROM: usize = 64 * 1024;
+/// How far ahead of the bytes received a large frame's buffer is allocated: all of a typical
+/// produce request (clients send at most about 1 MiB by default) at once; beyond, the buffer
+/// doubles with what arrived, a copy each time.
+const ALLOCATE_AHEAD: usize = 8 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -82,9 +89,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// Makes room for the next read of at most `limit` bytes and returns how many it may
-    /// take. The rest of a large frame goes into a buffer of its own that doubles with what
-    /// arrived (a copy of it each time) up to exactly the frame's size; a read never runs
-    /// past its end, so the next request starts in a buffer of its own too.
+    /// take. The rest of a large frame goes into a buffer of its own, of up to
+    /// `ALLOCATE_AHEAD` more than arrived or twice that (a copy of it each time it grows) and
+    /// of exactly the frame's size in the end; a read never runs past its end, so the next
+    /// request starts in a buffer of its own too.
     fn make_room(&mut self, limit: usize) -> usize {
         let whole = self.declared().unwrap_or(0);
         let have = self.buffer.len();
@@ -95,7 +103,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let limit = limit.min(whole - have);
         // (A buffer larger than the frame: one a dropped request left, taken back by `reserve`.)
         if self.buffer.capacity() - have < limit || self.buffer.capacity() > whole {
-            let capacity = whole.min((have + limit).max(2 * have));
+            let capacity = whole.min((have + limit.max(ALLOCATE_AHEAD)).max(2 * have));
             let mut own = BytesMut::with_capacity(capacity);
             own.extend_from_slice(&self.buffer);
             self.buffer = own;
@@ -286,8 +294,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_typical_large_frame_is_received_into_its_final_buffer() {
+        let input = framed(&[1; 1_000_000]);
+        let mut reader = FrameReader::new(&input[..], 1 << 20);
+        reader.fill(65536, |_, _| ()).await.unwrap();
+        reader.fill(65536, |_, _| ()).await.unwrap();
+        let final_buffer = reader.buffer.as_ptr();
+        let frame = read_frame(&mut reader, 65536).await.unwrap().unwrap();
+        drop(reader);
+        assert_eq!(frame.as_ptr(), final_buffer.wrapping_add(FRAME_HEADER_LEN));
+        assert_fills_its_own_buffer(frame, 65536);
+    }
+
+    #[tokio::test]
     async fn memory_follows_the_bytes_received_not_the_declared_size() {
-        // A header declaring 100 MiB followed by 1 KiB: the buffer holds about what arrived.
+        // A header declaring 100 MiB followed by 1 KiB: the buffer holds about what arrived
+        // and the address space allocated ahead of it.
         let mut input = (100i32 << 20).to_be_bytes().to_vec();
         input.extend_from_slice(&[7; 1024]);
         let mut reader = FrameReader::new(&input[..], 200 << 20);
@@ -307,7 +329,7 @@ mod tests {
         assert_eq!(total, input.len());
         assert_eq!(reader.buffered(), input.len());
         assert!(
-            reader.buffer.capacity() < 64 * 1024,
+            reader.buffer.capacity() <= input.len() + ALLOCATE_AHEAD,
             "{}",
             reader.buffer.capacity()
         );
