@@ -58,7 +58,7 @@ fn stored(records: &[Record], compression: Compression) -> StoredBatch {
     let first = records[0].offset;
     StoredBatch {
         prefix: rewritten_prefix(first, header.size, 0),
-        body: bytes.slice(REWRITTEN_PREFIX_LEN..),
+        body: smallvec::smallvec![bytes.slice(REWRITTEN_PREFIX_LEN..)],
         base_offset: first,
         offset_count: records.len() as i64,
         max_timestamp: header.max_timestamp,

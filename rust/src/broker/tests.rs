@@ -281,8 +281,8 @@ async fn a_compacted_segment_is_cached_as_the_slices_of_its_runs() {
     let segment = b.log.cache.get(&p.object_key(0)).expect("segment cached");
     let first = |c: &CachedBatches| c.batches().next().unwrap().unwrap().0;
     assert_eq!(
-        first(&segment).body.as_ptr(),
-        first(&run).body.as_ptr(),
+        first(&segment).body[0].as_ptr(),
+        first(&run).body[0].as_ptr(),
         "the segment copied its batches"
     );
 }

@@ -27,15 +27,7 @@ pub struct CachedBatches {
 }
 
 impl CachedBatches {
-    /// Batches read or written in one piece.
-    pub fn whole(start: u64, bytes: Bytes) -> CachedBatches {
-        CachedBatches {
-            start,
-            pieces: Arc::new([bytes]),
-        }
-    }
-
-    pub fn pieces(start: u64, pieces: &[Bytes]) -> CachedBatches {
+    pub fn pieces(start: u64, pieces: impl Into<Arc<[Bytes]>>) -> CachedBatches {
         CachedBatches {
             start,
             pieces: pieces.into(),
@@ -228,7 +220,7 @@ mod tests {
     use super::*;
 
     fn entry(n: usize) -> CachedBatches {
-        CachedBatches::whole(32, Bytes::from(vec![0u8; n]))
+        CachedBatches::pieces(32, vec![Bytes::from(vec![0u8; n])])
     }
 
     #[test]
@@ -248,7 +240,7 @@ mod tests {
     fn an_entry_in_pieces_counts_them_all_and_a_removed_one_nothing() {
         let cache = SegmentCache::new(100);
         let pieces = [Bytes::from(vec![0u8; 30]), Bytes::from(vec![0u8; 20])];
-        cache.insert("pieces".into(), CachedBatches::pieces(32, &pieces));
+        cache.insert("pieces".into(), CachedBatches::pieces(32, &pieces[..]));
         assert_eq!(cache.used_bytes(), 50);
         cache.remove("pieces");
         cache.remove("never there");

@@ -1,17 +1,20 @@
-//! Batches laid over pieces of memory without being copied together: a piece holds whole
-//! batches, or the rewritten prefix of one batch with the next piece holding the rest of it
-//! (a run this broker wrote holds large batches as the prefix and the produce request's bytes).
+//! Batches laid over pieces of memory without being copied together. A batch may start and
+//! end anywhere in them: a run this broker wrote holds large batches as their rewritten prefix
+//! and the produce request's bytes, and an object read back from the store is cached in the
+//! chunks its body arrived in.
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN};
 use super::segment::{SegmentError, StoredBatch};
 
-/// Walks the batches of `pieces` in order, each as a stored batch (a prefix piece and its body,
-/// or one slice) with its header. Stops at an incomplete batch at the end (a ranged read may
-/// end mid-batch); reports a malformed one as an error and stops.
+/// Walks the batches of `pieces` in order, each as a stored batch (the slices of the pieces it
+/// lies in) with its header. Stops at an incomplete batch at the end (a ranged read may end
+/// mid-batch); reports a malformed one as an error and stops.
 pub struct PieceWalker<'a> {
     pieces: &'a [Bytes],
+    /// Where the next batch starts: a piece, and a position in it.
     piece: usize,
     at: usize,
     /// Bytes walked before the current piece (for error positions).
@@ -33,6 +36,45 @@ impl<'a> PieceWalker<'a> {
         self.piece = self.pieces.len();
         Some(Err(SegmentError::BadBatch { position }))
     }
+
+    /// The slices of the next `size` bytes and where they end (piece, position, bytes before
+    /// that piece); None if the pieces end first.
+    fn slices_of(&self, size: usize) -> Option<(SmallVec<[Bytes; 1]>, usize, usize, usize)> {
+        let (mut piece, mut at, mut passed) = (self.piece, self.at, self.passed);
+        let mut slices = SmallVec::new();
+        let mut left = size;
+        while left > 0 {
+            let bytes = self.pieces.get(piece)?;
+            let take = (bytes.len() - at).min(left);
+            if take > 0 {
+                slices.push(bytes.slice(at..at + take));
+            }
+            left -= take;
+            at += take;
+            if left > 0 {
+                passed += bytes.len();
+                piece += 1;
+                at = 0;
+            }
+        }
+        Some((slices, piece, at, passed))
+    }
+
+    /// The header of the next batch, copied together when it spans pieces; None if the pieces
+    /// end first.
+    fn header(&self) -> Option<Option<BatchHeader>> {
+        let rest = &self.pieces[self.piece][self.at..];
+        if rest.len() >= BATCH_HEADER_LEN {
+            return Some(BatchHeader::parse(rest));
+        }
+        let mut head = [0u8; BATCH_HEADER_LEN];
+        let mut filled = 0;
+        for piece in self.slices_of(BATCH_HEADER_LEN)?.0 {
+            head[filled..filled + piece.len()].copy_from_slice(&piece);
+            filled += piece.len();
+        }
+        Some(BatchHeader::parse(&head))
+    }
 }
 
 impl Iterator for PieceWalker<'_> {
@@ -44,38 +86,14 @@ impl Iterator for PieceWalker<'_> {
             self.piece += 1;
             self.at = 0;
         }
-        let rest = self.pieces[self.piece].slice(self.at..);
-        let next = self.pieces.get(self.piece + 1);
-        let header = if rest.len() >= BATCH_HEADER_LEN {
-            BatchHeader::parse(&rest)
-        } else {
-            // A prefix: the header goes on in the next piece.
-            let next = next.filter(|n| rest.len() + n.len() >= BATCH_HEADER_LEN)?;
-            let mut head = [0u8; BATCH_HEADER_LEN];
-            head[..rest.len()].copy_from_slice(&rest);
-            head[rest.len()..].copy_from_slice(&next[..BATCH_HEADER_LEN - rest.len()]);
-            BatchHeader::parse(&head)
-        };
-        let Some(header) = header else {
+        let Some(header) = self.header()? else {
             return self.fail();
         };
-        let (prefix, body) = if header.size <= rest.len() {
-            self.at += header.size;
-            (Bytes::new(), rest.slice(..header.size))
-        } else {
-            let Some(next) = next.filter(|n| rest.len() + n.len() >= header.size) else {
-                // Cut short (a ranged read), unless the batch should have gone on in the
-                // next piece: then the pieces do not describe batches.
-                return if next.is_some() { self.fail() } else { None };
-            };
-            let body = next.slice(..header.size - rest.len());
-            self.passed += self.pieces[self.piece].len();
-            self.piece += 1;
-            self.at = body.len();
-            (rest, body)
-        };
+        // Cut short (a ranged read) when the pieces end within it.
+        let (body, piece, at, passed) = self.slices_of(header.size)?;
+        (self.piece, self.at, self.passed) = (piece, at, passed);
         let stored = StoredBatch {
-            prefix,
+            prefix: Bytes::new(),
             body,
             base_offset: header.base_offset,
             offset_count: header.offset_count(),
@@ -90,49 +108,68 @@ mod tests {
     use super::*;
     use crate::log::segment::tests::stored;
 
-    fn joined(b: &StoredBatch) -> Bytes {
-        [b.prefix.clone(), b.body.clone()].concat().into()
+    /// The bytes of `pieces` cut again at every multiple of `every`.
+    fn recut(pieces: &[Bytes], every: usize) -> Vec<Bytes> {
+        let all: Bytes = pieces.concat().into();
+        (0..all.len())
+            .step_by(every)
+            .map(|at| all.slice(at..(at + every).min(all.len())))
+            .collect()
+    }
+
+    fn offsets_and_sizes(pieces: &[Bytes]) -> Vec<(i64, usize)> {
+        PieceWalker::new(pieces)
+            .map(|r| r.unwrap())
+            .map(|(batch, header)| {
+                assert_eq!(batch.size(), header.size);
+                (header.base_offset, batch.size())
+            })
+            .collect()
     }
 
     #[test]
-    fn batches_in_one_piece_and_split_after_their_prefix_are_walked_alike() {
-        let (a, b, c) = (stored(0, 2), stored(2, 3), stored(5, 1));
-        let together: Bytes = [joined(&a), joined(&b)].concat().into();
-        let pieces = [together, c.prefix.clone(), c.body.clone()];
-        let walked: Vec<_> = PieceWalker::new(&pieces).map(|r| r.unwrap()).collect();
-        let offsets: Vec<i64> = walked.iter().map(|(_, h)| h.base_offset).collect();
-        assert_eq!(offsets, vec![0, 2, 5]);
-        let (split, header) = &walked[2];
-        assert_eq!(
-            split.prefix.as_ptr(),
-            c.prefix.as_ptr(),
-            "the prefix was copied"
-        );
-        assert_eq!(split.body.as_ptr(), c.body.as_ptr(), "the body was copied");
-        assert_eq!(split.size(), header.size);
-        assert!(walked[0].0.prefix.is_empty() && walked[1].0.prefix.is_empty());
+    fn batches_are_walked_alike_however_their_bytes_are_cut() {
+        let (a, b, c) = (stored(0, 2), stored(2, 3), stored(5, 40));
+        let together: Bytes = [a.joined(), b.joined()].concat().into();
+        let pieces = [together, c.prefix.clone(), c.body[0].clone()];
+        let expected = vec![(0, a.size()), (2, b.size()), (5, c.size())];
+        assert_eq!(offsets_and_sizes(&pieces), expected);
+        // a prefix and its body: the same slices, not copies
+        let (split, _) = PieceWalker::new(&pieces).nth(2).unwrap().unwrap();
+        let ptrs: Vec<_> = split.pieces().map(|p| p.as_ptr()).collect();
+        assert_eq!(ptrs, [c.prefix.as_ptr(), c.body[0].as_ptr()]);
+        // the chunks of a body read back, cut anywhere (headers included)
+        for every in [1, 7, 60, 61, 62, 100, 4096] {
+            let chunks = recut(&pieces, every);
+            assert_eq!(offsets_and_sizes(&chunks), expected, "cut every {every}");
+            let (batch, _) = PieceWalker::new(&chunks).nth(2).unwrap().unwrap();
+            assert_eq!(batch.joined(), c.joined(), "cut every {every}");
+        }
     }
 
     #[test]
     fn a_cut_tail_ends_the_walk_and_a_malformed_batch_is_an_error() {
-        let (a, b) = (joined(&stored(0, 2)), joined(&stored(2, 3)));
-        let cut = [a.clone(), b.slice(..b.len() - 1)];
-        assert_eq!(PieceWalker::new(&cut).count(), 1);
+        let (a, b) = (stored(0, 2).joined(), stored(2, 3).joined());
+        for every in [10, 1000] {
+            let cut = recut(&[a.clone(), b.slice(..b.len() - 1)], every);
+            assert_eq!(PieceWalker::new(&cut).count(), 1, "cut every {every}");
+            let header_cut = recut(&[a.clone(), b.slice(..30)], every);
+            assert_eq!(
+                PieceWalker::new(&header_cut).count(),
+                1,
+                "cut every {every}"
+            );
+        }
         let mut bad = b.to_vec();
         bad[8..12].copy_from_slice(&1i32.to_be_bytes());
-        let pieces = [a.clone(), Bytes::from(bad)];
-        let walked: Vec<_> = PieceWalker::new(&pieces).collect();
-        assert!(matches!(
-            walked[1],
-            Err(SegmentError::BadBatch { position }) if position == a.len()
-        ));
-        assert_eq!(walked.len(), 2);
-        // a prefix whose next piece is too short for its batch
-        let c = stored(5, 20);
-        let short = [c.prefix.clone(), c.body.slice(..100), a];
-        assert!(matches!(
-            PieceWalker::new(&short).next(),
-            Some(Err(SegmentError::BadBatch { position: 0 }))
-        ));
+        for every in [10, 1000] {
+            let pieces = recut(&[a.clone(), Bytes::from(bad.clone())], every);
+            let walked: Vec<_> = PieceWalker::new(&pieces).collect();
+            assert!(matches!(
+                walked[1],
+                Err(SegmentError::BadBatch { position }) if position == a.len()
+            ));
+            assert_eq!(walked.len(), 2);
+        }
     }
 }

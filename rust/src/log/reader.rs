@@ -62,10 +62,7 @@ impl Collected {
             if !(fits || first_of_response) {
                 return Ok(false);
             }
-            if !batch.prefix.is_empty() {
-                self.slices.push(batch.prefix);
-            }
-            self.slices.push(batch.body);
+            self.slices.extend(batch.into_pieces());
             self.records += header.record_count.max(0) as u64;
             self.total += header.size;
             self.next = header.last_offset() + 1;
@@ -297,12 +294,12 @@ pub(crate) async fn load_run(
     })?;
     let range = run.run.position..run.run.position + run.run.length;
     let room = ctx.cache.reserve(run.run.length as usize).await;
-    let bytes = match ctx.store.get_range(&path, range).await {
-        Ok(bytes) => bytes,
+    let pieces = match ctx.store.get_range_pieces(&path, range).await {
+        Ok(pieces) => pieces,
         Err(StoreError::NotFound(_)) => return Err(RunLoadError::Collected),
         Err(e) => return Err(RunLoadError::Failed(read_failed(&path, e))),
     };
-    let loaded = CachedBatches::whole(run.run.position, bytes);
+    let loaded = CachedBatches::pieces(run.run.position, pieces);
     room.fill(key, loaded.clone());
     Ok((run, loaded))
 }
@@ -376,12 +373,12 @@ async fn fetch_batches(
     let path = partition.segment_path(ctx, segment.base_offset, SegmentObject::Data);
     let end = segment.size - SEGMENT_FOOTER_LEN as u64;
     let room = ctx.cache.reserve(end.saturating_sub(start) as usize).await;
-    let bytes = ctx
+    let pieces = ctx
         .store
-        .get_range(&path, start..end)
+        .get_range_pieces(&path, start..end)
         .await
         .map_err(|e| read_failed(&path, e))?;
-    let loaded = CachedBatches::whole(start, bytes);
+    let loaded = CachedBatches::pieces(start, pieces);
     room.fill(key, loaded.clone());
     Ok(loaded)
 }
@@ -419,7 +416,7 @@ mod tests {
 
     /// `count` records in one batch at `base`, followed by the next batches given.
     fn batches(ranges: &[(i64, usize)]) -> CachedBatches {
-        CachedBatches::whole(0, encoded(ranges))
+        CachedBatches::pieces(0, vec![encoded(ranges)])
     }
 
     fn encoded(ranges: &[(i64, usize)]) -> Bytes {
@@ -458,7 +455,7 @@ mod tests {
     fn batches_are_taken_across_pieces_as_slices_of_them() {
         let pieces = [encoded(&[(0, 2)]), encoded(&[(2, 3), (5, 1)])];
         let mut collected = collecting_from(3);
-        let cached = CachedBatches::pieces(0, &pieces);
+        let cached = CachedBatches::pieces(0, &pieces[..]);
         assert_eq!(collected.take(&cached), Ok(true));
         assert_eq!(collected.next, 6);
         assert_eq!(collected.records, 4);
@@ -466,7 +463,7 @@ mod tests {
         assert_eq!(collected.slices[0].as_ptr(), pieces[1].as_ptr());
         // a gap between pieces is one too
         let pieces = [encoded(&[(0, 2)]), encoded(&[(4, 1)])];
-        let found = collecting_from(0).take(&CachedBatches::pieces(0, &pieces));
+        let found = collecting_from(0).take(&CachedBatches::pieces(0, &pieces[..]));
         assert_eq!(
             found,
             Err(TakeError::Gap {

@@ -8,6 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crc_fast::CrcAlgorithm::Crc32Iscsi;
 use crc_fast::Digest;
 use object_store::PutPayload;
+use smallvec::SmallVec;
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use super::checksum::{crc32c, crc32c_combine};
@@ -23,27 +24,54 @@ const COMBINED_FROM: usize = 16 * 1024;
 pub const SEGMENT_FOOTER_LEN: usize = 16;
 
 /// A batch as it will be stored: the rewritten prefix plus the untouched rest of the bytes the
-/// producer sent.
+/// producer sent; or, read back from the store, the batch as the pieces it arrived in
+/// (`log::pieces`) with no prefix.
 #[derive(Debug, Clone)]
 pub struct StoredBatch {
     pub prefix: Bytes,
-    pub body: Bytes,
+    pub body: Body,
     pub base_offset: i64,
     pub offset_count: i64,
     pub max_timestamp: i64,
 }
 
+/// The bytes of a batch after its prefix: one slice, or several when it spans the chunks an
+/// object was read in.
+pub type Body = SmallVec<[Bytes; 1]>;
+
 impl StoredBatch {
     pub fn size(&self) -> usize {
-        self.prefix.len() + self.body.len()
+        self.pieces().map(Bytes::len).sum()
     }
 
-    /// The batch in one buffer: its body, or a copy of prefix and body joined.
+    /// The batch's bytes in order, as the slices they are in.
+    pub fn pieces(&self) -> impl Iterator<Item = &Bytes> {
+        std::iter::once(&self.prefix)
+            .filter(|prefix| !prefix.is_empty())
+            .chain(&self.body)
+    }
+
+    /// The batch's bytes in order, given up as the slices they are in.
+    pub fn into_pieces(self) -> impl Iterator<Item = Bytes> {
+        std::iter::once(self.prefix)
+            .filter(|prefix| !prefix.is_empty())
+            .chain(self.body)
+    }
+
+    /// The batch in one buffer: its only piece, or a copy of its pieces joined.
     pub fn joined(&self) -> Bytes {
-        if self.prefix.is_empty() {
-            return self.body.clone();
+        let mut pieces = self.pieces();
+        match (pieces.next(), pieces.next()) {
+            (Some(only), None) => only.clone(),
+            (None, _) => Bytes::new(),
+            _ => self
+                .pieces()
+                .fold(BytesMut::new(), |mut all, piece| {
+                    all.extend_from_slice(piece);
+                    all
+                })
+                .freeze(),
         }
-        [&self.prefix[..], &self.body[..]].concat().into()
     }
 
     /// The CRC-32C of the whole stored batch, from the checksum its header carries (which
@@ -52,9 +80,15 @@ impl StoredBatch {
     /// a segment footer made of it shows that.
     fn checksum(&self) -> u32 {
         let mut head = [0u8; CRC_START];
-        let from_prefix = self.prefix.len().min(CRC_START);
-        head[..from_prefix].copy_from_slice(&self.prefix[..from_prefix]);
-        head[from_prefix..].copy_from_slice(&self.body[..CRC_START - from_prefix]);
+        let mut filled = 0;
+        for piece in self.pieces() {
+            let take = piece.len().min(CRC_START - filled);
+            head[filled..filled + take].copy_from_slice(&piece[..take]);
+            filled += take;
+            if filled == CRC_START {
+                break;
+            }
+        }
         let carried = u32::from_be_bytes(head[CRC_START - 4..].try_into().expect("4 bytes"));
         crc32c_combine(crc32c(&head), carried, self.size() - CRC_START)
     }
@@ -139,16 +173,12 @@ pub fn build_segment(
             crc = crc32c_combine(crc, batch.checksum(), size);
             small_len = 0;
         } else {
-            small.update(&batch.prefix);
-            small.update(&batch.body);
+            batch.pieces().for_each(|piece| small.update(piece));
             small_len += size;
         }
         position += size;
         max_timestamp = max_timestamp.max(batch.max_timestamp);
-        if !batch.prefix.is_empty() {
-            pieces.push(batch.prefix.clone());
-        }
-        pieces.push(batch.body.clone());
+        pieces.extend(batch.pieces().cloned());
     }
     crc = crc32c_combine(crc, small.finalize() as u32, small_len);
     let mut footer = BytesMut::with_capacity(SEGMENT_FOOTER_LEN);
@@ -269,6 +299,7 @@ pub(crate) mod tests {
     use crate::log::index::SparseIndex;
     use kafka_protocol::records::Compression;
     use proptest::prelude::*;
+    use smallvec::smallvec;
 
     /// A stored batch of `count` records at `base_offset` (leader epoch 3).
     pub(crate) fn stored(base_offset: i64, count: usize) -> StoredBatch {
@@ -276,7 +307,7 @@ pub(crate) mod tests {
         let header = BatchHeader::parse(&bytes).unwrap();
         StoredBatch {
             prefix: rewritten_prefix(base_offset, header.size, 3),
-            body: bytes.slice(16..),
+            body: smallvec![bytes.slice(16..)],
             base_offset,
             offset_count: count as i64,
             max_timestamp: header.max_timestamp,
@@ -332,21 +363,18 @@ pub(crate) mod tests {
         let at = built.len() - SEGMENT_FOOTER_LEN;
         let footer = u32::from_be_bytes(built[at..at + 4].try_into().unwrap());
         assert_eq!(footer, crc32c(area));
-        let whole: Vec<StoredBatch> = batches
-            .iter()
-            .map(|b| StoredBatch {
-                prefix: Bytes::new(),
-                body: [b.prefix.clone(), b.body.clone()].concat().into(),
-                ..b.clone()
-            })
-            .collect();
+        // The same batches in one piece each, and cut into pieces anywhere (as read back).
+        let whole: Vec<StoredBatch> = batches.iter().map(|b| in_pieces(b, &[])).collect();
         assert_eq!(build_segment(&whole, 1, 100).object(), built);
-        let mut changed = BytesMut::from(&batches[1].body[..]);
+        let cuts = [1, 5, 20, 21, 22, 70, 4000];
+        let scattered: Vec<StoredBatch> = batches.iter().map(|b| in_pieces(b, &cuts)).collect();
+        assert_eq!(build_segment(&scattered, 1, 100).object(), built);
+        let mut changed = BytesMut::from(&batches[1].body[0][..]);
         changed[100] ^= 1;
         let tampered = [
             batches[0].clone(),
             StoredBatch {
-                body: changed.freeze(),
+                body: smallvec![changed.freeze()],
                 ..batches[1].clone()
             },
         ];
@@ -356,18 +384,33 @@ pub(crate) mod tests {
         ));
     }
 
+    /// `batch` without a prefix, its bytes cut at `cuts` (those within it) into pieces.
+    pub(crate) fn in_pieces(batch: &StoredBatch, cuts: &[usize]) -> StoredBatch {
+        let joined = batch.joined();
+        let mut ends: Vec<usize> = cuts.iter().copied().filter(|&c| c < joined.len()).collect();
+        ends.push(joined.len());
+        let mut start = 0;
+        let body = ends
+            .into_iter()
+            .map(|end| {
+                let piece = joined.slice(start..end);
+                start = end;
+                piece
+            })
+            .collect();
+        StoredBatch {
+            prefix: Bytes::new(),
+            body,
+            ..batch.clone()
+        }
+    }
+
     #[test]
     fn batches_are_uploaded_as_the_slices_they_are() {
-        let whole = stored(0, 3);
-        let whole = StoredBatch {
-            prefix: Bytes::new(),
-            body: whole.joined(),
-            ..whole
-        };
-        let run = [whole, stored(3, 2)];
+        let run = [in_pieces(&stored(0, 3), &[]), stored(3, 2)];
         let built = build_segment(&run, 1, 100);
         let ptrs = |pieces: &[Bytes]| pieces.iter().map(|p| p.as_ptr()).collect::<Vec<_>>();
-        let expected = [&run[0].body, &run[1].prefix, &run[1].body].map(|b| b.as_ptr());
+        let expected = [&run[0].body[0], &run[1].prefix, &run[1].body[0]].map(|b| b.as_ptr());
         assert_eq!(ptrs(built.batches()), expected, "a batch was copied");
         assert_eq!(built.payload().content_length(), built.meta.size as usize);
     }

@@ -11,7 +11,9 @@ use futures::TryStreamExt;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
+use object_store::{
+    ClientOptions, GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig,
+};
 
 #[cfg(test)]
 pub mod faulty;
@@ -52,6 +54,21 @@ impl From<object_store::Error> for StoreError {
             object_store::Error::NotFound { path, .. } => StoreError::NotFound(path),
             other => StoreError::Other(concise(&other.to_string())),
         }
+    }
+}
+
+/// A chunk of a body as received, or a copy of it where it holds on to a buffer much larger
+/// than itself. The HTTP client reads into buffers sized for the read it expects, and a read
+/// that brings less leaves the rest of the buffer unused, yet alive as long as the chunk is
+/// (the cache counts only the chunk).
+fn without_slack(chunk: Bytes) -> Bytes {
+    match chunk.try_into_mut() {
+        Ok(alone) if alone.capacity() > alone.len() + alone.len() / 8 => {
+            Bytes::copy_from_slice(&alone)
+        }
+        Ok(alone) => alone.freeze(),
+        // Shares its buffer with other chunks (or the client's buffer): kept as it is.
+        Err(shared) => shared,
     }
 }
 
@@ -335,6 +352,37 @@ impl SegmentStore {
         Ok(self.store.get_range(path, range).await?)
     }
 
+    /// Bytes `range` of an object as the chunks its body arrived in, not copied together. A
+    /// local file is read in one piece (its store would hand it over in 8 KiB chunks).
+    pub async fn get_range_pieces(
+        &self,
+        path: &Path,
+        range: Range<u64>,
+    ) -> Result<Vec<Bytes>, StoreError> {
+        if self.local_root.is_some() {
+            return Ok(vec![self.get_range(path, range).await?]);
+        }
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let expected = range.end - range.start;
+        let options = GetOptions {
+            range: Some(range.into()),
+            ..GetOptions::default()
+        };
+        let result = self.store.get_opts(path, options).await?;
+        let pieces: Vec<Bytes> = result.into_stream().try_collect().await?;
+        // Only now, with the body read, does a chunk hold its buffer alone.
+        let pieces: Vec<Bytes> = pieces.into_iter().map(without_slack).collect();
+        let got: u64 = pieces.iter().map(|piece| piece.len() as u64).sum();
+        if got != expected {
+            return Err(StoreError::Other(format!(
+                "{path}: the store sent {got} bytes for a range of {expected}"
+            )));
+        }
+        Ok(pieces)
+    }
+
     pub async fn delete(&self, path: &Path) -> Result<(), StoreError> {
         match self.store.delete(path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -406,6 +454,55 @@ impl SegmentStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_range_is_read_as_the_chunks_it_arrives_in_and_a_file_in_one() {
+        let store = SegmentStore::open(&StorageLocation::Memory, "ns").unwrap();
+        let path = Path::from("ns/object");
+        let pieces = [Bytes::from(vec![1u8; 100]), Bytes::from(vec![2u8; 50])];
+        store
+            .put_new(&path, PutPayload::from_iter(pieces.clone()))
+            .await
+            .unwrap();
+        let read = store.get_range_pieces(&path, 90..120).await.unwrap();
+        assert_eq!(read.len(), 2, "not copied together");
+        assert_eq!(read[0].as_ptr(), pieces[0][90..].as_ptr());
+        assert_eq!(read[1].as_ptr(), pieces[1].as_ptr());
+        assert_eq!(read.concat(), [&[1u8; 10][..], &[2u8; 20]].concat());
+        assert!(store
+            .get_range_pieces(&path, 5..5)
+            .await
+            .unwrap()
+            .is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        let local = SegmentStore::open(&StorageLocation::LocalDir(dir.path().into()), "ns");
+        let local = local.unwrap();
+        local.put_new(&path, vec![7u8; 100_000]).await.unwrap();
+        let read = local.get_range_pieces(&path, 10..90_000).await.unwrap();
+        assert_eq!((read.len(), read[0].len()), (1, 89_990));
+    }
+
+    #[test]
+    fn a_chunk_alone_in_a_much_larger_buffer_is_copied_out_of_it() {
+        let mut buffer = bytes::BytesMut::with_capacity(64 * 1024);
+        buffer.extend_from_slice(&[1; 1000]);
+        let chunk = buffer.split().freeze();
+        drop(buffer); // the client moved on to another buffer
+        let alone = without_slack(chunk)
+            .try_into_mut()
+            .expect("a buffer of its own");
+        assert_eq!((alone.len(), alone.capacity()), (1000, 1000));
+        // One that (nearly) fills its buffer, or shares it, stays where it is.
+        let full = Bytes::from(vec![2; 4096]);
+        let at = full.as_ptr();
+        assert_eq!(without_slack(full).as_ptr(), at);
+        let mut shared = bytes::BytesMut::with_capacity(64 * 1024);
+        shared.extend_from_slice(&[3; 1000]);
+        let first = shared.split().freeze();
+        let at = first.as_ptr();
+        assert_eq!(without_slack(first).as_ptr(), at);
+    }
 
     #[test]
     fn payloads_are_signed_only_where_no_tls_protects_them() {

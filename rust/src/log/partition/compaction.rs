@@ -317,7 +317,7 @@ impl Partition {
                     .committed_batches(ctx, from, theirs.last_offset)
                     .await?;
                 let mut bytes = theirs.batches.clone();
-                let same = ours.iter().flat_map(|b| [&b.prefix, &b.body]).all(|piece| {
+                let same = ours.iter().flat_map(StoredBatch::pieces).all(|piece| {
                     let size = piece.len().min(bytes.len());
                     bytes.split_to(size) == piece
                 }) && bytes.is_empty();

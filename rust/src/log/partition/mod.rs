@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kafka_protocol::ResponseError;
+use smallvec::smallvec;
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
@@ -36,14 +37,21 @@ pub type AppendResult = Result<i64, ResponseError>;
 /// Who to answer about a produce request, and the base offset it got.
 pub type Reply = (oneshot::Sender<AppendResult>, i64);
 
-/// Buffered batches a flush took, in offset order, and who to answer once they are committed.
+/// Buffered batches a flush took, in offset order, and what is owed for them.
 pub struct Taken {
+    /// Given up to the object built of them.
     pub batches: Vec<StoredBatch>,
-    pub replies: Vec<Reply>,
-    /// The idempotent producers' batches among them.
-    pub recorded: Vec<Recorded>,
     pub bytes: usize,
     pub leader_epoch: i32,
+    /// Kept until the object is committed or failed.
+    pub owed: Owed,
+}
+
+/// What a flush owes for the batches it took, once their object is committed or failed.
+pub struct Owed {
+    replies: Vec<Reply>,
+    /// The idempotent producers' batches among them.
+    recorded: Vec<Recorded>,
 }
 
 struct Chunk {
@@ -252,7 +260,7 @@ impl Partition {
             }
             stored.push(StoredBatch {
                 prefix: rewritten_prefix(base_offset, batch.header.size, epoch),
-                body: batch.bytes.slice(REWRITTEN_PREFIX_LEN..),
+                body: smallvec![batch.bytes.slice(REWRITTEN_PREFIX_LEN..)],
                 base_offset,
                 offset_count: batch.header.offset_count(),
                 max_timestamp: batch.header.max_timestamp,
@@ -367,26 +375,25 @@ impl Partition {
         }
         Some(Taken {
             batches,
-            replies,
-            recorded,
             bytes,
             leader_epoch: state.committed.record.leader_epoch,
+            owed: Owed { replies, recorded },
         })
     }
 
     /// The taken batches are committed: the log ends after them now; answers their producers.
-    pub fn complete_flush(&self, replies: Vec<Reply>, recorded: &[Recorded], end: i64) {
+    pub fn complete_flush(&self, owed: Owed, end: i64) {
         self.raise_high_watermark(end);
-        self.state().producers.commit(recorded, end);
-        for (waiter, base_offset) in replies {
+        self.state().producers.commit(&owed.recorded, end);
+        for (waiter, base_offset) in owed.replies {
             let _ = waiter.send(Ok(base_offset));
         }
     }
 
     /// The taken batches were not committed: their producers get `error`, and what was
     /// appended meanwhile moves down to the committed end (or, `fenced`, is failed too).
-    pub fn fail_flush(&self, replies: Vec<Reply>, error: ResponseError, fenced: bool) {
-        for (waiter, _) in replies {
+    pub fn fail_flush(&self, owed: Owed, error: ResponseError, fenced: bool) {
+        for (waiter, _) in owed.replies {
             let _ = waiter.send(Err(error));
         }
         self.rebase_after_failure(error, fenced);

@@ -240,11 +240,8 @@ impl WalWriter {
                 let batches = CachedBatches::pieces(run.position, &pieces[held]);
                 let key = run_cache_key(flight.path.as_ref(), run.position);
                 self.ctx.cache.insert(key, batches);
-                part.partition.complete_flush(
-                    part.taken.replies,
-                    &part.taken.recorded,
-                    run.last_offset + 1,
-                );
+                part.partition
+                    .complete_flush(part.owed, run.last_offset + 1);
             }
             through = flight.seq + 1;
         }

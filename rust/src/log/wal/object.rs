@@ -91,17 +91,13 @@ pub(crate) fn build_wal_object<'a>(
         for batch in run {
             length += batch.size() as u64;
             if !sliced(batch.size()) {
-                staging.put_slice(&batch.prefix);
-                staging.put_slice(&batch.body);
+                batch.pieces().for_each(|piece| staging.put_slice(piece));
                 continue;
             }
             if !staging.is_empty() {
                 pieces.push(staging.split().freeze());
             }
-            if !batch.prefix.is_empty() {
-                pieces.push(batch.prefix.clone());
-            }
-            pieces.push(batch.body.clone());
+            pieces.extend(batch.pieces().cloned());
         }
         if !staging.is_empty() {
             pieces.push(staging.split().freeze());
@@ -189,10 +185,12 @@ mod tests {
             "small, prefix, body, small and small together"
         );
         assert_eq!(ours[1].as_ptr(), run[1].prefix.as_ptr());
-        assert_eq!(ours[2].as_ptr(), run[1].body.as_ptr());
+        assert_eq!(ours[2].as_ptr(), run[1].body[0].as_ptr());
         assert_eq!(ours[3].len(), run[2].size() + run[3].size());
         let walked: Vec<_> = PieceWalker::new(ours).map(|b| b.unwrap().0).collect();
         assert_eq!(walked.len(), 4);
-        assert_eq!(walked[1].body.as_ptr(), run[1].body.as_ptr());
+        let walked_pieces: Vec<_> = walked[1].pieces().map(|p| p.as_ptr()).collect();
+        let run_pieces: Vec<_> = run[1].pieces().map(|p| p.as_ptr()).collect();
+        assert_eq!(walked_pieces, run_pieces);
     }
 }

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::commit::{commit_loop, Failure};
 use super::index::WalIndex;
 use super::object::build_wal_object;
-use crate::log::partition::{now_ms, Partition, Taken};
+use crate::log::partition::{now_ms, Owed, Partition, Taken};
 use crate::log::LogContext;
 use crate::meta::wal::{encode_manifest, TopicRuns, WalManifest, WalRun};
 
@@ -50,10 +50,10 @@ struct Queue {
     urgent: bool,
 }
 
-/// What one flush took from one partition.
+/// What one flush owes one partition once its object is committed or failed.
 pub(super) struct Part {
     pub partition: Arc<Partition>,
-    pub taken: Taken,
+    pub owed: Owed,
 }
 
 /// One object on its way: uploading, or uploaded and waiting for its commit.
@@ -331,28 +331,37 @@ impl WalWriter {
         pipeline.flights.push_back(flight);
     }
 
-    /// The object and manifest of `parts`, named by `seq`.
-    fn flight(&self, seq: u64, mut parts: Vec<Part>, slot: OwnedSemaphorePermit) -> Flight {
+    /// The object and manifest of what was `taken`, named by `seq`.
+    fn flight(
+        &self,
+        seq: u64,
+        taken: Vec<(Arc<Partition>, Taken)>,
+        slot: OwnedSemaphorePermit,
+    ) -> Flight {
         let created_ms = now_ms();
-        let runs = parts.iter().map(|p| p.taken.batches.as_slice());
+        let runs = taken.iter().map(|(_, t)| t.batches.as_slice());
         let (pieces, placements) = build_wal_object(created_ms, self.broker, runs);
         let object = PutPayload::from_iter(pieces);
         let name = format!("{}-{seq:012}", self.writer_id);
         let path = self.ctx.store.wal_path(self.broker, &name);
         let manifest = manifest_of(
-            &parts,
+            &taken,
             &placements,
             path.as_ref(),
             self.broker,
             created_ms,
             object.content_length() as u64,
         );
-        // The object holds the batches now (copies, or slices of the same requests): held
+        // The object holds the batches now (copies, or slices of the same requests): kept
         // here too, they would keep every request whose batches were copied alive until the
         // commit.
-        for part in &mut parts {
-            part.taken.batches = Vec::new();
-        }
+        let parts = taken
+            .into_iter()
+            .map(|(partition, taken)| Part {
+                partition,
+                owed: taken.owed,
+            })
+            .collect();
         Flight {
             seq,
             key: self.ctx.catalog.manifest_key(self.broker, &name),
@@ -378,7 +387,7 @@ impl WalWriter {
 
     /// Takes buffered batches of the queued partitions, within one object's size; and whether
     /// a producer waits for them with its window full.
-    fn take_parts(&self, on_schedule: bool) -> (Vec<Part>, bool) {
+    fn take_parts(&self, on_schedule: bool) -> (Vec<(Arc<Partition>, Taken)>, bool) {
         let (queued, since, urgent) = {
             let mut queue = self.queue();
             let since = queue.since;
@@ -404,7 +413,7 @@ impl WalWriter {
                 if partition.has_pending() && partition.enqueue() {
                     left.push(partition.clone());
                 }
-                parts.push(Part { partition, taken });
+                parts.push((partition, taken));
             }
         }
         if !left.is_empty() {
@@ -444,8 +453,8 @@ impl WalWriter {
                 "write-ahead flush failed; nothing in it was acknowledged"
             );
             self.ctx.metrics.flush_errors.inc();
-            for Part { partition, taken } in flight.parts {
-                partition.fail_flush(taken.replies, failure.error, failure.fenced);
+            for Part { partition, owed } in flight.parts {
+                partition.fail_flush(owed, failure.error, failure.fenced);
                 if failure.fenced {
                     self.fenced.report(&partition);
                 }
@@ -461,9 +470,9 @@ impl WalWriter {
     }
 }
 
-/// The manifest of an object holding `parts` at `placements`.
+/// The manifest of an object holding the batches `taken` at `placements`.
 fn manifest_of(
-    parts: &[Part],
+    taken: &[(Arc<Partition>, Taken)],
     placements: &[super::object::Placement],
     object: &str,
     broker: i32,
@@ -471,12 +480,12 @@ fn manifest_of(
     size: u64,
 ) -> WalManifest {
     let mut topics: Vec<TopicRuns> = Vec::new();
-    for (part, placement) in parts.iter().zip(placements) {
-        let (p, batches) = (&part.partition, &part.taken.batches);
+    for ((p, taken), placement) in taken.iter().zip(placements) {
+        let batches = &taken.batches;
         let last = &batches[batches.len() - 1];
         let run = WalRun {
             partition: p.id,
-            leader_epoch: part.taken.leader_epoch,
+            leader_epoch: taken.leader_epoch,
             base_offset: batches[0].base_offset,
             last_offset: last.base_offset + last.offset_count - 1,
             position: placement.position,
