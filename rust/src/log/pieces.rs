@@ -4,10 +4,9 @@
 //! chunks its body arrived in.
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN};
-use super::segment::{SegmentError, StoredBatch};
+use super::segment::{Body, SegmentError, StoredBatch};
 
 /// Walks the batches of `pieces` in order, each as a stored batch (the slices of the pieces it
 /// lies in) with its header. Stops at an incomplete batch at the end (a ranged read may end
@@ -39,9 +38,9 @@ impl<'a> PieceWalker<'a> {
 
     /// The slices of the next `size` bytes and where they end (piece, position, bytes before
     /// that piece); None if the pieces end first.
-    fn slices_of(&self, size: usize) -> Option<(SmallVec<[Bytes; 1]>, usize, usize, usize)> {
+    fn slices_of(&self, size: usize) -> Option<(Body, usize, usize, usize)> {
         let (mut piece, mut at, mut passed) = (self.piece, self.at, self.passed);
-        let mut slices = SmallVec::new();
+        let mut slices = Body::new();
         let mut left = size;
         while left > 0 {
             let bytes = self.pieces.get(piece)?;
