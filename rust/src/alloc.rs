@@ -16,6 +16,7 @@
 //! Legitimate allocations never come near this size (frames are capped at 2 GiB).
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::mem::MaybeUninit;
 
 use tikv_jemallocator::Jemalloc;
 
@@ -83,8 +84,35 @@ unsafe impl GlobalAlloc for GuardedAllocator {
     }
 }
 
+/// Maps in the pages under `spare` (memory about to be written) in one call, instead of one
+/// page fault per page as the bytes land. A fault costs about as much again as zeroing its
+/// page; measured on this kernel, mapping a GiB in this way takes half the CPU of faulting
+/// it in. It matters where buffers are fresh memory: the memory store keeps every request
+/// it stores, and the allocator gives back pages idle for a few seconds. Pages mapped
+/// already cost a look at their page table entry. Best effort: a kernel without
+/// `MADV_POPULATE_WRITE` (before 5.14) leaves the pages to fault in as before.
+pub(crate) fn prefault(spare: &mut [MaybeUninit<u8>]) {
+    #[cfg(target_os = "linux")]
+    if !spare.is_empty() {
+        // SAFETY: sysconf only reads a value.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let start = spare.as_mut_ptr() as usize;
+        // The first and last pages may hold other bytes too; populating a mapped page leaves
+        // its contents as they are (an unmapped one reads as zeros either way).
+        let aligned = start & !(page - 1);
+        let len = start + spare.len() - aligned;
+        // SAFETY: every page of the range holds bytes of `spare`, so it is mapped, writable
+        // memory of this process; the call changes no contents.
+        unsafe {
+            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::mem::MaybeUninit;
+
     use kafka_protocol::messages::MetadataRequest;
     use kafka_protocol::protocol::Decodable;
 
@@ -93,6 +121,33 @@ mod tests {
         // Metadata v1: topics array count 0x7fffffff, then nothing.
         let mut body = bytes::Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff]);
         assert!(MetadataRequest::decode(&mut body, 1).is_err());
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn prefaulting_maps_every_page_of_the_range_and_changes_nothing() {
+        const PAGES: usize = 16;
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = PAGES * page;
+        let resident = |addr: *mut libc::c_void| {
+            let mut pages = [0u8; PAGES];
+            assert_eq!(unsafe { libc::mincore(addr, len, pages.as_mut_ptr()) }, 0);
+            pages.iter().filter(|p| *p & 1 == 1).count()
+        };
+        // SAFETY: a fresh private anonymous mapping, unmapped at the end.
+        unsafe {
+            let addr = super::map_lazily(len).cast::<libc::c_void>();
+            assert!(!addr.is_null());
+            let bytes = std::slice::from_raw_parts_mut(addr.cast::<u8>(), len);
+            bytes[100] = 7;
+            assert_eq!(resident(addr), 1);
+            let spare = std::slice::from_raw_parts_mut(addr.cast::<MaybeUninit<u8>>(), len);
+            super::prefault(&mut spare[101..len - 5]);
+            assert_eq!(resident(addr), PAGES);
+            assert_eq!(bytes[100], 7);
+            assert!(bytes[101..].iter().all(|b| *b == 0));
+            libc::munmap(addr, len);
+        }
     }
 
     #[test]

@@ -5,13 +5,17 @@
 //! room for the bytes it asks for (evicting what it must), and waits while reads in flight hold
 //! all of it. Otherwise many consumers missing at once, and their readahead, would each hold a
 //! segment outside any bound until it arrived.
+//!
+//! A segment is read from the object store once at a time: a reader that misses while another
+//! read of the same key is in flight (a consumer reaching the segment its readahead is
+//! loading, two consumers of one partition) waits for that read instead of making its own.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use lru::LruCache;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{watch, Semaphore, SemaphorePermit};
 
 use super::batch::BatchHeader;
 use super::pieces::PieceWalker;
@@ -52,14 +56,12 @@ impl CachedBatches {
 struct Inner {
     entries: LruCache<String, CachedBatches>,
     bytes: usize,
-    /// Room held by reads in flight (`Reservation`): entries get at most the rest.
-    reserved: usize,
 }
 
 impl Inner {
-    /// Evicts least recently used entries until entries and reservations fit `capacity`.
-    fn evict_beyond(&mut self, capacity: usize) {
-        while self.bytes + self.reserved > capacity {
+    /// Evicts least recently used entries until they fit `room`.
+    fn evict_beyond(&mut self, room: usize) {
+        while self.bytes > room {
             match self.entries.pop_lru() {
                 Some((_, evicted)) => self.bytes -= evicted.len(),
                 None => break,
@@ -68,13 +70,16 @@ impl Inner {
     }
 }
 
+/// Reads in flight by key; a waiter learns that one ended when its sender is dropped.
+type InFlight = Arc<Mutex<HashMap<String, watch::Receiver<()>>>>;
+
 pub struct SegmentCache {
     capacity: usize,
     inner: Mutex<Inner>,
-    /// One permit per byte of capacity; a read in flight holds as many as it asks for.
+    /// One permit per byte of capacity; a read in flight holds as many as it asks for
+    /// (`Reservation`), and entries get at most the permits left.
     room: Semaphore,
-    /// Keys being loaded by readahead, so two fetches don't load the same segment twice.
-    loading: Mutex<HashSet<String>>,
+    loading: InFlight,
 }
 
 impl SegmentCache {
@@ -84,15 +89,20 @@ impl SegmentCache {
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
                 bytes: 0,
-                reserved: 0,
             }),
             room: Semaphore::new(capacity.min(Semaphore::MAX_PERMITS)),
-            loading: Mutex::new(HashSet::new()),
+            loading: InFlight::default(),
         }
     }
 
+    /// What entries may hold now: the capacity less the room reads in flight hold.
+    fn room_for_entries(&self) -> usize {
+        let reserved = self.capacity.min(Semaphore::MAX_PERMITS) - self.room.available_permits();
+        self.capacity - reserved
+    }
+
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
     /// Bytes held now.
@@ -118,7 +128,7 @@ impl SegmentCache {
             inner.bytes -= old.len();
         }
         inner.bytes += size;
-        inner.evict_beyond(self.capacity);
+        inner.evict_beyond(self.room_for_entries());
     }
 
     /// Room for `bytes` about to be read from the object store, waiting while reads in flight
@@ -131,12 +141,9 @@ impl SegmentCache {
             .acquire_many(bytes as u32)
             .await
             .expect("the cache never closes its semaphore");
-        let mut inner = self.inner();
-        inner.reserved += bytes;
-        inner.evict_beyond(self.capacity);
+        self.inner().evict_beyond(self.room_for_entries());
         Reservation {
             cache: self,
-            bytes,
             _permit: permit,
         }
     }
@@ -168,33 +175,45 @@ impl SegmentCache {
         Some(entry)
     }
 
-    /// Claims a key for loading; false if it is cached or already being loaded.
-    pub fn begin_loading(&self, key: &str) -> bool {
-        !self.contains(key)
-            && self
-                .loading
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.to_string())
+    /// Claims `key` for a read from the object store, until the returned `Loading` is
+    /// dropped. None if it is cached, or another read of it is in flight (see `loaded`).
+    pub fn begin_loading(&self, key: &str) -> Option<Loading> {
+        if self.contains(key) {
+            return None;
+        }
+        let mut loading = lock(&self.loading);
+        if loading.contains_key(key) {
+            return None;
+        }
+        let (done, waiting) = watch::channel(());
+        loading.insert(key.to_string(), waiting);
+        Some(Loading {
+            loading: self.loading.clone(),
+            key: key.to_string(),
+            _done: done,
+        })
     }
 
-    pub fn end_loading(&self, key: &str) {
-        self.loading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-    }
-
-    pub fn used_bytes(&self) -> usize {
-        self.inner().bytes
+    /// Waits for the read of `key` in flight to end, if there is one: true if it waited.
+    /// (It may have failed, or read less than the waiter needs: the waiter looks again.)
+    pub async fn loaded(&self, key: &str) -> bool {
+        let Some(mut waiting) = lock(&self.loading).get(key).cloned() else {
+            return false;
+        };
+        // Nothing is ever sent: this returns once the reader drops its sender.
+        let _ = waiting.changed().await;
+        true
     }
 }
 
-/// Room in the cache held for a read in flight, given back when dropped (the read failed or
-/// was cancelled) or when its bytes take its place (`fill`).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Room in the cache held for a read in flight (its semaphore permits), given back when
+/// dropped (the read failed or was cancelled) or when its bytes take its place (`fill`).
 pub struct Reservation<'a> {
     cache: &'a SegmentCache,
-    bytes: usize,
     _permit: SemaphorePermit<'a>,
 }
 
@@ -207,9 +226,17 @@ impl Reservation<'_> {
     }
 }
 
-impl Drop for Reservation<'_> {
+/// A key claimed for reading (`SegmentCache::begin_loading`); dropping it, whether the read
+/// succeeded, failed or was cancelled, ends the claim and wakes the readers waiting on it.
+pub struct Loading {
+    loading: InFlight,
+    key: String,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for Loading {
     fn drop(&mut self) {
-        self.cache.inner().reserved -= self.bytes;
+        lock(&self.loading).remove(&self.key);
     }
 }
 
@@ -231,7 +258,7 @@ mod tests {
         assert!(cache.get("a").is_some()); // a is now more recent than b
         cache.insert("c".into(), entry(40));
         assert!(cache.contains("a") && cache.contains("c") && !cache.contains("b"));
-        assert_eq!(cache.used_bytes(), 80);
+        assert_eq!(cache.bytes(), 80);
         cache.insert("huge".into(), entry(101));
         assert!(!cache.contains("huge"));
     }
@@ -241,10 +268,10 @@ mod tests {
         let cache = SegmentCache::new(100);
         let pieces = [Bytes::from(vec![0u8; 30]), Bytes::from(vec![0u8; 20])];
         cache.insert("pieces".into(), CachedBatches::pieces(32, &pieces[..]));
-        assert_eq!(cache.used_bytes(), 50);
+        assert_eq!(cache.bytes(), 50);
         cache.remove("pieces");
         cache.remove("never there");
-        assert_eq!(cache.used_bytes(), 0);
+        assert_eq!(cache.bytes(), 0);
         assert!(!cache.contains("pieces"));
     }
 
@@ -254,7 +281,7 @@ mod tests {
         cache.insert("pending".into(), entry(40));
         cache.rename("pending", "segment".into());
         assert!(!cache.contains("pending") && cache.contains("segment"));
-        assert_eq!(cache.used_bytes(), 40);
+        assert_eq!(cache.bytes(), 40);
         // gone meanwhile (evicted): nothing to move
         cache.rename("pending", "other".into());
         assert!(!cache.contains("other"));
@@ -273,14 +300,14 @@ mod tests {
         // An insert leaves the reserved room free too.
         cache.insert("c".into(), entry(40));
         assert!(!cache.contains("b") && cache.contains("c"));
-        assert_eq!(cache.used_bytes(), 40);
+        assert_eq!(cache.bytes(), 40);
         // Reads may not reserve more than the cache holds in all: the next one waits.
         let second = cache.reserve(60).await;
         assert!(!cache.contains("c"));
         assert!(cache.reserve(20).now_or_never().is_none());
         first.fill("loaded".into(), entry(30));
         assert!(cache.contains("loaded"));
-        assert_eq!(cache.used_bytes(), 30);
+        assert_eq!(cache.bytes(), 30);
         drop(second); // a read that failed gives its room back
         let third = cache.reserve(70).await;
         assert!(cache.contains("loaded"));
@@ -291,5 +318,37 @@ mod tests {
         huge.fill("huge".into(), entry(500));
         assert!(!cache.contains("huge"));
         assert!(cache.reserve(100).now_or_never().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_key_is_read_once_at_a_time_and_waiters_wake_when_the_read_ends() {
+        let cache = Arc::new(SegmentCache::new(100));
+        assert!(!cache.loaded("a").await, "nothing in flight: no wait");
+        let reading = cache.begin_loading("a").expect("claimed");
+        assert!(cache.begin_loading("a").is_none(), "claimed already");
+        let waiter = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.loaded("a").await.then(|| cache.contains("a")) }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "waits for the read in flight");
+        cache.insert("a".into(), entry(10));
+        drop(reading);
+        assert_eq!(waiter.await.unwrap(), Some(true), "woken, finds it cached");
+        assert!(
+            cache.begin_loading("a").is_none(),
+            "cached: nothing to read"
+        );
+
+        // A read that fails (or is cancelled) wakes its waiters too, and frees the key.
+        let failing = cache.begin_loading("b").expect("claimed");
+        let waiter = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.loaded("b").await }
+        });
+        tokio::task::yield_now().await;
+        drop(failing);
+        assert!(waiter.await.unwrap());
+        assert!(cache.begin_loading("b").is_some());
     }
 }

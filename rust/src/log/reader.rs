@@ -2,6 +2,7 @@
 //! (ranged GETs from the sparse index position, readahead of the following ones), then
 //! write-ahead runs (ranged GETs, several at once) – and timestamp search for ListOffsets.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -293,15 +294,30 @@ pub(crate) async fn load_run(
         RunLoadError::Failed(ResponseError::KafkaStorageError)
     })?;
     let range = run.run.position..run.run.position + run.run.length;
-    let room = ctx.cache.reserve(run.run.length as usize).await;
-    let pieces = match ctx.store.get_range_pieces(&path, range).await {
-        Ok(pieces) => pieces,
-        Err(StoreError::NotFound(_)) => return Err(RunLoadError::Collected),
-        Err(e) => return Err(RunLoadError::Failed(read_failed(&path, e))),
-    };
-    let loaded = CachedBatches::pieces(run.run.position, pieces);
+    match read_into_cache(ctx, &path, range, key).await {
+        Ok(loaded) => Ok((run, loaded)),
+        Err(StoreError::NotFound(_)) => Err(RunLoadError::Collected),
+        Err(e) => Err(RunLoadError::Failed(read_failed(&path, e))),
+    }
+}
+
+/// Reads `range` of an object into the cache under `key`, holding room for it in the cache
+/// while the read is in flight (`SegmentCache::reserve`).
+async fn read_into_cache(
+    ctx: &LogContext,
+    path: &Path,
+    range: Range<u64>,
+    key: String,
+) -> Result<CachedBatches, StoreError> {
+    let room = ctx
+        .cache
+        .reserve(range.end.saturating_sub(range.start) as usize)
+        .await;
+    let start = range.start;
+    let pieces = ctx.store.get_range_pieces(path, range).await?;
+    let loaded = CachedBatches::pieces(start, pieces);
     room.fill(key, loaded.clone());
-    Ok((run, loaded))
+    Ok(loaded)
 }
 
 pub(super) fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseError {
@@ -320,16 +336,27 @@ pub(super) async fn load_from(
     offset: i64,
 ) -> Result<CachedBatches, ResponseError> {
     let key = partition.object_key(segment.base_offset);
-    if let Some(cached) = ctx.cache.get(&key) {
+    let cached_from = || {
+        let cached = ctx.cache.get(&key)?;
         let covers = cached
             .first_header()
             .is_some_and(|h| h.base_offset <= offset);
-        if cached.start == SEGMENT_HEADER_LEN as u64 || covers {
+        (cached.start == SEGMENT_HEADER_LEN as u64 || covers).then_some(cached)
+    };
+    if let Some(cached) = cached_from() {
+        ctx.metrics.cache_hits.inc();
+        return Ok(cached);
+    }
+    // A read of this segment in flight (readahead, another consumer) brings what it needs.
+    if ctx.cache.loaded(&key).await {
+        if let Some(cached) = cached_from() {
             ctx.metrics.cache_hits.inc();
             return Ok(cached);
         }
     }
     ctx.metrics.cache_misses.inc();
+    // Others missing now wait for this read (unless one began meanwhile: read anyway).
+    let _loading = ctx.cache.begin_loading(&key);
     let start = if offset > segment.base_offset {
         index_position(ctx, partition, segment, offset).await?
     } else {
@@ -372,15 +399,9 @@ async fn fetch_batches(
 ) -> Result<CachedBatches, ResponseError> {
     let path = partition.segment_path(ctx, segment.base_offset, SegmentObject::Data);
     let end = segment.size - SEGMENT_FOOTER_LEN as u64;
-    let room = ctx.cache.reserve(end.saturating_sub(start) as usize).await;
-    let pieces = ctx
-        .store
-        .get_range_pieces(&path, start..end)
+    read_into_cache(ctx, &path, start..end, key)
         .await
-        .map_err(|e| read_failed(&path, e))?;
-    let loaded = CachedBatches::pieces(start, pieces);
-    room.fill(key, loaded.clone());
-    Ok(loaded)
+        .map_err(|e| read_failed(&path, e))
 }
 
 /// A read that failed: logged with the object, answered with a retriable storage error.
@@ -393,15 +414,15 @@ fn read_failed(path: &object_store::path::Path, error: StoreError) -> ResponseEr
 fn readahead(ctx: &Arc<LogContext>, partition: &Arc<Partition>, following: &[SegmentMeta]) {
     for segment in following.iter().take(ctx.settings.readahead_segments) {
         let key = partition.object_key(segment.base_offset);
-        if !ctx.cache.begin_loading(&key) {
+        let Some(loading) = ctx.cache.begin_loading(&key) else {
             continue;
-        }
+        };
         let (ctx, partition, segment) = (ctx.clone(), partition.clone(), segment.clone());
         tokio::spawn(async move {
             let start = SEGMENT_HEADER_LEN as u64;
             // A failed read is retried by the fetch that needs it.
-            let _ = fetch_batches(&ctx, &partition, &segment, start, key.clone()).await;
-            ctx.cache.end_loading(&key);
+            let _ = fetch_batches(&ctx, &partition, &segment, start, key).await;
+            drop(loading); // wakes the fetches waiting for this segment
         });
     }
 }

@@ -66,7 +66,7 @@ impl StoredBatch {
             (None, _) => Bytes::new(),
             _ => self
                 .pieces()
-                .fold(BytesMut::new(), |mut all, piece| {
+                .fold(BytesMut::with_capacity(self.size()), |mut all, piece| {
                     all.extend_from_slice(piece);
                     all
                 })

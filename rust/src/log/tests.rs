@@ -35,13 +35,15 @@ pub(super) async fn fixture(segment_bytes: usize) -> Fixture {
 }
 
 async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) -> Fixture {
-    fixture_with(segment_bytes, flush_interval, 8 << 20).await
+    fixture_with(segment_bytes, flush_interval, 8 << 20, 0).await
 }
 
+/// `cache_bytes` 0: every read goes to the store.
 async fn fixture_with(
     segment_bytes: usize,
     flush_interval: Duration,
     wal_object_max_bytes: usize,
+    cache_bytes: usize,
 ) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let kv = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
@@ -70,7 +72,7 @@ async fn fixture_with(
         store: Arc::new(SegmentStore::over(objects.clone(), "ns")),
         catalog,
         metrics: Default::default(),
-        cache: SegmentCache::new(0), // every read goes to the store
+        cache: SegmentCache::new(cache_bytes),
         wal: Arc::default(),
         meta_writes: Default::default(),
     });
@@ -247,6 +249,37 @@ async fn a_fetch_fills_its_bytes_across_many_objects_and_segments() {
         Ok(80),
         "new writes go after the committed end"
     );
+}
+
+#[tokio::test]
+async fn a_fetch_reaching_a_segment_being_read_ahead_waits_for_that_read() {
+    let f = fixture_with(4096, Duration::from_millis(10), 8 << 20, 1 << 20).await;
+    let p = open(&f).await;
+    for _ in 0..3 {
+        for _ in 0..6 {
+            let ack = produce(&f, &p, 2);
+            assert!(f.writer.flush().await);
+            ack.await.unwrap().unwrap();
+        }
+        let old_enough = super::partition::now_ms() + 7_200_000;
+        let (due, revision) = compact_and_commit(&f, &p, old_enough).await;
+        p.compacted(&f.ctx, due, revision);
+    }
+    // As after a restart: none of the segments cached.
+    let segments = p.read_view(0).unwrap().segments;
+    assert!(segments.len() >= 3, "{} segments", segments.len());
+    for segment in &segments {
+        f.ctx.cache.remove(&p.object_key(segment.base_offset));
+    }
+    // The fetch reads the first segment and starts reading the next ahead, then needs that
+    // one itself (and so on): each segment is read once, by whichever asked first.
+    let read = reader::read(&f.ctx, &p, 0, 1 << 20, true).await.unwrap();
+    assert_eq!(
+        base_offsets(&read.records),
+        (0..18).map(|i| i * 2).collect::<Vec<_>>()
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await; // the last readahead, if any
+    assert_eq!(f.objects.reads_of(".kfs"), segments.len());
 }
 
 #[tokio::test]
@@ -586,7 +619,7 @@ async fn objects_ready_together_share_a_commit_and_commits_per_interval_are_boun
 async fn an_object_the_size_cap_brings_holds_the_cap_and_the_rest_waits_for_the_interval() {
     // the bytes one append of one record buffers, measured on a fixture of its own
     let one = append_buffered(&*open(&fixture(1 << 20).await).await, 1).1;
-    let f = fixture_with(1 << 20, Duration::from_secs(3600), one * 5 / 2).await;
+    let f = fixture_with(1 << 20, Duration::from_secs(3600), one * 5 / 2, 0).await;
     let p = open(&f).await;
     let acks: Vec<_> = (0..4).map(|_| produce(&f, &p, 1)).collect();
     let mut acks = acks.into_iter();

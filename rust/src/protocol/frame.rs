@@ -11,6 +11,8 @@
 //! allocated before it arrives, so a typical produce request is received into its final
 //! buffer without a copy: an allocation is address space until written to (pages the
 //! allocator recycles were resident already), so what is resident still follows what arrived.
+//! Before each read, the pages it may fill (at most the read's limit) are mapped in one call
+//! (`alloc::prefault`) rather than faulted in one at a time as the kernel copies bytes in.
 
 use bytes::{Buf, Bytes, BytesMut};
 use std::future::poll_fn;
@@ -108,6 +110,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             own.extend_from_slice(&self.buffer);
             self.buffer = own;
         }
+        crate::alloc::prefault(&mut self.buffer.spare_capacity_mut()[..limit]);
         limit
     }
 

@@ -1,6 +1,6 @@
 //! A memory object store with controllable faults, for unit tests of what the log does when
 //! storage is slow or failing: uploads under a prefix can be held until released, and the
-//! next uploads can be made to fail the way a transient S3 error does. Listings are counted.
+//! next uploads can be made to fail the way a transient S3 error does. Reads are recorded.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +23,8 @@ pub struct FaultyStore {
     gate: Mutex<Option<(String, Arc<Semaphore>)>>,
     failing_puts: AtomicUsize,
     held_puts: AtomicUsize,
+    /// The path of every read, in order.
+    reads: Mutex<Vec<String>>,
 }
 
 impl FaultyStore {
@@ -41,6 +43,12 @@ impl FaultyStore {
     /// How many uploads are waiting at the gate right now.
     pub fn held_puts(&self) -> usize {
         self.held_puts.load(Ordering::SeqCst)
+    }
+
+    /// How many reads asked for an object whose path ends with `suffix`.
+    pub fn reads_of(&self, suffix: &str) -> usize {
+        let reads = self.reads.lock().unwrap();
+        reads.iter().filter(|path| path.ends_with(suffix)).count()
     }
 
     fn gate_for(&self, location: &Path) -> Option<Arc<Semaphore>> {
@@ -93,6 +101,7 @@ impl ObjectStore for FaultyStore {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.reads.lock().unwrap().push(location.to_string());
         self.inner.get_opts(location, options).await
     }
 
