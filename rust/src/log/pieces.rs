@@ -66,14 +66,27 @@ impl<'a> PieceWalker<'a> {
         if rest.len() >= BATCH_HEADER_LEN {
             return Some(BatchHeader::parse(rest));
         }
-        let mut head = [0u8; BATCH_HEADER_LEN];
-        let mut filled = 0;
-        for piece in self.slices_of(BATCH_HEADER_LEN)?.0 {
-            head[filled..filled + piece.len()].copy_from_slice(&piece);
-            filled += piece.len();
-        }
+        let following = self.pieces[self.piece + 1..].iter().map(|p| &p[..]);
+        let head: [u8; BATCH_HEADER_LEN] = first_bytes(std::iter::once(rest).chain(following))?;
         Some(BatchHeader::parse(&head))
     }
+}
+
+/// The first `N` bytes of `pieces` copied together; None if they hold fewer.
+pub(super) fn first_bytes<'a, const N: usize>(
+    pieces: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<[u8; N]> {
+    let mut head = [0u8; N];
+    let mut filled = 0;
+    for piece in pieces {
+        let take = piece.len().min(N - filled);
+        head[filled..filled + take].copy_from_slice(&piece[..take]);
+        filled += take;
+        if filled == N {
+            return Some(head);
+        }
+    }
+    None
 }
 
 impl Iterator for PieceWalker<'_> {
