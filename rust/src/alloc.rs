@@ -23,6 +23,12 @@
 //! later. Measured on a 1 GiB S3 produce (8 arenas), 32–47 MiB sat idle that way at the
 //! peak; with every large buffer in one arena, 5 MiB. Small allocations keep their per-thread
 //! arenas (and thread caches), where the allocator's speed comes from.
+//!
+//! Freed pages of the shared arena go back to the system after about a second, by jemalloc's
+//! background threads, rather than the ten seconds jemalloc keeps them by default, counted in
+//! allocations. When the load changes (a produce ends and compaction starts reading runs back),
+//! buffers of new sizes cannot reuse the freed ones: measured over 3 GiB S3 produces, up to
+//! 60 MiB of them waited at the peak, against 8.5 MiB this way.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::{c_int, c_uint, c_void};
@@ -38,6 +44,10 @@ const HUGE: usize = 1 << 30;
 /// frames, objects, segments). The same threshold puts a frame in a buffer of its own
 /// (`protocol::frame::OWN_BUFFER_FROM`).
 const SHARED_ARENA_FROM: usize = 64 * 1024;
+
+/// How long the shared arena's freed pages wait for reuse before they go back to the system
+/// (jemalloc decays them over this time).
+const SHARED_ARENA_DECAY_MS: isize = 1000;
 
 /// The arena every large buffer comes from, created on first use; `None` if jemalloc refused
 /// one, and then they come from the calling thread's arena like the rest.
@@ -56,8 +66,52 @@ fn shared_arena() -> Option<c_uint> {
                 0,
             )
         };
-        (failed == 0).then_some(index)
+        if failed != 0 {
+            return None;
+        }
+        // Best effort: without either, freed pages are kept as jemalloc does by default.
+        set_arena_decay(index, SHARED_ARENA_DECAY_MS);
+        let mut on = true;
+        // SAFETY: "background_thread" reads one bool.
+        unsafe {
+            jemalloc::mallctl(
+                c"background_thread".as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                (&raw mut on).cast(),
+                size_of::<bool>(),
+            );
+        }
+        Some(index)
     })
+}
+
+/// Sets "arena.<index>.dirty_decay_ms", through its numeric name: building the text name
+/// would allocate, inside the allocator.
+fn set_arena_decay(index: c_uint, mut decay_ms: isize) {
+    let mut mib = [0usize; 3];
+    let mut mib_len = mib.len();
+    // SAFETY: the name has three components and `mib` room for three; the value written is
+    // one ssize_t, as "arena.<i>.dirty_decay_ms" takes.
+    unsafe {
+        if jemalloc::mallctlnametomib(
+            c"arena.0.dirty_decay_ms".as_ptr(),
+            mib.as_mut_ptr(),
+            &mut mib_len,
+        ) != 0
+        {
+            return;
+        }
+        mib[1] = index as usize;
+        jemalloc::mallctlbymib(
+            mib.as_ptr(),
+            mib_len,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&raw mut decay_ms).cast(),
+            size_of::<isize>(),
+        );
+    }
 }
 
 /// The `mallocx` flags that put an allocation of `size` bytes aligned to `align` in the
@@ -180,7 +234,7 @@ mod tests {
     use std::ffi::{c_uint, c_void};
     use std::mem::MaybeUninit;
 
-    use super::{jemalloc, shared_arena, SHARED_ARENA_FROM};
+    use super::{jemalloc, shared_arena, SHARED_ARENA_DECAY_MS, SHARED_ARENA_FROM};
 
     use kafka_protocol::messages::MetadataRequest;
     use kafka_protocol::protocol::Decodable;
@@ -261,6 +315,34 @@ mod tests {
             assert_eq!(arena_of(ptr), shared);
             std::alloc::dealloc(ptr, aligned);
         }
+    }
+
+    /// A mallctl value of type `T`, read by name.
+    fn read<T: Default>(name: &std::ffi::CStr) -> T {
+        let mut value = T::default();
+        let mut len = size_of::<T>();
+        // SAFETY: the caller names a value of type `T`.
+        let failed = unsafe {
+            jemalloc::mallctl(
+                name.as_ptr(),
+                (&raw mut value).cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(failed, 0, "{name:?}");
+        value
+    }
+
+    #[test]
+    fn the_shared_arena_returns_freed_pages_after_a_second_in_the_background() {
+        let shared = shared_arena().expect("jemalloc creates an arena");
+        let name = std::ffi::CString::new(format!("arena.{shared}.dirty_decay_ms")).unwrap();
+        assert_eq!(read::<isize>(&name), SHARED_ARENA_DECAY_MS);
+        assert!(read::<bool>(c"background_thread"));
+        // Other arenas keep jemalloc's default.
+        assert_eq!(read::<isize>(c"arena.0.dirty_decay_ms"), 10_000);
     }
 
     #[test]
