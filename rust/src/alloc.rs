@@ -24,11 +24,11 @@
 //! peak; with every large buffer in one arena, 5 MiB. Small allocations keep their per-thread
 //! arenas (and thread caches), where the allocator's speed comes from.
 //!
-//! Freed pages of the shared arena go back to the system after about a second, by jemalloc's
-//! background threads, rather than the ten seconds jemalloc keeps them by default, counted in
-//! allocations. When the load changes (a produce ends and compaction starts reading runs back),
-//! buffers of new sizes cannot reuse the freed ones: measured over 3 GiB S3 produces, up to
-//! 60 MiB of them waited at the peak, against 8.5 MiB this way.
+//! Freed pages of the shared arena go back to the system after about a second, purged on time
+//! by jemalloc's background threads. By default jemalloc keeps them ten seconds and purges
+//! only as the arena allocates. When the load changes (a produce ends and compaction starts
+//! reading runs back), buffers of new sizes cannot reuse the freed ones: measured over 3 GiB
+//! S3 produces, 60–111 MiB of them waited at the peak, against 8.5 MiB this way.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::{c_int, c_uint, c_void};
@@ -150,8 +150,9 @@ unsafe fn map_lazily(size: usize) -> *mut u8 {
 
 // SAFETY: small layouts go to jemalloc unchanged; large ones to jemalloc with the layout's
 // alignment, in the shared arena (and are freed like any other: jemalloc finds an
-// allocation's arena itself); huge ones are page-aligned anonymous mappings (alignment above a page is not requested for such sizes by this program,
-// and is refused with null if it ever is) released with munmap of the same size.
+// allocation's arena itself); huge ones are page-aligned anonymous mappings (alignment above
+// a page is not requested for such sizes by this program, and is refused with null if it
+// ever is) released with munmap of the same size.
 unsafe impl GlobalAlloc for GuardedAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if let Some(flags) = shared_arena_flags(layout.size(), layout.align()) {
