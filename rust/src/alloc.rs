@@ -31,10 +31,11 @@
 //! S3 produces, 60–111 MiB of them waited at the peak, against 8.5 MiB this way.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint};
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
+use tikv_jemalloc_ctl as ctl;
 use tikv_jemalloc_sys as jemalloc;
 use tikv_jemallocator::Jemalloc;
 
@@ -54,64 +55,23 @@ const SHARED_ARENA_DECAY_MS: isize = 1000;
 fn shared_arena() -> Option<c_uint> {
     static ARENA: OnceLock<Option<c_uint>> = OnceLock::new();
     *ARENA.get_or_init(|| {
-        let mut index: c_uint = 0;
-        let mut len = size_of::<c_uint>();
-        // SAFETY: "arenas.create" writes one unsigned int (the new arena's index) to `index`.
-        let failed = unsafe {
-            jemalloc::mallctl(
-                c"arenas.create".as_ptr(),
-                (&raw mut index).cast::<c_void>(),
-                &mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if failed != 0 {
-            return None;
-        }
+        // SAFETY: reading "arenas.create" creates an arena and yields its index, an unsigned int.
+        let index = unsafe { ctl::raw::read::<c_uint>(b"arenas.create\0") }.ok()?;
         // Best effort: without either, freed pages are kept as jemalloc does by default.
-        set_arena_decay(index, SHARED_ARENA_DECAY_MS);
-        let mut on = true;
-        // SAFETY: "background_thread" reads one bool.
-        unsafe {
-            jemalloc::mallctl(
-                c"background_thread".as_ptr(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                (&raw mut on).cast(),
-                size_of::<bool>(),
-            );
-        }
+        let _ = set_arena_decay(index, SHARED_ARENA_DECAY_MS);
+        let _ = ctl::background_thread::write(true);
         Some(index)
     })
 }
 
 /// Sets "arena.<index>.dirty_decay_ms", through its numeric name: building the text name
 /// would allocate, inside the allocator.
-fn set_arena_decay(index: c_uint, mut decay_ms: isize) {
+fn set_arena_decay(index: c_uint, decay_ms: isize) -> ctl::Result<()> {
     let mut mib = [0usize; 3];
-    let mut mib_len = mib.len();
-    // SAFETY: the name has three components and `mib` room for three; the value written is
-    // one ssize_t, as "arena.<i>.dirty_decay_ms" takes.
-    unsafe {
-        if jemalloc::mallctlnametomib(
-            c"arena.0.dirty_decay_ms".as_ptr(),
-            mib.as_mut_ptr(),
-            &mut mib_len,
-        ) != 0
-        {
-            return;
-        }
-        mib[1] = index as usize;
-        jemalloc::mallctlbymib(
-            mib.as_ptr(),
-            mib_len,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            (&raw mut decay_ms).cast(),
-            size_of::<isize>(),
-        );
-    }
+    ctl::raw::name_to_mib(b"arena.0.dirty_decay_ms\0", &mut mib)?;
+    mib[1] = index as usize;
+    // SAFETY: "arena.<i>.dirty_decay_ms" takes an ssize_t.
+    unsafe { ctl::raw::write_mib(&mib, decay_ms) }
 }
 
 /// The `mallocx` flags that put an allocation of `size` bytes aligned to `align` in the
@@ -274,7 +234,8 @@ mod tests {
         }
     }
 
-    /// The index of the arena `ptr` was allocated from.
+    /// The index of the arena `ptr` was allocated from. ("arenas.lookup" takes a pointer and
+    /// yields an unsigned int: two types, where `ctl::raw::update` has one for both.)
     fn arena_of(ptr: *const u8) -> c_uint {
         let mut index: c_uint = 0;
         let mut len = size_of::<c_uint>();
@@ -318,32 +279,20 @@ mod tests {
         }
     }
 
-    /// A mallctl value of type `T`, read by name.
-    fn read<T: Default>(name: &std::ffi::CStr) -> T {
-        let mut value = T::default();
-        let mut len = size_of::<T>();
+    /// A mallctl value of type `T`, read by its nul-terminated name.
+    fn read<T: Copy>(name: &[u8]) -> T {
         // SAFETY: the caller names a value of type `T`.
-        let failed = unsafe {
-            jemalloc::mallctl(
-                name.as_ptr(),
-                (&raw mut value).cast(),
-                &mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        assert_eq!(failed, 0, "{name:?}");
-        value
+        unsafe { super::ctl::raw::read(name) }.unwrap()
     }
 
     #[test]
     fn the_shared_arena_returns_freed_pages_after_a_second_in_the_background() {
         let shared = shared_arena().expect("jemalloc creates an arena");
-        let name = std::ffi::CString::new(format!("arena.{shared}.dirty_decay_ms")).unwrap();
-        assert_eq!(read::<isize>(&name), SHARED_ARENA_DECAY_MS);
-        assert!(read::<bool>(c"background_thread"));
+        let name = format!("arena.{shared}.dirty_decay_ms\0");
+        assert_eq!(read::<isize>(name.as_bytes()), SHARED_ARENA_DECAY_MS);
+        assert!(super::ctl::background_thread::read().unwrap());
         // Other arenas keep jemalloc's default.
-        assert_eq!(read::<isize>(c"arena.0.dirty_decay_ms"), 10_000);
+        assert_eq!(read::<isize>(b"arena.0.dirty_decay_ms\0"), 10_000);
     }
 
     #[test]
