@@ -6,9 +6,11 @@
 //! all of it. Otherwise many consumers missing at once, and their readahead, would each hold a
 //! segment outside any bound until it arrived.
 //!
-//! A segment is read from the object store once at a time: a reader that misses while another
-//! read of the same key is in flight (a consumer reaching the segment its readahead is
-//! loading, two consumers of one partition) waits for that read instead of making its own.
+//! An object (a segment, a write-ahead run) is read from the object store once at a time: a
+//! reader that misses while another read of the same key is in flight (a consumer reaching the
+//! segment its readahead is loading, two consumers of one partition, a consumer and compaction
+//! or the producer-state rebuild reading the same run) waits for that read instead of making
+//! its own.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

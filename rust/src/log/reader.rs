@@ -284,16 +284,16 @@ pub(crate) async fn load_run(
     run: IndexedRun,
 ) -> Result<(IndexedRun, CachedBatches), RunLoadError> {
     let key = run.cache_key();
-    if let Some(cached) = ctx.cache.get(&key) {
-        ctx.metrics.cache_hits.inc();
+    if let Some(cached) = cached_or_loaded(ctx, &key, |_| true).await {
         return Ok((run, cached));
     }
-    ctx.metrics.cache_misses.inc();
     let path = Path::parse(&*run.object).map_err(|e| {
         tracing::error!(object = %run.object, error = %e, "manifest names an unusable path");
         RunLoadError::Failed(ResponseError::KafkaStorageError)
     })?;
     let range = run.run.position..run.run.position + run.run.length;
+    // Others missing now wait for this read (unless one began meanwhile: read anyway).
+    let _loading = ctx.cache.begin_loading(&key);
     match read_into_cache(ctx, &path, range, key).await {
         Ok(loaded) => Ok((run, loaded)),
         Err(StoreError::NotFound(_)) => Err(RunLoadError::Collected),
@@ -328,6 +328,27 @@ pub(super) fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseE
     ResponseError::KafkaStorageError
 }
 
+/// What the cache holds under `key`, if `usable`, after waiting for a read of it in flight
+/// (readahead, another consumer, compaction, a producer-state rebuild): an object is read
+/// once at a time, not once per reader that missed it. Counts the hit or the miss.
+async fn cached_or_loaded(
+    ctx: &LogContext,
+    key: &str,
+    usable: impl Fn(&CachedBatches) -> bool,
+) -> Option<CachedBatches> {
+    let cached = || ctx.cache.get(key).filter(|cached| usable(cached));
+    let found = match cached() {
+        Some(hit) => Some(hit),
+        None if ctx.cache.loaded(key).await => cached(),
+        None => None,
+    };
+    match found {
+        Some(_) => ctx.metrics.cache_hits.inc(),
+        None => ctx.metrics.cache_misses.inc(),
+    };
+    found
+}
+
 /// Batch bytes of `segment` that start at or before the batch holding `offset`.
 pub(super) async fn load_from(
     ctx: &LogContext,
@@ -336,25 +357,15 @@ pub(super) async fn load_from(
     offset: i64,
 ) -> Result<CachedBatches, ResponseError> {
     let key = partition.object_key(segment.base_offset);
-    let cached_from = || {
-        let cached = ctx.cache.get(&key)?;
-        let covers = cached
-            .first_header()
-            .is_some_and(|h| h.base_offset <= offset);
-        (cached.start == SEGMENT_HEADER_LEN as u64 || covers).then_some(cached)
+    let covers = |cached: &CachedBatches| {
+        cached.start == SEGMENT_HEADER_LEN as u64
+            || cached
+                .first_header()
+                .is_some_and(|h| h.base_offset <= offset)
     };
-    if let Some(cached) = cached_from() {
-        ctx.metrics.cache_hits.inc();
+    if let Some(cached) = cached_or_loaded(ctx, &key, covers).await {
         return Ok(cached);
     }
-    // A read of this segment in flight (readahead, another consumer) brings what it needs.
-    if ctx.cache.loaded(&key).await {
-        if let Some(cached) = cached_from() {
-            ctx.metrics.cache_hits.inc();
-            return Ok(cached);
-        }
-    }
-    ctx.metrics.cache_misses.inc();
     // Others missing now wait for this read (unless one began meanwhile: read anyway).
     let _loading = ctx.cache.begin_loading(&key);
     let start = if offset > segment.base_offset {

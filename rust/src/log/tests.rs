@@ -283,6 +283,45 @@ async fn a_fetch_reaching_a_segment_being_read_ahead_waits_for_that_read() {
 }
 
 #[tokio::test]
+async fn a_fetch_missing_runs_another_read_is_loading_waits_for_that_read() {
+    let f = fixture_with(1 << 20, Duration::from_millis(10), 8 << 20, 1 << 20).await;
+    let p = open(&f).await;
+    for _ in 0..3 {
+        let ack = produce(&f, &p, 2);
+        assert!(f.writer.flush().await);
+        ack.await.unwrap().unwrap();
+    }
+    let runs = f.ctx.wal.runs_from((p.topic_id, p.id), 0);
+    assert_eq!(runs.len(), 3);
+    // As after a restart, while the producer-state rebuild (or compaction, or another
+    // consumer) is reading the runs back.
+    let keys: Vec<String> = runs.iter().map(|run| run.cache_key()).collect();
+    let batches: Vec<_> = keys.iter().map(|k| f.ctx.cache.get(k).unwrap()).collect();
+    keys.iter().for_each(|key| f.ctx.cache.remove(key));
+    let claims: Vec<_> = keys
+        .iter()
+        .map(|key| f.ctx.cache.begin_loading(key).unwrap())
+        .collect();
+    let reads_before = f.objects.reads_of("");
+    let reading = tokio::spawn({
+        let (ctx, p) = (f.ctx.clone(), p.clone());
+        async move { reader::read(&ctx, &p, 0, 1 << 20, true).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !reading.is_finished(),
+        "the fetch waits for the reads in flight"
+    );
+    for (key, batches) in keys.into_iter().zip(batches) {
+        f.ctx.cache.insert(key, batches);
+    }
+    drop(claims);
+    let read = reading.await.unwrap().unwrap();
+    assert_eq!(base_offsets(&read.records), vec![0, 2, 4]);
+    assert_eq!(f.objects.reads_of(""), reads_before, "no read of its own");
+}
+
+#[tokio::test]
 async fn a_read_whose_object_was_collected_meanwhile_reads_the_segment_once_it_is_known() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;
