@@ -282,6 +282,21 @@ async fn a_fetch_reaching_a_segment_being_read_ahead_waits_for_that_read() {
     assert_eq!(f.objects.reads_of(".kfs"), segments.len());
 }
 
+/// A read of `p` from offset 0 in a task of its own, checked to be still waiting 50 ms on.
+async fn read_left_waiting(
+    f: &Fixture,
+    p: &Arc<Partition>,
+    why: &str,
+) -> tokio::task::JoinHandle<Result<reader::ReadResult, ResponseError>> {
+    let reading = tokio::spawn({
+        let (ctx, p) = (f.ctx.clone(), p.clone());
+        async move { reader::read(&ctx, &p, 0, 1 << 20, true).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!reading.is_finished(), "{why}");
+    reading
+}
+
 #[tokio::test]
 async fn a_fetch_missing_runs_another_read_is_loading_waits_for_that_read() {
     let f = fixture_with(1 << 20, Duration::from_millis(10), 8 << 20, 1 << 20).await;
@@ -303,15 +318,7 @@ async fn a_fetch_missing_runs_another_read_is_loading_waits_for_that_read() {
         .map(|key| f.ctx.cache.begin_loading(key).unwrap())
         .collect();
     let reads_before = f.objects.reads_of("");
-    let reading = tokio::spawn({
-        let (ctx, p) = (f.ctx.clone(), p.clone());
-        async move { reader::read(&ctx, &p, 0, 1 << 20, true).await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(
-        !reading.is_finished(),
-        "the fetch waits for the reads in flight"
-    );
+    let reading = read_left_waiting(&f, &p, "the fetch waits for the reads in flight").await;
     for (key, batches) in keys.into_iter().zip(batches) {
         f.ctx.cache.insert(key, batches);
     }
@@ -337,15 +344,7 @@ async fn a_read_whose_object_was_collected_meanwhile_reads_the_segment_once_it_i
     for (path, _) in f.ctx.store.list_wal().await.unwrap() {
         f.ctx.store.delete(&path).await.unwrap();
     }
-    let reading = tokio::spawn({
-        let (ctx, p) = (f.ctx.clone(), p.clone());
-        async move { reader::read(&ctx, &p, 0, 1 << 20, true).await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(
-        !reading.is_finished(),
-        "the read waits for the view to catch up"
-    );
+    let reading = read_left_waiting(&f, &p, "the read waits for the view to catch up").await;
     p.compacted(&f.ctx, due, revision);
     let read = reading.await.unwrap().expect("read from the segment");
     assert_eq!(read.records.concat(), first.records.concat());
