@@ -11,7 +11,7 @@ use futures::StreamExt;
 use kafka_protocol::ResponseError;
 use object_store::path::Path;
 
-use super::cache::CachedBatches;
+use super::cache::{CachedBatches, Loading};
 use super::partition::Partition;
 use super::segment::{SegmentMeta, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use super::wal::index::IndexedRun;
@@ -284,16 +284,15 @@ pub(crate) async fn load_run(
     run: IndexedRun,
 ) -> Result<(IndexedRun, CachedBatches), RunLoadError> {
     let key = run.cache_key();
-    if let Some(cached) = cached_or_loaded(ctx, &key, |_| true).await {
-        return Ok((run, cached));
-    }
+    let _loading = match look_up(ctx, &key, |_| true).await {
+        Lookup::Cached(cached) => return Ok((run, cached)),
+        Lookup::Missed(loading) => loading,
+    };
     let path = Path::parse(&*run.object).map_err(|e| {
         tracing::error!(object = %run.object, error = %e, "manifest names an unusable path");
         RunLoadError::Failed(ResponseError::KafkaStorageError)
     })?;
     let range = run.run.position..run.run.position + run.run.length;
-    // Others missing now wait for this read (unless one began meanwhile: read anyway).
-    let _loading = ctx.cache.begin_loading(&key);
     match read_into_cache(ctx, &path, range, key).await {
         Ok(loaded) => Ok((run, loaded)),
         Err(StoreError::NotFound(_)) => Err(RunLoadError::Collected),
@@ -328,14 +327,20 @@ pub(super) fn corrupt(partition: &Partition, segment: &SegmentMeta) -> ResponseE
     ResponseError::KafkaStorageError
 }
 
+/// What a look-up of the cache found.
+enum Lookup {
+    Cached(CachedBatches),
+    /// Not there: the caller reads it from the object store, holding the claim on the key so
+    /// that others missing meanwhile wait for this read (None if a read began meanwhile: the
+    /// caller reads anyway).
+    Missed(Option<Loading>),
+}
+
 /// What the cache holds under `key`, if `usable`, after waiting for a read of it in flight
-/// (readahead, another consumer, compaction, a producer-state rebuild): an object is read
-/// once at a time, not once per reader that missed it. Counts the hit or the miss.
-async fn cached_or_loaded(
-    ctx: &LogContext,
-    key: &str,
-    usable: impl Fn(&CachedBatches) -> bool,
-) -> Option<CachedBatches> {
+/// (readahead, another consumer, compaction, a producer-state rebuild); else the claim to
+/// read it. An object is read once at a time, not once per reader that missed it. Counts the
+/// hit or the miss.
+async fn look_up(ctx: &LogContext, key: &str, usable: impl Fn(&CachedBatches) -> bool) -> Lookup {
     let cached = || ctx.cache.get(key).filter(|cached| usable(cached));
     let found = match cached() {
         Some(hit) => Some(hit),
@@ -343,10 +348,15 @@ async fn cached_or_loaded(
         None => None,
     };
     match found {
-        Some(_) => ctx.metrics.cache_hits.inc(),
-        None => ctx.metrics.cache_misses.inc(),
-    };
-    found
+        Some(hit) => {
+            ctx.metrics.cache_hits.inc();
+            Lookup::Cached(hit)
+        }
+        None => {
+            ctx.metrics.cache_misses.inc();
+            Lookup::Missed(ctx.cache.begin_loading(key))
+        }
+    }
 }
 
 /// Batch bytes of `segment` that start at or before the batch holding `offset`.
@@ -363,11 +373,10 @@ pub(super) async fn load_from(
                 .first_header()
                 .is_some_and(|h| h.base_offset <= offset)
     };
-    if let Some(cached) = cached_or_loaded(ctx, &key, covers).await {
-        return Ok(cached);
-    }
-    // Others missing now wait for this read (unless one began meanwhile: read anyway).
-    let _loading = ctx.cache.begin_loading(&key);
+    let _loading = match look_up(ctx, &key, covers).await {
+        Lookup::Cached(cached) => return Ok(cached),
+        Lookup::Missed(loading) => loading,
+    };
     let start = if offset > segment.base_offset {
         index_position(ctx, partition, segment, offset).await?
     } else {
