@@ -46,9 +46,28 @@ impl TestEtcd {
             .unwrap()
     }
 
-    /// Freezes the process (SIGSTOP): connections stay open but nothing answers.
+    /// Freezes the process (SIGSTOP): connections stay open but nothing answers. Returns once
+    /// every thread has stopped: kill(2) returns before they all have, and a request arriving
+    /// in between could still be answered.
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.stopped() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether /proc shows every thread of the process stopped.
+    fn stopped(&self) -> bool {
+        let Ok(threads) = std::fs::read_dir(format!("/proc/{}/task", self.child.id())) else {
+            return false;
+        };
+        threads.flatten().all(|thread| {
+            let stat = std::fs::read_to_string(thread.path().join("stat")).unwrap_or_default();
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
     }
 
     pub fn resume(&self) {
