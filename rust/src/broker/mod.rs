@@ -110,6 +110,16 @@ impl Broker {
                 metrics.clone(),
             )),
         };
+        Broker::open_over(config, store, kv, metrics).await
+    }
+
+    /// `open` once storage and the metadata store are open (tests give a store of their own).
+    pub(crate) async fn open_over(
+        config: BrokerConfig,
+        store: SegmentStore,
+        kv: Arc<dyn KvStore>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Broker>, String> {
         let catalog = Arc::new(Catalog::new(kv.clone(), &config.s3_namespace));
         // The first request that needs a login (etcd grants a lease without one).
         let cluster_id = catalog

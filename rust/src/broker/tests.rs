@@ -13,7 +13,10 @@ use super::Broker;
 use crate::config::{BrokerConfig, ListenerConfig};
 use crate::log::batch::tests::encoded_batch;
 use crate::log::batch::validate_batches;
-use crate::log::partition::{now_ms, Compacted, Partition};
+use crate::log::partition::{now_ms, AppendResult, Compacted, Partition};
+use crate::meta::embedded::EmbeddedStore;
+use crate::meta::faulty_kv::FaultyKv;
+use crate::store::SegmentStore;
 
 pub struct TestBroker {
     pub broker: Arc<Broker>,
@@ -26,6 +29,19 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
     let config = config(&dir, segment_bytes);
     let broker = Broker::open(config).await.unwrap();
     TestBroker { broker, _dir: dir }
+}
+
+/// A broker (id 1) over an embedded metadata store whose faults the test places.
+pub async fn faulty_broker(segment_bytes: usize) -> (TestBroker, Arc<FaultyKv>) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir, segment_bytes);
+    let store = SegmentStore::open(&config.storage().unwrap(), &config.s3_namespace).unwrap();
+    let embedded = EmbeddedStore::open(&config.metadata_path()).unwrap();
+    let kv = Arc::new(FaultyKv::new(Arc::new(embedded)));
+    let broker = Broker::open_over(config, store, kv.clone(), Arc::default())
+        .await
+        .unwrap();
+    (TestBroker { broker, _dir: dir }, kv)
 }
 
 /// A broker that checks ACLs (`--authorizer acl`), with User:admin its super user.
@@ -119,13 +135,39 @@ pub async fn produce_batch(
     partition: i32,
     batch: &bytes::Bytes,
 ) -> i64 {
+    produce_answer(broker, topic, partition, batch)
+        .await
+        .unwrap()
+}
+
+/// Produces `batch` to the partition the way Produce does; what the producer is answered.
+pub async fn produce_answer(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    batch: &bytes::Bytes,
+) -> AppendResult {
+    let ack = tokio::time::timeout(
+        Duration::from_secs(10),
+        produce_start(broker, topic, partition, batch),
+    );
+    ack.await.expect("no ack").unwrap()
+}
+
+/// Appends `batch` to the partition the way Produce does (buffered now); the producer's
+/// answer comes through the receiver.
+pub fn produce_start(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    batch: &bytes::Bytes,
+) -> tokio::sync::oneshot::Receiver<AppendResult> {
     let slot = broker.topic(topic).unwrap().partitions[partition as usize].clone();
     let log = slot.current();
     let batches = validate_batches(batch, log.max_message_bytes()).unwrap();
     let (ack, buffered) = log.append(batches, true).unwrap().buffered();
     broker.wal.note_append(&log, buffered);
-    let ack = tokio::time::timeout(Duration::from_secs(10), ack);
-    ack.await.expect("no ack").unwrap().unwrap()
+    ack
 }
 
 #[tokio::test]

@@ -118,6 +118,7 @@ impl Broker {
                         record,
                         revision: view.revision,
                         owner_revision: 0,
+                        session: 0,
                     };
                     let target = ClaimTarget {
                         topic: name.clone(),

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use crate::broker::Broker;
 use crate::cluster::state::ClusterState;
 use crate::log::partition::{now_ms, Compacted, Partition};
-use crate::meta::wal::WalManifest;
+use crate::meta::wal::{OwnedChange, Settled, WalManifest};
 
 /// Partitions compacted at once (each holds its runs' bytes while its segment uploads).
 const COMPACTIONS_IN_PARALLEL: usize = 8;
@@ -122,8 +122,17 @@ impl Broker {
                 .meta_writes
                 .start(self.log.settings.flush_interval)
                 .await;
-            match self.log.catalog.commit_owned_records(&changes).await {
-                Ok(Some(revision)) => {
+            let outcome = match self.log.catalog.commit_owned_records(&changes).await {
+                Ok(Some(revision)) => Settled::Landed(revision),
+                Ok(None) => Settled::Moved,
+                Err(error) => {
+                    tracing::warn!(%error, partitions = batch.len(),
+                        "the answer to a compaction commit was lost; settling whether it landed");
+                    self.settle_compaction_commit(&changes).await
+                }
+            };
+            match outcome {
+                Settled::Landed(revision) => {
                     for (partition, compacted) in batch {
                         if compacted.more_due() {
                             more.push(partition.clone());
@@ -131,18 +140,44 @@ impl Broker {
                         partition.compacted(&self.log, compacted, revision);
                     }
                 }
-                Ok(None) if batch.len() > 1 => {
+                Settled::Rewritten(revision) => {
+                    tracing::warn!(
+                        partitions = batch.len(),
+                        "a compaction commit did not land; compacting again next round"
+                    );
+                    for (partition, compacted) in &batch {
+                        partition.record_rewritten(&compacted.owned, revision);
+                    }
+                }
+                Settled::Moved if batch.len() > 1 => {
                     let second = batch.split_off(batch.len() / 2);
                     work.push(second);
                     work.push(batch);
                 }
-                Ok(None) => tracing::debug!(topic = %batch[0].0.topic, partition = batch[0].0.id,
-                    "compaction found the partition moved; leaving it to its owner"),
-                Err(error) => tracing::warn!(%error, partitions = batch.len(),
-                    "committing compacted segments failed; retrying next round"),
+                Settled::Moved => {
+                    tracing::debug!(topic = %batch[0].0.topic, partition = batch[0].0.id,
+                    "compaction found the partition moved; leaving it to its owner")
+                }
             }
         }
         more
+    }
+
+    /// Whether a compaction commit whose answer was lost landed, asked until the store
+    /// answers: nothing acts on the batch (the partitions' records, the objects compacted)
+    /// before its outcome is known, and the partitions' record locks are held meanwhile.
+    async fn settle_compaction_commit(&self, changes: &[OwnedChange<'_>]) -> Settled {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.log.catalog.settle_owned_records(changes).await {
+                Ok(settled) => return settled,
+                Err(error) => {
+                    tracing::warn!(%error, "settling a compaction commit failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
     }
 
     /// Deletes the write-ahead objects (then manifests) whose runs are all in segments, or

@@ -5,6 +5,8 @@ mod claims;
 pub mod compaction;
 mod events;
 mod extras;
+#[cfg(test)]
+mod fault_tests;
 pub mod ownership;
 mod placement;
 pub mod retention;

@@ -120,6 +120,7 @@ pub fn spawn(broker: &Arc<Broker>) {
     tokio::spawn(async move {
         let mut changes = broker.mirror.changes();
         let mut session = broker.log.catalog.kv().session();
+        let mut restores = broker.mirror.restores();
         // Changes that came before the subscription woke nobody: take them now.
         broker.reconcile().await;
         loop {
@@ -129,7 +130,14 @@ pub fn spawn(broker: &Arc<Broker>) {
                     if changed.is_err() {
                         return;
                     }
-                    broker.start_over().await;
+                    broker.start_over("metadata session lost").await;
+                }
+                changed = restores.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    // What this broker owned may not be its own in the store as restored.
+                    broker.start_over("metadata store restored to an earlier revision").await;
                 }
                 _ = broker.ownership.wake.notified() => {}
                 _ = broker.wal.fenced().reported() => {}
@@ -229,7 +237,7 @@ impl Broker {
                     let manifest = parse_manifest(kv).map_err(|e| tracing::error!(%e)).ok()?;
                     Some((kv.key.clone(), manifest))
                 });
-                self.log.wal.replace_all(parsed.collect());
+                self.log.wal.replace_all(parsed);
                 ClusterState::from_entries(root, revision, rest)
             }
         };
@@ -466,7 +474,7 @@ impl Broker {
             .events
             .record(Change::Lost, &topic.record.name, id);
         current.abandon(ResponseError::NotLeaderOrFollower);
-        slot.replace(current.to_follower());
+        slot.replace(self.follower_of(&current));
         // A pass looks at it again: if it is still assigned here and nobody owns it now (the
         // key simply went), that pass claims it; no other change would bring one.
         self.ownership.revisit(&topic.record.name, id);
@@ -481,6 +489,14 @@ impl Broker {
                     .await;
             });
         }
+    }
+
+    /// The read-only log that replaces `log` when this broker gives the partition up: it
+    /// starts no lower than the write-ahead index's committed end, which may be ahead of the
+    /// log's own (a manifest the mirror reported while the log still owned the partition).
+    fn follower_of(&self, log: &Partition) -> Arc<Partition> {
+        let end = self.log.wal.committed_end((log.topic_id, log.id));
+        log.to_follower(end.unwrap_or(0))
     }
 
     /// Removes an owner key of this broker's that no log here owns (see `reconcile_partition`).
@@ -561,7 +577,7 @@ impl Broker {
                         "releasing the partition failed; retrying");
                 }
             }
-            slot.replace(partition.to_follower());
+            slot.replace(broker.follower_of(&partition));
             broker
                 .ownership
                 .events
@@ -573,15 +589,16 @@ impl Broker {
 
     /// The session was lost (lease expired while this broker could not renew it): every
     /// owner key it held is gone. Drop all ownership and register again under the new one.
-    async fn start_over(self: &Arc<Self>) {
-        tracing::warn!("metadata session lost; giving up every partition and rejoining");
+    /// (Also after the store was restored to an earlier revision, where ownership is moot.)
+    async fn start_over(self: &Arc<Self>, why: &str) {
+        tracing::warn!("{why}; giving up every partition and rejoining");
         self.ownership.revisit_everything();
         for topic in self.topics() {
             for slot in &topic.partitions {
                 let current = slot.current();
                 if current.owned().is_some() {
                     current.abandon(ResponseError::NotLeaderOrFollower);
-                    slot.replace(current.to_follower());
+                    slot.replace(self.follower_of(&current));
                 }
             }
         }
@@ -653,7 +670,7 @@ mod tests {
         let (t, slot, epoch) = owned_partition(2, 1).await;
         let b = &t.broker;
         // a hand-off whose release timed out: the log is a follower, the key still ours
-        slot.replace(slot.current().to_follower());
+        slot.replace(slot.current().to_follower(0));
         assert!(!slot.current().is_leader());
         b.ownership.revisit("t", 1);
         assert!(eventually(|| slot.current().is_leader()).await);

@@ -110,6 +110,7 @@ pub fn follower_partition(
         record,
         revision,
         owner_revision: 0,
+        session: 0,
     };
     Partition::new(
         topic.name.as_str().into(),

@@ -87,6 +87,9 @@ pub struct VersionedPartition {
     /// Revision of this broker's owner key (0 if it does not own the partition): commits also
     /// require the key to be unchanged, so a broker whose lease expired cannot commit.
     pub owner_revision: i64,
+    /// The metadata session the owner key was written under (0 without one): what this
+    /// broker writes for the partition is committed in that session or not at all.
+    pub session: u64,
 }
 
 impl VersionedPartition {
@@ -96,6 +99,7 @@ impl VersionedPartition {
             record: PartitionRecord::empty(),
             revision: 0,
             owner_revision: 0,
+            session: 0,
         }
     }
 }
@@ -488,6 +492,7 @@ impl Catalog {
             record: parse(&kv)?,
             revision: kv.mod_revision,
             owner_revision: 0,
+            session: 0,
         }))
     }
 
@@ -537,7 +542,9 @@ impl Catalog {
         broker_id: i32,
     ) -> Result<Option<Vec<VersionedPartition>>, CatalogError> {
         let owner_value = Bytes::from(broker_id.to_string());
-        let mut compares = Vec::with_capacity(targets.len() * 2);
+        // The owner keys are ephemeral: they belong to the session they are written under.
+        let session = *self.kv.session().borrow();
+        let mut compares = vec![Compare::Session(session)];
         let mut ops = Vec::with_capacity(targets.len() * 2);
         let mut records = Vec::with_capacity(targets.len());
         let mut topics_checked = HashSet::new();
@@ -569,6 +576,7 @@ impl Catalog {
             record,
             revision,
             owner_revision: revision,
+            session,
         });
         Ok(Some(claimed.collect()))
     }
@@ -696,6 +704,7 @@ impl Catalog {
                 record,
                 revision,
                 owner_revision: current.owner_revision,
+                session: current.session,
             }),
             None => Err(CatalogError::Fenced(topic.to_string(), partition)),
         }

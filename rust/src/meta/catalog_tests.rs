@@ -233,6 +233,7 @@ async fn commit_end(
             record,
             revision,
             owner_revision: owned.owner_revision,
+            session: owned.session,
         }),
         None => Err(CatalogError::Fenced("t".into(), 0)),
     }

@@ -144,12 +144,12 @@ impl Shared {
             let mut kv = txn.open_table(KV).map_err(unavailable)?;
             let mut ephemeral = txn.open_table(EPHEMERAL).map_err(unavailable)?;
             let mut revisions = txn.open_table(REVISION).map_err(unavailable)?;
-            for Compare::ModRevision(key, expected) in &compares {
-                let actual = match kv.get(key.as_str()).map_err(unavailable)? {
+            for (key, expected) in compares.iter().filter_map(revision_compare) {
+                let actual = match kv.get(key).map_err(unavailable)? {
                     Some(v) => decode(key, v.value())?.mod_revision,
                     None => 0,
                 };
-                if actual != *expected {
+                if actual != expected {
                     return Ok(None);
                 }
             }
@@ -173,6 +173,14 @@ impl Shared {
             lock(&self.hub).publish((revision, Arc::new(changes)));
         }
         Ok(Some(revision))
+    }
+}
+
+/// A compare of a key's revision; session compares are checked before the transaction.
+fn revision_compare(compare: &Compare) -> Option<(&str, i64)> {
+    match compare {
+        Compare::ModRevision(key, revision) => Some((key, *revision)),
+        Compare::Session(_) => None,
     }
 }
 
@@ -324,6 +332,14 @@ impl KvStore for EmbeddedStore {
     }
 
     async fn txn(&self, compares: Vec<Compare>, ops: Vec<Op>) -> Result<Option<i64>, MetaError> {
+        // The process is the session: it never changes, but a compare naming another fails.
+        let session = *self.session.borrow();
+        if compares
+            .iter()
+            .any(|c| matches!(c, Compare::Session(s) if *s != session))
+        {
+            return Ok(None);
+        }
         self.blocking(move |shared| shared.commit(compares, |_| Ok(ops)))
             .await
     }

@@ -3,7 +3,6 @@
 //! when this broker stops renewing it (crash, pause, partition) or revokes it (shutdown).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,8 +115,20 @@ fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// The current lease and the session number handed out to watchers of `session()`.
 struct Session {
-    lease: AtomicI64,
+    /// The session's number and its lease, changed together: a transaction that names a
+    /// session (`Compare::Session`) writes with that session's lease or not at all.
+    current: std::sync::Mutex<(u64, i64)>,
     number: watch::Sender<u64>,
+}
+
+impl Session {
+    fn current(&self) -> (u64, i64) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lease(&self) -> i64 {
+        self.current().1
+    }
 }
 
 impl EtcdStore {
@@ -153,7 +164,7 @@ impl EtcdStore {
         // The first request: with no credentials to check, `connect` itself sends nothing.
         let granted = answered(lease.grant(ttl, None)).await.map_err(failed)?;
         let session = Arc::new(Session {
-            lease: AtomicI64::new(granted.id()),
+            current: std::sync::Mutex::new((1, granted.id())),
             number: watch::channel(1).0,
         });
         let keeper = tokio::spawn(keep_alive(lease.clone(), session.clone(), ttl));
@@ -194,7 +205,7 @@ async fn keep_alive(mut lease: etcd::LeaseClient, session: Arc<Session>, ttl: i6
     let mut failing = false;
     loop {
         tokio::time::sleep(period).await;
-        let id = session.lease.load(Ordering::Acquire);
+        let id = session.lease();
         match tokio::time::timeout(period, lease.keep_alive(id)).await {
             Ok(Ok(_)) => {
                 if failing {
@@ -226,14 +237,19 @@ async fn keep_alive(mut lease: etcd::LeaseClient, session: Arc<Session>, ttl: i6
 /// Starts a new session after the old lease was lost. Returns whether it worked (otherwise
 /// the next renewal finds the old lease gone again and retries).
 async fn renew(lease: &mut etcd::LeaseClient, session: &Session, ttl: i64) -> bool {
-    let old = session.lease.load(Ordering::Acquire);
+    let old = session.lease();
     // Best effort: it is gone already unless etcd's answer was wrong.
     let _ = bounded(lease.revoke(old)).await;
     match bounded(lease.grant(ttl, None)).await {
         Ok(granted) => {
-            // The lease first: whoever wakes up on the new number writes with it.
-            session.lease.store(granted.id(), Ordering::Release);
-            session.number.send_modify(|n| *n += 1);
+            // Number and lease change together, before anyone is told: whoever wakes up on
+            // the new number writes with its lease.
+            let number = {
+                let mut current = session.current.lock().unwrap_or_else(|p| p.into_inner());
+                *current = (current.0 + 1, granted.id());
+                current.0
+            };
+            session.number.send_replace(number);
             tracing::warn!(
                 "etcd lease {old:x} was lost (its ephemeral keys are gone); session {} \
                  continues with lease {:x}",
@@ -367,13 +383,19 @@ impl KvStore for EtcdStore {
 
     async fn txn(&self, compares: Vec<Compare>, ops: Vec<Op>) -> Result<Option<i64>, MetaError> {
         // A missing key compares as mod_revision 0, so ModRevision(key, 0) = "does not exist".
-        let compares: Vec<etcd::Compare> = compares
-            .into_iter()
-            .map(|Compare::ModRevision(key, revision)| {
-                etcd::Compare::mod_revision(key, etcd::CompareOp::Equal, revision)
-            })
-            .collect();
-        let lease = self.session.lease.load(Ordering::Acquire);
+        let (session, lease) = self.session.current();
+        let mut revisions = Vec::with_capacity(compares.len());
+        for compare in compares {
+            match compare {
+                Compare::ModRevision(key, revision) => revisions.push(etcd::Compare::mod_revision(
+                    key,
+                    etcd::CompareOp::Equal,
+                    revision,
+                )),
+                Compare::Session(expected) if expected != session => return Ok(None),
+                Compare::Session(_) => {}
+            }
+        }
         let ops: Vec<etcd::TxnOp> = ops
             .into_iter()
             .map(|op| match op {
@@ -389,7 +411,7 @@ impl KvStore for EtcdStore {
                 }
             })
             .collect();
-        let txn = etcd::Txn::new().when(compares).and_then(ops);
+        let txn = etcd::Txn::new().when(revisions).and_then(ops);
         let response = bounded(self.kv.clone().txn(txn)).await?;
         if !response.succeeded() {
             return Ok(None);
@@ -416,7 +438,7 @@ impl KvStore for EtcdStore {
     async fn end_session(&self) -> Result<(), MetaError> {
         // Stop renewing first, or the keeper would find the lease gone and start a new one.
         self.keeper.abort();
-        let id = self.session.lease.load(Ordering::Acquire);
+        let id = self.session.lease();
         bounded(self.lease.clone().revoke(id)).await.map(|_| ())
     }
 

@@ -28,6 +28,11 @@ pub struct Listing {
 pub enum Compare {
     /// The key was last written at this revision; 0 means the key must not exist.
     ModRevision(String, i64),
+    /// The store's session is still this one (`KvStore::session`): ephemeral keys the
+    /// transaction writes belong to it. Checked by the client side of the store together with
+    /// the choice of lease, so a write meant for a session that ended fails instead of landing
+    /// under the next one.
+    Session(u64),
 }
 
 #[derive(Debug, Clone)]

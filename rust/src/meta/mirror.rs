@@ -7,7 +7,10 @@
 //! them (`take_changes`), so the cluster view is updated key by key instead of being rebuilt.
 //!
 //! When the watch fails (store unreachable, history compacted, watcher too slow) the copy is
-//! marked not live and rebuilt from a fresh listing, retried with backoff until it works.
+//! marked not live and rebuilt from a fresh listing, retried with backoff until it works. A
+//! listing at a lower revision than the copy had means the store went back in time (restored
+//! from a backup): the copy is rebuilt from it all the same, and `restores` tells the broker,
+//! whose ownership may no longer hold there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +40,8 @@ pub struct Mirror {
     /// The revision the copy reflects, after every batch (also one that only touched excluded
     /// keys): what `caught_up` waits for.
     reached: watch::Sender<i64>,
+    /// Counts the times the store was found at a lower revision than the copy.
+    restores: watch::Sender<u64>,
     follower: OnceLock<AbortHandle>,
 }
 
@@ -77,6 +82,7 @@ impl Mirror {
             live: AtomicBool::new(true),
             changes: watch::channel(0).0,
             reached: watch::channel(0).0,
+            restores: watch::channel(0).0,
             follower: OnceLock::new(),
         });
         mirror.install(listing);
@@ -138,6 +144,11 @@ impl Mirror {
         self.live.store(live, Ordering::Release);
     }
 
+    /// Changes each time the store was found restored to an earlier revision.
+    pub fn restores(&self) -> watch::Receiver<u64> {
+        self.restores.subscribe()
+    }
+
     /// The revision after each change to the copy: wakes consumers up to re-read it.
     pub fn changes(&self) -> watch::Receiver<i64> {
         self.changes.subscribe()
@@ -173,7 +184,10 @@ impl Mirror {
     /// started at the listing skips what the copy has and continues from there). The keys
     /// that differ count as changed, so a resync after missed events reports just those.
     fn install(&self, listing: Listing) {
-        let mut state = self.write();
+        self.install_into(&mut self.write(), listing);
+    }
+
+    fn install_into(&self, state: &mut State, listing: Listing) {
         if listing.revision < state.revision {
             return;
         }
@@ -238,9 +252,28 @@ impl Mirror {
 
     /// A fresh listing and a watch from it.
     async fn resync(&self) -> Result<ChangeStream, MetaError> {
+        // A listing asked for after the copy reached this revision reflects at least it,
+        // unless the store went back.
+        let known = self.read().revision;
         let listing = self.kv.range(&self.prefix).await?;
         let stream = self.kv.watch(&self.prefix, listing.revision).await?;
-        self.install(listing);
+        let restored = listing.revision < known;
+        {
+            let mut state = self.write();
+            if restored {
+                tracing::error!(
+                    "the metadata store is at revision {} where it was at {known} (restored \
+                     from a backup?); rebuilding the copy of {} from it",
+                    listing.revision,
+                    self.prefix
+                );
+                state.revision = 0;
+            }
+            self.install_into(&mut state, listing);
+        }
+        if restored {
+            self.restores.send_modify(|n| *n += 1);
+        }
         Ok(stream)
     }
 }
@@ -314,6 +347,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::meta::embedded::EmbeddedStore;
     use crate::meta::etcd::EtcdStore;
+    use crate::meta::faulty_kv::FaultyKv;
     use crate::meta::kv::Op;
     use crate::meta::test_etcd::TestEtcd;
 
@@ -517,5 +551,45 @@ pub(crate) mod tests {
         let mut client = etcd.client().await;
         client.put("m/5", "5", None).await.unwrap();
         assert!(eventually(|| mirror.get("m/5").is_some()).await);
+    }
+
+    #[tokio::test]
+    async fn a_store_restored_to_an_earlier_revision_is_mirrored_as_it_is_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| -> Arc<dyn KvStore> {
+            Arc::new(EmbeddedStore::open(&dir.path().join(name)).unwrap())
+        };
+        // the backup: taken when the store held m/1 only
+        let backup = open("backup.redb");
+        write(&backup, vec![put("m/1", b"1")]).await;
+        let live = open("live.redb");
+        for i in 0..5 {
+            write(
+                &live,
+                vec![put("m/1", b"1"), put(&format!("m/{}", i + 2), b"x")],
+            )
+            .await;
+        }
+        let faulty = Arc::new(FaultyKv::new(live));
+        let kv: Arc<dyn KvStore> = faulty.clone();
+        let mirror = Mirror::start(kv, "m/", &[]).await.unwrap();
+        let before = mirror.revision();
+        assert_eq!(mirror.range("").len(), 6);
+        let mut restores = mirror.restores();
+        // etcd is restored from the backup: a lower revision, and the keys written since gone
+        faulty.restore(backup);
+        tokio::time::timeout(Duration::from_secs(20), restores.changed())
+            .await
+            .expect("the restore is reported")
+            .unwrap();
+        assert!(mirror.revision() < before);
+        assert_eq!(keys(&mirror.range("")), ["m/1"]);
+        // the keys that went are reported as changed (and m/1, at its revision in the backup),
+        // and the copy follows the store again
+        let changed = mirror.take_changes();
+        assert_eq!(changed.keys.len(), 6);
+        let kv: Arc<dyn KvStore> = faulty.clone();
+        write(&kv, vec![put("m/9", b"9")]).await;
+        assert!(eventually(|| mirror.get("m/9").is_some()).await);
     }
 }

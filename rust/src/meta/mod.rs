@@ -5,6 +5,8 @@ pub mod catalog;
 pub mod embedded;
 pub mod etcd;
 mod etcd_limits;
+#[cfg(test)]
+pub(crate) mod faulty_kv;
 pub mod kv;
 pub mod metered;
 pub mod mirror;

@@ -108,15 +108,17 @@ impl Catalog {
         Op::PutEphemeral(self.writer_key(broker), Bytes::from(broker.to_string()))
     }
 
-    /// (Re)creates this broker's writer key under the current session; returns its revision,
-    /// the token the next commit is conditioned on. Rewriting it also voids any earlier commit
-    /// of this broker still on its way to the store.
-    pub async fn open_writer(&self, broker: i32) -> Result<i64, MetaError> {
-        let revision = self
-            .kv()
-            .txn(vec![], vec![self.move_writer(broker)])
-            .await?;
-        revision.ok_or_else(|| MetaError::Unavailable("unconditional write refused".into()))
+    /// (Re)creates this broker's writer key under session `session` (`KvStore::session`);
+    /// returns its revision, the token the next commit is conditioned on, or None if that
+    /// session ended (its flights may hold partitions this broker no longer owns). Rewriting
+    /// the key also voids any earlier commit of this broker still on its way to the store.
+    pub async fn open_writer(&self, broker: i32, session: u64) -> Result<Option<i64>, MetaError> {
+        self.kv()
+            .txn(
+                vec![Compare::Session(session)],
+                vec![self.move_writer(broker)],
+            )
+            .await
     }
 
     /// Commits write-ahead objects in one transaction: their manifests (`(key, encoded)`, see
@@ -168,7 +170,42 @@ impl Catalog {
     /// Callers keep a batch within `max_txn_ops() / 2` partitions.
     pub async fn commit_owned_records(
         &self,
-        changes: &[(&str, i32, &VersionedPartition, &PartitionRecord)],
+        changes: &[OwnedChange<'_>],
+    ) -> Result<Option<i64>, MetaError> {
+        self.swap_owned_records(changes, |_, record| record).await
+    }
+
+    /// The answer to `commit_owned_records(changes)` was lost: whether it landed. First the
+    /// records are written again as they were, under the same conditions – once that lands,
+    /// the lost commit never can – and if that fails its conditions, the records are read
+    /// back: the lost commit landed if one holds what it wrote (only the owner writes them,
+    /// and it holds their record locks meanwhile).
+    pub async fn settle_owned_records(
+        &self,
+        changes: &[OwnedChange<'_>],
+    ) -> Result<Settled, MetaError> {
+        let fence = self.swap_owned_records(changes, |owned, _| &owned.record);
+        if let Some(revision) = fence.await? {
+            return Ok(Settled::Rewritten(revision));
+        }
+        for (topic, partition, _, record) in changes {
+            let stored = self
+                .kv()
+                .get(&self.partition_key(topic, *partition))
+                .await?;
+            if let Some(kv) = stored.filter(|kv| kv.value == encode(*record)) {
+                return Ok(Settled::Landed(kv.mod_revision));
+            }
+        }
+        Ok(Settled::Moved)
+    }
+
+    /// Writes, for each change, the record `pick` chooses, conditioned on its record and owner
+    /// key as this broker last saw them – all or none.
+    async fn swap_owned_records<'a>(
+        &self,
+        changes: &[OwnedChange<'a>],
+        pick: impl Fn(&'a VersionedPartition, &'a PartitionRecord) -> &'a PartitionRecord,
     ) -> Result<Option<i64>, MetaError> {
         let mut compares = Vec::with_capacity(changes.len() * 2);
         let mut ops = Vec::with_capacity(changes.len());
@@ -179,10 +216,26 @@ impl Catalog {
                 self.owner_key(topic, *partition),
                 owned.owner_revision,
             ));
-            ops.push(Op::Put(key, encode(record)));
+            ops.push(Op::Put(key, encode(pick(owned, record))));
         }
         self.kv().txn(compares, ops).await
     }
+}
+
+/// A change of an owned partition's record: topic, partition, the record as committed before
+/// and the new one.
+pub type OwnedChange<'a> = (&'a str, i32, &'a VersionedPartition, &'a PartitionRecord);
+
+/// How a commit of owned records whose answer was lost came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// It landed, at this revision.
+    Landed(i64),
+    /// It did not, and now cannot: the records were written again as they were, at this
+    /// revision.
+    Rewritten(i64),
+    /// It did not, and a record or owner key changed meanwhile: the partition moved.
+    Moved,
 }
 
 /// A manifest as stored (what `commit_manifests` takes).
@@ -244,7 +297,7 @@ mod tests {
     #[tokio::test]
     async fn a_commit_needs_the_writer_key_where_this_broker_left_it() {
         let (_dir, catalog) = catalog();
-        let token = catalog.open_writer(0).await.unwrap();
+        let token = catalog.open_writer(0, 1).await.unwrap().unwrap();
         let key = catalog.manifest_key(0, "ab-000000000001");
         let next = catalog
             .commit_manifests(0, token, &[(key.clone(), encode_manifest(&manifest()))])
@@ -262,12 +315,14 @@ mod tests {
         assert!(catalog.advance_writer(0, next).await.unwrap().is_some());
         let voided = catalog.commit_manifests(0, next, &stale).await;
         assert_eq!(voided.unwrap(), None);
+        // a writer key is never opened for a session that is not the store's current one
+        assert_eq!(catalog.open_writer(0, 2).await.unwrap(), None);
     }
 
     #[tokio::test]
     async fn one_commit_carries_several_objects_or_none() {
         let (_dir, catalog) = catalog();
-        let token = catalog.open_writer(0).await.unwrap();
+        let token = catalog.open_writer(0, 1).await.unwrap().unwrap();
         let group = |seqs: std::ops::RangeInclusive<u64>| -> Vec<(String, Bytes)> {
             seqs.map(|seq| {
                 let key = catalog.manifest_key(0, &format!("ab-{seq:012}"));

@@ -202,9 +202,21 @@ impl Partition {
             record,
             revision,
             owner_revision: owned.owner_revision,
+            session: owned.session,
         };
         if let Some(listed) = state.segments.as_mut() {
             listed.extend(segments);
+        }
+    }
+
+    /// The record was written again as it was, at `revision` (settling a compaction commit
+    /// whose answer was lost): only its revision moved, which later changes are conditioned on.
+    pub fn record_rewritten(&self, before: &VersionedPartition, revision: i64) {
+        let mut state = self.state();
+        if state.committed.owner_revision == before.owner_revision
+            && state.committed.revision == before.revision
+        {
+            state.committed.revision = revision;
         }
     }
 

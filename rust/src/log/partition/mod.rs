@@ -16,7 +16,7 @@ pub use compaction::Compacted;
 pub use idempotence::Recorded;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use kafka_protocol::ResponseError;
 use smallvec::smallvec;
@@ -110,6 +110,9 @@ pub struct Partition {
     record_lock: Arc<tokio::sync::Mutex<()>>,
     /// Set while the partition is on the write-ahead writer's list of partitions to flush.
     queued: AtomicBool,
+    /// The read-only log that replaced this one when the broker gave the partition up
+    /// (`to_follower`): commits settled after that are passed on to it.
+    successor: Mutex<Weak<Partition>>,
 }
 
 /// What a fetch needs to know, taken under the lock in one go.
@@ -161,6 +164,7 @@ impl Partition {
             high_watermark: watch::Sender::new(high_watermark),
             record_lock: Arc::default(),
             queued: AtomicBool::new(false),
+            successor: Mutex::default(),
         }
     }
 
@@ -383,6 +387,17 @@ impl Partition {
 
     /// The taken batches are committed: the log ends after them now; answers their producers.
     pub fn complete_flush(&self, owed: Owed, end: i64) {
+        // Settled after the partition was given up (its session ended while the commit's
+        // outcome was unknown): the log that replaced this one learns the end first, so a
+        // reader shown it here finds it there too.
+        let successor = self
+            .successor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade();
+        if let Some(successor) = successor {
+            successor.observe_end(end);
+        }
         self.raise_high_watermark(end);
         self.state().producers.commit(&owed.recorded, end);
         for (waiter, base_offset) in owed.replies {

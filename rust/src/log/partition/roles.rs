@@ -1,6 +1,8 @@
 //! Leader and follower: a partition log is writable while this broker owns it; otherwise it is
 //! a read-only follower that takes in what the owner committed.
 
+use std::sync::Arc;
+
 use kafka_protocol::ResponseError;
 
 use super::Partition;
@@ -21,6 +23,11 @@ impl Partition {
         (state.committed.owner_revision != 0).then(|| state.committed.clone())
     }
 
+    /// The metadata session this broker owns the partition in (0 on a follower).
+    pub fn owner_session(&self) -> u64 {
+        self.state().committed.session
+    }
+
     /// The committed partition record as this broker has it, and its store revision.
     pub fn committed_record(&self) -> (PartitionRecord, i64) {
         let state = self.state();
@@ -28,20 +35,28 @@ impl Partition {
     }
 
     /// A read-only copy for after this broker gave the partition up: same committed state
-    /// and segments, no owner key.
-    pub fn to_follower(&self) -> Partition {
-        let state = self.state();
-        let mut committed = state.committed.clone();
-        committed.owner_revision = 0;
-        Partition::new(
-            self.topic.clone(),
-            self.topic_id,
-            self.id,
-            self.limits.clone(),
-            committed,
-            self.high_watermark(),
-            state.segments.clone(),
-        )
+    /// and segments, no owner key, committed up to `committed_end` (what the write-ahead
+    /// index knows) if that is further. A commit of this log whose outcome was still unknown
+    /// reaches the copy when it is settled (`complete_flush`): its end never lies below what
+    /// a reader of this log was shown.
+    pub fn to_follower(&self, committed_end: i64) -> Arc<Partition> {
+        let follower = {
+            let state = self.state();
+            let mut committed = state.committed.clone();
+            committed.owner_revision = 0;
+            committed.session = 0;
+            Arc::new(Partition::new(
+                self.topic.clone(),
+                self.topic_id,
+                self.id,
+                self.limits.clone(),
+                committed,
+                self.high_watermark().max(committed_end),
+                state.segments.clone(),
+            ))
+        };
+        *self.successor.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&follower);
+        follower
     }
 
     /// A follower takes in what the owner committed (as the metadata store reports it).
@@ -195,5 +210,36 @@ impl Partition {
         }
         self.state().segments = Some(segments);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::records::Compression;
+
+    use crate::log::batch::tests::encoded_batch;
+    use crate::log::batch::validate_batches;
+    use crate::log::tests::{fixture, open};
+
+    #[tokio::test]
+    async fn a_commit_settled_after_the_log_was_given_up_reaches_its_successor() {
+        let f = fixture(1 << 20).await;
+        let owner = open(&f).await;
+        let batch = encoded_batch(3, 100, Compression::None);
+        let batches = validate_batches(&batch, 1 << 20).unwrap();
+        let (ack, _) = owner.append(batches, true).unwrap().buffered();
+        // taken by a flush whose commit's outcome is unknown when the log is given up
+        let taken = owner.take_for_flush(usize::MAX).unwrap();
+        let follower = owner.to_follower(0);
+        assert_eq!(follower.high_watermark(), 0);
+        let grown = follower.subscribe();
+        // settled as landed: whoever is shown offset 3 on the old log finds it on the new one
+        owner.complete_flush(taken.owed, 3);
+        assert_eq!(ack.await.unwrap(), Ok(0));
+        assert!(grown.has_changed().unwrap());
+        assert_eq!(follower.high_watermark(), 3);
+        assert!(follower.read_view(3).is_ok());
+        // a follower starts at the committed end it is given when that is further
+        assert_eq!(owner.to_follower(7).high_watermark(), 7);
     }
 }

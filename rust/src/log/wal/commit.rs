@@ -72,9 +72,17 @@ enum Front {
     Failed(String),
 }
 
+/// The writer key as this broker last wrote it: the session it was opened under and its
+/// revision, which the next commit is conditioned on.
+#[derive(Clone, Copy)]
+pub(super) struct Token {
+    session: u64,
+    revision: i64,
+}
+
 /// Commits flights as their uploads end, oldest first. Ends with the writer.
 pub(super) async fn commit_loop(writer: Weak<WalWriter>) {
-    let mut token: Option<i64> = None;
+    let mut token: Option<Token> = None;
     loop {
         let Some(strong) = writer.upgrade() else {
             return;
@@ -127,7 +135,8 @@ impl WalWriter {
         }
     }
 
-    /// The uploaded flights at the front, oldest first, as many as one commit carries.
+    /// The uploaded flights at the front, oldest first, as many as one commit carries (all of
+    /// one session).
     fn uploaded_group(&self) -> Vec<Flight> {
         let max_manifests = self.ctx.catalog.kv().max_txn_ops().saturating_sub(1).max(1);
         let mut pipeline = self.pipeline();
@@ -137,6 +146,7 @@ impl WalWriter {
             let uploaded = matches!(flight.upload.get(), Some(Ok(())));
             let fits = group.is_empty()
                 || (group.len() < max_manifests
+                    && flight.session == group[0].session
                     && bytes + flight.encoded.len() <= MANIFEST_BYTES_PER_COMMIT);
             if !uploaded || !fits {
                 break;
@@ -151,12 +161,22 @@ impl WalWriter {
         group
     }
 
-    /// Commits `group` in one transaction conditioned on the writer key at `token`.
-    async fn commit(&self, token: &mut Option<i64>, group: &[Flight]) -> Result<(), Failure> {
+    /// Commits `group` in one transaction conditioned on the writer key at `token`, opening
+    /// the key first under the group's session if it is not open in that session. A group
+    /// whose session ended is fenced: its partitions were dropped with their owner keys, and a
+    /// key opened under the next session must not commit for them.
+    async fn commit(&self, token: &mut Option<Token>, group: &[Flight]) -> Result<(), Failure> {
         let catalog = &self.ctx.catalog;
+        let session = group[0].session;
         let current = match *token {
-            Some(current) => current,
-            None => *token.insert(catalog.open_writer(self.broker).await?),
+            Some(open) if open.session == session => open.revision,
+            _ => match catalog.open_writer(self.broker, session).await? {
+                Some(revision) => token.insert(Token { session, revision }).revision,
+                None => {
+                    *token = None;
+                    return Err(Failure::fenced());
+                }
+            },
         };
         let manifests: Vec<(String, Bytes)> = group
             .iter()
@@ -166,15 +186,18 @@ impl WalWriter {
             .commit_manifests(self.broker, current, &manifests)
             .await
         {
-            Ok(Some(next)) => {
-                *token = Some(next);
+            Ok(Some(revision)) => {
+                *token = Some(Token { session, revision });
                 Ok(())
             }
             Ok(None) => {
                 *token = None;
                 Err(Failure::fenced())
             }
-            Err(error) => self.settle(token, current, &group[0].key, error).await,
+            Err(error) => {
+                self.settle(token, session, current, &group[0].key, error)
+                    .await
+            }
         }
     }
 
@@ -183,7 +206,8 @@ impl WalWriter {
     /// outcome decides what the producers are told, and later commits wait for it.
     async fn settle(
         &self,
-        token: &mut Option<i64>,
+        token: &mut Option<Token>,
+        session: u64,
         current: i64,
         key: &str,
         error: MetaError,
@@ -193,8 +217,8 @@ impl WalWriter {
         let mut backoff = Duration::from_millis(100);
         loop {
             let settled = match catalog.advance_writer(self.broker, current).await {
-                Ok(Some(next)) => {
-                    *token = Some(next);
+                Ok(Some(revision)) => {
+                    *token = Some(Token { session, revision });
                     return Err(Failure::storage(format!("commit failed: {error}")));
                 }
                 Ok(None) => catalog.manifest(key).await,

@@ -40,6 +40,61 @@ struct Inner {
     manifests: HashMap<String, Arc<WalManifest>>,
 }
 
+impl Inner {
+    fn insert(&mut self, key: &str, manifest: WalManifest) -> Vec<Extended> {
+        if self.manifests.contains_key(key) {
+            return Vec::new();
+        }
+        let object: Arc<str> = manifest.object.as_str().into();
+        let mut extended = Vec::new();
+        for topic in &manifest.topics {
+            for run in &topic.runs {
+                let runs = self
+                    .partitions
+                    .entry((topic.id, run.partition))
+                    .or_default();
+                let indexed = IndexedRun {
+                    object: object.clone(),
+                    created_ms: manifest.created_ms,
+                    run: *run,
+                };
+                runs.insert(run.base_offset, indexed);
+                extended.push(Extended {
+                    topic: topic.topic.clone(),
+                    topic_id: topic.id,
+                    partition: run.partition,
+                    end: run.last_offset + 1,
+                });
+            }
+        }
+        self.manifests.insert(key.to_string(), Arc::new(manifest));
+        extended
+    }
+
+    fn remove(&mut self, key: &str) {
+        let Some(manifest) = self.manifests.remove(key) else {
+            return;
+        };
+        for topic in &manifest.topics {
+            let id = topic.id;
+            for run in &topic.runs {
+                let Some(runs) = self.partitions.get_mut(&(id, run.partition)) else {
+                    continue;
+                };
+                if runs
+                    .get(&run.base_offset)
+                    .is_some_and(|r| *r.object == *manifest.object)
+                {
+                    runs.remove(&run.base_offset);
+                }
+                if runs.is_empty() {
+                    self.partitions.remove(&(id, run.partition));
+                }
+            }
+        }
+    }
+}
+
 /// A partition whose committed end moved with a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Extended {
@@ -65,67 +120,23 @@ impl WalIndex {
 
     /// Takes in a committed manifest (again: a no-op). Returns the partitions it extends.
     pub fn insert(&self, key: &str, manifest: WalManifest) -> Vec<Extended> {
-        let mut inner = self.write();
-        if inner.manifests.contains_key(key) {
-            return Vec::new();
-        }
-        let object: Arc<str> = manifest.object.as_str().into();
-        let mut extended = Vec::new();
-        for topic in &manifest.topics {
-            for run in &topic.runs {
-                let runs = inner
-                    .partitions
-                    .entry((topic.id, run.partition))
-                    .or_default();
-                let indexed = IndexedRun {
-                    object: object.clone(),
-                    created_ms: manifest.created_ms,
-                    run: *run,
-                };
-                runs.insert(run.base_offset, indexed);
-                extended.push(Extended {
-                    topic: topic.topic.clone(),
-                    topic_id: topic.id,
-                    partition: run.partition,
-                    end: run.last_offset + 1,
-                });
-            }
-        }
-        inner.manifests.insert(key.to_string(), Arc::new(manifest));
-        extended
+        self.write().insert(key, manifest)
     }
 
     /// Forgets a manifest that was deleted (its runs live in segments by now).
     pub fn remove(&self, key: &str) {
-        let mut inner = self.write();
-        let Some(manifest) = inner.manifests.remove(key) else {
-            return;
-        };
-        for topic in &manifest.topics {
-            let id = topic.id;
-            for run in &topic.runs {
-                let Some(runs) = inner.partitions.get_mut(&(id, run.partition)) else {
-                    continue;
-                };
-                if runs
-                    .get(&run.base_offset)
-                    .is_some_and(|r| *r.object == *manifest.object)
-                {
-                    runs.remove(&run.base_offset);
-                }
-                if runs.is_empty() {
-                    inner.partitions.remove(&(id, run.partition));
-                }
-            }
-        }
+        self.write().remove(key);
     }
 
-    /// Replaces everything with the manifests listed now (the mirror was read afresh).
-    pub fn replace_all(&self, manifests: Vec<(String, WalManifest)>) {
-        *self.write() = Inner::default();
+    /// Replaces everything with the manifests listed now (the mirror was read afresh). The
+    /// new index is built aside and swapped in whole: a reader in between (a claim taking a
+    /// partition's committed end) sees the old index or the new one, never a part of it.
+    pub fn replace_all(&self, manifests: impl IntoIterator<Item = (String, WalManifest)>) {
+        let mut replaced = Inner::default();
         for (key, manifest) in manifests {
-            self.insert(&key, manifest);
+            replaced.insert(&key, manifest);
         }
+        *self.write() = replaced;
     }
 
     /// One past the last offset of the partition's last committed run, if it has any.
@@ -223,5 +234,25 @@ mod tests {
         assert_eq!(index.manifests().len(), 1);
         // another incarnation of the topic is another partition
         assert_eq!(index.committed_end((Uuid::new_v4(), 0)), None);
+    }
+
+    #[test]
+    fn a_reader_during_replace_all_sees_the_whole_old_index() {
+        let index = WalIndex::default();
+        let id = Uuid::new_v4();
+        index.insert("a", manifest("o1", id, &[(0, 0, 4)]));
+        index.insert("b", manifest("o2", id, &[(0, 5, 9)]));
+        // The listing is read one manifest at a time; between any two, a reader (a claim
+        // taking the committed end) must see the old index whole, not a part of the new one.
+        let listed = vec![
+            ("a".to_string(), manifest("o1", id, &[(0, 0, 4)])),
+            ("b".to_string(), manifest("o2", id, &[(0, 5, 9)])),
+        ];
+        let mut seen = Vec::new();
+        index.replace_all(listed.into_iter().inspect(|_| {
+            seen.push(index.committed_end((id, 0)));
+        }));
+        assert_eq!(seen, vec![Some(10), Some(10)]);
+        assert_eq!(index.committed_end((id, 0)), Some(10));
     }
 }

@@ -75,6 +75,9 @@ pub(super) struct Flight {
     /// Taken because a producer waits for it with its window full: committed without waiting
     /// for the pace.
     pub urgent: bool,
+    /// The metadata session it was taken under: its partitions were owned in that session
+    /// (their owner keys went with it), so it commits in that session or not at all.
+    pub session: u64,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -294,13 +297,14 @@ impl WalWriter {
         // Taken under the pipeline's lock: a failure fails every flight taken before it
         // rebases the partitions (see `commit`), never one taken in between.
         let mut pipeline = self.pipeline();
-        let (parts, urgent) = self.take_parts(on_schedule);
+        let session = *self.ctx.catalog.kv().session().borrow();
+        let (parts, urgent) = self.take_parts(on_schedule, session);
         if parts.is_empty() {
             return;
         }
         let seq = pipeline.next_seq;
         pipeline.next_seq += 1;
-        let mut flight = self.flight(seq, parts, slot);
+        let mut flight = self.flight(seq, parts, session, slot);
         flight.urgent = urgent;
         pipeline.note_taken(
             flight.object.content_length(),
@@ -331,11 +335,12 @@ impl WalWriter {
         pipeline.flights.push_back(flight);
     }
 
-    /// The object and manifest of what was `taken`, named by `seq`.
+    /// The object and manifest of what was `taken` under `session`, named by `seq`.
     fn flight(
         &self,
         seq: u64,
         taken: Vec<(Arc<Partition>, Taken)>,
+        session: u64,
         slot: OwnedSemaphorePermit,
     ) -> Flight {
         let created_ms = now_ms();
@@ -374,6 +379,7 @@ impl WalWriter {
             started: std::time::Instant::now(),
             upload: Arc::default(),
             urgent: false,
+            session,
             _slot: slot,
         }
     }
@@ -385,9 +391,9 @@ impl WalWriter {
         pipeline.taken_lately.iter().map(|(_, bytes)| bytes).sum()
     }
 
-    /// Takes buffered batches of the queued partitions, within one object's size; and whether
-    /// a producer waits for them with its window full.
-    fn take_parts(&self, on_schedule: bool) -> (Vec<(Arc<Partition>, Taken)>, bool) {
+    /// Takes buffered batches of the queued partitions owned in `session`, within one
+    /// object's size; and whether a producer waits for them with its window full.
+    fn take_parts(&self, on_schedule: bool, session: u64) -> (Vec<(Arc<Partition>, Taken)>, bool) {
         let (queued, since, urgent) = {
             let mut queue = self.queue();
             let since = queue.since;
@@ -403,11 +409,19 @@ impl WalWriter {
         // Grouped by topic, so the manifest names each topic once.
         queued.sort_by(|a, b| (&a.topic, a.id).cmp(&(&b.topic, b.id)));
         for partition in queued {
-            if budget == 0 || parts.len() == MAX_RUNS_PER_OBJECT {
+            let owned_in = partition.owner_session();
+            if budget == 0 || parts.len() == MAX_RUNS_PER_OBJECT || owned_in > session {
+                // (one claimed since `session` was read goes with the next flush, due at once)
                 left.push(partition);
                 continue;
             }
             partition.dequeue();
+            if owned_in < session {
+                // Its owner key went with the session it was claimed in: nothing buffered for
+                // it can be committed any more (the reconciler drops the partition too).
+                partition.abandon(kafka_protocol::ResponseError::NotLeaderOrFollower);
+                continue;
+            }
             if let Some(taken) = partition.take_for_flush(budget) {
                 budget = budget.saturating_sub(taken.bytes);
                 if partition.has_pending() && partition.enqueue() {

@@ -1,0 +1,167 @@
+//! Metadata-store faults placed by failpoints (`meta::faulty_kv`), not by timing: a commit
+//! whose answer is lost while the broker's session ends, a writer key opened after the session
+//! its flight was taken under ended, compaction commits whose answers are lost.
+
+use std::sync::Arc;
+
+use kafka_protocol::records::Compression;
+use kafka_protocol::ResponseError;
+use tokio::sync::Notify;
+
+use crate::broker::tests::{faulty_broker, produce, produce_answer, produce_start};
+use crate::broker::Broker;
+use crate::log::batch::tests::encoded_batch;
+use crate::log::reader;
+use crate::log::segment::BatchWalker;
+use crate::meta::faulty_kv::writes;
+use crate::meta::mirror::tests::eventually;
+
+#[tokio::test]
+async fn a_follower_that_replaces_a_log_whose_commit_is_unsettled_never_starts_below_its_end() {
+    let (t, kv) = faulty_broker(1 << 20).await;
+    let b = &t.broker;
+    b.create_topic("t", 1, Default::default()).await.unwrap();
+    assert_eq!(produce(b, "t", 0, 12).await, 0);
+    let slot = b.topic("t").unwrap().partitions[0].clone();
+    let owner = slot.current();
+    let key = (owner.topic_id, 0);
+    // The next commit (offsets 12-13) lands, but its answer is lost; settling it waits.
+    kv.lose_answer(writes("/wal/"));
+    let settle = Arc::new(Notify::new());
+    kv.hold(writes("/writers/"), settle.clone());
+    let producer = spawn_produce(b, 2);
+    kv.tripped(2).await;
+    // The mirror brought the manifest while the log still owned the partition (its own end
+    // moves only with its commits, which is still unsettled).
+    assert!(eventually(|| b.log.wal.committed_end(key) == Some(14)).await);
+    assert_eq!(owner.high_watermark(), 12);
+    // The session ends (etcd, frozen past the lease, expired it): the partition is dropped,
+    // and the broker rejoins (held here, so no later pass of the reconciler looks at it).
+    let rejoin = Arc::new(Notify::new());
+    kv.hold(writes("/brokers/"), rejoin.clone());
+    kv.expire_session().await;
+    kv.tripped(3).await;
+    let follower = slot.current();
+    assert!(!Arc::ptr_eq(&follower, &owner));
+    assert!(
+        follower.high_watermark() >= 14,
+        "the follower starts at the committed end, not at its predecessor's {}",
+        owner.high_watermark()
+    );
+    assert!(follower.read_view(14).is_ok());
+    rejoin.notify_one();
+    // The commit is settled as landed: its producer is acknowledged.
+    settle.notify_one();
+    assert_eq!(producer.await.unwrap(), Ok(12));
+    assert!(slot.current().high_watermark() >= 14);
+    assert!(slot.current().read_view(14).is_ok());
+    // Claimed again under the new session, the log goes on after the settled commit.
+    assert!(eventually(|| slot.current().is_leader()).await);
+    assert_eq!(produce(b, "t", 0, 1).await, 14);
+}
+
+#[tokio::test]
+async fn a_flight_whose_session_ended_is_not_committed_under_the_next_one() {
+    let (t, kv) = faulty_broker(1 << 20).await;
+    let b = &t.broker;
+    b.create_topic("t", 1, Default::default()).await.unwrap();
+    assert_eq!(produce(b, "t", 0, 2).await, 0);
+    let slot = b.topic("t").unwrap().partitions[0].clone();
+    let owner = slot.current();
+    // A commit's answer is lost and settling it waits: the commits behind it wait too.
+    kv.lose_answer(writes("/wal/"));
+    let settle = Arc::new(Notify::new());
+    kv.hold(writes("/writers/"), settle.clone());
+    let first = spawn_produce(b, 2);
+    kv.tripped(2).await;
+    // another flight is taken meanwhile, in the same session
+    let batch = encoded_batch(3, 100, Compression::None);
+    let second = produce_start(b, "t", 0, &batch);
+    assert!(eventually(|| !owner.has_pending()).await);
+    // The session ends: the partition is dropped, its owner key gone with the session. The
+    // broker's rejoining is held, so no claim of the partition comes in between.
+    let rejoin = Arc::new(Notify::new());
+    kv.hold(writes("/brokers/"), rejoin.clone());
+    kv.expire_session().await;
+    kv.tripped(3).await;
+    assert!(!Arc::ptr_eq(&slot.current(), &owner));
+    settle.notify_one();
+    assert_eq!(first.await.unwrap(), Ok(2));
+    // Settling left the writer key to be opened again, now in the next session: the second
+    // flight, taken for a partition owned in the session that ended, is not committed in it.
+    assert_eq!(
+        second.await.unwrap(),
+        Err(ResponseError::NotLeaderOrFollower)
+    );
+    let manifests = b.log.catalog.manifests_prefix();
+    assert_eq!(kv_keys(b, &manifests).await.len(), 2);
+    rejoin.notify_one();
+    // the partition is claimed again under the new session and goes on after the first
+    assert!(eventually(|| slot.current().is_leader()).await);
+    assert_eq!(produce(b, "t", 0, 1).await, 4);
+}
+
+/// Produces `records` to t-0 in a task of its own; what the producer is answered.
+fn spawn_produce(
+    b: &Arc<Broker>,
+    records: usize,
+) -> tokio::task::JoinHandle<crate::log::partition::AppendResult> {
+    let b = b.clone();
+    let batch = encoded_batch(records, 100, Compression::None);
+    tokio::spawn(async move { produce_answer(&b, "t", 0, &batch).await })
+}
+
+#[tokio::test]
+async fn a_compaction_commit_that_landed_unanswered_is_taken_in_before_anything_acts_on_it() {
+    let (t, kv) = faulty_broker(2_000).await;
+    let b = &t.broker;
+    b.create_topic("t", 1, Default::default()).await.unwrap();
+    for round in 0..4 {
+        assert_eq!(produce(b, "t", 0, 10).await, round * 10);
+    }
+    let p = b.topic("t").unwrap().partitions[0].current();
+    kv.lose_answer(writes("/partitions/"));
+    b.compact_owned().await;
+    // settled as landed before compaction went on: the owner has the segments it committed
+    let committed = p.owned().unwrap().record;
+    assert_eq!(committed.segment_end(), 40);
+    assert_eq!(p.segments().len(), 2);
+    for segment in p.segments() {
+        assert!(b.log.cache.contains(&p.object_key(segment.base_offset)));
+    }
+    // the objects compacted go, and every record is still read from the segments
+    b.delete_compacted_objects().await;
+    assert!(b.log.store.list_wal().await.unwrap().is_empty());
+    let read = reader::read(&b.log, &p, 0, 1 << 20, true).await.unwrap();
+    let records = read.records.concat();
+    let offsets: Vec<i64> = BatchWalker::new(&records)
+        .map(|r| r.unwrap().1.base_offset)
+        .collect();
+    assert_eq!(offsets, vec![0, 10, 20, 30]);
+}
+
+#[tokio::test]
+async fn a_compaction_commit_that_did_not_land_is_fenced_and_done_again() {
+    let (t, kv) = faulty_broker(2_000).await;
+    let b = &t.broker;
+    b.create_topic("t", 1, Default::default()).await.unwrap();
+    for round in 0..4 {
+        assert_eq!(produce(b, "t", 0, 10).await, round * 10);
+    }
+    let p = b.topic("t").unwrap().partitions[0].current();
+    kv.fail(writes("/partitions/"));
+    b.compact_owned().await;
+    // not landed: the record was written again as it was, and the owner knows its revision
+    let (record, revision) = p.committed_record();
+    assert_eq!(record.segment_end(), 0);
+    let stored = b.log.catalog.partition("t", 0).await.unwrap().unwrap();
+    assert_eq!((stored.record, stored.revision), (record, revision));
+    // so the next round compacts and commits
+    b.compact_owned().await;
+    assert_eq!(p.owned().unwrap().record.segment_end(), 40);
+}
+
+async fn kv_keys(b: &Broker, prefix: &str) -> Vec<String> {
+    let listing = b.log.catalog.kv().range(prefix).await.unwrap();
+    listing.kvs.into_iter().map(|kv| kv.key).collect()
+}
