@@ -12,7 +12,6 @@ use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use super::columns::{Columns, TimestampType};
 use crate::log::batch::BatchHeader;
 
-const LOG_APPEND_TIME: i16 = 0x08;
 const CONTROL_BATCH: i16 = 0x20;
 
 /// Reads zigzag varints and length-prefixed fields from a record, never past its end.
@@ -77,8 +76,7 @@ pub fn decode_records(
     if header.attributes & CONTROL_BATCH != 0 {
         return Ok(());
     }
-    let log_append_time = header.attributes & LOG_APPEND_TIME != 0;
-    let timestamp_type = if log_append_time {
+    let timestamp_type = if header.log_append_time() {
         TimestampType::LogAppendTime
     } else {
         TimestampType::CreateTime
@@ -105,11 +103,7 @@ pub fn decode_records(
         if !wanted.contains(&offset) {
             continue;
         }
-        let timestamp = if log_append_time {
-            header.max_timestamp
-        } else {
-            header.base_timestamp.wrapping_add(timestamp_delta)
-        };
+        let timestamp = header.record_timestamp(timestamp_delta);
         let key = record.nullable_bytes()?;
         let value = record.nullable_bytes()?;
         columns.push_record(offset, timestamp, timestamp_type, key, value);

@@ -21,6 +21,10 @@ pub const REWRITTEN_PREFIX_LEN: usize = 16;
 /// Where a batch's CRC-32C coverage starts (attributes onwards).
 pub const CRC_START: usize = 21;
 const MAGIC_AT: usize = 16;
+const CRC_AT: usize = 17;
+const MAX_TIMESTAMP_AT: usize = 35;
+/// Attribute bit 3: the records' timestamps are the batch's max timestamp (LogAppendTime).
+const LOG_APPEND_TIME: i16 = 0x08;
 
 /// The fields of a batch header the broker uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,11 +62,11 @@ impl BatchHeader {
             size: LOG_OVERHEAD + length as usize,
             leader_epoch: i32_at(buf, 12),
             magic: buf[MAGIC_AT] as i8,
-            crc: u32::from_be_bytes(buf[17..21].try_into().unwrap()),
+            crc: u32::from_be_bytes(buf[CRC_AT..CRC_START].try_into().unwrap()),
             attributes: i16::from_be_bytes(buf[21..23].try_into().unwrap()),
             last_offset_delta: i32_at(buf, 23),
             base_timestamp: i64_at(buf, 27),
-            max_timestamp: i64_at(buf, 35),
+            max_timestamp: i64_at(buf, MAX_TIMESTAMP_AT),
             producer_id: i64_at(buf, 43),
             producer_epoch: i16::from_be_bytes(buf[51..53].try_into().unwrap()),
             base_sequence: i32_at(buf, 53),
@@ -81,6 +85,20 @@ impl BatchHeader {
 
     pub fn compression(&self) -> i16 {
         self.attributes & 0x07
+    }
+
+    pub(crate) fn log_append_time(&self) -> bool {
+        self.attributes & LOG_APPEND_TIME != 0
+    }
+
+    /// The timestamp of a record with this timestamp delta (a varlong: it may exceed 32 bits).
+    /// A LogAppendTime batch's records all read as its max timestamp.
+    pub(crate) fn record_timestamp(&self, timestamp_delta: i64) -> i64 {
+        if self.log_append_time() {
+            self.max_timestamp
+        } else {
+            self.base_timestamp.wrapping_add(timestamp_delta)
+        }
     }
 }
 
@@ -204,6 +222,91 @@ pub(crate) mod tests {
         };
         RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
         buf.freeze()
+    }
+
+    /// Appends `value` as a zigzag varint (a varlong is encoded alike).
+    pub fn zigzag_varint(out: &mut Vec<u8>, value: i64) {
+        let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+        while raw >= 0x80 {
+            out.push(raw as u8 | 0x80);
+            raw >>= 7;
+        }
+        out.push(raw as u8);
+    }
+
+    /// A record as clients write it: key `k<n>`, the given value, one header. Built by hand,
+    /// as the codec crate refuses timestamp deltas past 32 bits (Kafka's are varlongs).
+    pub fn raw_record(offset_delta: i64, timestamp_delta: i64, value: &[u8]) -> Vec<u8> {
+        let mut body = vec![0u8];
+        zigzag_varint(&mut body, timestamp_delta);
+        zigzag_varint(&mut body, offset_delta);
+        let key = format!("k{offset_delta}");
+        zigzag_varint(&mut body, key.len() as i64);
+        body.extend_from_slice(key.as_bytes());
+        zigzag_varint(&mut body, value.len() as i64);
+        body.extend_from_slice(value);
+        zigzag_varint(&mut body, 1);
+        zigzag_varint(&mut body, 1);
+        body.push(b'h');
+        zigzag_varint(&mut body, -1);
+        framed(&body)
+    }
+
+    /// A record's `body` after its length.
+    pub fn framed(body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        zigzag_varint(&mut out, body.len() as i64);
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// The header fields of a hand-built batch (`raw_batch`) that tests choose.
+    pub struct RawHeader {
+        pub attributes: i16,
+        pub count: i32,
+        pub base_timestamp: i64,
+        pub max_timestamp: i64,
+        pub producer_id: i64,
+    }
+
+    /// A v2 batch of `header` around `section` (already compressed if the attributes say so),
+    /// with a valid CRC: only what the test chose can be wrong.
+    pub fn raw_batch(header: &RawHeader, section: &[u8]) -> Bytes {
+        let mut buf = BytesMut::new();
+        buf.put_i64(0);
+        buf.put_i32((BATCH_HEADER_LEN - LOG_OVERHEAD + section.len()) as i32);
+        buf.put_i32(0);
+        buf.put_i8(2);
+        buf.put_u32(0);
+        buf.put_i16(header.attributes);
+        buf.put_i32(header.count - 1);
+        buf.put_i64(header.base_timestamp);
+        buf.put_i64(header.max_timestamp);
+        buf.put_i64(header.producer_id);
+        buf.put_i16(-1);
+        buf.put_i32(-1);
+        buf.put_i32(header.count);
+        buf.extend_from_slice(section);
+        let crc = crc32c(&buf[CRC_START..]);
+        buf[CRC_AT..CRC_START].copy_from_slice(&crc.to_be_bytes());
+        buf.freeze()
+    }
+
+    /// An uncompressed batch of one record per timestamp, its header as clients set it.
+    pub fn stamped_batch(timestamps: &[i64]) -> Bytes {
+        let base_timestamp = timestamps[0];
+        let section: Vec<u8> = (0..)
+            .zip(timestamps)
+            .flat_map(|(i, t)| raw_record(i, t - base_timestamp, b"v"))
+            .collect();
+        let header = RawHeader {
+            attributes: 0,
+            count: timestamps.len() as i32,
+            base_timestamp,
+            max_timestamp: *timestamps.iter().max().unwrap(),
+            producer_id: -1,
+        };
+        raw_batch(&header, &section)
     }
 
     #[test]

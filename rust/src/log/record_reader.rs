@@ -1,29 +1,116 @@
-//! Reading a batch's records from its (decompressed) stream for the produce validator: zigzag
-//! varints no longer than their type allows, and length-prefixed fields that never run past
-//! the current record's length. Nothing is copied except one header key at a time (its UTF-8
-//! is checked, as consumers decode it into a string).
+//! Reading a batch's records from its (decompressed) stream, for the produce validator and
+//! timestamp searches: every record is walked and checked, with zigzag varints no longer than
+//! their type allows (timestamp deltas are varlongs), and length-prefixed fields that never run
+//! past the current record's length. Nothing is copied except one header key at a time (its
+//! UTF-8 is checked, as consumers decode it into a string).
+//!
+//! Record: length varint | attributes i8 | timestamp delta varlong | offset delta varint |
+//! key length varint (-1 = null) | key | value length varint | value | header count varint |
+//! headers (key length varint | key | value length varint (-1 = null) | value).
 
 use std::fmt::Display;
-use std::io::BufRead;
+use std::io::{BufRead, BufReader};
 
-use super::decompress::{describe, Codec};
+use super::batch::{BatchHeader, BATCH_HEADER_LEN};
+use super::decompress::{describe, Codec, Decompressed};
 use super::validate::{corrupt, invalid_record, Rejection};
+
+/// Large enough that one read of a decompressor usually holds several records.
+const STREAM_BUFFER: usize = 32 * 1024;
+
+/// Walks the records of one batch (its bytes, whose header and CRC are checked): exactly
+/// `record_count` records, each exactly its length, numbered 0, 1, 2, ... in order, and
+/// nothing after them. Compressed records are read through a decompressor that fails past
+/// `max_uncompressed` bytes. `visit` gets each record's index and timestamp, in order.
+pub(super) fn walk_records(
+    header: &BatchHeader,
+    batch: &[u8],
+    max_uncompressed: usize,
+    visit: impl FnMut(i32, i64) -> Result<(), Rejection>,
+) -> Result<(), Rejection> {
+    let codec = Codec::from_attributes(header.attributes).map_err(corrupt)?;
+    let section = &batch[BATCH_HEADER_LEN..header.size];
+    match codec {
+        Codec::None => walk(Records::new(section, codec), header, visit),
+        _ => {
+            let stream = Decompressed::new(codec, section, max_uncompressed)
+                .map_err(|e| corrupt(describe(codec, &e)))?;
+            let buffered = BufReader::with_capacity(STREAM_BUFFER, stream);
+            walk(Records::new(buffered, codec), header, visit)
+        }
+    }
+}
+
+fn walk<R: BufRead>(
+    mut records: Records<R>,
+    header: &BatchHeader,
+    mut visit: impl FnMut(i32, i64) -> Result<(), Rejection>,
+) -> Result<(), Rejection> {
+    let declared = header.record_count;
+    for index in 0..declared {
+        records.index = index;
+        let Some(length) = records.record_length()? else {
+            return Err(invalid_record(
+                None,
+                format!("the batch declares {declared} records but holds {index}"),
+            ));
+        };
+        records.left = length;
+        records.byte()?; // attributes: unused in v2
+        let timestamp_delta = records.varlong()?;
+        let offset_delta = records.varint()?;
+        records.nullable_field("key")?;
+        records.nullable_field("value")?;
+        let headers = records.varint()?;
+        if headers < 0 {
+            return Err(records.malformed(format!("header count {headers}")));
+        }
+        for _ in 0..headers {
+            records.header_key()?;
+            records.nullable_field("header value")?;
+        }
+        if records.left != 0 {
+            return Err(records.malformed(format!(
+                "{} bytes of its length are left after its fields",
+                records.left
+            )));
+        }
+        if offset_delta != index {
+            return Err(invalid_record(
+                Some(index),
+                format!(
+                    "record {index} has offset delta {offset_delta}; a batch's records are \
+                     numbered 0, 1, 2, ... in order"
+                ),
+            ));
+        }
+        visit(index, header.record_timestamp(timestamp_delta))?;
+    }
+    // Reading to the end also checks the compressed stream's own trailer and checksums.
+    if records.next_byte()?.is_some() {
+        return Err(invalid_record(
+            None,
+            format!("the batch holds more than the {declared} records it declares"),
+        ));
+    }
+    Ok(())
+}
 
 /// Reads the records of one batch from its (decompressed) stream, never past the current
 /// record's length.
-pub(super) struct Records<R> {
+struct Records<R> {
     src: R,
     codec: Codec,
     /// The record being read (for messages).
-    pub(super) index: i32,
+    index: i32,
     /// Bytes of the current record not read yet.
-    pub(super) left: usize,
+    left: usize,
     /// Holds one header key while its UTF-8 is checked.
     key: Vec<u8>,
 }
 
 impl<R: BufRead> Records<R> {
-    pub(super) fn new(src: R, codec: Codec) -> Records<R> {
+    fn new(src: R, codec: Codec) -> Records<R> {
         Records {
             src,
             codec,
@@ -33,14 +120,14 @@ impl<R: BufRead> Records<R> {
         }
     }
 
-    pub(super) fn malformed(&self, what: impl Display) -> Rejection {
+    fn malformed(&self, what: impl Display) -> Rejection {
         invalid_record(
             Some(self.index),
             format!("record {} is malformed: {what}", self.index),
         )
     }
 
-    pub(super) fn next_byte(&mut self) -> Result<Option<u8>, Rejection> {
+    fn next_byte(&mut self) -> Result<Option<u8>, Rejection> {
         let codec = self.codec;
         let buf = self
             .src
@@ -54,7 +141,7 @@ impl<R: BufRead> Records<R> {
     }
 
     /// A byte of the current record.
-    pub(super) fn byte(&mut self) -> Result<u8, Rejection> {
+    fn byte(&mut self) -> Result<u8, Rejection> {
         if self.left == 0 {
             return Err(self.malformed("its fields run past its length"));
         }
@@ -64,7 +151,7 @@ impl<R: BufRead> Records<R> {
     }
 
     /// The next record's length; `None` when the records end before it.
-    pub(super) fn record_length(&mut self) -> Result<Option<usize>, Rejection> {
+    fn record_length(&mut self) -> Result<Option<usize>, Rejection> {
         let Some(first) = self.next_byte()? else {
             return Ok(None);
         };
@@ -98,19 +185,19 @@ impl<R: BufRead> Records<R> {
         Ok(raw)
     }
 
-    pub(super) fn varlong(&mut self) -> Result<i64, Rejection> {
+    fn varlong(&mut self) -> Result<i64, Rejection> {
         let first = self.byte()?;
         Ok(zigzag(self.raw_varint(first, 10)?))
     }
 
-    pub(super) fn varint(&mut self) -> Result<i32, Rejection> {
+    fn varint(&mut self) -> Result<i32, Rejection> {
         let first = self.byte()?;
         let value = zigzag(self.raw_varint(first, 5)?);
         i32::try_from(value).map_err(|_| self.malformed("a varint out of the int32 range"))
     }
 
     /// A length-prefixed field that may be null (-1).
-    pub(super) fn nullable_field(&mut self, what: &str) -> Result<(), Rejection> {
+    fn nullable_field(&mut self, what: &str) -> Result<(), Rejection> {
         let len = self.varint()?;
         if len < -1 {
             return Err(self.malformed(format!("{what} length {len}")));
@@ -119,7 +206,7 @@ impl<R: BufRead> Records<R> {
     }
 
     /// A header key: present and UTF-8, as consumers decode it into a string.
-    pub(super) fn header_key(&mut self) -> Result<(), Rejection> {
+    fn header_key(&mut self) -> Result<(), Rejection> {
         let len = self.varint()?;
         if len < 0 {
             return Err(self.malformed(format!("header key length {len}")));

@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use kafka_protocol::records::{RecordBatchDecoder, RecordSet};
 use kafka_protocol::ResponseError;
 
+use super::batch::BatchHeader;
 use super::cache::CachedBatches;
 use super::partition::Partition;
 use super::reader::{corrupt, load_from, load_run};
-use super::segment::SegmentMeta;
+use super::record_reader::walk_records;
+use super::segment::{SegmentMeta, StoredBatch};
 use super::LogContext;
 
 /// A segment's largest batch timestamp (read once, then remembered on the partition).
@@ -51,7 +51,7 @@ pub async fn offset_for_timestamp(
             continue;
         }
         let batches = load_from(ctx, partition, &segment, segment.base_offset).await?;
-        let (hit, segment_max) = first_at_or_after(partition, &batches, timestamp, log_start)
+        let (hit, segment_max) = first_at_or_after(ctx, partition, &batches, timestamp, log_start)
             .map_err(|()| corrupt(partition, &segment))?;
         if hit.is_some() {
             return Ok(hit);
@@ -68,7 +68,7 @@ pub async fn offset_for_timestamp(
         }
         let (run, batches) = load_run(ctx, run).await?;
         let (hit, _) =
-            first_at_or_after(partition, &batches, timestamp, log_start).map_err(|()| {
+            first_at_or_after(ctx, partition, &batches, timestamp, log_start).map_err(|()| {
                 tracing::error!(object = %run.object, "write-ahead run is malformed");
                 ResponseError::KafkaStorageError
             })?;
@@ -82,6 +82,7 @@ pub async fn offset_for_timestamp(
 /// The first record of `batches` at or after `timestamp` (and the log start), with its
 /// timestamp; and the largest batch timestamp seen.
 fn first_at_or_after(
+    ctx: &LogContext,
     partition: &Partition,
     batches: &CachedBatches,
     timestamp: i64,
@@ -94,13 +95,12 @@ fn first_at_or_after(
         if header.max_timestamp < timestamp || header.last_offset() < log_start {
             continue;
         }
-        let set = decode(partition, batch.joined())?;
-        let hit = set
-            .records
-            .iter()
-            .find(|r| r.timestamp >= timestamp && r.offset >= log_start);
-        if let Some(record) = hit {
-            return Ok((Some((record.offset, record.timestamp)), max));
+        let records = record_timestamps(ctx, partition, &batch, &header)?;
+        let hit = records
+            .into_iter()
+            .find(|&(offset, t)| t >= timestamp && offset >= log_start);
+        if hit.is_some() {
+            return Ok((hit, max));
         }
     }
     Ok((None, max))
@@ -122,7 +122,7 @@ pub async fn max_timestamp_record(
         segment_end = segment.last_offset + 1;
         let segment_max = if segment.base_offset < log_start {
             let batches = load_from(ctx, partition, &segment, log_start).await?;
-            largest_from(partition, &batches, log_start)
+            largest_from(ctx, partition, &batches, log_start)
                 .map_err(|()| corrupt(partition, &segment))?
         } else {
             segment_max_timestamp(ctx, partition, &segment).await?
@@ -139,10 +139,12 @@ pub async fn max_timestamp_record(
             continue;
         }
         let (run, batches) = load_run(ctx, run).await?;
-        max = max.max(largest_from(partition, &batches, log_start).map_err(|()| {
-            tracing::error!(object = %run.object, "write-ahead run is malformed");
-            ResponseError::KafkaStorageError
-        })?);
+        max = max.max(
+            largest_from(ctx, partition, &batches, log_start).map_err(|()| {
+                tracing::error!(object = %run.object, "write-ahead run is malformed");
+                ResponseError::KafkaStorageError
+            })?,
+        );
     }
     if max == i64::MIN {
         return Ok(None);
@@ -151,7 +153,12 @@ pub async fn max_timestamp_record(
 }
 
 /// The largest timestamp of the records of `batches` at or after `log_start`.
-fn largest_from(partition: &Partition, batches: &CachedBatches, log_start: i64) -> Result<i64, ()> {
+fn largest_from(
+    ctx: &LogContext,
+    partition: &Partition,
+    batches: &CachedBatches,
+    log_start: i64,
+) -> Result<i64, ()> {
     let mut max = i64::MIN;
     for item in batches.batches() {
         let (batch, header) = item.map_err(|_| ())?;
@@ -162,17 +169,32 @@ fn largest_from(partition: &Partition, batches: &CachedBatches, log_start: i64) 
             max = max.max(header.max_timestamp);
             continue;
         }
-        let set = decode(partition, batch.joined())?;
-        let kept = set.records.iter().filter(|r| r.offset >= log_start);
-        max = max.max(kept.map(|r| r.timestamp).max().unwrap_or(i64::MIN));
+        let records = record_timestamps(ctx, partition, &batch, &header)?;
+        let kept = records
+            .into_iter()
+            .filter(|&(offset, _)| offset >= log_start);
+        max = max.max(kept.map(|(_, t)| t).max().unwrap_or(i64::MIN));
     }
     Ok(max)
 }
 
-/// The records of one batch (its bytes); a batch that does not decode is logged.
-fn decode(partition: &Partition, mut batch: Bytes) -> Result<RecordSet, ()> {
-    RecordBatchDecoder::decode(&mut batch).map_err(|e| {
-        tracing::error!(topic = %partition.topic, partition = partition.id, error = %e,
-            "batch could not be decoded for a timestamp search");
+/// The offset and timestamp of each record of one batch, in order; a batch that does not
+/// decode is logged.
+fn record_timestamps(
+    ctx: &LogContext,
+    partition: &Partition,
+    batch: &StoredBatch,
+    header: &BatchHeader,
+) -> Result<Vec<(i64, i64)>, ()> {
+    let mut records = Vec::new();
+    let limit = ctx.settings.max_uncompressed_batch_bytes;
+    walk_records(header, &batch.joined(), limit, |index, timestamp| {
+        records.push((header.base_offset + i64::from(index), timestamp));
+        Ok(())
     })
+    .map_err(|e| {
+        tracing::error!(topic = %partition.topic, partition = partition.id, error = e.message,
+            "batch could not be decoded for a timestamp search");
+    })?;
+    Ok(records)
 }

@@ -11,28 +11,19 @@
 //! INVALID_TIMESTAMP for timestamps outside the topic's KIP-937 bounds
 //! or a batch max timestamp that is not its records' largest. Rule violations of one record
 //! name it (ProduceResponse v8+ `record_errors`).
-//!
-//! Record: length varint | attributes i8 | timestamp delta varlong | offset delta varint |
-//! key length varint (-1 = null) | key | value length varint | value | header count varint |
-//! headers (key length varint | key | value length varint (-1 = null) | value).
 
 use std::fmt::Display;
-use std::io::{BufRead, BufReader};
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
-use super::batch::{validate_batches, BatchHeader, IncomingBatch, BATCH_HEADER_LEN};
-use super::decompress::{describe, Codec, Decompressed};
-use super::record_reader::Records;
+use super::batch::{validate_batches, BatchHeader, IncomingBatch};
+use super::record_reader::walk_records;
 
-const LOG_APPEND_TIME: i16 = 0x08;
 const TRANSACTIONAL_BATCH: i16 = 0x10;
 const CONTROL_BATCH: i16 = 0x20;
 /// A record without a timestamp (Kafka's RecordBatch.NO_TIMESTAMP): not range-checked.
 const NO_TIMESTAMP: i64 = -1;
-/// Large enough that one read of a decompressor usually holds several records.
-const STREAM_BUFFER: usize = 32 * 1024;
 
 /// The limits a produce to one partition is checked against.
 #[derive(Debug, Clone, Copy)]
@@ -91,17 +82,30 @@ pub fn validate_produce(
 ) -> Result<Vec<IncomingBatch>, Rejection> {
     let batches = validate_batches(records, rules.max_batch_bytes)?;
     for batch in &batches {
-        validate_records(&batch.header, &batch.bytes, rules)?;
+        let header = &batch.header;
+        let max_timestamp = validate_records(header, &batch.bytes, rules)?;
+        if !header.log_append_time() && header.max_timestamp != max_timestamp {
+            return Err(Rejection {
+                error: ResponseError::InvalidTimestamp,
+                message: format!(
+                    "the batch's max timestamp {} is not its records' largest timestamp \
+                     {max_timestamp}",
+                    header.max_timestamp
+                ),
+                record: None,
+            });
+        }
     }
     Ok(batches)
 }
 
-/// Checks the records of one batch whose header and CRC are already checked.
-pub fn validate_records(
+/// Checks the records of one batch whose header and CRC are already checked; the records'
+/// largest timestamp.
+fn validate_records(
     header: &BatchHeader,
     batch: &[u8],
     rules: &ProduceRules,
-) -> Result<(), Rejection> {
+) -> Result<i64, Rejection> {
     if header.attributes & CONTROL_BATCH != 0 {
         return Err(invalid_record(
             None,
@@ -125,94 +129,19 @@ pub fn validate_records(
             format!("producer id {producer_id} with invalid base sequence {base_sequence}"),
         ));
     }
-    let codec = Codec::from_attributes(header.attributes).map_err(corrupt)?;
-    let section = &batch[BATCH_HEADER_LEN..header.size];
-    match codec {
-        Codec::None => walk(Records::new(section, codec), header, rules),
-        _ => {
-            let stream = Decompressed::new(codec, section, rules.max_uncompressed_bytes)
-                .map_err(|e| corrupt(describe(codec, &e)))?;
-            let buffered = BufReader::with_capacity(STREAM_BUFFER, stream);
-            walk(Records::new(buffered, codec), header, rules)
-        }
-    }
-}
-
-/// Walks the records of a batch: exactly `record_count` records, each exactly its length,
-/// numbered 0, 1, 2, ... in order, with timestamps in bounds, and nothing after them.
-fn walk<R: BufRead>(
-    mut records: Records<R>,
-    header: &BatchHeader,
-    rules: &ProduceRules,
-) -> Result<(), Rejection> {
-    let log_append_time = header.attributes & LOG_APPEND_TIME != 0;
-    let declared = header.record_count;
     // As Kafka computes it: records without a timestamp leave it at NO_TIMESTAMP.
     let mut max_timestamp = NO_TIMESTAMP;
-    for index in 0..declared {
-        records.index = index;
-        let Some(length) = records.record_length()? else {
-            return Err(invalid_record(
-                None,
-                format!("the batch declares {declared} records but holds {index}"),
-            ));
-        };
-        records.left = length;
-        records.byte()?; // attributes: unused in v2
-        let timestamp_delta = records.varlong()?;
-        let offset_delta = records.varint()?;
-        records.nullable_field("key")?;
-        records.nullable_field("value")?;
-        let headers = records.varint()?;
-        if headers < 0 {
-            return Err(records.malformed(format!("header count {headers}")));
-        }
-        for _ in 0..headers {
-            records.header_key()?;
-            records.nullable_field("header value")?;
-        }
-        if records.left != 0 {
-            return Err(records.malformed(format!(
-                "{} bytes of its length are left after its fields",
-                records.left
-            )));
-        }
-        if offset_delta != index {
-            return Err(invalid_record(
-                Some(index),
-                format!(
-                    "record {index} has offset delta {offset_delta}; a batch's records are \
-                     numbered 0, 1, 2, ... in order"
-                ),
-            ));
-        }
-        // A LogAppendTime batch's records all read as its max timestamp.
-        let timestamp = if log_append_time {
-            header.max_timestamp
-        } else {
-            header.base_timestamp.wrapping_add(timestamp_delta)
-        };
-        check_timestamp(index, timestamp, rules)?;
-        max_timestamp = max_timestamp.max(timestamp);
-    }
-    // Reading to the end also checks the compressed stream's own trailer and checksums.
-    if records.next_byte()?.is_some() {
-        return Err(invalid_record(
-            None,
-            format!("the batch holds more than the {declared} records it declares"),
-        ));
-    }
-    if !log_append_time && header.max_timestamp != max_timestamp {
-        return Err(Rejection {
-            error: ResponseError::InvalidTimestamp,
-            message: format!(
-                "the batch's max timestamp {} is not its records' largest timestamp {max_timestamp}",
-                header.max_timestamp
-            ),
-            record: None,
-        });
-    }
-    Ok(())
+    walk_records(
+        header,
+        batch,
+        rules.max_uncompressed_bytes,
+        |index, timestamp| {
+            check_timestamp(index, timestamp, rules)?;
+            max_timestamp = max_timestamp.max(timestamp);
+            Ok(())
+        },
+    )?;
+    Ok(max_timestamp)
 }
 
 /// KIP-937: a CreateTime timestamp must lie within [now - before.max, now + after.max].
@@ -241,15 +170,16 @@ fn check_timestamp(index: i32, timestamp: i64, rules: &ProduceRules) -> Result<(
 
 #[cfg(test)]
 mod tests {
-    use bytes::{BufMut, BytesMut};
+    use bytes::BytesMut;
     use kafka_protocol::records::Compression;
     use proptest::prelude::*;
 
     use super::*;
-    use crate::log::batch::tests::encoded_batch;
-    use crate::log::batch::CRC_START;
-    use crate::log::checksum::crc32c;
+    use crate::log::batch::tests::{
+        encoded_batch, framed, raw_batch, raw_record, zigzag_varint, RawHeader,
+    };
     use crate::log::decompress::tests::{compress, CODECS};
+    use crate::log::decompress::Codec;
 
     const NOW: i64 = 1_700_000_000_000;
 
@@ -263,81 +193,19 @@ mod tests {
         }
     }
 
-    fn zigzag_varint(out: &mut Vec<u8>, value: i64) {
-        let mut raw = ((value << 1) ^ (value >> 63)) as u64;
-        while raw >= 0x80 {
-            out.push(raw as u8 | 0x80);
-            raw >>= 7;
-        }
-        out.push(raw as u8);
-    }
-
-    /// A record as clients write it: key `k<n>`, the given value, one header.
-    fn record(offset_delta: i64, timestamp_delta: i64, value: &[u8]) -> Vec<u8> {
-        let mut body = vec![0u8];
-        zigzag_varint(&mut body, timestamp_delta);
-        zigzag_varint(&mut body, offset_delta);
-        let key = format!("k{offset_delta}");
-        zigzag_varint(&mut body, key.len() as i64);
-        body.extend_from_slice(key.as_bytes());
-        zigzag_varint(&mut body, value.len() as i64);
-        body.extend_from_slice(value);
-        zigzag_varint(&mut body, 1);
-        zigzag_varint(&mut body, 1);
-        body.push(b'h');
-        zigzag_varint(&mut body, -1);
-        framed(&body)
-    }
-
-    fn framed(body: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        zigzag_varint(&mut out, body.len() as i64);
-        out.extend_from_slice(body);
-        out
-    }
-
     /// `n` well-formed records one ms apart, starting at NOW.
     fn records(n: i64) -> Vec<u8> {
-        (0..n).flat_map(|i| record(i, i, b"value")).collect()
+        (0..n).flat_map(|i| raw_record(i, i, b"value")).collect()
     }
 
-    struct Spec {
-        attributes: i16,
-        count: i32,
-        max_timestamp: i64,
-        producer_id: i64,
-    }
-
-    fn spec(count: i32) -> Spec {
-        Spec {
+    fn spec(count: i32) -> RawHeader {
+        RawHeader {
             attributes: 0,
             count,
+            base_timestamp: NOW,
             max_timestamp: NOW + i64::from(count) - 1,
             producer_id: -1,
         }
-    }
-
-    /// A v2 batch around `section` (already compressed if the attributes say so), with a
-    /// valid CRC: only the records can be wrong.
-    fn batch(spec: &Spec, section: &[u8]) -> Bytes {
-        let mut buf = BytesMut::new();
-        buf.put_i64(0);
-        buf.put_i32((BATCH_HEADER_LEN - 12 + section.len()) as i32);
-        buf.put_i32(0);
-        buf.put_i8(2);
-        buf.put_u32(0);
-        buf.put_i16(spec.attributes);
-        buf.put_i32(spec.count - 1);
-        buf.put_i64(NOW);
-        buf.put_i64(spec.max_timestamp);
-        buf.put_i64(spec.producer_id);
-        buf.put_i16(-1);
-        buf.put_i32(-1);
-        buf.put_i32(spec.count);
-        buf.extend_from_slice(section);
-        let crc = crc32c(&buf[CRC_START..]);
-        buf[17..21].copy_from_slice(&crc.to_be_bytes());
-        buf.freeze()
     }
 
     fn check(batch: &Bytes) -> Result<(), Rejection> {
@@ -367,8 +235,8 @@ mod tests {
         for codec in CODECS {
             let section = compress(codec, &records(20));
             let attributes = codec_id(codec);
-            check(&batch(
-                &Spec {
+            check(&raw_batch(
+                &RawHeader {
                     attributes,
                     ..spec(20)
                 },
@@ -382,7 +250,7 @@ mod tests {
     #[test]
     fn accepts_xerial_framed_snappy() {
         let plain = (0..400)
-            .flat_map(|i| record(i, 0, &[b'x'; 200]))
+            .flat_map(|i| raw_record(i, 0, &[b'x'; 200]))
             .collect::<Vec<_>>();
         let mut section = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
         for block in plain.chunks(32 * 1024) {
@@ -390,17 +258,17 @@ mod tests {
             section.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
             section.extend_from_slice(&compressed);
         }
-        let spec = Spec {
+        let spec = RawHeader {
             attributes: 2,
             max_timestamp: NOW,
             ..spec(400)
         };
-        check(&batch(&spec, &section)).unwrap();
+        check(&raw_batch(&spec, &section)).unwrap();
     }
 
     #[test]
     fn a_count_that_differs_from_the_records_present_is_invalid() {
-        let inflated = batch(&spec(i32::MAX), &records(1));
+        let inflated = raw_batch(&spec(i32::MAX), &records(1));
         let rejection = check(&inflated).unwrap_err();
         assert_eq!(rejection.error, ResponseError::InvalidRecord);
         assert!(
@@ -408,22 +276,22 @@ mod tests {
             "{}",
             rejection.message
         );
-        let spec = Spec {
+        let spec = RawHeader {
             max_timestamp: NOW,
             ..spec(1)
         };
         assert_eq!(
-            error_of(&batch(&spec, &records(3))),
+            error_of(&raw_batch(&spec, &records(3))),
             (ResponseError::InvalidRecord, None)
         );
         // the same for records that come out of a decompressor
-        let spec = Spec {
+        let spec = RawHeader {
             attributes: 4,
             ..spec
         };
         let section = compress(Codec::Zstd, &records(3));
         assert_eq!(
-            error_of(&batch(&spec, &section)),
+            error_of(&raw_batch(&spec, &section)),
             (ResponseError::InvalidRecord, None)
         );
     }
@@ -431,20 +299,20 @@ mod tests {
     #[test]
     fn undecodable_compressed_records_and_unknown_codecs_are_corrupt() {
         for attributes in 1..=7 {
-            let spec = Spec {
+            let spec = RawHeader {
                 attributes,
                 ..spec(1)
             };
-            let garbage = batch(&spec, b"\x01\x02\x03 certainly not compressed records");
+            let garbage = raw_batch(&spec, b"\x01\x02\x03 certainly not compressed records");
             assert_eq!(error_of(&garbage).0, ResponseError::CorruptMessage);
         }
         // codecs 5 to 7 do not exist, whatever follows
         for attributes in 5..=7 {
-            let spec = Spec {
+            let spec = RawHeader {
                 attributes,
                 ..spec(3)
             };
-            let rejection = check(&batch(&spec, &records(3))).unwrap_err();
+            let rejection = check(&raw_batch(&spec, &records(3))).unwrap_err();
             assert_eq!(rejection.error, ResponseError::CorruptMessage);
             assert!(rejection.message.contains("codec"), "{}", rejection.message);
         }
@@ -453,15 +321,15 @@ mod tests {
     #[test]
     fn a_batch_expanding_past_the_limit_is_corrupt() {
         let big = (0..2000)
-            .flat_map(|i| record(i, 0, &[0u8; 1000]))
+            .flat_map(|i| raw_record(i, 0, &[0u8; 1000]))
             .collect::<Vec<_>>();
         for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
-            let spec = Spec {
+            let spec = RawHeader {
                 attributes: codec_id(codec),
                 max_timestamp: NOW,
                 ..spec(2000)
             };
-            let rejection = check(&batch(&spec, &compress(codec, &big))).unwrap_err();
+            let rejection = check(&raw_batch(&spec, &compress(codec, &big))).unwrap_err();
             assert_eq!(rejection.error, ResponseError::CorruptMessage, "{codec:?}");
             assert!(rejection.message.contains("limit"), "{}", rejection.message);
         }
@@ -478,7 +346,7 @@ mod tests {
         zigzag_varint(&mut key_past_record, 1000);
         let mut negative_headers = vec![0u8, 0, 0, 1, 1];
         zigzag_varint(&mut negative_headers, -1);
-        let mut leftover = record(0, 0, b"v")[1..].to_vec();
+        let mut leftover = raw_record(0, 0, b"v")[1..].to_vec();
         leftover.push(0);
         for body in [
             too_long_varlong,
@@ -487,11 +355,11 @@ mod tests {
             negative_headers,
             leftover,
         ] {
-            let spec = Spec {
+            let spec = RawHeader {
                 max_timestamp: NOW,
                 ..spec(1)
             };
-            let rejection = check(&batch(&spec, &framed(&body))).unwrap_err();
+            let rejection = check(&raw_batch(&spec, &framed(&body))).unwrap_err();
             assert_eq!(rejection.error, ResponseError::InvalidRecord);
             assert!(
                 rejection.message.contains("record 0"),
@@ -502,7 +370,7 @@ mod tests {
         // a record length that is not a varint at all, and one that is negative
         for section in [vec![0xffu8; 6], vec![0x01]] {
             assert_eq!(
-                error_of(&batch(&spec(1), &section)).0,
+                error_of(&raw_batch(&spec(1), &section)).0,
                 ResponseError::InvalidRecord
             );
         }
@@ -510,20 +378,20 @@ mod tests {
 
     #[test]
     fn control_batches_from_clients_and_bad_sequences_are_invalid() {
-        let control = Spec {
+        let control = RawHeader {
             attributes: 0x20,
             ..spec(1)
         };
         assert_eq!(
-            error_of(&batch(&control, &records(1))),
+            error_of(&raw_batch(&control, &records(1))),
             (ResponseError::InvalidRecord, None)
         );
-        let idempotent = Spec {
+        let idempotent = RawHeader {
             producer_id: 7,
             ..spec(1)
         };
         assert_eq!(
-            error_of(&batch(&idempotent, &records(1))),
+            error_of(&raw_batch(&idempotent, &records(1))),
             (ResponseError::InvalidRecord, None)
         );
     }
@@ -531,8 +399,8 @@ mod tests {
     #[test]
     fn offsets_out_of_order_name_the_record() {
         let mut section = records(2);
-        section.extend(record(5, 2, b"value"));
-        let rejection = check(&batch(&spec(3), &section)).unwrap_err();
+        section.extend(raw_record(5, 2, b"value"));
+        let rejection = check(&raw_batch(&spec(3), &section)).unwrap_err();
         assert_eq!(
             (rejection.error, rejection.record),
             (ResponseError::InvalidRecord, Some(2))
@@ -544,12 +412,12 @@ mod tests {
         let mut body = vec![0u8, 0, 0, 1, 1, 2];
         body.extend_from_slice(&[2, 0xc3]);
         zigzag_varint(&mut body, -1);
-        let spec = Spec {
+        let spec = RawHeader {
             max_timestamp: NOW,
             ..spec(1)
         };
         assert_eq!(
-            error_of(&batch(&spec, &framed(&body))),
+            error_of(&raw_batch(&spec, &framed(&body))),
             (ResponseError::InvalidRecord, Some(0))
         );
     }
@@ -559,12 +427,12 @@ mod tests {
         const YEAR_9999: i64 = 253_402_300_799_000;
         for far in [YEAR_9999, i64::MAX] {
             let mut section = records(1);
-            section.extend(record(1, far - NOW, b"value"));
-            let spec = Spec {
+            section.extend(raw_record(1, far - NOW, b"value"));
+            let spec = RawHeader {
                 max_timestamp: far,
                 ..spec(2)
             };
-            let rejection = check(&batch(&spec, &section)).unwrap_err();
+            let rejection = check(&raw_batch(&spec, &section)).unwrap_err();
             assert_eq!(
                 (rejection.error, rejection.record),
                 (ResponseError::InvalidTimestamp, Some(1))
@@ -572,18 +440,16 @@ mod tests {
             assert!(rejection.message.contains("out of range"));
         }
         // an hour ahead is the default limit; older is unlimited unless the topic says so
-        let edge = batch(&spec(1), &record(0, 3_600_000, b"v"));
-        let edge = Spec {
+        let edge = RawHeader {
             max_timestamp: NOW + 3_600_000,
             ..spec(1)
-        }
-        .rebuild(&edge);
-        check(&edge).unwrap();
-        let old = Spec {
+        };
+        check(&raw_batch(&edge, &raw_record(0, 3_600_000, b"v"))).unwrap();
+        let old = RawHeader {
             max_timestamp: NOW - 86_400_000,
             ..spec(1)
         };
-        let old = batch(&old, &record(0, -86_400_000, b"v"));
+        let old = raw_batch(&old, &raw_record(0, -86_400_000, b"v"));
         check(&old).unwrap();
         let strict = ProduceRules {
             timestamp_before_max_ms: 60_000,
@@ -594,43 +460,36 @@ mod tests {
             ResponseError::InvalidTimestamp
         );
         // records without a timestamp are not range-checked
-        let none = Spec {
+        let none = RawHeader {
             max_timestamp: -1,
             ..spec(1)
         };
-        check(&batch(&none, &record(0, -1 - NOW, b"v"))).unwrap();
-    }
-
-    impl Spec {
-        /// The batch with this spec around the records of `other`.
-        fn rebuild(&self, other: &Bytes) -> Bytes {
-            batch(self, &other[BATCH_HEADER_LEN..])
-        }
+        check(&raw_batch(&none, &raw_record(0, -1 - NOW, b"v"))).unwrap();
     }
 
     #[test]
     fn the_max_timestamp_must_be_the_records_largest() {
-        let lying = Spec {
+        let lying = RawHeader {
             max_timestamp: NOW + 1000,
             ..spec(2)
         };
         assert_eq!(
-            error_of(&batch(&lying, &records(2))),
+            error_of(&raw_batch(&lying, &records(2))),
             (ResponseError::InvalidTimestamp, None)
         );
         // a LogAppendTime batch's records read as its max timestamp, which must be in bounds
-        let log_append = Spec {
+        let log_append = RawHeader {
             attributes: 0x08,
             max_timestamp: NOW,
             ..spec(2)
         };
-        check(&batch(&log_append, &records(2))).unwrap();
-        let far = Spec {
+        check(&raw_batch(&log_append, &records(2))).unwrap();
+        let far = RawHeader {
             max_timestamp: i64::MAX,
             ..log_append
         };
         assert_eq!(
-            error_of(&batch(&far, &records(2))),
+            error_of(&raw_batch(&far, &records(2))),
             (ResponseError::InvalidTimestamp, Some(0))
         );
     }
@@ -638,8 +497,8 @@ mod tests {
     #[test]
     fn one_bad_batch_refuses_the_whole_partition() {
         let mut two = BytesMut::new();
-        two.extend_from_slice(&batch(&spec(2), &records(2)));
-        two.extend_from_slice(&batch(&spec(i32::MAX), &records(1)));
+        two.extend_from_slice(&raw_batch(&spec(2), &records(2)));
+        two.extend_from_slice(&raw_batch(&spec(i32::MAX), &records(1)));
         assert_eq!(error_of(&two.freeze()).0, ResponseError::InvalidRecord);
     }
 
@@ -655,11 +514,11 @@ mod tests {
             let section: Vec<u8> = values
                 .iter()
                 .enumerate()
-                .flat_map(|(i, v)| record(i as i64, i as i64, v))
+                .flat_map(|(i, v)| raw_record(i as i64, i as i64, v))
                 .collect();
             let count = values.len() as i32;
-            let spec = Spec { attributes: codec as i16, ..spec(count) };
-            prop_assert!(check(&batch(&spec, &compress(CODECS[codec], &section))).is_ok());
+            let spec = RawHeader { attributes: codec as i16, ..spec(count) };
+            prop_assert!(check(&raw_batch(&spec, &compress(CODECS[codec], &section))).is_ok());
         }
 
         /// Any change to the records (CRC fixed up) is refused or accepted, never a panic;
@@ -673,12 +532,12 @@ mod tests {
             let section = records(5);
             let mut mutated = section.clone();
             mutated[at.index(section.len())] = byte;
-            let _ = check(&batch(&spec(5), &mutated));
+            let _ = check(&raw_batch(&spec(5), &mutated));
             let shorter = &section[..section.len() - cut];
-            prop_assert!(check(&batch(&spec(5), shorter)).is_err());
+            prop_assert!(check(&raw_batch(&spec(5), shorter)).is_err());
             let mut longer = section.clone();
             longer.extend(std::iter::repeat_n(0u8, cut));
-            prop_assert!(check(&batch(&spec(5), &longer)).is_err());
+            prop_assert!(check(&raw_batch(&spec(5), &longer)).is_err());
         }
     }
 }

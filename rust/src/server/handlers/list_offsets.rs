@@ -114,12 +114,10 @@ mod tests {
     use kafka_protocol::messages::{ApiKey, TopicName};
     use kafka_protocol::protocol::StrBytes;
 
-    use kafka_protocol::records::Compression;
-
     use super::*;
     use crate::auth::acl::ResourceType::Topic;
     use crate::broker::tests::produce_batch;
-    use crate::log::batch::tests::{encode_records, record_at};
+    use crate::log::batch::tests::stamped_batch;
     use crate::log::retention::delete_records;
     use crate::protocol::header::testing::{read_response, request};
     use crate::server::handlers::testing::{alice, allow, broker_with, open};
@@ -148,24 +146,19 @@ mod tests {
         (got.error_code, offset, got.timestamp)
     }
 
-    /// A batch of records with these timestamps.
-    fn stamped(timestamps: &[i64]) -> bytes::Bytes {
-        let value = bytes::Bytes::from_static(b"v");
-        let records: Vec<_> = timestamps
-            .iter()
-            .enumerate()
-            .map(|(i, &timestamp)| record_at(i as i64, timestamp, value.clone()))
-            .collect();
-        encode_records(&records, Compression::None)
-    }
-
     #[tokio::test]
     async fn the_largest_timestamp_counts_only_records_from_the_log_start() {
         let t = broker_with(&["t"], 1, 0).await;
         let now = crate::log::partition::now_ms();
         // offsets 0..=2, then 3..=4: the largest timestamp is at offset 1
-        produce_batch(&t.broker, "t", 0, &stamped(&[now - 30, now - 10, now - 20])).await;
-        produce_batch(&t.broker, "t", 0, &stamped(&[now - 25, now - 22])).await;
+        produce_batch(
+            &t.broker,
+            "t",
+            0,
+            &stamped_batch(&[now - 30, now - 10, now - 20]),
+        )
+        .await;
+        produce_batch(&t.broker, "t", 0, &stamped_batch(&[now - 25, now - 22])).await;
         assert_eq!(ask(&t.broker, 7, MAX_TIMESTAMP).await, (0, 1, now - 10));
         // older versions know no -3
         assert_eq!(
@@ -182,6 +175,25 @@ mod tests {
         assert_eq!(delete_records(&t.broker.log, &log, 2).await, Ok(2));
         assert_eq!(ask(&t.broker, 9, MAX_TIMESTAMP).await, (0, 2, now - 20));
         assert_eq!(ask(&t.broker, 9, EARLIEST_LOCAL).await.1, 2);
+    }
+
+    /// Timestamp deltas are varlongs: records more than 2^31 ms from their batch's base
+    /// timestamp are found by timestamp, as the largest, and as the largest from a log start
+    /// inside their batch (its records decoded).
+    #[tokio::test]
+    async fn timestamps_far_from_their_batch_base_are_found() {
+        const FAR: i64 = 999_999_999_999;
+        const MIDDLE: i64 = 500_000_000_000;
+        let t = broker_with(&["t"], 1, 0).await;
+        produce_batch(&t.broker, "t", 0, &stamped_batch(&[1234, FAR, MIDDLE])).await;
+        assert_eq!(ask(&t.broker, 9, 1235).await, (0, 1, FAR));
+        assert_eq!(ask(&t.broker, 9, FAR).await, (0, 1, FAR));
+        assert_eq!(ask(&t.broker, 9, FAR + 1).await, (0, -1, -1));
+        assert_eq!(ask(&t.broker, 9, MAX_TIMESTAMP).await, (0, 1, FAR));
+        let log = t.broker.topic("t").unwrap().partitions[0].current();
+        assert_eq!(delete_records(&t.broker.log, &log, 2).await, Ok(2));
+        assert_eq!(ask(&t.broker, 9, MAX_TIMESTAMP).await, (0, 2, MIDDLE));
+        assert_eq!(ask(&t.broker, 9, 1235).await, (0, 2, MIDDLE));
     }
 
     #[tokio::test]
