@@ -199,3 +199,22 @@ def test_a_decompression_bomb_is_refused(vbroker):
         assert result.error_code == kw.CORRUPT_MESSAGE, result
         assert "limit" in (result.error_message or ""), result
         assert high_watermark(conn, topic) == 0
+
+
+def test_a_max_timestamp_not_the_records_largest_is_stored_as_it(vbroker):
+    """librdkafka sends batches whose max timestamp is not their records' largest: Kafka stores
+    the largest (with a CRC to match), and so does KafScale. The records lie more than 2^31 ms
+    from the batch's base timestamp (timestamp deltas are varlongs): ListOffsets finds them."""
+    topic = unique("validate-max-timestamp")
+    kw.ensure_topic(vbroker.bootstrap, topic)
+    old, new = NOW_MS - 2**32, NOW_MS
+    timestamps = [old, new, old + 1]
+    sent = patched(sf.build_record_batch(records(3), timestamps=timestamps), max_timestamp=0)
+    with kw.RawConnection.to(vbroker.bootstrap) as conn:
+        assert kw.produce(conn, topic, 0, sent).error_code == kw.NONE
+        [stored] = sf.iter_batches(kw.fetch(conn, topic, 0, 0).records)
+        assert stored.max_timestamp == new
+        assert stored.crc_ok
+        assert [r.timestamp for r in stored.records()] == timestamps
+        found = kw.list_offsets(conn, topic, 0, old + 2)
+        assert (found.offset, found.timestamp) == (1, new)

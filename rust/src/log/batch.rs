@@ -1,5 +1,6 @@
 //! Kafka RecordBatch (magic 2) headers: validation of what producers send, and the
-//! broker-side rewrite of base offset and partition leader epoch.
+//! broker-side rewrites of base offset and partition leader epoch (and, rarely, max
+//! timestamp).
 //!
 //! Layout (big-endian): base offset i64 @0 | batch length i32 @8 | partition leader epoch i32 @12 |
 //! magic i8 @16 | crc u32 @17 (CRC-32C of attributes..end) | attributes i16 @21 |
@@ -107,6 +108,25 @@ impl BatchHeader {
 pub struct IncomingBatch {
     pub bytes: Bytes,
     pub header: BatchHeader,
+}
+
+impl IncomingBatch {
+    /// Stores `max_timestamp` in the header, as Kafka's LogValidator does when a producer's
+    /// is not its records' largest (librdkafka's, for one). The CRC-32C covers the field, so
+    /// it is computed again: segment footers are combined from the CRC a batch carries. A
+    /// copy of the batch, but a rare one.
+    pub(crate) fn set_max_timestamp(&mut self, max_timestamp: i64) {
+        let mut bytes = BytesMut::from(&self.bytes[..]);
+        bytes[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+        let crc = crc32c(&bytes[CRC_START..]);
+        bytes[CRC_AT..CRC_START].copy_from_slice(&crc.to_be_bytes());
+        self.bytes = bytes.freeze();
+        self.header = BatchHeader {
+            max_timestamp,
+            crc,
+            ..self.header
+        };
+    }
 }
 
 /// Splits a produce request's records field into batches and checks each one: magic 2,

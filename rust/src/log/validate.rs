@@ -1,6 +1,7 @@
 //! What a produce may append, checked record by record as Kafka's LogValidator does: every
 //! record of every batch is walked once, in place for uncompressed batches and through a
-//! bounded streaming decompressor for compressed ones (nothing is copied or materialised).
+//! bounded streaming decompressor for compressed ones (nothing is copied or materialised but
+//! a batch whose max timestamp is set).
 //!
 //! Errors follow Kafka (CorruptRecordException vs InvalidRecordException): CORRUPT_MESSAGE for
 //! a batch whose bytes cannot be trusted (framing, CRC, codec, decompression); INVALID_RECORD
@@ -8,9 +9,9 @@
 //! differs from the records present, a control batch from a client, offsets out of order).
 //! The difference matters to producers: CORRUPT_MESSAGE is retriable (a corrupted transfer
 //! may succeed when sent again), INVALID_RECORD is not (the same bytes would fail again).
-//! INVALID_TIMESTAMP for timestamps outside the topic's KIP-937 bounds
-//! or a batch max timestamp that is not its records' largest. Rule violations of one record
-//! name it (ProduceResponse v8+ `record_errors`).
+//! INVALID_TIMESTAMP for timestamps outside the topic's KIP-937 bounds. Rule violations of one
+//! record name it (ProduceResponse v8+ `record_errors`). A batch max timestamp that is not its
+//! records' largest is set to it, as Kafka does.
 
 use std::fmt::Display;
 
@@ -80,20 +81,13 @@ pub fn validate_produce(
     records: &Bytes,
     rules: &ProduceRules,
 ) -> Result<Vec<IncomingBatch>, Rejection> {
-    let batches = validate_batches(records, rules.max_batch_bytes)?;
-    for batch in &batches {
-        let header = &batch.header;
-        let max_timestamp = validate_records(header, &batch.bytes, rules)?;
-        if !header.log_append_time() && header.max_timestamp != max_timestamp {
-            return Err(Rejection {
-                error: ResponseError::InvalidTimestamp,
-                message: format!(
-                    "the batch's max timestamp {} is not its records' largest timestamp \
-                     {max_timestamp}",
-                    header.max_timestamp
-                ),
-                record: None,
-            });
+    let mut batches = validate_batches(records, rules.max_batch_bytes)?;
+    for batch in &mut batches {
+        let max_timestamp = validate_records(&batch.header, &batch.bytes, rules)?;
+        // Kafka stores the records' largest whatever the producer said (LogValidator's
+        // setMaxTimestamp): librdkafka sends batches that say otherwise.
+        if max_timestamp != batch.header.max_timestamp {
+            batch.set_max_timestamp(max_timestamp);
         }
     }
     Ok(batches)
@@ -440,11 +434,7 @@ mod tests {
             assert!(rejection.message.contains("out of range"));
         }
         // an hour ahead is the default limit; older is unlimited unless the topic says so
-        let edge = RawHeader {
-            max_timestamp: NOW + 3_600_000,
-            ..spec(1)
-        };
-        check(&raw_batch(&edge, &raw_record(0, 3_600_000, b"v"))).unwrap();
+        check(&raw_batch(&spec(1), &raw_record(0, 3_600_000, b"v"))).unwrap();
         let old = RawHeader {
             max_timestamp: NOW - 86_400_000,
             ..spec(1)
@@ -467,17 +457,38 @@ mod tests {
         check(&raw_batch(&none, &raw_record(0, -1 - NOW, b"v"))).unwrap();
     }
 
+    /// As Kafka's LogValidator does (setMaxTimestamp): the stored batch says its records'
+    /// largest timestamp, whatever the producer said, under the CRC of its new bytes.
     #[test]
-    fn the_max_timestamp_must_be_the_records_largest() {
-        let lying = RawHeader {
-            max_timestamp: NOW + 1000,
-            ..spec(2)
-        };
-        assert_eq!(
-            error_of(&raw_batch(&lying, &records(2))),
-            (ResponseError::InvalidTimestamp, None)
-        );
-        // a LogAppendTime batch's records read as its max timestamp, which must be in bounds
+    fn a_max_timestamp_that_is_not_the_records_largest_is_set_to_it() {
+        for codec in CODECS {
+            for said in [0, -1, NOW + 1000] {
+                let header = RawHeader {
+                    attributes: codec_id(codec),
+                    max_timestamp: said,
+                    ..spec(3)
+                };
+                let sent = raw_batch(&header, &compress(codec, &records(3)));
+                let stored = &validate_produce(&sent, &rules()).unwrap()[0];
+                assert_eq!(stored.header.max_timestamp, NOW + 2, "{codec:?}, {said}");
+                // read back as a batch: the CRC is checked
+                let read_back = &validate_batches(&stored.bytes, 1 << 20).unwrap()[0];
+                assert_eq!(read_back.header, stored.header);
+                // nothing else changed: the CRC at 17, the max timestamp at 35
+                assert_eq!(stored.bytes.len(), sent.len());
+                for range in [0..17, 21..35, 43..sent.len()] {
+                    assert_eq!(stored.bytes[range.clone()], sent[range]);
+                }
+            }
+        }
+        // a batch that says its largest stays the request's bytes
+        let sent = raw_batch(&spec(3), &records(3));
+        let stored = &validate_produce(&sent, &rules()).unwrap()[0];
+        assert_eq!(stored.bytes.as_ptr(), sent.as_ptr());
+    }
+
+    #[test]
+    fn a_log_append_time_batch_reads_as_its_max_timestamp_which_must_be_in_bounds() {
         let log_append = RawHeader {
             attributes: 0x08,
             max_timestamp: NOW,

@@ -334,7 +334,8 @@ mod tests {
     use super::*;
     use crate::auth::acl::ResourceType::Topic;
     use crate::auth::authorizer::Access;
-    use crate::log::batch::tests::encoded_batch;
+    use crate::log::batch::tests::{encoded_batch, raw_batch, stamped_batch, RawHeader};
+    use crate::log::batch::{validate_batches, BATCH_HEADER_LEN};
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
     use crate::server::budget::{Budgets, ByteBudget};
@@ -395,20 +396,20 @@ mod tests {
         assert_eq!(answer.error_code, ResponseError::RequestTimedOut.code());
     }
 
-    /// (topic, error, base offset) of each partition answered for 3 records to partition 0 of
+    /// (topic, error, base offset) of each partition answered for `records` to partition 0 of
     /// each topic, in one request.
     async fn produce(
         broker: &Arc<Broker>,
         topics: &[&str],
+        records: &Bytes,
         access: &Access,
     ) -> Vec<(String, i16, i64)> {
         let data = topics.iter().map(|t| {
-            let records = encoded_batch(3, 10, Compression::None);
             TopicProduceData::default()
                 .with_name(topic_name(t))
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(0)
-                    .with_records(Some(records))])
+                    .with_records(Some(records.clone()))])
         });
         let body = ProduceRequest::default()
             .with_acks(-1)
@@ -434,8 +435,9 @@ mod tests {
         let t = broker_with(&["t", "u"], 1, 0).await;
         let denied = ResponseError::TopicAuthorizationFailed.code();
         let writer = alice(vec![allow(Topic, "t", Operation::Write)]);
+        let three = encoded_batch(3, 10, Compression::None);
         assert_eq!(
-            produce(&t.broker, &["u", "t", "missing"], &writer).await,
+            produce(&t.broker, &["u", "t", "missing"], &three, &writer).await,
             [
                 ("u".to_string(), denied, -1),
                 ("t".to_string(), 0, 0),
@@ -444,8 +446,34 @@ mod tests {
             ]
         );
         // Nothing of "u" was appended: the next records start at offset 0.
-        let answered = produce(&t.broker, &["u", "t"], &open()).await;
+        let answered = produce(&t.broker, &["u", "t"], &three, &open()).await;
         assert_eq!(answered, [("u".to_string(), 0, 0), ("t".to_string(), 0, 3)]);
+    }
+
+    /// A batch whose max timestamp is not its records' largest (librdkafka sends such) is
+    /// stored with the largest, as Kafka stores it, under the CRC of its new bytes.
+    #[tokio::test]
+    async fn a_batch_is_stored_with_its_records_largest_timestamp() {
+        let t = broker_with(&["t"], 1, 0).await;
+        let now = crate::log::partition::now_ms();
+        let records = stamped_batch(&[now - 10, now, now - 5]);
+        let lying = RawHeader {
+            attributes: 0,
+            count: 3,
+            base_timestamp: now - 10,
+            max_timestamp: 0,
+            producer_id: -1,
+        };
+        let sent = raw_batch(&lying, &records[BATCH_HEADER_LEN..]);
+        let answered = produce(&t.broker, &["t"], &sent, &open()).await;
+        assert_eq!(answered, [("t".to_string(), 0, 0)]);
+        let p = t.broker.topic("t").unwrap().partitions[0].current();
+        let read = crate::log::reader::read(&t.broker.log, &p, 0, 1 << 20, true);
+        let read = Bytes::from(read.await.unwrap().records.concat());
+        // read back as a batch: the CRC is checked
+        let stored = validate_batches(&read, 1 << 20).unwrap();
+        assert_eq!(stored[0].header.max_timestamp, now);
+        assert_eq!(read[BATCH_HEADER_LEN..], records[BATCH_HEADER_LEN..]);
     }
 
     /// Partition 0 of `t` gets one large batch, partitions 1..=`smalls` a small one each, in
