@@ -126,6 +126,10 @@ impl Broker {
             .cluster_id()
             .await
             .map_err(|e| startup::metadata_unusable(&config, &e))?;
+        let sweep_mark = catalog
+            .sweep_mark(config.broker_id)
+            .await
+            .map_err(|e| startup::metadata_unusable(&config, &e))?;
         // Group records change with every offset commit and only the Python coordinator
         // reads them: mirroring them would rebuild the cluster view on each commit.
         let mirror = Mirror::start(
@@ -150,7 +154,7 @@ impl Broker {
             wal: Arc::default(),
         });
         let broker = Arc::new(Broker {
-            wal: WalWriter::start(log.clone(), log.wal.clone(), config.broker_id),
+            wal: WalWriter::start(log.clone(), log.wal.clone(), config.broker_id, sweep_mark),
             producer_ids: crate::meta::producer_ids::ProducerIds::new(log.catalog.clone()),
             log,
             metrics,

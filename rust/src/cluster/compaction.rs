@@ -4,7 +4,7 @@
 //! segments go – object first, then manifest – and, now and then, write-ahead objects that
 //! were never committed and are old enough that no commit can still be on its way.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use futures::StreamExt;
 use crate::broker::Broker;
 use crate::cluster::state::ClusterState;
 use crate::log::partition::{now_ms, Compacted, Partition};
-use crate::meta::wal::{OwnedChange, Settled, WalManifest};
+use crate::meta::wal::{parse_manifest, OwnedChange, Settled, WalManifest};
 
 /// Partitions compacted at once (each holds its runs' bytes while its segment uploads).
 const COMPACTIONS_IN_PARALLEL: usize = 8;
@@ -233,12 +233,22 @@ impl Broker {
         }
     }
 
-    /// Deletes write-ahead objects that no manifest names and that are old enough that their
-    /// commit cannot land any more (a crash or failure between upload and commit). Run by the
-    /// live broker with the lowest id, while its view of the manifests is current.
+    /// Deletes write-ahead objects that no manifest names and that are old (a crash or failure
+    /// between upload and commit). Run by the live broker with the lowest id, while its view
+    /// of the manifests is current.
     pub(crate) async fn sweep_uncommitted_objects(&self) {
+        self.sweep_objects_older_than(UNCOMMITTED_OBJECT_AGE).await;
+    }
+
+    /// The sweep, of objects older than `age`. Age alone cannot tell an object whose commit is
+    /// still on its way (delayed by an etcd outage longer than `age`) from an abandoned one:
+    /// before deleting a broker's objects the sweep marks it (`Catalog::mark_sweep`), which
+    /// voids every commit of that broker's flights taken before, then looks again at the
+    /// manifests as of the mark – every manifest that will ever name one of them is there.
+    pub(super) async fn sweep_objects_older_than(&self, age: Duration) {
         let state = self.cluster();
-        if state.live_brokers().first() != Some(&self.config.broker_id) || !self.mirror.is_live() {
+        let me = self.config.broker_id;
+        if state.live_brokers().first() != Some(&me) || !self.mirror.is_live() {
             return;
         }
         let listed = match self.log.store.list_wal().await {
@@ -255,16 +265,47 @@ impl Broker {
             .into_iter()
             .map(|(_, m)| m.object.clone())
             .collect();
-        let old = now_ms() - UNCOMMITTED_OBJECT_AGE.as_millis() as i64;
+        let old = now_ms() - age.as_millis() as i64;
+        let mut by_broker: BTreeMap<i32, Vec<object_store::path::Path>> = BTreeMap::new();
         for (path, written_ms) in listed {
             if written_ms > old || named.contains(path.as_ref()) {
                 continue;
             }
-            tracing::info!(object = %path, "removing a write-ahead object that was never committed");
-            if let Err(error) = self.log.store.delete(&path).await {
-                tracing::warn!(object = %path, %error, "removing it failed; sweeping later");
+            if let Some(broker) = self.log.store.wal_broker(&path) {
+                by_broker.entry(broker).or_default().push(path);
             }
         }
+        for (broker, paths) in by_broker {
+            let mark = match self.log.catalog.mark_sweep(broker, me).await {
+                Ok(mark) => mark,
+                Err(error) => {
+                    tracing::warn!(broker, %error, "marking a sweep failed; sweeping later");
+                    return;
+                }
+            };
+            self.mirror.caught_up(mark).await;
+            if self.mirror.revision() < mark {
+                tracing::warn!(
+                    broker,
+                    "the metadata view did not reach the sweep's mark; sweeping later"
+                );
+                return;
+            }
+            let named = self.objects_named_in_mirror();
+            for path in paths.iter().filter(|p| !named.contains(p.as_ref())) {
+                tracing::info!(object = %path, "removing a write-ahead object that was never committed");
+                if let Err(error) = self.log.store.delete(path).await {
+                    tracing::warn!(object = %path, %error, "removing it failed; sweeping later");
+                }
+            }
+        }
+    }
+
+    /// The objects the manifests in the metadata mirror name now.
+    fn objects_named_in_mirror(&self) -> HashSet<String> {
+        let manifests = self.mirror.range(&self.log.catalog.manifests_prefix());
+        let parsed = manifests.iter().filter_map(|kv| parse_manifest(kv).ok());
+        parsed.map(|m| m.object).collect()
     }
 }
 

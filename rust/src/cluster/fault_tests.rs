@@ -3,6 +3,9 @@
 //! its flight was taken under ended, compaction commits whose answers are lost.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
 
 use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
@@ -15,6 +18,7 @@ use crate::log::reader;
 use crate::log::segment::BatchWalker;
 use crate::meta::faulty_kv::writes;
 use crate::meta::mirror::tests::eventually;
+use crate::meta::wal::{encode_manifest, CommitGuard, WalManifest};
 
 #[tokio::test]
 async fn a_follower_that_replaces_a_log_whose_commit_is_unsettled_never_starts_below_its_end() {
@@ -159,6 +163,87 @@ async fn a_compaction_commit_that_did_not_land_is_fenced_and_done_again() {
     // so the next round compacts and commits
     b.compact_owned().await;
     assert_eq!(p.owned().unwrap().record.segment_end(), 40);
+}
+
+#[tokio::test]
+async fn a_flight_taken_before_a_sweep_was_marked_is_not_committed_after_it() {
+    let (t, kv) = faulty_broker(1 << 20).await;
+    let b = &t.broker;
+    b.create_topic("t", 1, Default::default()).await.unwrap();
+    assert_eq!(produce(b, "t", 0, 2).await, 0);
+    // The commit is delayed (an etcd outage), long enough for the sweep to take its object
+    // for abandoned: the sweep marks the broker before deleting anything.
+    let commit = Arc::new(Notify::new());
+    kv.hold(writes("/wal/"), commit.clone());
+    let delayed = spawn_produce(b, 3);
+    kv.tripped(1).await;
+    b.log.catalog.mark_sweep(1, 2).await.unwrap();
+    commit.notify_one();
+    assert_eq!(
+        delayed.await.unwrap(),
+        Err(ResponseError::KafkaStorageError)
+    );
+    let manifests = b.log.catalog.manifests_prefix();
+    assert_eq!(kv_keys(b, &manifests).await.len(), 1);
+    // the writer takes the new mark: the next flight commits, right after the first
+    assert_eq!(produce(b, "t", 0, 1).await, 2);
+}
+
+#[tokio::test]
+async fn the_sweep_keeps_an_object_whose_commit_lands_before_its_mark() {
+    let (t, kv) = faulty_broker(1 << 20).await;
+    let b = &t.broker;
+    let (store, catalog) = (&b.log.store, &b.log.catalog);
+    // two objects of a broker 2 (not registered) that no manifest names yet
+    let name = |seq: u64| format!("{:016x}-{seq:012}", 0xab);
+    let (abandoned, late) = (store.wal_path(2, &name(1)), store.wal_path(2, &name(2)));
+    for path in [&abandoned, &late] {
+        store
+            .put_new(path, Bytes::from_static(b"KWAL"))
+            .await
+            .unwrap();
+    }
+    let mark = Arc::new(Notify::new());
+    kv.hold(writes("/sweeps/"), mark.clone());
+    let sweep = {
+        let b = b.clone();
+        tokio::spawn(async move { b.sweep_objects_older_than(Duration::ZERO).await })
+    };
+    kv.tripped(1).await;
+    // the late object's commit lands after the sweep listed the objects, before its mark
+    let writer = catalog.open_writer(2, 1, 0).await.unwrap().unwrap();
+    let guard = CommitGuard { writer, sweep: 0 };
+    let manifest = WalManifest {
+        object: late.to_string(),
+        broker: 2,
+        created_ms: 0,
+        size: 4,
+        topics: Vec::new(),
+    };
+    let committed = [(
+        catalog.manifest_key(2, &name(2)),
+        encode_manifest(&manifest),
+    )];
+    let writer = catalog
+        .commit_manifests(2, guard, &committed)
+        .await
+        .unwrap();
+    mark.notify_one();
+    sweep.await.unwrap();
+    let left: Vec<_> = store
+        .list_wal()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(left, vec![late]);
+    // and no commit of broker 2 conditioned on the mark before lands any more
+    let guard = CommitGuard {
+        writer: writer.unwrap(),
+        sweep: 0,
+    };
+    assert_eq!(catalog.advance_writer(2, guard).await.unwrap(), None);
 }
 
 async fn kv_keys(b: &Broker, prefix: &str) -> Vec<String> {

@@ -128,7 +128,6 @@ impl Mirror {
     }
 
     /// The store revision the copy reflects (for the keys it copies).
-    #[cfg(test)]
     pub fn revision(&self) -> i64 {
         self.read().revision
     }

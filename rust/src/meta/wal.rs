@@ -3,6 +3,8 @@
 //! ```text
 //! /kafscale/{cluster}/wal/{broker}/{writer}-{seq}   WalManifest: the runs of one committed object
 //! /kafscale/{cluster}/writers/{broker}              broker id (ephemeral): orders its commits
+//! /kafscale/{cluster}/sweeps/{broker}               the sweeper's id: marks a sweep of the
+//!                                                   broker's uncommitted objects
 //! ```
 //!
 //! A broker's flush uploads one object holding a run of batches for every partition it wrote,
@@ -12,6 +14,11 @@
 //! ended (frozen, partitioned away: its lease expired and its owner keys are gone with it)
 //! commits nothing; and since every commit moves the key, a commit whose outcome the broker
 //! could not learn is settled by moving the key once more (see `log::wal::commit`).
+//!
+//! Every commit is also conditioned on the broker's sweep mark being where it was when the
+//! flights were taken: the sweeper of uncommitted objects moves the mark before it deletes a
+//! broker's objects, so a flight whose object may be gone never commits afterwards – however
+//! long its commit was delayed (an etcd outage longer than the sweep's age).
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -103,6 +110,25 @@ impl Catalog {
         format!("{}/writers/{broker}", self.root())
     }
 
+    fn sweep_key(&self, broker: i32) -> String {
+        format!("{}/sweeps/{broker}", self.root())
+    }
+
+    /// The revision of the broker's sweep mark (0 while there is none): what its commits are
+    /// conditioned on.
+    pub async fn sweep_mark(&self, broker: i32) -> Result<i64, MetaError> {
+        let mark = self.kv().get(&self.sweep_key(broker)).await?;
+        Ok(mark.map_or(0, |kv| kv.mod_revision))
+    }
+
+    /// Marks a sweep of `broker`'s uncommitted objects by `sweeper`: no commit of that broker
+    /// conditioned on an earlier mark lands from now on. Returns the mark's revision.
+    pub async fn mark_sweep(&self, broker: i32, sweeper: i32) -> Result<i64, MetaError> {
+        let put = Op::Put(self.sweep_key(broker), Bytes::from(sweeper.to_string()));
+        let revision = self.kv().txn(vec![], vec![put]).await?;
+        revision.ok_or_else(|| MetaError::Unavailable("unconditional write refused".into()))
+    }
+
     /// The write that (re)creates the writer key under the current session, moving it on.
     fn move_writer(&self, broker: i32) -> Op {
         Op::PutEphemeral(self.writer_key(broker), Bytes::from(broker.to_string()))
@@ -112,22 +138,30 @@ impl Catalog {
     /// returns its revision, the token the next commit is conditioned on, or None if that
     /// session ended (its flights may hold partitions this broker no longer owns). Rewriting
     /// the key also voids any earlier commit of this broker still on its way to the store.
-    pub async fn open_writer(&self, broker: i32, session: u64) -> Result<Option<i64>, MetaError> {
+    /// Like every commit, it is conditioned on the sweep mark at `sweep`.
+    pub async fn open_writer(
+        &self,
+        broker: i32,
+        session: u64,
+        sweep: i64,
+    ) -> Result<Option<i64>, MetaError> {
+        let compares = vec![
+            Compare::Session(session),
+            Compare::ModRevision(self.sweep_key(broker), sweep),
+        ];
         self.kv()
-            .txn(
-                vec![Compare::Session(session)],
-                vec![self.move_writer(broker)],
-            )
+            .txn(compares, vec![self.move_writer(broker)])
             .await
     }
 
     /// Commits write-ahead objects in one transaction: their manifests (`(key, encoded)`, see
-    /// `encode_manifest`) appear, conditioned on the writer key being at `token`. Returns the
-    /// new token, or None if the key moved (session lost: fenced).
+    /// `encode_manifest`) appear, conditioned on the writer key being at `guard.writer` and
+    /// the sweep mark at `guard.sweep`. Returns the writer key's new revision, or None if the
+    /// key moved (session lost: fenced) or a sweep was marked.
     pub async fn commit_manifests(
         &self,
         broker: i32,
-        token: i64,
+        guard: CommitGuard,
         manifests: &[(String, Bytes)],
     ) -> Result<Option<i64>, MetaError> {
         let mut ops = Vec::with_capacity(manifests.len() + 1);
@@ -137,14 +171,21 @@ impl Catalog {
                 .iter()
                 .map(|(key, value)| Op::Put(key.clone(), value.clone())),
         );
-        let writer = Compare::ModRevision(self.writer_key(broker), token);
-        self.kv().txn(vec![writer], ops).await
+        let compares = vec![
+            Compare::ModRevision(self.writer_key(broker), guard.writer),
+            Compare::ModRevision(self.sweep_key(broker), guard.sweep),
+        ];
+        self.kv().txn(compares, ops).await
     }
 
-    /// Moves the writer key on if it is still at `token` (a commit of nothing): after this, no
-    /// commit conditioned on `token` can land any more. None if it had moved already.
-    pub async fn advance_writer(&self, broker: i32, token: i64) -> Result<Option<i64>, MetaError> {
-        self.commit_manifests(broker, token, &[]).await
+    /// Moves the writer key on if `guard` still holds (a commit of nothing): after this, no
+    /// commit conditioned on it can land any more. None if it did not hold.
+    pub async fn advance_writer(
+        &self,
+        broker: i32,
+        guard: CommitGuard,
+    ) -> Result<Option<i64>, MetaError> {
+        self.commit_manifests(broker, guard, &[]).await
     }
 
     /// The manifest at `key`, if committed.
@@ -222,6 +263,13 @@ impl Catalog {
     }
 }
 
+/// What a broker's commits are conditioned on: its writer key's revision and its sweep mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitGuard {
+    pub writer: i64,
+    pub sweep: i64,
+}
+
 /// A change of an owned partition's record: topic, partition, the record as committed before
 /// and the new one.
 pub type OwnedChange<'a> = (&'a str, i32, &'a VersionedPartition, &'a PartitionRecord);
@@ -297,13 +345,18 @@ mod tests {
     #[tokio::test]
     async fn a_commit_needs_the_writer_key_where_this_broker_left_it() {
         let (_dir, catalog) = catalog();
-        let token = catalog.open_writer(0, 1).await.unwrap().unwrap();
+        let writer = catalog.open_writer(0, 1, 0).await.unwrap().unwrap();
+        let token = CommitGuard { writer, sweep: 0 };
         let key = catalog.manifest_key(0, "ab-000000000001");
         let next = catalog
             .commit_manifests(0, token, &[(key.clone(), encode_manifest(&manifest()))])
             .await
             .unwrap()
             .expect("committed");
+        let next = CommitGuard {
+            writer: next,
+            sweep: 0,
+        };
         assert_eq!(catalog.manifest(&key).await.unwrap(), Some(manifest()));
         // a stale commit (conditioned on the old token) is refused and writes nothing
         let other = catalog.manifest_key(0, "ab-000000000002");
@@ -316,13 +369,47 @@ mod tests {
         let voided = catalog.commit_manifests(0, next, &stale).await;
         assert_eq!(voided.unwrap(), None);
         // a writer key is never opened for a session that is not the store's current one
-        assert_eq!(catalog.open_writer(0, 2).await.unwrap(), None);
+        assert_eq!(catalog.open_writer(0, 2, 0).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_sweep_mark_voids_every_commit_conditioned_on_an_earlier_one() {
+        let (_dir, catalog) = catalog();
+        assert_eq!(catalog.sweep_mark(0).await.unwrap(), 0);
+        let writer = catalog.open_writer(0, 1, 0).await.unwrap().unwrap();
+        let mark = catalog.mark_sweep(0, 7).await.unwrap();
+        assert_eq!(catalog.sweep_mark(0).await.unwrap(), mark);
+        let key = catalog.manifest_key(0, "ab-000000000001");
+        let one = [(key.clone(), encode_manifest(&manifest()))];
+        let stale = CommitGuard { writer, sweep: 0 };
+        assert_eq!(
+            catalog.commit_manifests(0, stale, &one).await.unwrap(),
+            None
+        );
+        assert_eq!(catalog.advance_writer(0, stale).await.unwrap(), None);
+        assert_eq!(catalog.open_writer(0, 1, 0).await.unwrap(), None);
+        assert_eq!(catalog.manifest(&key).await.unwrap(), None);
+        // under the new mark, commits go on
+        let writer = catalog.open_writer(0, 1, mark).await.unwrap().unwrap();
+        let guard = CommitGuard {
+            writer,
+            sweep: mark,
+        };
+        assert!(catalog
+            .commit_manifests(0, guard, &one)
+            .await
+            .unwrap()
+            .is_some());
+        // another broker's mark is another key
+        catalog.mark_sweep(1, 7).await.unwrap();
+        assert_eq!(catalog.sweep_mark(0).await.unwrap(), mark);
     }
 
     #[tokio::test]
     async fn one_commit_carries_several_objects_or_none() {
         let (_dir, catalog) = catalog();
-        let token = catalog.open_writer(0, 1).await.unwrap().unwrap();
+        let writer = catalog.open_writer(0, 1, 0).await.unwrap().unwrap();
+        let token = CommitGuard { writer, sweep: 0 };
         let group = |seqs: std::ops::RangeInclusive<u64>| -> Vec<(String, Bytes)> {
             seqs.map(|seq| {
                 let key = catalog.manifest_key(0, &format!("ab-{seq:012}"));

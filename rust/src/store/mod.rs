@@ -295,6 +295,15 @@ impl SegmentStore {
         ))
     }
 
+    /// The broker that wrote the write-ahead object at `path` (`wal_path`).
+    pub fn wal_broker(&self, path: &Path) -> Option<i32> {
+        let mut parts = path
+            .parts()
+            .skip_while(|p| p.as_ref() != WAL_FOLDER)
+            .skip(1);
+        parts.next()?.as_ref().parse().ok()
+    }
+
     /// Every write-ahead object, with when it was written (unix ms; for the sweep of
     /// uncommitted ones).
     pub async fn list_wal(&self) -> Result<Vec<(Path, i64)>, StoreError> {

@@ -12,6 +12,7 @@
 //! manifest to learn which it was. A failed commit acknowledges nothing; its objects are never
 //! part of any log (the sweep removes them).
 
+use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use super::index::run_cache_key;
 use super::writer::{Flight, WalWriter, MAX_RETRY_BACKOFF};
 use crate::log::cache::CachedBatches;
 use crate::meta::kv::MetaError;
+use crate::meta::wal::CommitGuard;
 
 /// A commit waits for the pace unless the broker took this many objects' worth of bytes within
 /// the last flush interval (100 MB/s at the defaults): a busy broker's acks do not wait for the
@@ -50,6 +52,14 @@ impl Failure {
         }
     }
 
+    fn swept() -> Failure {
+        Failure::storage(
+            "a sweep of uncommitted write-ahead objects was marked since it was taken; its \
+             batches are taken again"
+                .into(),
+        )
+    }
+
     fn fenced() -> Failure {
         Failure {
             error: ResponseError::NotLeaderOrFollower,
@@ -72,12 +82,21 @@ enum Front {
     Failed(String),
 }
 
-/// The writer key as this broker last wrote it: the session it was opened under and its
-/// revision, which the next commit is conditioned on.
+/// The writer key as this broker last wrote it: the session it was opened under, and what the
+/// next commit is conditioned on (its revision and the sweep mark).
 #[derive(Clone, Copy)]
 pub(super) struct Token {
     session: u64,
-    revision: i64,
+    guard: CommitGuard,
+}
+
+impl Token {
+    fn new(session: u64, writer: i64, sweep: i64) -> Token {
+        Token {
+            session,
+            guard: CommitGuard { writer, sweep },
+        }
+    }
 }
 
 /// Commits flights as their uploads end, oldest first. Ends with the writer.
@@ -146,7 +165,7 @@ impl WalWriter {
             let uploaded = matches!(flight.upload.get(), Some(Ok(())));
             let fits = group.is_empty()
                 || (group.len() < max_manifests
-                    && flight.session == group[0].session
+                    && (flight.session, flight.sweep) == (group[0].session, group[0].sweep)
                     && bytes + flight.encoded.len() <= MANIFEST_BYTES_PER_COMMIT);
             if !uploaded || !fits {
                 break;
@@ -164,17 +183,21 @@ impl WalWriter {
     /// Commits `group` in one transaction conditioned on the writer key at `token`, opening
     /// the key first under the group's session if it is not open in that session. A group
     /// whose session ended is fenced: its partitions were dropped with their owner keys, and a
-    /// key opened under the next session must not commit for them.
+    /// key opened under the next session must not commit for them. A group taken under an
+    /// earlier sweep mark than this writer knows fails: its object may be gone.
     async fn commit(&self, token: &mut Option<Token>, group: &[Flight]) -> Result<(), Failure> {
         let catalog = &self.ctx.catalog;
-        let session = group[0].session;
-        let current = match *token {
-            Some(open) if open.session == session => open.revision,
-            _ => match catalog.open_writer(self.broker, session).await? {
-                Some(revision) => token.insert(Token { session, revision }).revision,
+        let (session, sweep) = (group[0].session, group[0].sweep);
+        if sweep != self.sweep.load(Ordering::Acquire) {
+            return Err(Failure::swept());
+        }
+        let guard = match *token {
+            Some(open) if open.session == session && open.guard.sweep == sweep => open.guard,
+            _ => match catalog.open_writer(self.broker, session, sweep).await? {
+                Some(writer) => token.insert(Token::new(session, writer, sweep)).guard,
                 None => {
                     *token = None;
-                    return Err(Failure::fenced());
+                    return Err(self.refused(sweep).await);
                 }
             },
         };
@@ -183,21 +206,35 @@ impl WalWriter {
             .map(|f| (f.key.clone(), f.encoded.clone()))
             .collect();
         match catalog
-            .commit_manifests(self.broker, current, &manifests)
+            .commit_manifests(self.broker, guard, &manifests)
             .await
         {
-            Ok(Some(revision)) => {
-                *token = Some(Token { session, revision });
+            Ok(Some(writer)) => {
+                *token = Some(Token::new(session, writer, sweep));
                 Ok(())
             }
             Ok(None) => {
                 *token = None;
-                Err(Failure::fenced())
+                Err(self.refused(sweep).await)
             }
             Err(error) => {
-                self.settle(token, session, current, &group[0].key, error)
+                self.settle(token, session, guard, &group[0].key, error)
                     .await
             }
+        }
+    }
+
+    /// A commit (or opening the writer key) failed its conditions. The sweep mark moved: the
+    /// flights taken before are failed (their objects may be gone) and taken again under the
+    /// new mark. Otherwise the writer key moved or the session ended: fenced.
+    async fn refused(&self, sweep: i64) -> Failure {
+        match self.ctx.catalog.sweep_mark(self.broker).await {
+            Ok(mark) if mark != sweep => {
+                self.sweep.store(mark, Ordering::Release);
+                Failure::swept()
+            }
+            Ok(_) => Failure::fenced(),
+            Err(error) => Failure::storage(format!("commit refused; {error}")),
         }
     }
 
@@ -208,7 +245,7 @@ impl WalWriter {
         &self,
         token: &mut Option<Token>,
         session: u64,
-        current: i64,
+        guard: CommitGuard,
         key: &str,
         error: MetaError,
     ) -> Result<(), Failure> {
@@ -216,9 +253,9 @@ impl WalWriter {
         let catalog = &self.ctx.catalog;
         let mut backoff = Duration::from_millis(100);
         loop {
-            let settled = match catalog.advance_writer(self.broker, current).await {
-                Ok(Some(revision)) => {
-                    *token = Some(Token { session, revision });
+            let settled = match catalog.advance_writer(self.broker, guard).await {
+                Ok(Some(writer)) => {
+                    *token = Some(Token::new(session, writer, guard.sweep));
                     return Err(Failure::storage(format!("commit failed: {error}")));
                 }
                 Ok(None) => catalog.manifest(key).await,
@@ -232,7 +269,7 @@ impl WalWriter {
                 }
                 Ok(None) => {
                     *token = None;
-                    return Err(Failure::fenced());
+                    return Err(self.refused(guard.sweep).await);
                 }
                 Err(e) => {
                     tracing::warn!(manifest = key, error = %e, "settling a commit failed; retrying");

@@ -9,6 +9,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::ops::Range;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +79,9 @@ pub(super) struct Flight {
     /// The metadata session it was taken under: its partitions were owned in that session
     /// (their owner keys went with it), so it commits in that session or not at all.
     pub session: u64,
+    /// The broker's sweep mark when it was taken: a later mark may have removed its object
+    /// (if it stayed uncommitted long enough), so it commits under this mark or not at all.
+    pub sweep: i64,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -137,6 +141,9 @@ pub struct WalWriter {
     pub(super) settled: watch::Sender<Settled>,
     slots: Arc<Semaphore>,
     pub(super) fenced: Arc<FencedWriters>,
+    /// The broker's sweep mark as this writer knows it (`Catalog::sweep_mark`), which the
+    /// flights it takes carry.
+    pub(super) sweep: AtomicI64,
 }
 
 /// Partitions whose flush was fenced and left them unwritable while this broker may still
@@ -167,8 +174,14 @@ impl FencedWriters {
 }
 
 impl WalWriter {
-    /// The writer, and its flush and commit loops running in the background.
-    pub fn start(ctx: Arc<LogContext>, index: Arc<WalIndex>, broker: i32) -> Arc<WalWriter> {
+    /// The writer, and its flush and commit loops running in the background; `sweep_mark` is
+    /// the broker's sweep mark as the store has it now.
+    pub fn start(
+        ctx: Arc<LogContext>,
+        index: Arc<WalIndex>,
+        broker: i32,
+        sweep_mark: i64,
+    ) -> Arc<WalWriter> {
         let writer = Arc::new(WalWriter {
             ctx,
             index,
@@ -181,6 +194,7 @@ impl WalWriter {
             settled: watch::Sender::new(Settled::default()),
             slots: Arc::new(Semaphore::new(MAX_OBJECTS_IN_FLIGHT)),
             fenced: Arc::default(),
+            sweep: AtomicI64::new(sweep_mark),
         });
         tokio::spawn(flush_loop(Arc::downgrade(&writer)));
         tokio::spawn(commit_loop(Arc::downgrade(&writer)));
@@ -306,6 +320,7 @@ impl WalWriter {
         pipeline.next_seq += 1;
         let mut flight = self.flight(seq, parts, session, slot);
         flight.urgent = urgent;
+        flight.sweep = self.sweep.load(Ordering::Acquire);
         pipeline.note_taken(
             flight.object.content_length(),
             self.ctx.settings.flush_interval,
@@ -380,6 +395,7 @@ impl WalWriter {
             upload: Arc::default(),
             urgent: false,
             session,
+            sweep: 0,
             _slot: slot,
         }
     }
