@@ -567,9 +567,11 @@ def test_the_anonymous_principal_of_a_plaintext_listener(ab):
 
 def test_the_principal_of_a_client_certificate(broker_factory, tmp_path):
     """Over an SSL listener with client certificates required, the principal is ``User:`` and
-    the certificate's subject in RFC 2253 form (CN first), in ACLs and in --super-users."""
+    the certificate's subject in RFC 2253 form (CN first), in ACLs and in --super-users. A CN
+    that spells the super user's subject is escaped as Java escapes it: another principal."""
     pki = make_pki(tmp_path / "pki")
     ops = client_certificate(pki, "ops", tmp_path / "pki")
+    spoof = client_certificate(pki, f"ops,O={CLIENT_ORG}", tmp_path / "pki", with_org=False)
     plain_port, ssl_port = free_ports(2)
     listeners = f"PLAINTEXT://{HOST}:{plain_port},SSL://{HOST}:{ssl_port}"
     broker = broker_factory(
@@ -596,7 +598,11 @@ def test_the_principal_of_a_client_certificate(broker_factory, tmp_path):
     assert produce_error(bs, topic, as_alice) == TOPIC_AUTHORIZATION_FAILED
     create(ops_admin, allow(f"User:CN={CLIENT_CN},O={CLIENT_ORG}", "WRITE", "TOPIC", topic))
     assert produce_error(bs, topic, as_alice) is None
-    assert end_offset(bs, topic, as_ops) == 2
+    as_spoof = pki.security(spoof)
+    assert produce_error(bs, topic, as_spoof) == TOPIC_AUTHORIZATION_FAILED
+    create(ops_admin, allow(f"User:CN=ops\\,O\\={CLIENT_ORG}", "WRITE", "TOPIC", topic))
+    assert produce_error(bs, topic, as_spoof) is None
+    assert end_offset(bs, topic, as_ops) == 3
     assert_no_panic(broker)
 
 

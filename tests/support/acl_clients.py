@@ -387,14 +387,15 @@ def subscribe_error(bootstrap: str, security: Security, group: str, topic: str) 
         raise AssertionError(f"neither a record nor an error for group {group}")
 
 
-def client_certificate(pki, common_name: str, directory):
-    """A client certificate (CN=common_name, O=kafscale-tests) signed by ``pki``'s CA, as a
-    support.tls Pair under ``directory``."""
+def client_certificate(pki, common_name: str, directory, *, with_org: bool = True):
+    """A client certificate (CN=common_name, and O=kafscale-tests unless not ``with_org``)
+    signed by ``pki``'s CA, as a support.tls Pair under ``directory``."""
     from . import tls
 
     ca_cert, ca_key = tls._load_ca(pki)
+    org = tls.CLIENT_ORG if with_org else None
     pair = tls.Pair(directory / f"{common_name}.pem", directory / f"{common_name}.key")
-    tls._write_pair(pair, *tls._issue(ca_cert, ca_key, common_name, server=False))
+    tls._write_pair(pair, *tls._issue(ca_cert, ca_key, common_name, server=False, org=org))
     return pair
 
 

@@ -92,13 +92,10 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _name(common_name: str, org: str = CLIENT_ORG) -> x509.Name:
-    return x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, org),
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-        ]
-    )
+def _name(common_name: str, org: str | None = CLIENT_ORG) -> x509.Name:
+    """O=org (left out when None), CN=common_name: a principal ``User:CN=...,O=...``."""
+    org_attributes = [] if org is None else [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org)]
+    return x509.Name([*org_attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -165,14 +162,16 @@ def _issue(
     server: bool,
     not_before: dt.datetime | None = None,
     not_after: dt.datetime | None = None,
+    org: str | None = CLIENT_ORG,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A leaf certificate signed by ``ca``: for a server (``SERVER_SANS``, serverAuth) or a
-    client (clientAuth). Valid from yesterday for 30 days unless told otherwise."""
+    client (clientAuth), its subject ``_name(common_name, org)``. Valid from yesterday for 30
+    days unless told otherwise."""
     key = _new_key()
     now = _now()
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(common_name))
+        .subject_name(_name(common_name, org))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())

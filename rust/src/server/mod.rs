@@ -10,6 +10,7 @@ mod low_water;
 pub(crate) mod ops_endpoint;
 pub(crate) mod sasl;
 pub(crate) mod tls;
+mod x500;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! TLS for the SSL listeners: the server certificate and key from PEM files, optional client
 //! certificates (Kafka's `ssl.client.auth`: none, requested or required, checked against a CA
 //! bundle), read again when the files change so that a renewed certificate needs no restart.
-//! A client certificate's subject is the connection's principal, as Kafka names it.
+//! A client certificate's subject is the connection's principal, as Kafka names it (`x500`).
 
 use std::io;
 use std::path::Path;
@@ -120,7 +120,10 @@ impl Tls {
             .1
             .peer_certificates()
             .and_then(|chain| chain.first())
-            .map_or_else(|| ANONYMOUS.into(), |cert| principal(cert).into());
+            .map_or_else(
+                || ANONYMOUS.into(),
+                |cert| super::x500::principal(cert).into(),
+            );
         Ok((stream, principal))
     }
 }
@@ -215,32 +218,6 @@ fn read_certs(path: &Path, setting: &str) -> Result<Vec<CertificateDer<'static>>
         ));
     }
     Ok(certs)
-}
-
-/// `User:` and the certificate's subject in RFC 2253 form (most specific attribute first, no
-/// spaces), which is how Kafka's default principal builder names an SSL client.
-fn principal(cert: &CertificateDer<'_>) -> String {
-    match x509_parser::parse_x509_certificate(cert) {
-        Ok((_, cert)) => {
-            let mut parts: Vec<String> = Vec::new();
-            for rdn in cert.subject().iter() {
-                for attr in rdn.iter() {
-                    let oid = attr.attr_type();
-                    let name =
-                        x509_parser::objects::oid2abbrev(oid, x509_parser::objects::oid_registry())
-                            .map_or_else(|_| oid.to_id_string(), str::to_string);
-                    let value = attr
-                        .as_str()
-                        .map_or_else(|_| "?".to_string(), str::to_string);
-                    parts.push(format!("{name}={value}"));
-                }
-            }
-            parts.reverse();
-            format!("User:{}", parts.join(","))
-        }
-        // The handshake verified it, so it parses; a principal that matches nothing if not.
-        Err(_) => "User:unparsable-certificate".to_string(),
-    }
 }
 
 #[cfg(test)]
