@@ -145,6 +145,17 @@ def test_incremental_set_and_delete_and_validate_only() -> None:
     assert alter(core, twice, incremental=True) == [("t", ErrorCode.INVALID_REQUEST)]
 
 
+def test_a_resource_altered_twice_in_one_request_is_refused_each_time() -> None:
+    """Kafka's INVALID_REQUEST for every entry of a repeated resource; nothing is altered."""
+    core = FakeCore()
+    one = configs(ResourceType.TOPIC, "t", ("retention.ms", "1", SET))
+    other = configs(ResourceType.TOPIC, "t", ("retention.ms", "2", SET))
+    for incremental in (False, True):
+        refused = [("t", ErrorCode.INVALID_REQUEST)] * 2
+        assert alter(core, one, other, incremental=incremental) == refused
+    assert core.altered == []
+
+
 def grow(core: FakeCore, *items: tuple[str, int, Any], validate_only: bool = False) -> list:
     req = SimpleNamespace(
         topics=[SimpleNamespace(name=n, count=c, assignments=a) for n, c, a in items],

@@ -39,6 +39,7 @@ use super::authorizer::Access;
 use crate::broker::control::ControlBody;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response as enc, WireError};
+use crate::protocol::repeats::merge_by;
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
@@ -280,6 +281,9 @@ pub(crate) fn screen(body: &mut ControlBody, access: &Arc<Access>, broker: &Brok
         | ControlBody::Heartbeat(_)
         | ControlBody::LeaveGroup(_) => {}
     }
+    // A topic CreateTopics or CreatePartitions names twice is answered once (the others'
+    // repeats are merged before the screen), refused or not.
+    merge_by(&mut out.topics, |(name, _)| name.clone(), |_, _| ());
     out
 }
 
@@ -592,7 +596,8 @@ mod tests {
         let access = alice(vec![topic_acl("mine", Create)]);
         let mut body = ControlBody::CreateTopics(
             wire::CreateTopicsRequest::default().with_topics(
-                ["mine", "theirs"]
+                // a refused topic named twice is answered once, as Python answers its own
+                ["mine", "theirs", "theirs"]
                     .map(|n| CreatableTopic::default().with_name(topic_name(n)))
                     .to_vec(),
             ),

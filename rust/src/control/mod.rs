@@ -22,6 +22,7 @@ pub(crate) mod group_admin;
 pub(crate) mod groups;
 pub(crate) mod offset_delete;
 pub(crate) mod partitions;
+pub(crate) mod repeats;
 #[cfg(test)]
 pub(crate) mod testing;
 mod text;

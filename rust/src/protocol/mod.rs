@@ -2,6 +2,7 @@
 
 pub mod frame;
 pub mod header;
+pub(crate) mod repeats;
 pub mod splice;
 pub(crate) mod versions;
 

@@ -1,5 +1,6 @@
-//! Control-plane APIs (the rows of `control_apis!`): decoded here, decided in Python through the
-//! control bridge, which hands back the response already encoded at the request's version.
+//! Control-plane APIs (the rows of `control_apis!`): decoded here, repeats merged
+//! (`control::repeats`), decided in Python through the control bridge, which hands back the
+//! response already encoded at the request's version.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ pub async fn handle(
     access: &Arc<Access>,
 ) -> Result<Bytes, WireError> {
     let mut body = ControlBody::decode(&request)?;
+    crate::control::repeats::merge(&mut body);
     let (correlation_id, version) = (request.correlation_id, request.api_version);
     if let Some(answer) = control::refused_answer(&body, access, correlation_id, version) {
         return answer;

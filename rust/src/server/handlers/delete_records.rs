@@ -3,7 +3,8 @@
 //! it are deleted as retention deletes them (`log::retention::delete_records`). A partition
 //! this broker does not own gets NOT_LEADER_OR_FOLLOWER, an offset past the high watermark
 //! OFFSET_OUT_OF_RANGE, as in Kafka. A topic needs DELETE, else each of its partitions gets
-//! TOPIC_AUTHORIZATION_FAILED.
+//! TOPIC_AUTHORIZATION_FAILED. A partition named more than once is answered once, with the last
+//! offset asked for it, as Kafka reads the request into a map.
 
 use std::sync::Arc;
 
@@ -19,13 +20,15 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::retention::delete_records;
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::repeats::merge_topics;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
 ) -> Result<bytes::Bytes, WireError> {
-    let body: DeleteRecordsRequest = request.body()?;
+    let mut body: DeleteRecordsRequest = request.body()?;
+    merge_topics(&mut body.topics);
     let mut topics = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let allowed = access.allows_topic(Operation::Delete, &topic.name);
@@ -68,7 +71,7 @@ mod tests {
     use crate::auth::acl::ResourceType::Topic;
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
-    use crate::server::handlers::testing::{alice, allow, broker_with};
+    use crate::server::handlers::testing::{alice, allow, broker_with, open};
 
     #[tokio::test]
     async fn deleting_records_needs_delete_on_the_topic() {
@@ -94,5 +97,35 @@ mod tests {
             assert_eq!((p.error_code, p.low_watermark), want, "{operation:?}");
             assert_eq!(log().log_start_offset(), want.1.max(0), "{operation:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_partition_named_again_is_answered_once_with_the_last_offset() {
+        let t = broker_with(&["t"], 1, 5).await;
+        let topic = |offsets: &[i64]| {
+            let partitions = offsets.iter().map(|&offset| {
+                DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(offset)
+            });
+            DeleteRecordsTopic::default()
+                .with_name(topic_name("t"))
+                .with_partitions(partitions.collect())
+        };
+        let body = DeleteRecordsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![topic(&[2, 1]), topic(&[3])]);
+        let asked = request(ApiKey::DeleteRecords, 2, &body);
+        let frame = handle(&t.broker, &asked, &open()).await.unwrap();
+        let (_, answer): (_, DeleteRecordsResponse) = read_response(frame, 2);
+        let answered: Vec<(&str, i32, i64)> = answer
+            .topics
+            .iter()
+            .flat_map(|t| {
+                let partitions = t.partitions.iter();
+                partitions.map(|p| (t.name.as_str(), p.partition_index, p.low_watermark))
+            })
+            .collect();
+        assert_eq!(answered, [("t", 0, 3)]);
     }
 }

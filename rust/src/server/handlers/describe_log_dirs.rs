@@ -3,7 +3,8 @@
 //! after the store. Clients ask every broker and add the answers up, as for Kafka's replicas;
 //! each partition is reported by its owner only. The store has no capacity to report: total
 //! and usable bytes are -1 (unknown, KIP-827). It needs DESCRIBE on the cluster, else no
-//! results (and from v3 the error CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
+//! results (and from v3 the error CLUSTER_AUTHORIZATION_FAILED), as in Kafka. A partition
+//! named more than once is reported once, as Kafka reads the request into a set.
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Topic};
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::repeats::merge_topics;
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -43,10 +45,13 @@ pub async fn handle(
                 (t, all)
             })
             .collect(),
-        Some(topics) => topics
-            .into_iter()
-            .filter_map(|t| Some((broker.topic(&t.topic.0)?, t.partitions)))
-            .collect(),
+        Some(mut topics) => {
+            merge_topics(&mut topics);
+            topics
+                .into_iter()
+                .filter_map(|t| Some((broker.topic(&t.topic.0)?, t.partitions)))
+                .collect()
+        }
     };
     let mut topics = Vec::new();
     for (topic, ids) in wanted {
@@ -93,13 +98,14 @@ pub async fn handle(
 
 #[cfg(test)]
 mod tests {
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
     use kafka_protocol::messages::ApiKey;
 
     use super::*;
     use crate::auth::acl::ResourceType::{Cluster, Topic};
     use crate::auth::acl::CLUSTER_NAME;
     use crate::protocol::header::testing::{read_response, request};
-    use crate::server::handlers::testing::{alice, allow, broker_with};
+    use crate::server::handlers::testing::{alice, allow, broker_with, open};
 
     #[tokio::test]
     async fn log_dirs_need_describe_on_the_cluster() {
@@ -121,5 +127,30 @@ mod tests {
         let (_, answer): (_, DescribeLogDirsResponse) = read_response(frame, 4);
         assert_eq!(answer.error_code, 0);
         assert_eq!(answer.results[0].topics.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_partition_named_again_is_reported_once() {
+        let t = broker_with(&["t"], 2, 5).await;
+        let topic = |partitions: Vec<i32>| {
+            DescribableLogDirTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(partitions)
+        };
+        let topics = vec![topic(vec![0, 1, 0]), topic(vec![0])];
+        let body = DescribeLogDirsRequest::default().with_topics(Some(topics));
+        let asked = request(ApiKey::DescribeLogDirs, 4, &body);
+        let frame = handle(&t.broker, &asked, &open()).await.unwrap();
+        let (_, answer): (_, DescribeLogDirsResponse) = read_response(frame, 4);
+        let reported: Vec<(&str, i32)> = answer.results[0]
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.as_str(), p.partition_index))
+            })
+            .collect();
+        assert_eq!(reported, [("t", 0), ("t", 1)]);
     }
 }

@@ -2,7 +2,9 @@
 //! with their epoch, last sequence and last write, as `kafka-transactions.sh
 //! describe-producers` and admin clients list them. Transactions are not supported, so there is
 //! never a coordinator epoch or an open transaction (-1). A topic needs READ, else each of its
-//! partitions gets TOPIC_AUTHORIZATION_FAILED.
+//! partitions gets TOPIC_AUTHORIZATION_FAILED. A partition named more than once is answered
+//! once: Kafka answers every entry, but a partition's producers can outnumber the bytes that
+//! name it a thousandfold, so repeats would multiply the answer.
 
 use std::sync::Arc;
 
@@ -17,13 +19,15 @@ use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::repeats::merge_topics;
 
 pub fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
 ) -> Result<bytes::Bytes, WireError> {
-    let body: DescribeProducersRequest = request.body()?;
+    let mut body: DescribeProducersRequest = request.body()?;
+    merge_topics(&mut body.topics);
     let topics = body.topics.into_iter().map(|topic| {
         let allowed = access.allows_topic(Operation::Read, &topic.name);
         let partitions = topic.partition_indexes.iter().map(|&index| {
@@ -68,7 +72,7 @@ mod tests {
     use crate::auth::acl::ResourceType::Topic;
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
-    use crate::server::handlers::testing::{alice, allow, broker_with};
+    use crate::server::handlers::testing::{alice, allow, broker_with, open};
 
     #[tokio::test]
     async fn describing_producers_needs_read_on_the_topic() {
@@ -92,5 +96,30 @@ mod tests {
             .map(|t| t.partitions[0].error_code)
             .collect();
         assert_eq!(codes, [ResponseError::TopicAuthorizationFailed.code(), 0]);
+    }
+
+    #[tokio::test]
+    async fn a_partition_named_again_is_answered_once() {
+        let t = broker_with(&["t"], 2, 0).await;
+        let topic = |indexes: Vec<i32>| {
+            TopicRequest::default()
+                .with_name(topic_name("t"))
+                .with_partition_indexes(indexes)
+        };
+        let topics = vec![topic(vec![0, 1, 0]), topic(vec![1, 0])];
+        let body = DescribeProducersRequest::default().with_topics(topics);
+        let asked = request(ApiKey::DescribeProducers, 0, &body);
+        let frame = handle(&t.broker, &asked, &open()).unwrap();
+        let (_, answer): (_, DescribeProducersResponse) = read_response(frame, 0);
+        let answered: Vec<(&str, i32)> = answer
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.as_str(), p.partition_index))
+            })
+            .collect();
+        assert_eq!(answered, [("t", 0), ("t", 1)]);
     }
 }

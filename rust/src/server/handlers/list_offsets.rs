@@ -3,7 +3,9 @@
 //! timestamp (-3, KIP-734). v8's earliest local offset (-4, KIP-405) is the log start: every
 //! offset is in object storage alike. v9's earliest offset pending upload to remote storage (-5,
 //! KIP-1005) does not exist here, as on a Kafka topic without tiered storage: -1.
-//! A topic needs DESCRIBE, else each of its partitions gets TOPIC_AUTHORIZATION_FAILED.
+//! A topic needs DESCRIBE, else each of its partitions gets TOPIC_AUTHORIZATION_FAILED. A
+//! partition named more than once is not looked up: each of its entries gets INVALID_REQUEST,
+//! as Kafka answers it.
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::timestamps::{max_timestamp_record, offset_for_timestamp};
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::repeats::repeated;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -33,6 +36,11 @@ pub async fn handle(
 ) -> Result<bytes::Bytes, WireError> {
     let body: ListOffsetsRequest = request.body()?;
     let v0 = request.api_version == 0;
+    let named = body.topics.iter().flat_map(|t| {
+        let partitions = t.partitions.iter();
+        partitions.map(|p| (t.name.clone(), p.partition_index))
+    });
+    let repeated = repeated(named);
     let mut topics = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let allowed = access.allows_topic(Operation::Describe, &topic.name);
@@ -43,9 +51,15 @@ pub async fn handle(
                 .with_timestamp(-1)
                 .with_offset(-1)
                 .with_leader_epoch(-1);
-            if !allowed {
-                let denied = ResponseError::TopicAuthorizationFailed.code();
-                partitions.push(response.with_error_code(denied));
+            let refusal = if !allowed {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else if repeated.contains(&(topic.name.clone(), p.partition_index)) {
+                Some(ResponseError::InvalidRequest)
+            } else {
+                None
+            };
+            if let Some(error) = refusal {
+                partitions.push(response.with_error_code(error.code()));
                 continue;
             }
             let found = lookup(
@@ -205,11 +219,10 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_topic_without_describe_is_refused_for_each_partition() {
-        let t = broker_with(&["t", "u"], 2, 5).await;
-        let topics = ["t", "u", "missing"].map(|name| {
-            let partitions = (0..2).map(|index| {
+    /// A ListOffsets of the latest offset of these partitions (by topic).
+    fn latest_of(topics: &[(&'static str, &[i32])]) -> ListOffsetsRequest {
+        let topics = topics.iter().map(|&(name, indexes)| {
+            let partitions = indexes.iter().map(|&index| {
                 ListOffsetsPartition::default()
                     .with_partition_index(index)
                     .with_timestamp(LATEST)
@@ -219,34 +232,63 @@ mod tests {
                 .with_name(TopicName(StrBytes::from_static_str(name)))
                 .with_partitions(partitions.collect())
         });
-        let body = ListOffsetsRequest::default()
+        ListOffsetsRequest::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-            .with_topics(topics.to_vec());
+            .with_topics(topics.collect())
+    }
+
+    /// (topic, partition, error, offset) of each partition answered (v9).
+    async fn answered(
+        broker: &Arc<Broker>,
+        body: &ListOffsetsRequest,
+        access: &Access,
+    ) -> Vec<(String, i32, i16, i64)> {
+        let asked = request(ApiKey::ListOffsets, 9, body);
+        let frame = handle(broker, asked, access).await.unwrap();
+        let (_, answer): (_, ListOffsetsResponse) = read_response(frame, 9);
+        let partitions = answer.topics.iter().flat_map(|t| {
+            let name = t.name.to_string();
+            let partitions = t.partitions.iter();
+            partitions.map(move |p| (name.clone(), p.partition_index, p.error_code, p.offset))
+        });
+        partitions.collect()
+    }
+
+    fn rows(rows: &[(&str, i32, i16, i64)]) -> Vec<(String, i32, i16, i64)> {
+        rows.iter()
+            .map(|&(n, p, e, o)| (n.to_string(), p, e, o))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_topic_without_describe_is_refused_for_each_partition() {
+        let t = broker_with(&["t", "u"], 2, 5).await;
+        let body = latest_of(&[("t", &[0, 1]), ("u", &[0, 1]), ("missing", &[0, 1])]);
         // READ implies DESCRIBE
         let access = alice(vec![allow(Topic, "u", Operation::Read)]);
-        let asked = request(ApiKey::ListOffsets, 9, &body);
-        let frame = handle(&t.broker, asked, &access).await.unwrap();
-        let (_, answer): (_, ListOffsetsResponse) = read_response(frame, 9);
-        let got: Vec<(String, i16, i64)> = answer
-            .topics
-            .iter()
-            .flat_map(|t| {
-                let name = t.name.to_string();
-                t.partitions
-                    .iter()
-                    .map(move |p| (name.clone(), p.error_code, p.offset))
-            })
-            .collect();
         let denied = ResponseError::TopicAuthorizationFailed.code();
-        let want = [
-            ("t", denied, -1),
-            ("t", denied, -1),
-            ("u", 0, 5),
-            ("u", 0, 0),
-            ("missing", denied, -1),
-            ("missing", denied, -1),
-        ]
-        .map(|(n, e, o)| (n.to_string(), e, o));
-        assert_eq!(got, want);
+        let want = rows(&[
+            ("t", 0, denied, -1),
+            ("t", 1, denied, -1),
+            ("u", 0, 0, 5),
+            ("u", 1, 0, 0),
+            ("missing", 0, denied, -1),
+            ("missing", 1, denied, -1),
+        ]);
+        assert_eq!(answered(&t.broker, &body, &access).await, want);
+    }
+
+    #[tokio::test]
+    async fn a_partition_named_again_is_refused_each_time() {
+        let t = broker_with(&["t"], 2, 5).await;
+        let body = latest_of(&[("t", &[0, 1, 0]), ("t", &[0])]);
+        let invalid = ResponseError::InvalidRequest.code();
+        let want = rows(&[
+            ("t", 0, invalid, -1),
+            ("t", 1, 0, 0),
+            ("t", 0, invalid, -1),
+            ("t", 0, invalid, -1),
+        ]);
+        assert_eq!(answered(&t.broker, &body, &open()).await, want);
     }
 }

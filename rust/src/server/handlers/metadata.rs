@@ -1,5 +1,6 @@
 //! Metadata v0–12. v0: an empty topic list means all topics; v1+: null means all and an empty
 //! list none (KIP-4). Auto-creation when the broker allows it and the request (v4+) asks for it.
+//! A topic named more than once is answered once, as Kafka reads the names into a set.
 //! Brokers, leaders and epochs come from the cluster view: the owner of each partition leads it
 //! (or the broker about to claim it, while nobody does).
 //!
@@ -26,6 +27,7 @@ use crate::broker::{Broker, Topic};
 use crate::cluster::state::ClusterState;
 use crate::meta::catalog::BrokerRecord;
 use crate::protocol::header::{encode_response, Request, WireError};
+use crate::protocol::repeats::merge_by;
 use crate::protocol::topic_name;
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
@@ -67,8 +69,10 @@ async fn answer(
             .map(|t| describe(t, broker))
             .collect()
     } else {
+        let mut named = body.topics.unwrap_or_default();
+        merge_by(&mut named, |t| (t.name.clone(), t.topic_id), |_, _| ());
         let mut described = Vec::new();
-        for wanted in body.topics.unwrap_or_default() {
+        for wanted in named {
             described.push(
                 lookup(
                     broker,
@@ -253,7 +257,7 @@ mod tests {
     use crate::auth::acl::CLUSTER_NAME;
     use crate::broker::tests::broker;
     use crate::protocol::header::testing::read_response;
-    use crate::server::handlers::testing::{alice, allow, broker_with};
+    use crate::server::handlers::testing::{self, alice, allow, broker_with};
 
     /// The answer to `body` at `version`, with auto-creation on, as a client reads it.
     async fn ask(
@@ -379,5 +383,16 @@ mod tests {
         let with_cluster = named(&[]).with_include_cluster_authorized_operations(true);
         let got = ask(&t.broker, 10, with_cluster, &describer).await;
         assert_eq!(got.cluster_authorized_operations, 1 << 8 | 1 << 12);
+    }
+
+    #[tokio::test]
+    async fn a_topic_named_again_is_answered_once() {
+        let t = broker_with(&["t", "u"], 3, 0).await;
+        let asked = named(&["t", "u", "t", "t", "missing", "u", "missing"])
+            .with_allow_auto_topic_creation(false);
+        let got = ask(&t.broker, 12, asked, &testing::open()).await;
+        let unknown = ResponseError::UnknownTopicOrPartition.code();
+        let want = [("t", 0), ("u", 0), ("missing", unknown)].map(|(n, e)| (n.to_string(), e));
+        assert_eq!(answered(&got), want);
     }
 }
