@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import admin_wire as aw
 from support import kafka_wire as kw
 from support import sasl_wire as sw
 from support.cli_runner import kafscale, ok, one_error_line
@@ -813,6 +814,29 @@ def test_librdkafka_reauthenticates_and_keeps_its_connections(broker_factory, tm
         producer.flush(0)
     assert log_lines(sb.broker.log_since(log_start), EXPIRED_SESSION) == []
     assert_no_panic(sb.broker)
+
+
+def test_the_broker_describes_its_session_lifetime(broker_factory, tmp_path):
+    """DescribeConfigs of the broker lists connections.max.reauth.ms and
+    sasl.enabled.mechanisms under those names (librdkafka's KIP-368 test reads the first and
+    skips without it): on the raw wire, asking for every key, and through confluent-kafka."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    sb = reauth_broker(broker_factory, tmp_path)
+    wanted = {
+        "connections.max.reauth.ms": str(REAUTH_MS),
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    }
+    with kw.RawConnection.to(sb.bootstrap()) as conn:
+        (described,) = aw.describe_configs(conn, [(aw.BROKER_RESOURCE, "0", None)], version=3)
+    assert described.error_code == aw.NONE, described
+    assert {k: described.configs[k].value for k in wanted} == wanted, described.configs
+    assert described.configs["connections.max.reauth.ms"].read_only
+
+    admin = AdminClient({"bootstrap.servers": sb.bootstrap()})
+    futures = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")])
+    (entries,) = (f.result(HANG_GUARD) for f in futures.values())
+    assert {k: entries[k].value for k in wanted} == wanted, entries
 
 
 def session_lifetime_s(auth: sw.AuthenticateResponse, reauth_ms: int) -> float:

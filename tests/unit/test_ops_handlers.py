@@ -8,7 +8,7 @@ from typing import Any
 
 from kafscale.admin.configs import alter_configs, describe_configs
 from kafscale.admin.partitions import create_partitions
-from kafscale.admin.protocol import ConfigSource, ResourceType
+from kafscale.admin.protocol import ConfigSource, ConfigType, ResourceType
 from kafscale.config import Settings
 from kafscale.errors import ErrorCode
 
@@ -98,6 +98,40 @@ def test_describe_broker_shows_the_read_only_keys() -> None:
     assert all(c.read_only and c.synonyms for c in result.configs)
     (other,) = describe(resource(ResourceType.BROKER, "3")).results
     assert other.error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_describe_broker_lists_its_settings_under_kafkas_names() -> None:
+    settings = Settings(
+        broker_id=7,
+        connections_max_reauth_ms=60_000,
+        authorizer="acl",
+        super_users="User:admin",
+        max_connections_per_ip=50,
+    )
+    req = SimpleNamespace(
+        resources=[resource(ResourceType.BROKER, "7")],
+        include_synonyms=False,
+        include_documentation=True,
+    )
+    (result,) = asyncio.run(describe_configs(FakeCore(), settings, req)).results
+    got = {c.name: c for c in result.configs}
+    values = {
+        "connections.max.reauth.ms": ("60000", ConfigType.LONG),
+        "sasl.enabled.mechanisms": ("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", ConfigType.LIST),
+        "authorizer.class.name": ("acl", ConfigType.STRING),
+        "super.users": ("User:admin", ConfigType.STRING),
+        "allow.everyone.if.no.acl.found": ("false", ConfigType.BOOLEAN),
+        "auto.create.topics.enable": ("true", ConfigType.BOOLEAN),
+        "max.connections.per.ip": ("50", ConfigType.INT),
+        "listeners": ("PLAINTEXT://127.0.0.1:9092", ConfigType.STRING),
+        "log.retention.ms": (str(7 * 24 * 3600 * 1000), ConfigType.LONG),
+        "message.max.bytes": (str(1024 * 1024), ConfigType.INT),
+        "num.partitions": ("1", ConfigType.INT),
+    }
+    assert {k: (got[k].value, got[k].config_type) for k in values} == values
+    assert "--connections-max-reauth-ms" in (got["connections.max.reauth.ms"].documentation or "")
+    assert all(c.read_only and not c.is_sensitive for c in result.configs)
+    assert not any("password" in name for name in got)
 
 
 def test_alter_configs_replaces_the_whole_set_and_validates() -> None:

@@ -3,16 +3,17 @@
 Topics: the whitelist of :mod:`kafscale.admin.topic_configs`, each with its value and whether it
 is the topic's own (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG). A change is
 written to the topic's record in the metadata store, which every broker follows at once.
-Brokers: the spec's read-only keys under their ``kafscale.*`` names; altering a broker is
-INVALID_CONFIG (broker settings are KAFSCALE_* variables, read at start-up). Every resource gets
-its own result; unknown keys are left out of a describe, refused in an alter.
+Brokers: their settings, read-only, under the names Kafka gives them where Kafka has one
+(connections.max.reauth.ms, log.retention.ms, ...), else as ``kafscale.*``; altering a broker is
+INVALID_CONFIG (broker settings are flags or KAFSCALE_* variables, read at start-up). Every
+resource gets its own result; unknown keys are left out of a describe, refused in an alter.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kafscale.admin.protocol import (
     AlterConfigsResourceResult,
@@ -33,12 +34,8 @@ from kafscale.admin.topic_configs import (
     default_value,
     normalise,
 )
+from kafscale.config import Settings, env_var, flag
 from kafscale.errors import ErrorCode
-
-if TYPE_CHECKING:
-    # What the config handlers read of the settings: the topic defaults (described for a
-    # topic without an override) and the read-only broker keys.
-    from kafscale._core import BrokerSettings
 
 __all__ = ["alter_configs", "describe_configs", "topic_configs"]
 
@@ -51,29 +48,90 @@ class ConfigCore(Protocol):
     def alter_topic_configs(self, name: str, configs: dict[str, str]) -> Awaitable[Any]: ...
 
 
-def _broker_configs(s: BrokerSettings) -> dict[str, tuple[str | None, ConfigType]]:
-    """The spec's read-only broker keys and their values."""
+# Kafka's broker configs this broker has, under Kafka's names (clients look settings up by
+# them: librdkafka's KIP-368 test reads connections.max.reauth.ms), then KafScale's own: the
+# setting each is read from and Kafka's type for it. listeners, advertised.listeners and
+# authorizer.class.name are derived (_derived_configs).
+_BROKER_KEYS: Mapping[str, tuple[str, ConfigType]] = {
+    "broker.id": ("broker_id", ConfigType.INT),
+    "sasl.enabled.mechanisms": ("sasl_enabled_mechanisms", ConfigType.LIST),
+    "connections.max.reauth.ms": ("connections_max_reauth_ms", ConfigType.LONG),
+    "connection.failed.authentication.delay.ms": (
+        "connection_failed_authentication_delay_ms",
+        ConfigType.INT,
+    ),
+    "ssl.client.auth": ("ssl_client_auth", ConfigType.STRING),
+    "super.users": ("super_users", ConfigType.STRING),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", ConfigType.BOOLEAN),
+    "auto.create.topics.enable": ("auto_create_topics", ConfigType.BOOLEAN),
+    "num.partitions": ("default_partitions", ConfigType.INT),
+    "socket.request.max.bytes": ("max_request_bytes", ConfigType.INT),
+    "message.max.bytes": ("max_message_bytes", ConfigType.INT),
+    "log.segment.bytes": ("segment_bytes", ConfigType.INT),
+    "log.retention.ms": ("retention_ms", ConfigType.LONG),
+    "log.retention.bytes": ("retention_bytes", ConfigType.LONG),
+    "log.retention.check.interval.ms": ("retention_check_interval_ms", ConfigType.LONG),
+    "log.message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", ConfigType.LONG),
+    "log.message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", ConfigType.LONG),
+    "max.connections": ("max_connections", ConfigType.INT),
+    "max.connections.per.ip": ("max_connections_per_ip", ConfigType.INT),
+    "connections.max.idle.ms": ("connections_max_idle_ms", ConfigType.LONG),
+    "queued.max.request.bytes": ("queued_max_request_bytes", ConfigType.LONG),
+    "fetch.max.bytes": ("fetch_max_bytes", ConfigType.INT),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", ConfigType.INT),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", ConfigType.INT),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", ConfigType.INT),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", ConfigType.INT),
+    "group.max.size": ("group_max_size", ConfigType.INT),
+    "kafscale.s3.bucket": ("s3_bucket", ConfigType.STRING),
+    "kafscale.s3.region": ("s3_region", ConfigType.STRING),
+    "kafscale.s3.endpoint": ("s3_endpoint", ConfigType.STRING),
+    "kafscale.cache.bytes": ("cache_bytes", ConfigType.LONG),
+    "kafscale.readahead.segments": ("readahead_segments", ConfigType.INT),
+    "kafscale.segment.bytes": ("segment_bytes", ConfigType.INT),
+    "kafscale.flush.interval.ms": ("flush_interval_ms", ConfigType.LONG),
+}
 
-    def text(value: object) -> str | None:
-        return None if value is None else str(value)
 
+def _text(value: object) -> str | None:
+    """A setting's value as Kafka writes it (booleans in lower case)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return None if value is None else str(value)
+
+
+def _derived_configs(s: Settings) -> dict[str, tuple[str | None, ConfigType, str]]:
+    """The broker keys whose value is not one setting's: value, type, the setting behind it."""
+    specs = s.listener_specs
     return {
-        "broker.id": (str(s.broker_id), ConfigType.INT),
+        "listeners": (
+            ",".join(f"{spec.name}://{spec.bind}" for spec in specs),
+            ConfigType.STRING,
+            "listeners",
+        ),
         "advertised.listeners": (
             ",".join(
-                f"{spec.name}://{spec.advertised_host}:{spec.advertised_port}"
-                for spec in s.listener_specs
+                f"{spec.name}://{spec.advertised_host}:{spec.advertised_port}" for spec in specs
             ),
             ConfigType.STRING,
+            "advertised_listeners",
         ),
-        "kafscale.s3.bucket": (text(s.s3_bucket), ConfigType.STRING),
-        "kafscale.s3.region": (text(s.s3_region), ConfigType.STRING),
-        "kafscale.s3.endpoint": (text(s.s3_endpoint), ConfigType.STRING),
-        "kafscale.cache.bytes": (str(s.cache_bytes), ConfigType.LONG),
-        "kafscale.readahead.segments": (str(s.readahead_segments), ConfigType.INT),
-        "kafscale.segment.bytes": (str(s.segment_bytes), ConfigType.INT),
-        "kafscale.flush.interval.ms": (str(s.flush_interval_ms), ConfigType.LONG),
+        # Kafka's default, empty, is no authorizer; acl is KafScale's ACL authorizer.
+        "authorizer.class.name": (
+            "" if s.authorizer == "none" else s.authorizer,
+            ConfigType.STRING,
+            "authorizer",
+        ),
     }
+
+
+def _broker_configs(s: Settings) -> dict[str, tuple[str | None, ConfigType, str]]:
+    """Every broker key: its value, type and the setting it comes from."""
+    configs = {
+        key: (_text(getattr(s, setting)), config_type, setting)
+        for key, (setting, config_type) in _BROKER_KEYS.items()
+    }
+    return {**configs, **_derived_configs(s)}
 
 
 def _wanted(keys: Sequence[str] | None, known: Sequence[str]) -> list[str]:
@@ -137,7 +195,7 @@ def topic_configs(
 
 
 async def _describe_topic(
-    core: ConfigCore, settings: BrokerSettings, resource: Any, req: Any
+    core: ConfigCore, settings: Settings, resource: Any, req: Any
 ) -> list[DescribedConfig]:
     topic = await core.topic(resource.resource_name)
     if topic is None:
@@ -153,7 +211,7 @@ async def _describe_topic(
     )
 
 
-def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[DescribedConfig]:
+def _describe_broker(settings: Settings, resource: Any, req: Any) -> list[DescribedConfig]:
     if resource.resource_name not in ("", str(settings.broker_id)):
         raise Rejected(
             ErrorCode.INVALID_REQUEST,
@@ -161,23 +219,27 @@ def _describe_broker(settings: BrokerSettings, resource: Any, req: Any) -> list[
             f"{resource.resource_name!r} to that broker",
         )
     configs = _broker_configs(settings)
-    return [
-        _entry(
-            key,
-            configs[key][0],
-            ConfigSource.STATIC_BROKER_CONFIG,
-            True,
-            configs[key][1],
-            "read-only: set by the broker's KAFSCALE_* settings at start-up",
-            synonyms=req.include_synonyms,
-            documentation=req.include_documentation,
+    entries = []
+    for key in _wanted(resource.configuration_keys, list(configs)):
+        value, config_type, setting = configs[key]
+        doc = f"read-only: the broker's {flag(setting)} ({env_var(setting)}), read at start-up"
+        entries.append(
+            _entry(
+                key,
+                value,
+                ConfigSource.STATIC_BROKER_CONFIG,
+                True,
+                config_type,
+                doc,
+                synonyms=req.include_synonyms,
+                documentation=req.include_documentation,
+            )
         )
-        for key in _wanted(resource.configuration_keys, list(configs))
-    ]
+    return entries
 
 
 async def describe_configs(
-    core: ConfigCore, settings: BrokerSettings, req: Any
+    core: ConfigCore, settings: Settings, req: Any
 ) -> DescribeConfigsResponse:
     results = []
     for resource in req.resources:
