@@ -16,9 +16,9 @@ A ``Workload`` runs, in background threads, while a test injects faults:
   every acknowledged value is stored at exactly its acknowledged offset; offsets are contiguous;
   each single-shot value is stored at most once; stored values are values that were sent to
   that partition; leader epochs never go backwards along the log and agree with the epoch
-  history in etcd; what the consumer saw matches the log and it never had to rewind; high
-  watermarks and leader epochs in etcd only moved forward; no committed segment was overwritten
-  or removed.
+  history in etcd; what the consumer saw matches the log and it never had to rewind or was
+  told its offset was out of range; the storage invariants hold over etcd's whole history
+  (support/invariants); no committed segment was overwritten or removed.
 
 Why two producers: a non-idempotent client that retries may legitimately store a value twice:
 when a request's outcome was unknown (response lost to a kill, a timeout) it sends the records
@@ -52,6 +52,7 @@ from .cluster import (
     segment_base,
 )
 from .etcd import EtcdError
+from .invariants import check_history
 from .load_clients import KafkaPythonLoadProducer, LiveConsumer, LoadProducer
 from .log_check import LogChecker, LogReport
 
@@ -357,6 +358,9 @@ class Workload:
             problems.append("final snapshot of etcd and the bucket failed")
         groups = {
             "log and offsets": problems,
+            "storage invariants over etcd's history": check_history(
+                self.cluster.etcd.endpoint, self.cluster.namespace
+            ),
             "segments in S3 and state in etcd": self.watcher.violations,
             "objects read back from S3": self._check_objects(stored, log),
             "leader epochs": self._check_epochs(ends, log),
@@ -576,6 +580,14 @@ class Workload:
                 "live consumer was sent back (offset reset) as (partition, last, next): "
                 f"{self.consumer.rewinds[:5]}; consumer errors: {self.consumer.errors[:5]}"
             )
+        if self.consumer.watermarks_back:
+            problems.append(
+                "a fetch answered the live consumer a lower high watermark than an earlier one "
+                f"(partition, before, now): {self.consumer.watermarks_back[:5]}"
+            )
+        resets = [e for e in self.consumer.errors if "OFFSET" in e]
+        if resets:
+            problems.append(f"live consumer was told its offset was out of range: {resets[:5]}")
         return problems
 
 

@@ -191,6 +191,10 @@ class LiveConsumer:
         self.lock = threading.Lock()
         self.seen: dict[int, list[Seen]] = defaultdict(list)
         self.rewinds: list[tuple[int, int, int]] = []  # (partition, after offset, got offset)
+        # the largest high watermark a fetch answered per partition, and each time one
+        # answered a lower one: (partition, before, now)
+        self.high_watermarks: dict[int, int] = {}
+        self.watermarks_back: list[tuple[int, int, int]] = []
         self.errors: list[str] = []
         self.crash: BaseException | None = None
         self._stop = threading.Event()
@@ -210,7 +214,9 @@ class LiveConsumer:
                     "group.id": f"live-{self.topic}",
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
-                    "auto.offset.reset": "earliest",
+                    # it starts at the beginning: an offset out of range is the broker's
+                    # doing (a high watermark that went back), reported, never reset
+                    "auto.offset.reset": "error",
                     "fetch.wait.max.ms": 100,
                     "topic.metadata.refresh.interval.ms": 1000,
                     "reconnect.backoff.max.ms": 500,
@@ -232,9 +238,22 @@ class LiveConsumer:
                     if recs and msg.offset() <= recs[-1].offset:
                         self.rewinds.append((msg.partition(), recs[-1].offset, msg.offset()))
                     recs.append(Seen(msg.offset(), msg.value()))
+                    self._note_high_watermark(consumer, msg.partition())
             consumer.close()
         except BaseException as exc:
             self.crash = exc
+
+    def _note_high_watermark(self, consumer, partition: int) -> None:
+        """The high watermark of the fetch answer the message came in (cached by the client)."""
+        from confluent_kafka import TopicPartition
+
+        _low, high = consumer.get_watermark_offsets(
+            TopicPartition(self.topic, partition), cached=True
+        )
+        before = self.high_watermarks.get(partition, -1)
+        if 0 <= high < before:
+            self.watermarks_back.append((partition, before, high))
+        self.high_watermarks[partition] = max(before, high)
 
     def positions(self) -> dict[int, int]:
         """{partition: next offset to see}."""
