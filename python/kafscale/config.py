@@ -48,6 +48,10 @@ CONTROL_PLANE_SETTINGS = (
     "group_max_member_metadata_bytes",
     "group_max_metadata_bytes",
     "group_max_size",
+    "group_max_count",
+    "group_max_committed_offsets",
+    "offsets_retention_minutes",
+    "offsets_retention_check_interval_ms",
 )
 LOG_FORMATS = ("text", "json")
 # Settings the core reads through the derived ``Settings.listener_specs`` and ``Settings.tls``
@@ -887,6 +891,43 @@ class Settings:
         _parse_int,
         check=_in_range(1, _INT32_MAX, "a count such as 1000"),
         metavar="N",
+    )
+    # Kafka bounds neither the number of groups nor their committed offsets (its offsets topic
+    # grows instead); these bound what one client can make a coordinator keep in memory and in
+    # the metadata store.
+    group_max_count: int = _setting(
+        5_000,
+        "Most consumer groups one broker coordinates; OffsetCommit that would create one more "
+        "gets INVALID_COMMIT_OFFSET_SIZE, JoinGroup GROUP_MAX_SIZE_REACHED (the log names this "
+        "setting). Empty groups expire (offsets_retention_minutes), which frees room.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "a count such as 5000"),
+        metavar="N",
+    )
+    group_max_committed_offsets: int = _setting(
+        1_000,
+        "Most partitions one consumer group may hold committed offsets for; a commit for one "
+        "more partition gets INVALID_COMMIT_OFFSET_SIZE (the log names this setting).",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "a count such as 1000"),
+        metavar="N",
+    )
+    offsets_retention_minutes: int = _setting(
+        10_080,
+        "Kafka's offsets.retention.minutes: an empty group's committed offsets expire this long "
+        "after it became empty, a simple consumer's (commits only, never joined) this long after "
+        "each commit; an empty group without offsets is removed.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "minutes, e.g. 10080 (7 days)"),
+        metavar="MINUTES",
+    )
+    offsets_retention_check_interval_ms: int = _setting(
+        600_000,
+        "Kafka's offsets.retention.check.interval.ms: how often expired offsets and empty groups "
+        "are looked for.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 600000"),
+        metavar="MS",
     )
 
     def __post_init__(self) -> None:

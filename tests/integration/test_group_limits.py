@@ -2,7 +2,8 @@
 with raw frames where clients cannot produce the input: a 32,767-byte client id (member ids
 stay encodable, the group and DescribeGroups keep working), names too long for old versions,
 oversized protocol metadata, group.max.size, the MEMBER_ID_REQUIRED race on many new groups at
-once, and names with newlines in the broker's log."""
+once, and names with newlines in the broker's log. On a broker of its own: the number of groups
+(group_max_count) and the expiry of empty groups and their offsets (offsets_retention_minutes)."""
 
 from __future__ import annotations
 
@@ -183,3 +184,87 @@ def test_a_newline_in_a_topic_name_cannot_forge_a_log_line(env, api):
     assert not [line for line in lines if line.startswith("2026-01-01T00:00:00.000Z")]
     if api == "DeleteTopics":  # v0-2 carry no error message: the refusal is logged
         assert [line for line in lines if "\\n2026-01-01T00:00:00.000Z ERROR" in line]
+
+
+# --- groups per broker and their expiry ----------------------------------------------------------
+
+GROUP_MAX_COUNT = 3
+RETENTION_MINUTES = 1
+CAPPED_ARGS = [
+    "--group-initial-rebalance-delay-ms",
+    "0",
+    "--group-max-count",
+    str(GROUP_MAX_COUNT),
+    "--offsets-retention-minutes",
+    str(RETENTION_MINUTES),
+    "--offsets-retention-check-interval-ms",
+    "200",
+]
+
+
+@pytest.fixture(scope="module")
+def capped(module_broker_factory):
+    broker = module_broker_factory(CAPPED_ARGS, name="capped")
+    yield SingleNode(broker)
+    broker.cleanup()
+
+
+def _state(conn: kw.RawConnection, group: str) -> str:
+    (described,) = gw.describe_groups(conn, [group], version=0)
+    return described.state
+
+
+def _wait_for(what: str, done) -> None:
+    deadline = time.monotonic() + HANG_GUARD
+    while not done():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
+
+
+def test_empty_groups_and_their_offsets_expire(capped):
+    """With a retention of one minute and a check every 200 ms: a simple consumer's offset
+    committed (v1 timestamp) two minutes ago expires and its group goes; a consumer group
+    whose last member left, with no offsets, goes at the next check; a fresh commit stays."""
+    topic = capped.new_topic(unique("expiry"), 1)
+    old, left, fresh = unique("old"), unique("left"), unique("fresh")
+    two_minutes_ago = int(time.time() * 1000) - 120_000
+    with connect(capped) as conn:
+        stale = {(topic, 0): gw.CommitOffset(5, commit_timestamp=two_minutes_ago)}
+        assert gw.offset_commit(conn, old, stale, version=1) == {(topic, 0): gw.NONE}
+        assert gw.offset_commit(conn, fresh, {(topic, 0): gw.CommitOffset(7)}) == {
+            (topic, 0): gw.NONE
+        }
+        joined = gw.join_group(conn, left, protocols=[(RANGE, gw.subscription([topic]))], version=3)
+        assert joined.error_code == gw.NONE
+        synced = gw.sync_group(conn, left, joined.generation_id, joined.member_id, {})
+        assert synced.error_code == gw.NONE
+        assert gw.leave_group(conn, left, [(joined.member_id, None)]).error_code == gw.NONE
+        _wait_for(
+            f"{old} and {left} removed", lambda: _state(conn, old) == _state(conn, left) == "Dead"
+        )
+        fetched = gw.offset_fetch(conn, old, {topic: [0]})
+        assert fetched.partitions[(topic, 0)].offset == gw.NO_OFFSET
+        assert _state(conn, fresh) == "Empty"
+        assert gw.offset_fetch(conn, fresh, {topic: [0]}).partitions[(topic, 0)].offset == 7
+
+
+def test_offset_commit_to_more_groups_than_the_cap_is_refused(capped):
+    """New groups are taken until the broker holds group_max_count of them (earlier tests'
+    groups may hold some of the room); the next gets INVALID_COMMIT_OFFSET_SIZE and the log
+    names the setting, while a group that exists still commits."""
+    topic = capped.new_topic(unique("capped"), 1)
+    offsets = {(topic, 0): gw.CommitOffset(1)}
+    created: list[str] = []
+    with connect(capped) as conn:
+        for _ in range(GROUP_MAX_COUNT + 1):
+            group = unique("many")
+            code = gw.offset_commit(conn, group, offsets)[(topic, 0)]
+            if code != gw.NONE:
+                break
+            created.append(group)
+        assert code == gw.INVALID_COMMIT_OFFSET_SIZE, "no group refused"
+        assert 1 <= len(created) <= GROUP_MAX_COUNT
+        assert gw.offset_commit(conn, created[0], offsets) == {(topic, 0): gw.NONE}
+        refused = gw.join_group(conn, unique("many"), protocols=[(RANGE, b"")], version=3)
+        assert refused.error_code == gw.GROUP_MAX_SIZE_REACHED
+    assert "group_max_count" in capped.node.log_text()

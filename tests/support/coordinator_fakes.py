@@ -15,7 +15,15 @@ from kafscale.groups import GroupCoordinator
 from kafscale.groups.protocol import JoinGroupResponse
 
 GROUP = "g"
-LIMITS = ("group_max_member_metadata_bytes", "group_max_metadata_bytes", "group_max_size")
+LIMITS = (
+    "group_max_member_metadata_bytes",
+    "group_max_metadata_bytes",
+    "group_max_size",
+    "group_max_count",
+    "group_max_committed_offsets",
+    "offsets_retention_minutes",
+    "offsets_retention_check_interval_ms",
+)
 
 
 class StoreDown(Exception):
@@ -87,7 +95,8 @@ class FakeCore:
 
 
 def settings(broker_id: int = 1, delay_ms: int = 0, **limits: int) -> Any:
-    """The broker's defaults for the group limits unless ``limits`` names them."""
+    """The broker's defaults for the group limits and offset retention unless ``limits``
+    names them."""
     return SimpleNamespace(
         broker_id=broker_id,
         group_initial_rebalance_delay_ms=delay_ms,
@@ -100,11 +109,29 @@ def settings(broker_id: int = 1, delay_ms: int = 0, **limits: int) -> Any:
 CLIENT = SimpleNamespace(client_id="app", client_host="127.0.0.1")
 
 
+class FakeWallClock:
+    """Wall-clock milliseconds that move only when a test says so."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
 def coordinator(
-    store: FakeStore | None = None, broker_id: int = 1, delay_ms: int = 50, **limits: int
+    store: FakeStore | None = None,
+    broker_id: int = 1,
+    delay_ms: int = 50,
+    wall_clock: FakeWallClock | None = None,
+    **limits: int,
 ):
     core = FakeCore(store or FakeStore(), coordinator=broker_id)
-    return GroupCoordinator(core, settings(broker_id, delay_ms, **limits), StoreDown), core
+    config = settings(broker_id, delay_ms, **limits)
+    return GroupCoordinator(core, config, StoreDown, wall_clock or FakeWallClock()), core
 
 
 def join_req(member_id: str = "", protocols=(("range", b"R"),), session_ms=10_000, **kw) -> Any:
@@ -152,7 +179,14 @@ def leave_req(*member_ids: str, instances: tuple[str | None, ...] = ()) -> Any:
     )
 
 
-def commit_req(offsets: dict[tuple[str, int], int], generation=-1, member_id="", meta="m") -> Any:
+def commit_req(
+    offsets: dict[tuple[str, int], int],
+    generation=-1,
+    member_id="",
+    meta="m",
+    group_id: str = GROUP,
+    timestamp: int = -1,
+) -> Any:
     topics: dict[str, list[Any]] = {}
     for (topic, partition), offset in offsets.items():
         topics.setdefault(topic, []).append(
@@ -161,11 +195,11 @@ def commit_req(offsets: dict[tuple[str, int], int], generation=-1, member_id="",
                 committed_offset=offset,
                 committed_leader_epoch=3,
                 committed_metadata=meta,
-                commit_timestamp=-1,
+                commit_timestamp=timestamp,
             )
         )
     return SimpleNamespace(
-        group_id=GROUP,
+        group_id=group_id,
         generation_id=generation,
         member_id=member_id,
         group_instance_id=None,

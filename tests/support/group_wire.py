@@ -56,6 +56,7 @@ MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
 GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
 FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID
 GROUP_SUBSCRIBED_TO_TOPIC = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+INVALID_COMMIT_OFFSET_SIZE = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
 
 # FindCoordinator key types
 GROUP_KEY = 0
@@ -303,7 +304,7 @@ def leave_group(
 
 
 # ---------------------------------------------------------------------------------------------
-# OffsetCommit v2-7
+# OffsetCommit v1-7
 
 
 @dataclass(frozen=True)
@@ -311,6 +312,7 @@ class CommitOffset:
     offset: int
     metadata: str | None = None
     leader_epoch: int = -1  # v6+
+    commit_timestamp: int = -1  # v1 only (-1: the broker's time)
 
 
 def offset_commit(
@@ -325,11 +327,11 @@ def offset_commit(
 ) -> dict[tuple[str, int], int]:
     """Commit ``offsets``; returns {(topic, partition): error code}. Generation -1 and no member
     id commit as a simple consumer (assign(), no group membership)."""
-    assert 2 <= version <= 7, "v0-1 differ in generation/timestamp fields, v8+ is flexible"
+    assert 1 <= version <= 7, "v0 has no generation, v8+ is flexible"
     w = Writer().string(group).i32(generation_id).string(member_id)
     if version >= 7:
         w.string(group_instance_id)
-    if version <= 4:
+    if 2 <= version <= 4:
         w.i64(-1)  # retention time: the broker's default
     by_topic: dict[str, list[tuple[int, CommitOffset]]] = {}
     for (topic, partition), c in offsets.items():
@@ -339,6 +341,8 @@ def offset_commit(
         w.string(topic).array_len(len(parts))
         for partition, c in parts:
             w.i32(partition).i64(c.offset)
+            if version == 1:
+                w.i64(c.commit_timestamp)
             if version >= 6:
                 w.i32(c.leader_epoch)
             w.string(c.metadata)

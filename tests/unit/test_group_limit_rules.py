@@ -14,6 +14,7 @@ from support.coordinator_fakes import (
     FakeStore,
     commit_req,
     coordinator,
+    fetch,
     hb_req,
     join,
     join_new,
@@ -252,3 +253,84 @@ def test_default_limits_keep_every_transaction_within_etcds_request_limit() -> N
         assert store.largest < ETCD_MAX_REQUEST_BYTES, store.largest
 
     run(go())
+
+
+# --- groups per broker and offsets per group ----------------------------------------------------
+
+
+class YieldingStore(FakeStore):
+    """Commits give the loop a turn first, as a real store's round trip does, so that
+    concurrent requests interleave at the write."""
+
+    async def commit(self, expect, put, delete, delete_prefixes) -> int | None:
+        await asyncio.sleep(0)
+        return await super().commit(expect, put, delete, delete_prefixes)
+
+
+def first_code(answer: Any) -> int:
+    return answer.topics[0].partitions[0].error_code
+
+
+def test_group_max_count_refuses_new_groups_and_names_the_setting(caplog: Any) -> None:
+    async def go() -> None:
+        c, core = coordinator(delay_ms=0, group_max_count=2)
+        for g in ("a", "b"):
+            got = await c.handle(
+                ApiKey.OFFSET_COMMIT, 8, commit_req({("t", 0): 1}, group_id=g), CLIENT
+            )
+            assert first_code(got) == ErrorCode.NONE
+        third = commit_req({("t", 0): 1}, group_id="c")
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 8, third, CLIENT)
+        assert first_code(got) == ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+        joined = await join(c, join_req(group_id="d"))
+        assert joined.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
+        assert not [k for k in core.store.data if k.startswith(("c", "d"))]
+        # groups that exist carry on; deleting one makes room
+        again = commit_req({("t", 1): 1}, group_id="a")
+        assert first_code(await c.handle(ApiKey.OFFSET_COMMIT, 8, again, CLIENT)) == 0
+        assert (await c.delete(["a"])).results[0].error_code == ErrorCode.NONE
+        assert first_code(await c.handle(ApiKey.OFFSET_COMMIT, 8, third, CLIENT)) == 0
+
+    run(go())
+    assert "--group-max-count" in caplog.text and "KAFSCALE_GROUP_MAX_COUNT" in caplog.text
+
+
+def test_group_max_count_holds_for_concurrent_creations() -> None:
+    """Ten new groups at once, each write interleaved with the others: two get in."""
+
+    async def go() -> None:
+        c, core = coordinator(YieldingStore(), delay_ms=0, group_max_count=2)
+        commits = [
+            c.handle(ApiKey.OFFSET_COMMIT, 8, commit_req({("t", 0): 1}, group_id=f"g{i}"), CLIENT)
+            for i in range(10)
+        ]
+        codes = [first_code(got) for got in await asyncio.gather(*commits)]
+        assert sorted(codes) == [0, 0] + [ErrorCode.INVALID_COMMIT_OFFSET_SIZE] * 8
+        assert len([k for k in core.store.data if "/" not in k]) == 2
+
+    run(go())
+
+
+def test_offsets_one_group_holds_are_capped(caplog: Any) -> None:
+    async def go() -> None:
+        c, core = coordinator(delay_ms=0, group_max_committed_offsets=3)
+        first = await c.handle(
+            ApiKey.OFFSET_COMMIT, 8, commit_req({("t", 0): 1, ("t", 1): 1}), CLIENT
+        )
+        assert first_code(first) == ErrorCode.NONE
+        more = commit_req({("t", 0): 2, ("t", 2): 2, ("t", 3): 2, ("t", 4): 2})
+        got = await c.handle(ApiKey.OFFSET_COMMIT, 8, more, CLIENT)
+        codes = {p.partition_index: p.error_code for p in got.topics[0].partitions}
+        assert codes == {0: 0, 2: 0, 3: 28, 4: 28}  # INVALID_COMMIT_OFFSET_SIZE
+        committed = await fetch(c, None)
+        assert [
+            (p.partition_index, p.committed_offset) for p in committed.topics[0].partitions
+        ] == [
+            (0, 2),
+            (1, 1),
+            (2, 2),
+        ]
+        assert len([k for k in core.store.data if "/offsets/" in k]) == 3
+
+    run(go())
+    assert "--group-max-committed-offsets" in caplog.text

@@ -7,6 +7,11 @@ checks that this broker is it - otherwise NOT_COORDINATOR, and a group this brok
 given up. A group is loaded on its first request: read from the store and claimed (its
 coordinator epoch bumped), which fences the previous coordinator's writes. Members carry on with
 their member ids; a group that was mid-rebalance makes its members rejoin.
+
+A broker coordinates at most ``group_max_count`` groups: a JoinGroup or OffsetCommit that would
+create one more is refused. Every ``offsets_retention_check_interval_ms`` expired offsets are
+deleted and empty groups without offsets removed (:mod:`kafscale.groups.retention`), from the
+metadata store and from memory.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from kafscale.groups.limits import (
     Refusal,
     join_refusal,
     log_refusal,
+    new_group_refusal,
     oversized_name,
 )
 from kafscale.groups.membership import Client, Membership
-from kafscale.groups.model import Group, GroupState
+from kafscale.groups.model import Group, GroupState, WallClock, wall_clock_ms
 from kafscale.groups.offset_delete import OffsetDeleteRequestLike, delete_offsets
 from kafscale.groups.offsets import Offsets, TopicLike, commit_error_answer
 from kafscale.groups.protocol import (
@@ -47,6 +53,7 @@ from kafscale.groups.protocol import (
     OffsetFetchResponse,
     SyncGroupResponse,
 )
+from kafscale.groups.retention import expired_offsets, removable
 from kafscale.groups.store import Fenced, GroupStorage, GroupStoreLike, StoreUnavailable
 
 __all__ = ["GROUP_APIS", "CoordinatorCore", "GroupCoordinator", "GroupSettings"]
@@ -90,6 +97,10 @@ class GroupSettings(LimitSettings, Protocol):
     def group_min_session_timeout_ms(self) -> int: ...
     @property
     def group_max_session_timeout_ms(self) -> int: ...
+    @property
+    def offsets_retention_minutes(self) -> int: ...
+    @property
+    def offsets_retention_check_interval_ms(self) -> int: ...
 
 
 def error_answer(api_key: ApiKey, body: Any, code: int) -> Any:
@@ -112,9 +123,14 @@ def fetch_offsets_failure(body: Any, code: int) -> OffsetFetchResponse:
 
 class GroupCoordinator:
     def __init__(
-        self, core: CoordinatorCore, settings: GroupSettings, store_error: type[Exception]
+        self,
+        core: CoordinatorCore,
+        settings: GroupSettings,
+        store_error: type[Exception],
+        wall_clock: WallClock = wall_clock_ms,
     ) -> None:
         self._core = core
+        self._wall_clock = wall_clock
         self._settings = settings
         self._groups: dict[str, Group] = {}
         self._loading: dict[str, asyncio.Task[Group]] = {}
@@ -122,9 +138,15 @@ class GroupCoordinator:
         self._storage = GroupStorage(core.group_store(), settings.broker_id, store_error)
         self._limits = GroupLimits.of(settings)
         self._membership = Membership(
-            self._storage, settings.group_initial_rebalance_delay_ms, self._limits, self._lose
+            self._storage,
+            settings.group_initial_rebalance_delay_ms,
+            self._limits,
+            self._lose,
+            wall_clock=wall_clock,
         )
-        self._offsets = Offsets(self._storage, core.topic, self._membership.touch, self._lose)
+        self._offsets = Offsets(
+            self._storage, core.topic, self._membership.touch, self._lose, self._limits, wall_clock
+        )
 
     async def handle(self, api_key: ApiKey, version: int, body: Any, client: Client) -> Any:
         """The answer to one group request (never raises for a Kafka-level error)."""
@@ -135,6 +157,10 @@ class GroupCoordinator:
         group = await self._acquire(body.group_id)
         if isinstance(group, int):
             return error_answer(api_key, body, group)
+        refusal = self._creation_refusal(api_key, group)
+        if refusal is not None:
+            log_refusal(body.group_id, client.client_id, refusal.reason)
+            return error_answer(api_key, body, refusal.code)
         if api_key == ApiKey.JOIN_GROUP:
             return await self._membership.join(group, body, client, version)
         if api_key == ApiKey.SYNC_GROUP:
@@ -143,7 +169,7 @@ class GroupCoordinator:
             return self._membership.heartbeat(group, body)
         if api_key == ApiKey.LEAVE_GROUP:
             return await self._membership.leave(group, body.members)
-        return await self._offsets.commit(group, body)
+        return await self._offsets.commit(group, body, client)
 
     async def fetch_offsets(self, req: Any) -> OffsetFetchResponse:
         """OffsetFetch: each group's committed offsets, or the error that says why this
@@ -251,6 +277,16 @@ class GroupCoordinator:
             )
         return join_refusal(body, self._limits)
 
+    def _creation_refusal(self, api_key: ApiKey, group: Group) -> Refusal | None:
+        """Whether a request that would create ``group`` must be refused: this broker holds
+        ``group_max_count`` groups already. No await may come between this check and the
+        request taking the group's lock (which makes it count): concurrent creations could
+        otherwise all pass it."""
+        if api_key not in (ApiKey.JOIN_GROUP, ApiKey.OFFSET_COMMIT) or not _forgettable(group):
+            return None
+        held = sum(1 for g in self._groups.values() if not _forgettable(g))
+        return new_group_refusal(api_key, held, self._limits)
+
     async def _acquire(self, group_id: str) -> Group | int:
         """The loaded group, or the error code that says why this broker cannot serve it."""
         if not group_id:
@@ -310,10 +346,15 @@ class GroupCoordinator:
         """Expires sessions, gives up groups that moved to another broker and takes up the
         stored ones that moved here, until cancelled."""
         adopt_at = time.monotonic()
+        expire_every_s = self._settings.offsets_retention_check_interval_ms / 1000
+        expire_at = adopt_at + expire_every_s
         while True:
             if time.monotonic() >= adopt_at:
                 adopt_at = time.monotonic() + ADOPT_INTERVAL_S
                 await self.adopt_stored_groups()
+            if time.monotonic() >= expire_at:
+                expire_at = time.monotonic() + expire_every_s
+                await self.expire_offsets()
             await asyncio.sleep(SWEEP_INTERVAL_S)
             for group in list(self._groups.values()):
                 if self._core.coordinator_for(group.group_id) != self._settings.broker_id:
@@ -346,6 +387,47 @@ class GroupCoordinator:
         if adopted:
             log.info("took up %d stored group(s) this broker coordinates", adopted)
         return adopted
+
+    async def expire_offsets(self) -> None:
+        """One round of offset retention (:mod:`kafscale.groups.retention`) over the loaded
+        groups: expired offsets are deleted, groups left empty without offsets removed, from
+        the store and from memory. A store outage ends the round (the next one retries)."""
+        now_ms = self._wall_clock()
+        retention_ms = self._settings.offsets_retention_minutes * 60_000
+        offsets = groups = 0
+        for group in list(self._groups.values()):
+            try:
+                expired, removed = await self._expire(group, now_ms, retention_ms)
+            except Fenced:
+                self._lose(group, ErrorCode.NOT_COORDINATOR)
+                continue
+            except StoreUnavailable as exc:
+                log.warning("cannot expire committed offsets: %s", exc)
+                break
+            offsets += expired
+            groups += removed
+        if offsets or groups:
+            log.info(
+                "expired %d committed offset(s) and removed %d empty group(s)", offsets, groups
+            )
+
+    async def _expire(self, group: Group, now_ms: int, retention_ms: int) -> tuple[int, bool]:
+        """Expires ``group``'s offsets: how many, and whether the group was removed."""
+        async with group.lock:
+            # Lost while this round waited for the lock, or never stored.
+            if self._groups.get(group.group_id) is not group or group.revision == 0:
+                return 0, False
+            expired = expired_offsets(group, now_ms, retention_ms)
+            if removable(group, expired):
+                # The record with every offset (all of them expired) in one transaction.
+                await self._storage.delete(group)
+                self._lose(group, ErrorCode.GROUP_ID_NOT_FOUND)
+                return len(expired), True
+            if expired:
+                await self._storage.delete_offsets(group, expired)
+                for key in expired:
+                    del group.offsets[key]
+            return len(expired), False
 
     def metrics_report(self) -> list[tuple[str, str, int, list[tuple[str, int, int]]]]:
         """Each coordinated group as ``(group_id, state, member count, [(topic, partition,

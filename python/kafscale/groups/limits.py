@@ -8,7 +8,12 @@ input can never break the answers to the others nor the group's stored record:
 - protocol metadata and assignments are bounded per member
   (``group_max_member_metadata_bytes``), the group's stored record as a whole
   (``group_max_metadata_bytes``, so it fits the metadata store's request limit) and the number
-  of members (``group_max_size``, Kafka's ``group.max.size``).
+  of members (``group_max_size``, Kafka's ``group.max.size``);
+- what one broker keeps for all clients together: the number of groups it coordinates
+  (``group_max_count``) and of partitions one group holds committed offsets for
+  (``group_max_committed_offsets``). Kafka bounds neither; OffsetCommit past them answers
+  INVALID_COMMIT_OFFSET_SIZE (Kafka's answer when its offsets log cannot take a commit, which
+  clients raise to the application instead of retrying), JoinGroup GROUP_MAX_SIZE_REACHED.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kafscale.api_keys import ApiKey
 from kafscale.config import env_var, flag
 from kafscale.errors import ErrorCode
 
@@ -29,7 +35,9 @@ __all__ = [
     "Refusal",
     "join_refusal",
     "log_refusal",
+    "new_group_refusal",
     "new_member_id",
+    "offsets_cap_reason",
     "oversized_name",
     "setting_name",
 ]
@@ -52,6 +60,10 @@ class LimitSettings(Protocol):
     def group_max_metadata_bytes(self) -> int: ...
     @property
     def group_max_size(self) -> int: ...
+    @property
+    def group_max_count(self) -> int: ...
+    @property
+    def group_max_committed_offsets(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,8 @@ class GroupLimits:
     member_metadata_bytes: int
     group_record_bytes: int
     members: int
+    groups: int
+    committed_offsets: int
 
     @classmethod
     def of(cls, settings: LimitSettings) -> GroupLimits:
@@ -66,6 +80,8 @@ class GroupLimits:
             settings.group_max_member_metadata_bytes,
             settings.group_max_metadata_bytes,
             settings.group_max_size,
+            settings.group_max_count,
+            settings.group_max_committed_offsets,
         )
 
 
@@ -144,3 +160,30 @@ def join_refusal(req: Any, limits: GroupLimits) -> Refusal | None:
             "expected",
         )
     return None
+
+
+def new_group_refusal(api_key: ApiKey, coordinated: int, limits: GroupLimits) -> Refusal | None:
+    """Why a request that would create a group is refused while this broker already
+    coordinates ``coordinated`` groups, if it is."""
+    if coordinated < limits.groups:
+        return None
+    code = (
+        ErrorCode.GROUP_MAX_SIZE_REACHED
+        if api_key == ApiKey.JOIN_GROUP
+        else ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    )
+    return Refusal(
+        code,
+        f"it would be a new group and this broker already coordinates {coordinated} groups, "
+        f"{setting_name('group_max_count')} = {limits.groups}; raise the setting, delete unused "
+        "groups, or lower offsets_retention_minutes so that empty groups expire sooner",
+    )
+
+
+def offsets_cap_reason(refused: int, limits: GroupLimits) -> str:
+    """The log's reason for refusing ``refused`` partitions new to a group at its cap."""
+    return (
+        f"{refused} partition(s) would take the group past "
+        f"{setting_name('group_max_committed_offsets')} = {limits.committed_offsets} partitions "
+        "with committed offsets; raise the setting or delete offsets no longer used"
+    )

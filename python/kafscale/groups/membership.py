@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.limits import GroupLimits, log_refusal, new_member_id, setting_name
-from kafscale.groups.model import Group, GroupState, Member
+from kafscale.groups.model import Group, GroupState, Member, WallClock, wall_clock_ms
 from kafscale.groups.protocol import (
     HeartbeatResponse,
     JoinGroupMember,
@@ -70,8 +70,10 @@ class Membership:
         limits: GroupLimits,
         lose: Callable[[Group, int], None],
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: WallClock = wall_clock_ms,
     ) -> None:
         self._storage = storage
+        self._wall_clock = wall_clock
         self._initial_delay_s = initial_rebalance_delay_ms / 1000
         self._limits = limits
         self._lose = lose
@@ -355,10 +357,12 @@ class Membership:
             if group.leader_id not in group.members:
                 group.leader_id = next(iter(group.members))
             group.state = COMPLETING
+            group.empty_since_ms = None
         else:
             group.protocol_name = None
             group.leader_id = None
             group.state = EMPTY
+            group.empty_since_ms = self._wall_clock()
         try:
             await self._storage.save(group)
         except (Fenced, StoreUnavailable):

@@ -7,11 +7,21 @@ the state machine that changes it lives in :mod:`kafscale.groups.membership`.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from kafscale.groups.protocol import JoinGroupResponse, SyncGroupResponse
+
+# What timestamps kept with groups and offsets are read from: wall-clock milliseconds, since
+# they are stored and read again by other brokers. Injected so that tests can move time.
+WallClock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class GroupState(str, Enum):
@@ -102,6 +112,10 @@ class Group:
     # write of the record or of an offset is conditioned on it, which fences an old coordinator.
     revision: int = 0
     coordinator_epoch: int = 0
+    # Wall-clock time (ms) at which the group last became Empty (Kafka's currentStateTimestamp,
+    # kept only for Empty): an empty group's offsets expire retention after it. None for a
+    # group that never had members, or whose record was stored before this was kept.
+    empty_since_ms: int | None = None
     # When the current join phase ends at the latest, and (during the initial delay of a group
     # that was empty) when the delay expires and whether members joined during it.
     join_deadline: float = 0.0

@@ -26,7 +26,13 @@ from kafscale.groups.protocol import (
     OffsetDeleteTopicResult,
 )
 
-__all__ = ["OffsetDeleteRequestLike", "delete_offsets", "subscribed_topics"]
+__all__ = [
+    "CONSUMER_PROTOCOL",
+    "OffsetDeleteRequestLike",
+    "delete_offsets",
+    "group_subscriptions",
+    "subscribed_topics",
+]
 
 CONSUMER_PROTOCOL = "consumer"
 
@@ -69,7 +75,7 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
         return None
 
 
-def _group_subscriptions(group: Group) -> set[str] | None:
+def group_subscriptions(group: Group) -> set[str] | None:
     """Every topic a member subscribes to; None if some subscription cannot be read."""
     topics: set[str] = set()
     for member in group.members.values():
@@ -98,7 +104,7 @@ async def delete_offsets(
         code = _group_error(group)
         if code != ErrorCode.NONE:
             return OffsetDeleteResponse(code)
-        in_use = set() if group.is_(GroupState.EMPTY) else _group_subscriptions(group)
+        in_use = set() if group.is_(GroupState.EMPTY) else group_subscriptions(group)
         results: list[OffsetDeleteTopicResult] = []
         doomed: list[tuple[str, int]] = []
         for t in req.topics:

@@ -3,17 +3,23 @@
 Who may commit follows Kafka: a current member of the current generation (its commit counts as
 a heartbeat), or - with generation -1 and no member id - anyone while the group has no members
 (consumers that assign() partitions themselves). Offsets are written to the metadata store,
-fenced on the group record, before they are acknowledged or served.
+fenced on the group record, before they are acknowledged or served. A group holds offsets for
+at most ``group_max_committed_offsets`` partitions: a partition new to a group at the cap gets
+INVALID_COMMIT_OFFSET_SIZE (partitions it already holds can always be committed again).
+
+A commit's timestamp (OffsetCommit v1 may set it) is what its expiry counts from, so one in the
+future is taken as now: a client can make its offsets expire sooner, never later.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from kafscale.errors import ErrorCode
-from kafscale.groups.model import CommittedOffset, Group, GroupState
+from kafscale.groups.limits import GroupLimits, log_refusal, offsets_cap_reason
+from kafscale.groups.membership import Client
+from kafscale.groups.model import CommittedOffset, Group, GroupState, WallClock, wall_clock_ms
 from kafscale.groups.protocol import (
     OffsetCommitPartitionResult,
     OffsetCommitResponse,
@@ -62,11 +68,15 @@ class Offsets:
         topic: TopicLookup,
         touch: Callable[[Group, str], None],
         lose: Callable[[Group, int], None],
+        limits: GroupLimits,
+        wall_clock: WallClock = wall_clock_ms,
     ) -> None:
         self._storage = storage
         self._topic = topic
         self._touch = touch
         self._lose = lose
+        self._limits = limits
+        self._wall_clock = wall_clock
 
     def _may_commit(self, group: Group, req: Any) -> int:
         if group.is_(GroupState.DEAD):
@@ -84,22 +94,38 @@ class Offsets:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    async def commit(self, group: Group, req: Any) -> OffsetCommitResponse:
+    async def commit(self, group: Group, req: Any, client: Client) -> OffsetCommitResponse:
         async with group.lock:
             code = self._may_commit(group, req)
             if code != ErrorCode.NONE:
                 return commit_error_answer(req, code)
             self._touch(group, req.member_id)
-            now_ms = int(time.time() * 1000)
+            now_ms = self._wall_clock()
             results: dict[tuple[str, int], int] = {}
             accepted: list[tuple[str, int, CommittedOffset]] = []
+            # Partitions this commit adds to the group, counted against its cap.
+            added: set[tuple[str, int]] = set()
+            over_cap = 0
             for t in req.topics:
                 topic = await self._topic(t.name)
                 for p in t.partitions:
+                    key = (t.name, p.partition_index)
                     error = _partition_error(topic, p)
-                    results[(t.name, p.partition_index)] = error
+                    if error == ErrorCode.NONE and key not in group.offsets and key not in added:
+                        if len(group.offsets) + len(added) >= self._limits.committed_offsets:
+                            error = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+                            over_cap += 1
+                        else:
+                            added.add(key)
+                    results[key] = error
                     if error == ErrorCode.NONE:
                         accepted.append((t.name, p.partition_index, _committed(p, now_ms)))
+            if over_cap:
+                log_refusal(
+                    group.group_id,
+                    client.client_id,
+                    offsets_cap_reason(over_cap, self._limits),
+                )
             if accepted:
                 try:
                     await self._storage.commit_offsets(group, accepted)
@@ -162,7 +188,7 @@ def _partition_error(topic: TopicLike | None, p: Any) -> int:
 
 
 def _committed(p: Any, now_ms: int) -> CommittedOffset:
-    timestamp = p.commit_timestamp if p.commit_timestamp >= 0 else now_ms
+    timestamp = min(p.commit_timestamp, now_ms) if p.commit_timestamp >= 0 else now_ms
     # Kafka stores a null metadata as "" (and OffsetFetch answers "" for it).
     metadata = p.committed_metadata or ""
     return CommittedOffset(p.committed_offset, p.committed_leader_epoch, metadata, timestamp)

@@ -118,6 +118,7 @@ def _group_record(group: Group, coordinator: int, members: list[dict[str, Any]])
             "leader": group.leader_id,
             "coordinator": coordinator,
             "coordinator_epoch": group.coordinator_epoch,
+            "empty_since_ms": group.empty_since_ms,
             "members": members,
         }
     )
@@ -150,6 +151,8 @@ def decode_group(group_id: str, value: bytes, revision: int, now: float) -> Grou
         leader_id=record["leader"],
         revision=revision,
         coordinator_epoch=record["coordinator_epoch"],
+        # Absent from records stored before it was kept.
+        empty_since_ms=record.get("empty_since_ms"),
     )
     for m in record["members"]:
         member = Member(
