@@ -3,12 +3,15 @@
 //! salted password (never the password); the broker keeps StoredKey and ServerKey. Each user
 //! gets one result, with Kafka's codes: RESOURCE_NOT_FOUND for a user (or a deleted mechanism)
 //! without credentials, DUPLICATE_RESOURCE for a user named twice, UNSUPPORTED_SASL_MECHANISM,
-//! UNACCEPTABLE_CREDENTIAL for an empty name, salt or password or iterations outside 4096–16384.
+//! UNACCEPTABLE_CREDENTIAL for an empty name, iterations outside 4096–16384, a salted password
+//! that is not the mechanism's hash length (32 bytes for SCRAM-SHA-256, 64 for SCRAM-SHA-512:
+//! anything else could never match a login) or a salt empty or longer than 1 KiB.
 //! Describing needs DESCRIBE on the cluster, altering ALTER, else CLUSTER_AUTHORIZATION_FAILED
 //! (for the request, or for every user named, in name order, as Kafka answers).
 
 use std::collections::{BTreeMap, HashMap};
 
+use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
@@ -25,7 +28,9 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::server::sasl::credentials;
-use crate::server::sasl::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+use crate::server::sasl::scram::{
+    ScramCredential, ScramMechanism, MAX_ITERATIONS, MAX_SALT_BYTES, MIN_ITERATIONS,
+};
 
 /// Kafka's codes newer than the codec's list of errors.
 const RESOURCE_NOT_FOUND: i16 = 91;
@@ -237,25 +242,8 @@ fn plan(
     let mut upserts = Vec::new();
     for u in &body.upsertions {
         let user = u.name.to_string();
-        let checked = check(&user, u.mechanism, seen[&(user.clone(), u.mechanism)]).and_then(|m| {
-            let iterations = u32::try_from(u.iterations).unwrap_or(0);
-            if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
-                return Err((
-                    UNACCEPTABLE_CREDENTIAL,
-                    format!(
-                        "iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, not {}",
-                        u.iterations
-                    ),
-                ));
-            }
-            if u.salt.is_empty() || u.salted_password.is_empty() {
-                return Err((
-                    UNACCEPTABLE_CREDENTIAL,
-                    "the salt and the salted password must not be empty".into(),
-                ));
-            }
-            Ok((m, iterations))
-        });
+        let checked = check(&user, u.mechanism, seen[&(user.clone(), u.mechanism)])
+            .and_then(|m| check_upsertion(m, u).map(|iterations| (m, iterations)));
         match checked {
             Err(refusal) => refuse(&user, refusal),
             Ok((mechanism, iterations)) => {
@@ -272,6 +260,36 @@ fn plan(
     upserts.retain(|(user, _, _)| !matches!(outcomes.get(user), Some(Err(_))));
     deletes.retain(|(user, _)| !matches!(outcomes.get(user), Some(Err(_))));
     (outcomes, upserts, deletes)
+}
+
+/// The upsertion's iterations, if its credential is acceptable.
+fn check_upsertion(
+    mechanism: ScramMechanism,
+    u: &ScramCredentialUpsertion,
+) -> Result<u32, Refusal> {
+    let unacceptable = |message: String| Err((UNACCEPTABLE_CREDENTIAL, message));
+    let iterations = u32::try_from(u.iterations).unwrap_or(0);
+    if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+        return unacceptable(format!(
+            "iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, not {}",
+            u.iterations
+        ));
+    }
+    if u.salted_password.len() != mechanism.output_len() {
+        return unacceptable(format!(
+            "a {} salted password is {} bytes (the hash of the password), not {}",
+            mechanism.name(),
+            mechanism.output_len(),
+            u.salted_password.len()
+        ));
+    }
+    if u.salt.is_empty() || u.salt.len() > MAX_SALT_BYTES {
+        return unacceptable(format!(
+            "the salt must be 1 to {MAX_SALT_BYTES} bytes, not {}",
+            u.salt.len()
+        ));
+    }
+    Ok(iterations)
 }
 
 fn check(user: &str, mechanism: i8, times: usize) -> Result<ScramMechanism, Refusal> {
@@ -311,19 +329,49 @@ fn altered(results: Vec<(String, Result<(), Refusal>)>) -> AlterUserScramCredent
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use kafka_protocol::messages::alter_user_scram_credentials_request::{
-        ScramCredentialDeletion, ScramCredentialUpsertion,
-    };
+    use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialDeletion;
 
     use super::*;
 
     fn upsert(name: &str, mechanism: i8, iterations: i32) -> ScramCredentialUpsertion {
+        let hash_len = ScramMechanism::from_code(mechanism).map_or(32, |m| m.output_len());
         ScramCredentialUpsertion::default()
             .with_name(text(name))
             .with_mechanism(mechanism)
             .with_iterations(iterations)
             .with_salt(Bytes::from_static(b"salt"))
-            .with_salted_password(Bytes::from_static(b"salted"))
+            .with_salted_password(Bytes::from(vec![7; hash_len]))
+    }
+
+    #[test]
+    fn salted_passwords_are_the_hash_length_and_salts_are_bounded() {
+        let refusal = |u: ScramCredentialUpsertion| {
+            let m = ScramMechanism::from_code(u.mechanism).unwrap();
+            check_upsertion(m, &u).err().map(|(code, message)| {
+                assert_eq!(code, UNACCEPTABLE_CREDENTIAL);
+                message
+            })
+        };
+        assert_eq!(refusal(upsert("a", 1, 4096)), None);
+        assert_eq!(refusal(upsert("a", 2, 16384)), None);
+        let short = upsert("a", 1, 4096).with_salted_password(Bytes::from_static(b"abc"));
+        assert_eq!(
+            refusal(short).unwrap(),
+            "a SCRAM-SHA-256 salted password is 32 bytes (the hash of the password), not 3"
+        );
+        let sha256_for_512 = upsert("a", 2, 4096).with_salted_password(Bytes::from(vec![7; 32]));
+        assert!(refusal(sha256_for_512).unwrap().contains("64 bytes"));
+        let longest = upsert("a", 1, 4096).with_salt(Bytes::from(vec![1; MAX_SALT_BYTES]));
+        assert_eq!(refusal(longest), None);
+        let huge = upsert("a", 1, 4096).with_salt(Bytes::from(vec![1; 1 << 20]));
+        assert_eq!(
+            refusal(huge).unwrap(),
+            "the salt must be 1 to 1024 bytes, not 1048576"
+        );
+        let empty = upsert("a", 1, 4096).with_salt(Bytes::new());
+        assert!(refusal(empty).is_some());
+        assert!(refusal(upsert("a", 1, 4095)).is_some());
+        assert!(refusal(upsert("a", 1, 16385)).is_some());
     }
 
     fn delete(name: &str, mechanism: i8) -> ScramCredentialDeletion {

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 /// Kafka's bounds for iterations (AlterUserScramCredentials refuses others).
 pub(crate) const MIN_ITERATIONS: u32 = 4096;
 pub(crate) const MAX_ITERATIONS: u32 = 16384;
+/// The longest salt AlterUserScramCredentials takes. Kafka sets none; a salt is sent to every
+/// client that logs in as the user and hashed at every login, and RFC 5802's are some 16-32
+/// bytes, so this leaves room for any real one.
+pub(crate) const MAX_SALT_BYTES: usize = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum ScramMechanism {
@@ -64,7 +68,8 @@ impl ScramMechanism {
         }
     }
 
-    fn output_len(self) -> usize {
+    /// The length of its hash, and so of a salted password (32 or 64 bytes).
+    pub(crate) fn output_len(self) -> usize {
         self.digest().output_len()
     }
 
