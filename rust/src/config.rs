@@ -12,6 +12,7 @@ use crate::auth::authorizer::AuthorizerSettings;
 use crate::log::index::DEFAULT_INDEX_INTERVAL;
 use crate::log::LogSettings;
 use crate::meta::catalog::{BrokerRecord, Catalog, Endpoint};
+use crate::server::sasl::hashing::PasswordHashing;
 use crate::server::sasl::SaslSettings;
 use crate::store::StorageLocation;
 
@@ -171,6 +172,7 @@ impl BrokerConfig {
                 .then(|| Duration::from_millis(self.connections_max_reauth_ms)),
             failure_delay: Duration::from_millis(self.connection_failed_authentication_delay_ms),
             catalog,
+            hashing: PasswordHashing::for_this_machine(),
         }
     }
 

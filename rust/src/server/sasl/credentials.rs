@@ -8,6 +8,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
+use super::hashing::PasswordHashing;
 use super::scram::{same, ScramCredential, ScramMechanism, MIN_ITERATIONS};
 use crate::meta::catalog::Catalog;
 use crate::meta::kv::{MetaError, Op};
@@ -72,6 +73,7 @@ pub(crate) async fn stored(
 pub(crate) async fn scram_credential(
     catalog: &Catalog,
     users_file: Option<&Path>,
+    hashing: &PasswordHashing,
     mechanism: ScramMechanism,
     user: &str,
 ) -> Result<Option<ScramCredential>, LookupError> {
@@ -86,12 +88,11 @@ pub(crate) async fn scram_credential(
         return Ok(None);
     };
     let salt = super::random_bytes(24);
-    Ok(Some(ScramCredential::from_password(
-        mechanism,
-        &password,
-        salt,
-        MIN_ITERATIONS,
-    )))
+    Ok(Some(
+        hashing
+            .credential(mechanism, &password, salt, MIN_ITERATIONS)
+            .await,
+    ))
 }
 
 /// Whether `password` is `user`'s (SASL/PLAIN): the users file's, or any stored SCRAM
@@ -99,6 +100,7 @@ pub(crate) async fn scram_credential(
 pub(crate) async fn password_matches(
     catalog: &Catalog,
     users_file: Option<&Path>,
+    hashing: &PasswordHashing,
     user: &str,
     password: &str,
 ) -> Result<bool, LookupError> {
@@ -111,7 +113,7 @@ pub(crate) async fn password_matches(
     }
     for mechanism in ScramMechanism::ALL {
         if let Some(credential) = stored(catalog, mechanism, user).await? {
-            return Ok(credential.matches(mechanism, password));
+            return Ok(hashing.matches(&credential, mechanism, password).await);
         }
     }
     Ok(false)

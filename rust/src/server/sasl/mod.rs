@@ -9,6 +9,7 @@
 //! next request after the end closes the connection.
 
 pub(crate) mod credentials;
+pub(crate) mod hashing;
 pub(crate) mod scram;
 
 use std::path::PathBuf;
@@ -40,6 +41,8 @@ pub(crate) struct SaslSettings {
     /// Kafka's `connection.failed.authentication.delay.ms`.
     pub(crate) failure_delay: Duration,
     pub(crate) catalog: Arc<Catalog>,
+    /// Where logins hash passwords: off the async workers, a few at once.
+    pub(crate) hashing: hashing::PasswordHashing,
 }
 
 pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
@@ -269,7 +272,8 @@ impl Authenticator {
             );
         }
         let s = &self.settings;
-        match credentials::password_matches(&s.catalog, s.users_file.as_deref(), user, password)
+        let users_file = s.users_file.as_deref();
+        match credentials::password_matches(&s.catalog, users_file, &s.hashing, user, password)
             .await
         {
             Ok(true) => self.start_session(user, Bytes::new()),
@@ -293,6 +297,7 @@ impl Authenticator {
         let credential = match credentials::scram_credential(
             &s.catalog,
             s.users_file.as_deref(),
+            &s.hashing,
             mechanism,
             &first.user,
         )
@@ -438,6 +443,7 @@ mod tests {
             session_lifetime,
             failure_delay: Duration::from_millis(100),
             catalog: Arc::new(Catalog::new(Arc::new(store), "t")),
+            hashing: hashing::PasswordHashing::new(1),
         });
         Fixture {
             _dir: dir,
