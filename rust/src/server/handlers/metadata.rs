@@ -1,6 +1,10 @@
 //! Metadata v0–12. v0: an empty topic list means all topics; v1+: null means all and an empty
-//! list none (KIP-4). Auto-creation when the broker allows it and the request (v4+) asks for it.
-//! A topic named more than once is answered once, as Kafka reads the names into a set.
+//! list none (KIP-4). A topic named more than once is answered once, as Kafka reads the names
+//! into a set. Auto-creation when the broker allows it and the request (v4+) asks for it,
+//! bounded per request (`AutoCreation`): one request naming 200,000 new topics kept a broker
+//! creating them for 16 minutes after its client had gone. Topics past the bound are answered
+//! LEADER_NOT_AVAILABLE, Kafka's answer for a topic still being created, so a client asks again
+//! and the next request creates the next ones.
 //! Brokers, leaders and epochs come from the cluster view: the owner of each partition leads it
 //! (or the broker about to claim it, while nobody does).
 //!
@@ -18,6 +22,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::{cluster_operations, code, topic_operations};
@@ -32,6 +37,41 @@ use crate::protocol::topic_name;
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
 pub const OPERATIONS_UNKNOWN: i32 = i32::MIN;
+
+/// The most topics one Metadata request auto-creates: far more than a producer names at once.
+const MAX_AUTO_CREATED_PER_REQUEST: usize = 100;
+/// How long one Metadata request may spend auto-creating: well within a client's default
+/// request timeout (30 s), so it is answered rather than given up on (a slow metadata store
+/// makes each creation slow).
+const AUTO_CREATION_TIME: Duration = Duration::from_secs(10);
+
+/// What one request may still auto-create: a number of topics until a deadline.
+struct AutoCreation {
+    left: usize,
+    until: Instant,
+    /// Topics it could have created but did not (answered LEADER_NOT_AVAILABLE).
+    deferred: usize,
+}
+
+impl AutoCreation {
+    fn new(topics: usize, time: Duration) -> AutoCreation {
+        AutoCreation {
+            left: topics,
+            until: Instant::now() + time,
+            deferred: 0,
+        }
+    }
+
+    /// Whether one more topic may be created now; counts it either way.
+    fn take(&mut self) -> bool {
+        if self.left == 0 || Instant::now() >= self.until {
+            self.deferred += 1;
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+}
 
 /// `listener`: the one the client came in on; every broker is listed with its endpoint there.
 pub async fn handle(
@@ -72,16 +112,27 @@ async fn answer(
         let mut named = body.topics.unwrap_or_default();
         merge_by(&mut named, |t| (t.name.clone(), t.topic_id), |_, _| ());
         let mut described = Vec::new();
+        let mut creation =
+            may_create.then(|| AutoCreation::new(MAX_AUTO_CREATED_PER_REQUEST, AUTO_CREATION_TIME));
         for wanted in named {
             described.push(
                 lookup(
                     broker,
                     wanted.name.map(|n| n.0.to_string()),
                     wanted.topic_id,
-                    may_create,
+                    creation.as_mut(),
                     access,
                 )
                 .await,
+            );
+        }
+        if let Some(deferred) = creation.map(|c| c.deferred).filter(|d| *d > 0) {
+            tracing::info!(
+                deferred,
+                max = MAX_AUTO_CREATED_PER_REQUEST,
+                seconds = AUTO_CREATION_TIME.as_secs(),
+                "a Metadata request named more new topics than one request auto-creates; \
+                 the rest were answered LEADER_NOT_AVAILABLE"
             );
         }
         described
@@ -162,11 +213,12 @@ pub fn partition_leader(
     (leader, cluster.leader_epoch(topic, partition))
 }
 
+/// `creation`: what the request may still auto-create (None: nothing).
 async fn lookup(
     broker: &Arc<Broker>,
     name: Option<String>,
     topic_id: Uuid,
-    may_create: bool,
+    creation: Option<&mut AutoCreation>,
     access: &Access,
 ) -> MetadataResponseTopic {
     let denied = ResponseError::TopicAuthorizationFailed;
@@ -190,18 +242,21 @@ async fn lookup(
     let may_create_it = || {
         access.allows_cluster(Operation::Create) || access.allows_topic(Operation::Create, &name)
     };
-    if may_create && !may_create_it() {
+    if creation.is_some() && !may_create_it() {
         return failed(Some(name), denied, Uuid::nil());
     }
     if let Err(e) = crate::broker::topic_rules::validate_topic_name(&name) {
         return failed(Some(name), e.code, Uuid::nil());
     }
-    if !may_create {
+    let Some(creation) = creation else {
         return failed(
             Some(name),
             ResponseError::UnknownTopicOrPartition,
             Uuid::nil(),
         );
+    };
+    if !creation.take() {
+        return failed(Some(name), ResponseError::LeaderNotAvailable, Uuid::nil());
     }
     match broker.auto_create_topic(&name).await {
         Ok(topic) => describe(&topic, broker),
@@ -335,6 +390,48 @@ mod tests {
         let got = ask(&t.broker, 12, by_id, &access).await;
         assert_eq!(answered(&got), [(String::new(), denied)]);
         assert_eq!(got.topics[0].topic_id, secret);
+    }
+
+    #[tokio::test]
+    async fn one_request_auto_creates_a_bounded_number_of_topics() {
+        let t = broker(1 << 20).await;
+        let open = crate::server::handlers::testing::open();
+        let names: Vec<String> = (0..MAX_AUTO_CREATED_PER_REQUEST + 5)
+            .map(|i| format!("new-{i}"))
+            .collect();
+        let asked: Vec<&str> = names.iter().map(String::as_str).collect();
+        let got = answered(&ask(&t.broker, 12, named(&asked), &open).await);
+        let not_yet = ResponseError::LeaderNotAvailable.code();
+        let expected: Vec<(String, i16)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                (
+                    n.clone(),
+                    if i < MAX_AUTO_CREATED_PER_REQUEST {
+                        0
+                    } else {
+                        not_yet
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(got, expected);
+        assert!(t.broker.topic("new-99").is_some());
+        assert!(t.broker.topic("new-100").is_none());
+        // asked again, the rest are created
+        let again = answered(&ask(&t.broker, 12, named(&asked), &open).await);
+        assert!(again.iter().all(|(_, code)| *code == 0), "{again:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn auto_creation_stops_at_its_deadline() {
+        let mut creation = AutoCreation::new(3, Duration::from_secs(10));
+        assert!(creation.take());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!creation.take());
+        assert!(!creation.take());
+        assert_eq!((creation.left, creation.deferred), (2, 2));
     }
 
     #[tokio::test]
