@@ -8,6 +8,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from support.coordinator_fakes import (
     CLIENT,
     GROUP,
@@ -27,7 +28,16 @@ from support.coordinator_fakes import (
 from kafscale.api_keys import ApiKey
 from kafscale.config import Settings
 from kafscale.errors import ErrorCode
+from kafscale.groups import limits
 from kafscale.groups.limits import MAX_WIRE_STRING_BYTES, MEMBER_ID_PREFIX_BYTES
+from kafscale.log_limit import LogLimit
+
+
+@pytest.fixture(autouse=True)
+def fresh_log_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's refusals are logged, whatever earlier tests logged in the same second."""
+    monkeypatch.setattr(limits, "_REFUSALS", LogLimit("refused group requests"))
+
 
 # etcd's default --max-request-bytes.
 ETCD_MAX_REQUEST_BYTES = 1536 * 1024

@@ -55,10 +55,13 @@ from kafscale.groups.protocol import (
 )
 from kafscale.groups.retention import expired_offsets, removable
 from kafscale.groups.store import Fenced, GroupStorage, GroupStoreLike, StoreUnavailable
+from kafscale.log_limit import LogLimit
 
 __all__ = ["GROUP_APIS", "CoordinatorCore", "GroupCoordinator", "GroupSettings"]
 
 log = logging.getLogger(__name__)
+# Any client can name a group id too long, as often as it likes.
+_REFUSED_IDS = LogLimit("refused group ids")
 
 # The group protocol's APIs, which ``handle`` answers.
 GROUP_APIS = frozenset(
@@ -294,7 +297,8 @@ class GroupCoordinator:
         problem = oversized_name([("group id", group_id)])
         if problem:
             # Stored, it would be listed to every client, and old versions could not encode it.
-            log.warning("refused a group: %s", problem)
+            if _REFUSED_IDS.admit():
+                log.warning("refused a group: %s", problem)
             return ErrorCode.INVALID_GROUP_ID
         owner = self._core.coordinator_for(group_id)
         if self._closed or owner != self._settings.broker_id:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from kafscale.api_keys import ApiKey
 from kafscale.config import env_var, flag
 from kafscale.errors import ErrorCode
+from kafscale.log_limit import LogLimit
 
 __all__ = [
     "MAX_WIRE_STRING_BYTES",
@@ -51,6 +52,8 @@ MEMBER_ID_PREFIX_BYTES = 255
 _QUOTED_CHARS = 100
 
 log = logging.getLogger(__name__)
+# Any client can have its requests refused, as often as it likes.
+_REFUSALS = LogLimit("refused group requests")
 
 
 class LimitSettings(Protocol):
@@ -107,7 +110,10 @@ def quoted(text: str) -> str:
 
 def log_refusal(group_id: str, client_id: str | None, reason: str) -> None:
     """The log line for a refused group request: the group APIs carry no error message, so
-    this is where an operator learns what went wrong and which setting to raise."""
+    this is where an operator learns what went wrong and which setting to raise (at most
+    a few times a second: a client retrying in a loop must not flood the log)."""
+    if not _REFUSALS.admit():
+        return
     log.warning(
         "refused a request of client %s to group %s: %s",
         quoted(client_id or ""),

@@ -14,6 +14,7 @@ use crate::auth::control::Screened;
 use crate::broker::control::{ControlBody, ControlCall, ControlReply};
 use crate::control::control_apis;
 use crate::protocol::header::encode_response;
+use crate::server::log_limit::LogLimit;
 
 #[pyclass(frozen, module = "kafscale._core")]
 pub struct ControlRequest {
@@ -125,9 +126,13 @@ fn type_name(path: &'static str) -> &'static str {
 impl ControlRequest {
     fn frame<T: Encodable + HeaderVersion>(&self, response: &T) -> ControlReply {
         encode_response(self.correlation_id, self.api_version, response).inspect_err(|e| {
-            let api = ApiKey::try_from(self.api_key).map_err(|()| self.api_key);
-            let version = self.api_version;
-            tracing::warn!(?api, version, %e, "closing the client's connection");
+            // The client chose the version the answer cannot be encoded at.
+            static UNENCODABLE: LogLimit = LogLimit::new("unencodable control-plane answers");
+            if UNENCODABLE.admit() {
+                let api = ApiKey::try_from(self.api_key).map_err(|()| self.api_key);
+                let version = self.api_version;
+                tracing::warn!(?api, version, %e, "closing the client's connection");
+            }
         })
     }
 }

@@ -6,6 +6,7 @@ pub mod connection;
 pub mod dispatch;
 mod fd_limit;
 pub mod handlers;
+pub(crate) mod log_limit;
 mod low_water;
 pub(crate) mod ops_endpoint;
 pub(crate) mod sasl;

@@ -34,6 +34,7 @@ use crate::meta::catalog::BrokerRecord;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_by;
 use crate::protocol::topic_name;
+use crate::server::log_limit::LogLimit;
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
 pub const OPERATIONS_UNKNOWN: i32 = i32::MIN;
@@ -126,7 +127,9 @@ async fn answer(
                 .await,
             );
         }
-        if let Some(deferred) = creation.map(|c| c.deferred).filter(|d| *d > 0) {
+        static DEFERRED: LogLimit = LogLimit::new("deferred topic auto-creations");
+        let deferred = creation.map_or(0, |c| c.deferred);
+        if deferred > 0 && DEFERRED.admit() {
             tracing::info!(
                 deferred,
                 max = MAX_AUTO_CREATED_PER_REQUEST,
@@ -261,7 +264,10 @@ async fn lookup(
     match broker.auto_create_topic(&name).await {
         Ok(topic) => describe(&topic, broker),
         Err(e) => {
-            tracing::warn!(topic = name, error = %e, "auto-creating topic failed");
+            static FAILED: LogLimit = LogLimit::new("failed topic auto-creations");
+            if FAILED.admit() {
+                tracing::warn!(topic = name, error = %e, "auto-creating topic failed");
+            }
             failed(Some(name), e.code, Uuid::nil())
         }
     }

@@ -27,6 +27,7 @@ use ring::rand::SecureRandom;
 use tokio::time::Instant;
 
 use super::handlers::Reply;
+use super::log_limit::LogLimit;
 use crate::meta::catalog::Catalog;
 use crate::protocol::header::{encode_response, Request};
 use scram::{ClientFirst, ScramMechanism, ServerFirst};
@@ -286,7 +287,10 @@ impl Authenticator {
         let first = match ClientFirst::parse(message) {
             Ok(first) => first,
             Err(error) => {
-                tracing::info!(reason = error.0, "SCRAM first message refused");
+                static REFUSED: LogLimit = LogLimit::new("refused SCRAM first messages");
+                if REFUSED.admit() {
+                    tracing::info!(reason = error.0, "SCRAM first message refused");
+                }
                 return Outcome::failed(
                     ResponseError::SaslAuthenticationFailed,
                     format!("Authentication failed: {}", error.0),
@@ -335,11 +339,14 @@ impl Authenticator {
         let principal = format!("User:{user}");
         // KIP-368: re-authentication renews a session, it does not change who it is.
         if let Some(session) = self.session.as_ref().filter(|s| s.principal != principal) {
-            tracing::info!(
-                from = session.principal,
-                to = principal,
-                "SASL re-authentication as another principal refused"
-            );
+            static REFUSED: LogLimit = LogLimit::new("refused re-authentications");
+            if REFUSED.admit() {
+                tracing::info!(
+                    from = session.principal,
+                    to = principal,
+                    "SASL re-authentication as another principal refused"
+                );
+            }
             return Outcome::failed(
                 ResponseError::SaslAuthenticationFailed,
                 format!(
@@ -373,11 +380,14 @@ impl Authenticator {
 }
 
 fn invalid_credentials(user: &str, mechanism: &str) -> Outcome {
-    tracing::info!(
-        user,
-        mechanism,
-        "SASL authentication failed: invalid credentials"
-    );
+    static FAILED: LogLimit = LogLimit::new("failed SASL logins");
+    if FAILED.admit() {
+        tracing::info!(
+            user,
+            mechanism,
+            "SASL authentication failed: invalid credentials"
+        );
+    }
     Outcome::failed(
         ResponseError::SaslAuthenticationFailed,
         format!(
@@ -388,7 +398,11 @@ fn invalid_credentials(user: &str, mechanism: &str) -> Outcome {
 }
 
 fn unavailable(user: &str, error: &credentials::LookupError) -> Outcome {
-    tracing::warn!(user, %error, "cannot check SASL credentials");
+    // Every login attempt during an outage would log it.
+    static UNAVAILABLE: LogLimit = LogLimit::new("SASL logins without credentials to check");
+    if UNAVAILABLE.admit() {
+        tracing::warn!(user, %error, "cannot check SASL credentials");
+    }
     Outcome::failed(
         ResponseError::SaslAuthenticationFailed,
         "Authentication failed: the broker cannot read credentials right now; retry shortly",
