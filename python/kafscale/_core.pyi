@@ -372,6 +372,10 @@ class ControlRequest:
     client_id: str | None
     client_host: str
     """The client's IP address, as the connection's peer."""
+    connection_id: int
+    """The client's connection, unique in the process. A connection's requests are handed over
+    one at a time, in the order it sent them, each once the one before is answered; the control
+    plane serves them in that order too (``kafscale.control.ConnectionOrder``)."""
     body: CreateTopicsRequest | DeleteTopicsRequest | GroupRequest | OpsRequest
     def respond(self, response: object) -> None:
         """Encode the response at the request's version and send it. Every answer is read by

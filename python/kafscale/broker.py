@@ -162,10 +162,11 @@ def _on_signal(signum: int, stop: asyncio.Event) -> None:
 
 async def _control_loop(core: Any, plane: ControlPlane, in_flight: set[asyncio.Task[None]]) -> None:
     # One task per request so a slow handler (a JoinGroup waiting for its group) never holds
-    # up the next request; the set keeps references (the loop only holds weak ones) until each
-    # task is done.
+    # up another connection's requests; the requests of one connection run one at a time, in
+    # order (docs/requests.md). The set keeps references (the loop only holds weak ones) until
+    # each task is done.
     while (req := await core.next_control_request()) is not None:
-        task = asyncio.create_task(plane.dispatch(req))
+        task = plane.start(req)
         in_flight.add(task)
         task.add_done_callback(_forget(in_flight))
 

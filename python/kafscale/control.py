@@ -7,10 +7,15 @@ code for every item of the request (what the client gets when the handler fails)
 answer is a plain dataclass the core reads by attribute and encodes at the request's version.
 A body is cast to the stub's class for its API (``_core.pyi``), so the type checker holds each
 handler's parameter types against what the core really hands over.
+
+A connection's requests are served one at a time, in the order the client sent them, as Kafka
+serves them (docs/requests.md); requests of different connections run concurrently, so a
+JoinGroup waiting for its group holds up only its own connection (:class:`ConnectionOrder`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -42,7 +47,7 @@ from kafscale.groups.protocol import (
 if TYPE_CHECKING:
     from kafscale import _core
 
-__all__ = ["ControlPlane", "ControlRequestLike"]
+__all__ = ["ConnectionOrder", "ControlPlane", "ControlRequestLike"]
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +68,62 @@ class ControlRequestLike(Protocol):
     @property
     def client_host(self) -> str: ...
     @property
+    def connection_id(self) -> int: ...
+    @property
     def body(self) -> Any: ...
 
     def respond(self, response: Any) -> None: ...
+
+
+class ConnectionOrder:
+    """Runs each connection's requests one at a time, in the order they are started, and the
+    requests of different connections side by side.
+
+    Kafka reads a connection's next request only once the previous one is answered, and clients
+    count on the order when they pipeline: of two OffsetCommits sent back to back the second is
+    stored. The core already hands over a connection's next request only once the one before is
+    answered; this keeps the order in Python whatever the core does (a request whose connection
+    was closed while Python served it, say), and at no cost when there is nothing to wait for.
+    """
+
+    def __init__(self) -> None:
+        # Per connection, its requests started and not finished (running or waiting).
+        self._unfinished: dict[int, set[asyncio.Task[None]]] = {}
+
+    def start(
+        self, req: ControlRequestLike, serve: Callable[[ControlRequestLike], Awaitable[None]]
+    ) -> asyncio.Task[None]:
+        """A task that runs ``serve(req)`` once every request of its connection started before
+        it has finished, however it ended (answered, failed, cancelled)."""
+        connection = req.connection_id
+        unfinished = self._unfinished.setdefault(connection, set())
+        # All of them, not the last one only: one cancelled while it waited has finished
+        # before the ones it waited for.
+        task = asyncio.create_task(_after(set(unfinished), serve, req))
+        unfinished.add(task)
+
+        def forget(done: asyncio.Task[None]) -> None:
+            unfinished.discard(done)
+            if not unfinished and self._unfinished.get(connection) is unfinished:
+                del self._unfinished[connection]
+
+        task.add_done_callback(forget)
+        return task
+
+    def connections(self) -> int:
+        """How many connections have a request running or waiting."""
+        return len(self._unfinished)
+
+
+async def _after(
+    before: set[asyncio.Task[None]],
+    serve: Callable[[ControlRequestLike], Awaitable[None]],
+    req: ControlRequestLike,
+) -> None:
+    if before:
+        # wait() neither raises what they raised nor passes their cancellation on.
+        await asyncio.wait(before)
+    await serve(req)
 
 
 @dataclass(frozen=True)
@@ -84,6 +142,7 @@ class ControlPlane:
         api_error: type[BaseException],
     ) -> None:
         self.groups = groups
+        self._order = ConnectionOrder()
 
         def group_route(key: ApiKey) -> _Route:
             return _Route(
@@ -181,6 +240,11 @@ class ControlPlane:
     def unanswered(self, served: Iterable[int]) -> list[int]:
         """The API keys among ``served`` (the core's ``CONTROL_API_KEYS``) with no route here."""
         return sorted(k for k in served if k not in self._routes)
+
+    def start(self, req: ControlRequestLike) -> asyncio.Task[None]:
+        """A task that serves ``req`` once the requests of its connection started before it
+        have been served (:class:`ConnectionOrder`)."""
+        return self._order.start(req, self.dispatch)
 
     async def dispatch(self, req: ControlRequestLike) -> None:
         """Serves one request and responds to it. Never raises (except cancellation)."""

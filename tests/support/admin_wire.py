@@ -1,8 +1,9 @@
 """Raw wire requests of the ops/admin APIs, in the style of kafka_wire and group_wire, for what
 the real clients cannot send or do not show: OffsetForLeaderEpoch v0-4, CreateTopics v0-7 with
 duplicate names or -1 defaults (and the v5+ answers), DeleteTopics v0-6 with duplicates or
-topic ids, DescribeConfigs v0-3 against one chosen broker, DescribeCluster v0-1 with any
-endpoint type, ApiVersions (the keys listed as unsupported).
+topic ids, DescribeConfigs v0-3 against one chosen broker, AlterConfigs v0-1 (pipelined behind
+other requests), DescribeCluster v0-1 with any endpoint type, ApiVersions (the keys listed as
+unsupported).
 
 Layouts follow Kafka's message definitions (clients/src/main/resources/common/message/*.json)
 and the protocol guide; nothing here comes from kafscale.
@@ -443,6 +444,37 @@ def describe_configs(
             configs[key] = DescribedValue(value, read_only, source, sensitive)
         out.append(DescribedResource(error, message, rtype, name, configs))
     assert r.remaining() == 0, f"{r.remaining()} bytes after DescribeConfigs v{version}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# AlterConfigs v0-1
+
+
+def alter_configs(
+    conn: RawConnection,
+    resources: list[tuple[int, str, dict[str, str | None]]],
+    *,
+    validate_only: bool = False,
+    version: int = 1,
+) -> list[tuple[int, str | None, int, str]]:
+    """The legacy AlterConfigs: ``resources`` are (resource type, name, the whole config set);
+    returns (error code, error message, resource type, name) per resource."""
+    assert 0 <= version <= 1, "v2 answers the same; the tests send v0-1"
+    w = Writer().array_len(len(resources))
+    for rtype, name, configs in resources:
+        w.i8(rtype).string(name).array_len(len(configs))
+        for key, value in configs.items():
+            w.string(key).string(value)
+    w.boolean(validate_only)
+    r = conn.request(ALTER_CONFIGS, version, w.done())
+    r.i32()  # throttle
+    out = []
+    for _ in range(r.array_len()):
+        error, message, rtype, name = r.i16(), r.string(), r.i8(), r.string()
+        assert name is not None
+        out.append((error, message, rtype, name))
+    assert r.remaining() == 0, f"{r.remaining()} bytes after AlterConfigs v{version}"
     return out
 
 

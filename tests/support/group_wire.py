@@ -1,10 +1,10 @@
 """Raw wire requests of the classic consumer group protocol, in the style of kafka_wire.
 
 FindCoordinator v0-2, JoinGroup v1-5, SyncGroup v1-3, Heartbeat v1-3, LeaveGroup v1-3,
-OffsetCommit v2-7, OffsetFetch v1-5 and DescribeGroups v0-4: every non-flexible version from the
-first one with a throttle time (or the rebalance timeout) on; also a new member's JoinGroup v6
-(flexible), which can carry names of any length, and OffsetFetch v8-9 (flexible), which asks
-for several groups at once. The layouts follow Kafka's message definitions
+OffsetCommit v2-7, OffsetFetch v1-5, OffsetDelete v0 and DescribeGroups v0-4: every non-flexible
+version from the first one with a throttle time (or the rebalance timeout) on; also a new
+member's JoinGroup v6 (flexible), which can carry names of any length, and OffsetFetch v8-9
+(flexible), which asks for several groups at once. The layouts follow Kafka's message definitions
 (clients/src/main/resources/common/message/*.json); nothing here comes from kafscale. Also the
 "consumer" protocol's subscription and assignment (ConsumerProtocolSubscription/Assignment v0),
 the bytes a JoinGroup carries as protocol metadata and a SyncGroup as an assignment.
@@ -28,6 +28,7 @@ HEARTBEAT = ApiKey.HEARTBEAT
 LEAVE_GROUP = ApiKey.LEAVE_GROUP
 SYNC_GROUP = ApiKey.SYNC_GROUP
 DESCRIBE_GROUPS = ApiKey.DESCRIBE_GROUPS
+OFFSET_DELETE = ApiKey.OFFSET_DELETE
 GROUP_APIS = (
     OFFSET_COMMIT,
     OFFSET_FETCH,
@@ -455,6 +456,33 @@ def offset_fetch_groups(
     r.skip_tagged_fields()
     assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetFetch v{version}"
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# OffsetDelete v0
+
+
+def offset_delete(
+    conn: RawConnection, group: str, partitions: dict[str, list[int]]
+) -> tuple[int, dict[tuple[str, int], int]]:
+    """Deletes the group's committed offsets of ``partitions``; returns (top-level error code,
+    {(topic, partition): error code})."""
+    w = Writer().string(group).array_len(len(partitions))
+    for topic, parts in partitions.items():
+        w.string(topic).array_len(len(parts))
+        for p in parts:
+            w.i32(p)
+    r = conn.request(OFFSET_DELETE, 0, w.done())
+    error = r.i16()
+    r.i32()  # throttle
+    out = {}
+    for _ in range(r.array_len()):
+        topic = r.string()
+        for _ in range(r.array_len()):
+            partition = r.i32()
+            out[(topic, partition)] = r.i16()
+    assert r.remaining() == 0, f"{r.remaining()} bytes after OffsetDelete v0"
+    return error, out
 
 
 # ---------------------------------------------------------------------------------------------

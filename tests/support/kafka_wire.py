@@ -7,6 +7,7 @@ follow the Kafka protocol guide (kafka-design-and-protocol.txt); nothing here co
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -310,6 +311,89 @@ class RawConnection:
             if not chunk:
                 return True
         return False
+
+
+class _Captured(Exception):
+    """Raised by :class:`_Capture` once a helper has handed over its request."""
+
+
+class _Capture:
+    """Stands in for a connection: keeps the request a helper sends, then stops the helper."""
+
+    def __init__(self) -> None:
+        self.sent: tuple = ()
+
+    def request(self, api_key, version, body, **options) -> Reader:
+        self.sent = (api_key, version, body, options)
+        raise _Captured
+
+
+class _Replay:
+    """Stands in for a connection: hands a helper the response that was read for it."""
+
+    def __init__(self, response: Reader) -> None:
+        self.response = response
+
+    def request(self, api_key, version, body, **options) -> Reader:
+        return self.response
+
+
+class Pipeline:
+    """Requests sent back to back on one connection, with no response read in between, as a
+    client pipelines them; then every response read in order and parsed. Each request is a call
+    of a one-request helper of kafka_wire, group_wire or admin_wire (any function that sends one
+    request with ``conn.request`` and parses its answer): ``add`` runs the helper against a
+    stand-in that keeps the request, ``read`` runs it again on the response read for it.
+
+        p = Pipeline(conn)
+        first = p.add(gw.offset_commit, group, {(topic, 0): gw.CommitOffset(1)})
+        second = p.add(gw.offset_fetch, group, {topic: [0]})
+        answers = p.send_and_read()  # answers[first], answers[second]
+    """
+
+    def __init__(self, conn: RawConnection) -> None:
+        self.conn = conn
+        self.calls: list[tuple] = []
+
+    def add(self, helper, *args, **kwargs) -> int:
+        """Queues ``helper(conn, *args, **kwargs)``; returns its index among the results."""
+        capture = _Capture()
+        with contextlib.suppress(_Captured):
+            helper(capture, *args, **kwargs)
+        assert capture.sent, f"{helper.__name__} sent no request"
+        self.calls.append((helper, args, kwargs, capture.sent))
+        return len(self.calls) - 1
+
+    def send(self) -> list[int]:
+        """Sends every queued request in one write; returns their correlation ids."""
+        frames = bytearray()
+        ids = []
+        for _, _, _, (api_key, version, body, options) in self.calls:
+            cid = self.conn.next_correlation_id
+            self.conn.next_correlation_id += 1
+            flexible = options.get("flexible", False)
+            client_id = options.get("client_id", "kafscale-tests")
+            frames += frame(request_header(api_key, version, cid, client_id, flexible) + body)
+            ids.append(cid)
+        self.conn.send_raw(bytes(frames))
+        return ids
+
+    def read(self, ids: list[int]) -> list:
+        """Reads the responses to the requests sent as ``ids``, in order, and parses each with
+        its helper."""
+        out = []
+        for cid, (helper, args, kwargs, (_, _, _, options)) in zip(ids, self.calls, strict=True):
+            flexible_header = options.get("response_flexible_header")
+            if flexible_header is None:
+                flexible_header = options.get("flexible", False)
+            got, reader = self.conn.recv_response(flexible_header)
+            assert got == cid, f"correlation id {got}, expected {cid}"
+            out.append(helper(_Replay(reader), *args, **kwargs))
+        return out
+
+    def send_and_read(self) -> list:
+        """Sends every queued request back to back, then reads and parses their responses."""
+        return self.read(self.send())
 
 
 # ---------------------------------------------------------------------------------------------

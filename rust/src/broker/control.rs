@@ -51,6 +51,9 @@ pub struct ControlCall {
     pub client_id: Option<String>,
     /// The client's IP address (the connection's peer), which group members report.
     pub client_host: String,
+    /// The client's connection, unique in the process: Python serves the requests of one
+    /// connection in order, one at a time (docs/requests.md).
+    pub connection_id: u64,
     pub body: ControlBody,
     /// What the authorizer took out of `body`: added to Python's answer with its errors.
     pub(crate) screened: crate::auth::control::Screened,

@@ -28,6 +28,8 @@ pub struct ControlRequest {
     client_id: Option<String>,
     #[pyo3(get)]
     client_host: String,
+    #[pyo3(get)]
+    connection_id: u64,
     body: ControlBody,
     screened: Screened,
     reply: Mutex<Option<oneshot::Sender<ControlReply>>>,
@@ -41,6 +43,7 @@ impl From<ControlCall> for ControlRequest {
             correlation_id: call.correlation_id,
             client_id: call.client_id,
             client_host: call.client_host,
+            connection_id: call.connection_id,
             body: call.body,
             screened: call.screened,
             reply: Mutex::new(Some(call.reply)),

@@ -1,5 +1,7 @@
-//! One client connection: frames are read and dispatched in arrival order (so appends to a
-//! partition keep the client's order), handled concurrently, and answered in request order.
+//! One client connection: frames are read and dispatched in arrival order, take effect in that
+//! order (order.rs: a request other than Produce runs alone, after every request before it; a
+//! Produce appends as it is read, after the requests before it, while the Produces before it
+//! wait for their flush), and are answered in request order. Connections run side by side.
 //!
 //! What one connection may hold is bounded: the bytes of requests read and not answered plus
 //! responses not written count against the connection's and the broker's budgets
@@ -14,6 +16,7 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -33,6 +36,7 @@ use super::budget::{Budgets, ByteBudget, Charge};
 use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
 use super::low_water::LowWater;
+use super::order::RequestOrder;
 use super::sasl::{Authenticator, Gate, SaslSettings};
 use super::tls::{Side, Tls};
 use crate::auth::authorizer::{Access, ANONYMOUS};
@@ -268,8 +272,11 @@ async fn linger(read_half: &mut (impl AsyncRead + Unpin)) {
     let _ = tokio::time::timeout(LINGER, drained).await;
 }
 
-/// The context of a new connection: its budgets (sharing `broker_budget` with every other
-/// connection) and its Fetch turn.
+/// The ids of the process's connections, each used once.
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The context of a new connection: its id, its budgets (sharing `broker_budget` with every
+/// other connection) and its Fetch turn.
 fn context(
     broker: &Broker,
     peer: std::net::SocketAddr,
@@ -278,6 +285,7 @@ fn context(
 ) -> ConnectionContext {
     ConnectionContext {
         peer,
+        id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
         budgets: Budgets::new(
             broker.config.connection_max_inflight_bytes,
             broker_budget.clone(),
@@ -317,6 +325,7 @@ async fn read_requests<R: ReadSide>(
     let mut low_water = LowWater::new();
     let mut since_yield = 0;
     let mut access = connection_access(broker, connection, transport_principal.clone());
+    let mut order = RequestOrder::default();
     loop {
         let mut handed_out = false;
         loop {
@@ -365,7 +374,25 @@ async fn read_requests<R: ReadSide>(
                 access = connection_access(broker, connection, principal.into());
             }
             let ends_on_hangup = request.api_key == ApiKey::Fetch;
-            let answer = dispatch(broker, request, connection, &access, charge);
+            let turn = if request.api_key == ApiKey::Produce {
+                let mut turn = order.produce();
+                // A Produce appends as it is dispatched: not before the requests ahead of it
+                // that run alone have finished (InitProducerId, CreateTopics, a Fetch's long
+                // poll). Meanwhile nothing more of the connection is read, as in Kafka.
+                if !turn.ready() {
+                    tokio::select! {
+                        biased;
+                        _ = queue.closed() => return ReadEnd::Closed,
+                        // Not dispatched: its client sees no answer, and nothing was stored.
+                        _ = stop.changed() => return ReadEnd::Stopped,
+                        () = turn.wait() => {}
+                    }
+                }
+                turn
+            } else {
+                order.alone()
+            };
+            let answer = dispatch(broker, request, connection, &access, charge, turn);
             // Not raced against `stop`: a dispatched Produce has appended, its ack is owed.
             let pending = Pending {
                 answer,
@@ -559,10 +586,16 @@ async fn write_answers(
         };
         if let Some(reason) = closing {
             tracing::debug!(%peer, reason, "closing connection");
-            // Nobody will read these answers: stop their work and free their bytes.
+            // Nobody will read these answers: stop their work and free their bytes. The last
+            // first, so that none of them starts in the place of one before it that is being
+            // stopped: what ran of the connection's requests is a prefix of them.
             pending.close();
-            while let Ok(rest) = pending.try_recv() {
-                rest.answer.abort();
+            let mut rest = vec![];
+            while let Ok(next) = pending.try_recv() {
+                rest.push(next.answer);
+            }
+            for answer in rest.iter().rev() {
+                answer.abort();
             }
             return;
         }
@@ -613,6 +646,166 @@ fn unread(idle: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A broker of its own serving one PLAINTEXT listener, whose control requests the test
+    /// answers (playing Python's side of the bridge), and its address.
+    mod served {
+        use std::net::SocketAddr;
+
+        use bytes::{Buf, BufMut, BytesMut};
+        use kafka_protocol::messages::{ListGroupsRequest, ProduceRequest, RequestHeader};
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        use tokio::net::TcpListener;
+
+        use super::*;
+        use crate::broker::control::ControlCall;
+        use crate::broker::tests::TestBroker;
+        use crate::control::group_admin;
+        use crate::protocol::header::encode_response;
+        use crate::server::handlers::testing::broker_with;
+        use crate::server::{serve, BoundListener};
+
+        pub(super) struct Served {
+            pub(super) t: TestBroker,
+            pub(super) addr: SocketAddr,
+            _stop: watch::Sender<bool>,
+        }
+
+        /// A broker holding topic "t" (1 partition), listening on a port of its own.
+        pub(super) async fn broker() -> Served {
+            let t = broker_with(&["t"], 1, 0).await;
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let entry = Entry {
+                listener: "PLAINTEXT".into(),
+                tls: None,
+                sasl: None,
+            };
+            let (stop, stopped) = watch::channel(false);
+            let bound = vec![BoundListener { listener, entry }];
+            tokio::spawn(serve(t.broker.clone(), bound, stopped));
+            Served {
+                t,
+                addr,
+                _stop: stop,
+            }
+        }
+
+        /// One request frame, as a client sends it (request header v1).
+        pub(super) fn frame(
+            api: ApiKey,
+            version: i16,
+            correlation_id: i32,
+            body: &impl Encodable,
+        ) -> Vec<u8> {
+            let header = RequestHeader::default()
+                .with_request_api_key(api as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(correlation_id)
+                .with_client_id(Some(StrBytes::from_static_str("order-test")));
+            let mut payload = BytesMut::new();
+            header.encode(&mut payload, 1).unwrap();
+            body.encode(&mut payload, version).unwrap();
+            let mut out = Vec::with_capacity(4 + payload.len());
+            out.put_i32(payload.len() as i32);
+            out.extend_from_slice(&payload);
+            out
+        }
+
+        pub(super) fn list_groups(correlation_id: i32) -> Vec<u8> {
+            frame(
+                ApiKey::ListGroups,
+                0,
+                correlation_id,
+                &ListGroupsRequest::default(),
+            )
+        }
+
+        pub(super) fn produce(correlation_id: i32, body: &ProduceRequest) -> Vec<u8> {
+            frame(ApiKey::Produce, 3, correlation_id, body)
+        }
+
+        /// Answers a ListGroups the way Python does: no groups.
+        pub(super) fn answer(call: ControlCall) {
+            let answer = group_admin::ListGroupsResponse {
+                error_code: 0,
+                throttle_time_ms: 0,
+                groups: vec![],
+            };
+            let wire = group_admin::list_groups(answer, call.api_version);
+            let frame = encode_response(call.correlation_id, call.api_version, &wire);
+            let _ = call.reply.send(frame);
+        }
+
+        /// The correlation id of the next response the client reads.
+        pub(super) async fn next_answer(client: &mut TcpStream) -> i32 {
+            let size = client.read_i32().await.unwrap();
+            let mut response = vec![0; size as usize];
+            client.read_exact(&mut response).await.unwrap();
+            (&response[..4]).get_i32()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connections_requests_reach_python_one_at_a_time_and_others_meanwhile() {
+        let served = served::broker().await;
+        let bridge = &served.t.broker.control;
+        let mut a = TcpStream::connect(served.addr).await.unwrap();
+        let pipelined = [served::list_groups(1), served::list_groups(2)].concat();
+        a.write_all(&pipelined).await.unwrap();
+        let first = bridge.next().await.unwrap();
+        assert_eq!(first.correlation_id, 1);
+        // A's second request waits for its first one's answer; B's is handed over meanwhile.
+        let mut b = TcpStream::connect(served.addr).await.unwrap();
+        b.write_all(&served::list_groups(10)).await.unwrap();
+        let other = bridge.next().await.unwrap();
+        assert_eq!(
+            other.correlation_id, 10,
+            "A's second request overtook its first one"
+        );
+        assert_ne!(other.connection_id, first.connection_id);
+        served::answer(other);
+        assert_eq!(served::next_answer(&mut b).await, 10);
+        let a_connection = first.connection_id;
+        served::answer(first);
+        let second = bridge.next().await.unwrap();
+        assert_eq!(
+            (second.correlation_id, second.connection_id),
+            (2, a_connection)
+        );
+        served::answer(second);
+        assert_eq!(served::next_answer(&mut a).await, 1);
+        assert_eq!(served::next_answer(&mut a).await, 2);
+    }
+
+    #[tokio::test]
+    async fn a_produce_appends_only_after_the_request_before_it_is_answered() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::records::Compression;
+
+        let served = served::broker().await;
+        let bridge = &served.t.broker.control;
+        let records = crate::log::batch::tests::encoded_batch(3, 10, Compression::None);
+        let body = kafka_protocol::messages::ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(crate::protocol::topic_name("t"))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(records))])]);
+        let mut client = TcpStream::connect(served.addr).await.unwrap();
+        let pipelined = [served::list_groups(1), served::produce(2, &body)].concat();
+        client.write_all(&pipelined).await.unwrap();
+        let list_groups = bridge.next().await.unwrap();
+        // Both frames were read at once; the Produce has not appended.
+        let partition = served.t.broker.topic("t").unwrap().partitions[0].current();
+        assert!(!partition.has_pending() && partition.high_watermark() == 0);
+        served::answer(list_groups);
+        assert_eq!(served::next_answer(&mut client).await, 1);
+        assert_eq!(served::next_answer(&mut client).await, 2);
+        assert_eq!(partition.high_watermark(), 3);
+    }
 
     /// A stream that, like a TLS stream, takes writes into a buffer and sends on a flush.
     #[derive(Default)]

@@ -1,5 +1,6 @@
-//! Routes a request to its API handler. Produce appends before this returns (so a client's
-//! pipelined produce requests keep their order); the rest of every request runs in its own task.
+//! Routes a request to its API handler, in its own task, once its turn in its connection's order
+//! has come (order.rs). A Produce's turn has come before it is dispatched: it appends before
+//! this returns, and only its wait for the flush runs in the task.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::budget::{Budgets, Charge};
 use super::handlers::{self, Reply};
+use super::order::Turn;
 use crate::auth::authorizer::Access;
 use crate::broker::control::ControlBody;
 use crate::broker::Broker;
@@ -33,9 +35,11 @@ pub(crate) struct Answer {
 pub(crate) struct ConnectionContext {
     /// The client's address, which the control plane reports for group members.
     pub(crate) peer: SocketAddr,
+    /// Names the connection to the control plane, which serves its requests in order.
+    pub(crate) id: u64,
     pub(crate) budgets: Arc<Budgets>,
-    /// One permit: a connection's Fetches run one at a time, as every Kafka client sends
-    /// them (one in flight per broker). A client pipelining Fetches it does not read then
+    /// One permit: a connection's Fetch starts once the Fetch before it has been written, not
+    /// only answered (its turn, order.rs). A client pipelining Fetches it does not read then
     /// holds one response, not one per request.
     pub(crate) fetch_turns: Arc<Semaphore>,
     /// The connection's produce requests waiting for their flush.
@@ -44,27 +48,38 @@ pub(crate) struct ConnectionContext {
     pub(crate) listener: Arc<str>,
 }
 
-/// Each request runs in its own task, timed for the request-latency histogram. `charge`
-/// holds the request's bytes; the response's are added to it as soon as it exists.
+/// Each request runs in its own task, timed (from now, its wait for its turn included) for the
+/// request-latency histogram. `charge` holds the request's bytes; the response's are added to
+/// it as soon as it exists. The handler starts when `turn` comes, and the requests after it
+/// wait until its answer exists; a Produce's turn must have come already (its records are
+/// appended now).
 pub(crate) fn dispatch(
     broker: &Arc<Broker>,
     request: Request,
     connection: &ConnectionContext,
     access: &Arc<Access>,
     mut charge: Charge,
+    mut turn: Turn,
 ) -> JoinHandle<Answer> {
     let started = Instant::now();
     let api = request.api_key;
+    debug_assert!(
+        api != ApiKey::Produce || turn.ready(),
+        "a Produce appends now"
+    );
     let fetch_turns = (api == ApiKey::Fetch).then(|| connection.fetch_turns.clone());
     let handler = handler(broker, request, connection, access.clone());
     let metrics = broker.metrics.clone();
     tokio::spawn(async move {
+        let done = turn.start().await;
         let fetch_turn = match fetch_turns {
             // The semaphore is never closed.
             Some(turns) => turns.acquire_owned().await.ok(),
             None => None,
         };
         let reply = handler.await;
+        // The answer exists: the connection's next request may start.
+        drop(done);
         if let Reply::Response(frame) = &reply {
             charge.add(frame.len());
         }
@@ -84,7 +99,7 @@ fn handler(
     access: Arc<Access>,
 ) -> BoxFuture<'static, Reply> {
     let broker = broker.clone();
-    let peer = connection.peer;
+    let (peer, connection_id) = (connection.peer, connection.id);
     if request.api_key == ApiKey::ApiVersions {
         // Answered at every version, even unsupported ones (KIP-511).
         return async move { handlers::api_versions::handle(&request).into() }.boxed();
@@ -203,7 +218,7 @@ fn handler(
         }
         .boxed(),
         key if ControlBody::serves(key) => async move {
-            handlers::control::handle(&broker, request, peer, &access)
+            handlers::control::handle(&broker, request, (peer, connection_id), &access)
                 .await
                 .into()
         }

@@ -9,6 +9,7 @@ pub mod handlers;
 pub(crate) mod log_limit;
 mod low_water;
 pub(crate) mod ops_endpoint;
+pub(crate) mod order;
 pub(crate) mod sasl;
 pub(crate) mod tls;
 mod x500;

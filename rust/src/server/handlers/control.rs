@@ -13,10 +13,12 @@ use crate::broker::control::{ControlBody, ControlCall};
 use crate::broker::Broker;
 use crate::protocol::header::{Request, WireError};
 
+/// `(peer, connection_id)`: the client's connection, which the control plane reports (the
+/// peer's address) and serves in order (the id).
 pub async fn handle(
     broker: &Arc<Broker>,
     request: Request,
-    peer: SocketAddr,
+    (peer, connection_id): (SocketAddr, u64),
     access: &Arc<Access>,
 ) -> Result<Bytes, WireError> {
     let mut body = ControlBody::decode(&request)?;
@@ -35,6 +37,7 @@ pub async fn handle(
             client_id: request.client_id.clone(),
             // An IPv4 client of a dual-stack listener shows as ::ffff:a.b.c.d; report a.b.c.d.
             client_host: peer.ip().to_canonical().to_string(),
+            connection_id,
             body,
             screened,
             reply,
@@ -106,7 +109,7 @@ mod tests {
                 v,
                 &ListGroupsRequest::default().with_states_filter(filter),
             );
-            let frame = handle(&t.broker, asked, peer, &open_access(&t.broker))
+            let frame = handle(&t.broker, asked, (peer, 1), &open_access(&t.broker))
                 .await
                 .unwrap();
             let (_, read): (_, ListGroupsResponse) = read_response(frame, v);
