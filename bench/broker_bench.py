@@ -255,14 +255,15 @@ class BrokerOptions:
     store: str  # "memory", "local" or "s3" (the S3 flags are in extra_args)
     flush_interval_ms: int
     cache_bytes: int
-    # --queued-max-request-bytes: what the broker holds in requests and answers in flight
-    # (every produced byte until it is durable), the "buffered" of the RSS budgets
-    buffered_bytes: int
     segment_bytes: int | None
     readahead_segments: int | None
     log_level: str
     extra_args: list[str]
     security: ListenerSecurity | None = None  # None: the PLAINTEXT listener only
+    # --queued-max-request-bytes: what the broker holds in requests and answers in flight
+    # (every produced byte until it is durable), the "buffered" of the RSS budgets; None: the
+    # broker's default (the other benches, which check no memory budget)
+    buffered_bytes: int | None = None
 
 
 class Broker(procs.Broker):
@@ -340,7 +341,8 @@ class Broker(procs.Broker):
 def broker_args(opts: BrokerOptions) -> list[str]:
     """The flags after --broker-addr, --data-dir and --flush-interval-ms."""
     cmd = ["--cache-bytes", str(opts.cache_bytes), "--log-level", opts.log_level]
-    cmd += ["--queued-max-request-bytes", str(opts.buffered_bytes)]
+    if opts.buffered_bytes is not None:
+        cmd += ["--queued-max-request-bytes", str(opts.buffered_bytes)]
     if opts.store == "memory":
         cmd.append("--use-memory-s3")
     if opts.segment_bytes is not None:
