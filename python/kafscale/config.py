@@ -478,6 +478,16 @@ class Settings:
         check=_in_range(0, _INT64_MAX, "milliseconds (0: no limit)"),
         metavar="MS",
     )
+    sasl_server_max_receive_size: int = _setting(
+        512 * _KIB,
+        "Largest frame a client may send on a SASL listener before it has authenticated "
+        "(Kafka's sasl.server.max.receive.size); a larger one closes the connection before "
+        "its bytes are read.",
+        _parse_size,
+        check=_in_range(1024, _INT32_MAX, "a size such as 512KiB"),
+        default_doc=_size_doc(512 * _KIB),
+        metavar="SIZE",
+    )
     connection_failed_authentication_delay_ms: int = _setting(
         100,
         "How long the answer to a failed login is held back before the connection is closed "
@@ -737,6 +747,32 @@ class Settings:
         check=_check_token_file,
         default_doc="unset: /metrics is open",
         metavar="PATH",
+    )
+    metrics_max_connections: int = _setting(
+        64,
+        "Most connections the operations endpoint holds at once; one past it is closed at "
+        "once. Its descriptors are kept apart from the Kafka listeners' (--max-connections is "
+        "lowered to leave room for them).",
+        _parse_int,
+        check=_in_range(1, 65_536, "a count such as 64"),
+        metavar="N",
+    )
+    metrics_header_read_timeout_ms: int = _setting(
+        10_000,
+        "Once the first byte of a request to the operations endpoint has arrived (or a TLS "
+        "handshake began), its request line and headers must arrive within this time, or the "
+        "connection is closed.",
+        _parse_int,
+        check=_in_range(100, _INT32_MAX, "milliseconds, e.g. 10000"),
+        metavar="MS",
+    )
+    metrics_idle_timeout_ms: int = _setting(
+        60_000,
+        "A connection to the operations endpoint that sends nothing and is owed nothing for "
+        "this long is closed (scrapers and probes reconnect).",
+        _parse_int,
+        check=_in_range(100, _INT32_MAX, "milliseconds, e.g. 60000"),
+        metavar="MS",
     )
     # Limits that keep one client from exhausting the broker (names follow Kafka's broker
     # configs where Kafka has one).

@@ -61,6 +61,8 @@ pub struct BrokerConfig {
     pub sasl_users_file: Option<PathBuf>,
     /// Kafka's `connections.max.reauth.ms` (0: sessions never end).
     pub connections_max_reauth_ms: u64,
+    /// Kafka's `sasl.server.max.receive.size`: the largest frame before authentication.
+    pub sasl_server_max_receive_size: usize,
     pub connection_failed_authentication_delay_ms: u64,
     /// `none` or `acl` (Kafka's `authorizer.class.name`).
     pub authorizer: String,
@@ -97,6 +99,12 @@ pub struct BrokerConfig {
     pub metrics_tls: bool,
     /// A file holding the bearer token `/metrics` requires.
     pub metrics_token_file: Option<PathBuf>,
+    /// Connections the operations endpoint holds at once.
+    pub metrics_max_connections: usize,
+    /// From a request's first byte (or the TLS handshake's) to its last header.
+    pub metrics_header_read_timeout_ms: u64,
+    /// An operations connection with nothing read, written or being answered this long closes.
+    pub metrics_idle_timeout_ms: u64,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
     pub connections_max_idle_ms: u64,
@@ -171,6 +179,7 @@ impl BrokerConfig {
             session_lifetime: (self.connections_max_reauth_ms > 0)
                 .then(|| Duration::from_millis(self.connections_max_reauth_ms)),
             failure_delay: Duration::from_millis(self.connection_failed_authentication_delay_ms),
+            max_receive_size: self.sasl_server_max_receive_size,
             catalog,
             hashing: PasswordHashing::for_this_machine(),
         }

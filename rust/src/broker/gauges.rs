@@ -71,6 +71,14 @@ impl Collector for BrokerGauges {
             Some(&Unit::Bytes),
             self.broker.log.cache.bytes() as i64,
         )?;
+        gauge(
+            &mut encoder,
+            "kafscale_request_budget_used",
+            "Bytes charged to the broker's request budget (queued_max_request_bytes): requests \
+             being received or handled, responses not yet sent, produced bytes not yet durable",
+            Some(&Unit::Bytes),
+            self.broker.request_budget.used_now() as i64,
+        )?;
 
         let snapshot = self.broker.metrics.group_snapshot();
         gauge(

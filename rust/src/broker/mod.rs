@@ -62,6 +62,9 @@ pub struct Broker {
     deletions_done: tokio::sync::Notify,
     pub(crate) stopping: AtomicBool,
     description: String,
+    /// Bytes in flight over every connection (`queued_max_request_bytes`), shared fairly
+    /// (server/budget.rs).
+    pub(crate) request_budget: Arc<crate::server::budget::ByteBudget>,
 }
 
 /// How long a create waits for an earlier delete of the same name to finish.
@@ -169,6 +172,9 @@ impl Broker {
             deletions_done: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
             description,
+            request_budget: Arc::new(crate::server::budget::ByteBudget::new(
+                config.queued_max_request_bytes,
+            )),
             config,
         });
         broker.register().await?;

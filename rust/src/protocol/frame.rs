@@ -79,6 +79,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// The size the next frame's prefix declares, once the prefix is in (`None` before, or
+    /// for a negative size, which [`Self::next_frame`] refuses).
+    pub fn declared_size(&self) -> Option<usize> {
+        let prefix = self.buffer.get(..FRAME_HEADER_LEN)?;
+        usize::try_from(i32::from_be_bytes(prefix.try_into().unwrap())).ok()
+    }
+
     /// The next frame's length with its prefix, once the prefix is in (0 if it is invalid).
     fn declared(&self) -> Option<usize> {
         let prefix = self.buffer.get(..FRAME_HEADER_LEN)?;

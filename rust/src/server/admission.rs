@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub(crate) enum Refusal {
     Total(usize),
     PerIp(usize),
+    /// The operations endpoint's cap.
+    Operations(usize),
 }
 
 impl std::fmt::Display for Refusal {
@@ -28,6 +30,12 @@ impl std::fmt::Display for Refusal {
                 "{cap} client connections from this address are open, the most allowed: \
                  raise --max-connections-per-ip (KAFSCALE_MAX_CONNECTIONS_PER_IP) if one \
                  host needs more"
+            ),
+            Refusal::Operations(cap) => write!(
+                f,
+                "{cap} connections to the operations endpoint are open, the most allowed: \
+                 raise --metrics-max-connections (KAFSCALE_METRICS_MAX_CONNECTIONS) if \
+                 scrapers and probes need more"
             ),
         }
     }

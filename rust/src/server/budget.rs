@@ -2,11 +2,39 @@
 //! written, per connection (`connection_max_inflight_bytes`) and over all connections
 //! (`queued_max_request_bytes`). Past a budget the connection stops reading (backpressure)
 //! instead of growing; see connection.rs.
+//!
+//! **Fair shares of the broker's budget.** Whatever a connection holds counts: its partial
+//! request (charged as its bytes arrive, never by the size its prefix declares), its requests
+//! being handled, its responses not yet written, its produced bytes not yet durable. Every
+//! connection holding bytes of the broker's budget has an equal share of it, `budget / n`
+//! (n: those connections, plus the one asking if it holds nothing). While the budget has room
+//! anyone may read, so a lone client can use all of it (up to `connection_max_inflight_bytes`).
+//! Once it is used up, most of it is given back by the broker's own work (responses written,
+//! flushes); but a partial request is given back only by its client, which may never finish
+//! it (a slow or hostile one: a few connections each sending most of a 100 MiB frame and
+//! stopping would otherwise stall every other connection until `request_read_timeout_ms`). So
+//! when a connection holding less than its share has waited `DROP_AFTER` for room, the broker
+//! closes the connection whose partial request is the largest of those bigger than a whole
+//! share (one at a time per waiter and `DROP_AFTER`), which frees its bytes; the waiter reads
+//! on. A connection whose partial request fits in its share is never closed for it: a client
+//! cannot lose its connection to others' greed, and honest requests (a megabyte or so) are far
+//! below a share unless hundreds of connections hold bytes. The broker's memory stays within
+//! the budget (nothing is read past it), the rule needs no setting, and a stalled partial
+//! request pins at most a share for `request_read_timeout_ms`, or more only until someone needs
+//! the room. Before authentication a SASL connection's frames are capped far lower
+//! (`sasl_server_max_receive_size`, checked before the frame is read; see connection.rs).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+/// How long a connection holding less than its share waits for room in the broker's budget
+/// before the largest partial request of more than a share is dropped (its connection
+/// closed). Long enough for responses and flushes to give room back under honest load.
+pub(crate) const DROP_AFTER: Duration = Duration::from_secs(1);
 
 /// Bytes held against one limit.
 ///
@@ -18,6 +46,9 @@ use tokio::sync::watch;
 pub(crate) struct ByteBudget {
     limit: usize,
     used: watch::Sender<usize>,
+    /// The connections charging this budget (the broker's), for their shares.
+    connections: Mutex<HashMap<u64, Weak<Budgets>>>,
+    next_id: AtomicU64,
 }
 
 impl ByteBudget {
@@ -25,6 +56,8 @@ impl ByteBudget {
         ByteBudget {
             limit: limit.max(1),
             used: watch::Sender::new(0),
+            connections: Mutex::default(),
+            next_id: AtomicU64::new(0),
         }
     }
 
@@ -93,9 +126,41 @@ impl ByteBudget {
         }
     }
 
+    pub(crate) fn used_now(&self) -> usize {
+        *self.used.borrow()
+    }
+
+    /// The connections charging this budget now (collected under the lock, handed out
+    /// after it: the last handle on one dropped here unregisters it, which takes the lock).
+    fn live_connections(&self) -> Vec<Arc<Budgets>> {
+        let connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        connections.values().filter_map(Weak::upgrade).collect()
+    }
+
+    /// For `waiter`, which has waited `DROP_AFTER` for room: if it holds less than its share,
+    /// tells the connection with the largest partial request of more than a share to close.
+    /// Returns that connection's partial bytes, if one was told.
+    fn drop_greediest_for(&self, waiter: &Budgets) -> Option<usize> {
+        let live = self.live_connections();
+        let holders = live.iter().filter(|b| b.held() > 0).count();
+        let contenders = holders + usize::from(waiter.held() == 0);
+        let share = self.limit / contenders.max(1);
+        if waiter.held() >= share {
+            return None;
+        }
+        let victim = live
+            .iter()
+            .filter(|b| b.id != waiter.id && !*b.dropped.borrow())
+            .map(|b| (b.partial.load(Ordering::Relaxed), b))
+            .filter(|(partial, _)| *partial > share)
+            .max_by_key(|(partial, _)| *partial)?;
+        victim.1.dropped.send_replace(true);
+        Some(victim.0)
+    }
+
     #[cfg(test)]
     pub(crate) fn used(&self) -> usize {
-        *self.used.borrow()
+        self.used_now()
     }
 }
 
@@ -103,27 +168,83 @@ impl ByteBudget {
 pub(crate) struct Budgets {
     connection: ByteBudget,
     broker: Arc<ByteBudget>,
+    /// Its key among the broker budget's connections.
+    id: u64,
+    /// The bytes of the request being received (the partial frame), as its reader charged.
+    partial: AtomicUsize,
+    /// Set when the connection must close: its partial request holds more than a share of
+    /// the broker's budget while a connection under its share waits for room.
+    dropped: watch::Sender<bool>,
 }
 
 impl Budgets {
     pub(crate) fn new(connection_limit: usize, broker: Arc<ByteBudget>) -> Arc<Budgets> {
-        Arc::new(Budgets {
+        let id = broker.next_id.fetch_add(1, Ordering::Relaxed);
+        let budgets = Arc::new(Budgets {
             connection: ByteBudget::new(connection_limit),
-            broker,
-        })
+            broker: broker.clone(),
+            id,
+            partial: AtomicUsize::new(0),
+            dropped: watch::Sender::new(false),
+        });
+        broker
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::downgrade(&budgets));
+        budgets
+    }
+
+    /// Bytes this connection holds (of both budgets: every charge is to both).
+    fn held(&self) -> usize {
+        self.connection.used_now()
     }
 
     /// Waits until both budgets let the connection read, then returns how many bytes (at most
-    /// `chunk`). `own`: bytes of the request being read, which never block themselves.
+    /// `chunk`). `own`: bytes of the request being read, which never block themselves. While
+    /// it waits for the broker's budget, every `DROP_AFTER` the greediest partial request may
+    /// be dropped for it (see the module's comment).
     pub(crate) async fn wait_readable(&self, own: usize, chunk: usize) -> usize {
         let by_connection = self.connection.wait_readable(own, chunk).await;
-        self.broker.wait_readable(own, by_connection).await
+        loop {
+            let room = self.broker.wait_readable(own, by_connection);
+            match tokio::time::timeout(DROP_AFTER, room).await {
+                Ok(allowed) => return allowed,
+                Err(_) => {
+                    if let Some(partial) = self.broker.drop_greediest_for(self) {
+                        tracing::debug!(
+                            partial,
+                            "a connection under its share of queued_max_request_bytes waited \
+                             for room: dropping the largest partial request"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// Completes once the connection has had nothing in flight (no request read and not
     /// answered, no response unwritten, no partial request) for `idle`.
     pub(crate) async fn idle_for(&self, idle: Duration) {
         self.connection.idle_for(idle).await
+    }
+
+    /// Completes once the connection must close because its partial request held more than
+    /// a share of the broker's budget that another connection needed.
+    pub(crate) async fn dropped(&self) {
+        let mut dropped = self.dropped.subscribe();
+        // The sender lives as long as `self`, so waiting cannot fail.
+        let _ = dropped.wait_for(|d| *d).await;
+    }
+}
+
+impl Drop for Budgets {
+    fn drop(&mut self) {
+        self.broker
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
     }
 }
 
@@ -132,6 +253,8 @@ impl Budgets {
 pub(crate) struct Charge {
     budgets: Arc<Budgets>,
     bytes: usize,
+    /// The bytes of a request still arriving: kept in the connection's `partial` too.
+    partial: bool,
 }
 
 impl Charge {
@@ -139,6 +262,18 @@ impl Charge {
         Charge {
             budgets: budgets.clone(),
             bytes: 0,
+            partial: false,
+        }
+    }
+
+    /// A charge for the bytes of a request still arriving (the reader's buffer): what it
+    /// holds is the connection's partial request, which may be dropped when it holds more
+    /// than a share of the broker's budget that another connection needs.
+    pub(crate) fn partial(budgets: &Arc<Budgets>) -> Charge {
+        Charge {
+            budgets: budgets.clone(),
+            bytes: 0,
+            partial: true,
         }
     }
 
@@ -146,11 +281,18 @@ impl Charge {
         self.bytes
     }
 
+    fn changed(&self) {
+        if self.partial {
+            self.budgets.partial.store(self.bytes, Ordering::Relaxed);
+        }
+    }
+
     /// Charges `bytes` more, whatever the room left: they are already in memory.
     pub(crate) fn add(&mut self, bytes: usize) {
         self.budgets.connection.charge(bytes);
         self.budgets.broker.charge(bytes);
         self.bytes += bytes;
+        self.changed();
     }
 
     /// Charges or releases the difference so that exactly `bytes` are held.
@@ -162,6 +304,7 @@ impl Charge {
             self.budgets.connection.release(released);
             self.budgets.broker.release(released);
             self.bytes = bytes;
+            self.changed();
         }
     }
 
@@ -169,9 +312,11 @@ impl Charge {
     pub(crate) fn split_off(&mut self, bytes: usize) -> Charge {
         let moved = bytes.min(self.bytes);
         self.bytes -= moved;
+        self.changed();
         Charge {
             budgets: self.budgets.clone(),
             bytes: moved,
+            partial: false,
         }
     }
 
@@ -181,6 +326,7 @@ impl Charge {
         let taken = self.budgets.broker.take_up_to(from_connection);
         self.budgets.connection.release(from_connection - taken);
         self.bytes += taken;
+        self.changed();
         taken
     }
 }
@@ -264,6 +410,95 @@ mod tests {
         assert!(!waiting.is_finished());
         held.resize(90);
         assert_eq!(waiting.await.unwrap(), 10);
+    }
+
+    /// `n` connections of one broker budget of `limit` bytes, each with room for all of it.
+    fn connections(n: usize, limit: usize) -> (Vec<Arc<Budgets>>, Arc<ByteBudget>) {
+        let broker = Arc::new(ByteBudget::new(limit));
+        let all = (0..n).map(|_| Budgets::new(limit, broker.clone())).collect();
+        (all, broker)
+    }
+
+    fn is_dropped(budgets: &Budgets) -> bool {
+        *budgets.dropped.borrow()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn partial_requests_filling_the_budget_give_way_to_a_connection_under_its_share() {
+        let (c, broker) = connections(4, 100);
+        // Two clients each sent most of a large request and stopped: the budget is full.
+        let mut greedy = Charge::partial(&c[0]);
+        greedy.add(60);
+        let mut other = Charge::partial(&c[1]);
+        other.add(40);
+        let waiter = {
+            let c2 = c[2].clone();
+            tokio::spawn(async move { c2.wait_readable(0, 64).await })
+        };
+        tokio::time::sleep(DROP_AFTER / 2).await;
+        assert!(!waiter.is_finished() && !is_dropped(&c[0]), "room may still come back");
+        tokio::time::sleep(DROP_AFTER).await;
+        // A share is 100 / 3: both partial requests are larger; the largest goes first.
+        assert!(is_dropped(&c[0]) && !is_dropped(&c[1]));
+        tokio::time::timeout(Duration::from_secs(1), c[0].dropped())
+            .await
+            .expect("the connection learns it must close");
+        drop(greedy); // its connection closed
+        assert_eq!(waiter.await.unwrap(), 60);
+        assert_eq!(broker.used(), 40);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_request_within_its_share_is_never_dropped() {
+        let (c, _broker) = connections(3, 90);
+        let mut partial = Charge::partial(&c[0]);
+        partial.add(30); // a share is 90 / 3
+        let mut answers = Charge::new(&c[1]);
+        answers.add(60); // responses and requests being handled: the broker gives them back
+        let waiter = {
+            let c2 = c[2].clone();
+            tokio::spawn(async move { c2.wait_readable(0, 64).await })
+        };
+        tokio::time::sleep(DROP_AFTER * 10).await;
+        assert!(!is_dropped(&c[0]) && !is_dropped(&c[1]));
+        assert!(!waiter.is_finished());
+        drop(answers);
+        assert_eq!(waiter.await.unwrap(), 60);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_over_its_share_waits_without_dropping_anyone() {
+        let (c, _broker) = connections(2, 100);
+        let mut partial = Charge::partial(&c[0]);
+        partial.add(60);
+        let mut held = Charge::new(&c[1]);
+        held.add(50); // over its share of 100 / 2 already
+        let waiter = {
+            let c1 = c[1].clone();
+            tokio::spawn(async move { c1.wait_readable(0, 64).await })
+        };
+        tokio::time::sleep(DROP_AFTER * 10).await;
+        assert!(!is_dropped(&c[0]));
+        assert!(!waiter.is_finished());
+        drop(partial);
+        assert_eq!(waiter.await.unwrap(), 50);
+    }
+
+    #[test]
+    fn a_partial_charge_tells_its_connection_its_size_and_a_split_does_not() {
+        let (c, broker) = connections(1, 100);
+        let mut buffered = Charge::partial(&c[0]);
+        buffered.add(70);
+        assert_eq!(c[0].partial.load(Ordering::Relaxed), 70);
+        let request = buffered.split_off(50);
+        assert_eq!(c[0].partial.load(Ordering::Relaxed), 20);
+        drop(buffered);
+        assert_eq!(c[0].partial.load(Ordering::Relaxed), 0);
+        assert_eq!(broker.used(), 50, "the whole request is still charged");
+        drop(request);
+        assert!(broker.live_connections().len() == 1);
+        drop(c);
+        assert!(broker.live_connections().is_empty(), "a closed connection unregisters");
     }
 
     #[tokio::test(start_paused = true)]

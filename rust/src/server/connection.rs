@@ -38,7 +38,7 @@ use super::handlers::Reply;
 use super::low_water::LowWater;
 use super::order::RequestOrder;
 use super::sasl::{Authenticator, Gate, SaslSettings};
-use super::tls::{Side, Tls};
+use super::tls::{SharedSocket, Side, Tls};
 use crate::auth::authorizer::{Access, ANONYMOUS};
 use crate::broker::Broker;
 use crate::protocol::frame::{FrameError, FrameReader, FRAME_HEADER_LEN};
@@ -112,11 +112,11 @@ impl ReadSide for OwnedReadHalf {
     }
 }
 
-/// A TLS connection's read side: the stream's half, and a second handle on the socket to
-/// watch for the client's close (the TLS stream owns the socket).
+/// A TLS connection's read side: the stream's half, and the socket beneath it (shared with
+/// the stream, one descriptor) to watch for the client's close.
 pub(crate) struct TlsReadSide {
-    half: tokio::io::ReadHalf<TlsStream<tokio::io::BufReader<TcpStream>>>,
-    socket: TcpStream,
+    half: tokio::io::ReadHalf<TlsStream<tokio::io::BufReader<SharedSocket>>>,
+    socket: Arc<TcpStream>,
 }
 
 impl AsyncRead for TlsReadSide {
@@ -177,17 +177,10 @@ pub(crate) async fn start(
     let Some(tls) = entry.tls else {
         return serving.run(socket.into_split()).await;
     };
-    let accepted = async {
-        // std's dup (close-on-exec), registered with the runtime on its own.
-        let watch = socket
-            .as_fd()
-            .try_clone_to_owned()
-            .map(std::net::TcpStream::from)
-            .and_then(TcpStream::from_std)?;
-        let (stream, principal) = tls.accept(socket, timeout, Side::Kafka).await?;
-        io::Result::Ok((watch, stream, principal))
-    };
-    let (socket, stream, principal) = match accepted.await {
+    // One descriptor however far the connection got: it was counted as one when admitted.
+    let socket = Arc::new(socket);
+    let accepted = tls.accept(SharedSocket(socket.clone()), timeout, Side::Kafka);
+    let (stream, principal) = match accepted.await {
         Ok(accepted) => accepted,
         Err(error) => {
             tracing::info!(%peer, listener = %entry.listener, %error,
@@ -320,7 +313,7 @@ async fn read_requests<R: ReadSide>(
     let frame_timeout = Duration::from_millis(config.request_read_timeout_ms);
     let mut frames = FrameReader::new(read_half, config.max_request_bytes);
     // The bytes received and not yet handed to a request: a partial request.
-    let mut buffered = Charge::new(&connection.budgets);
+    let mut buffered = Charge::partial(&connection.budgets);
     let mut frame_deadline: Option<Instant> = None;
     let mut low_water = LowWater::new();
     let mut since_yield = 0;
@@ -329,6 +322,21 @@ async fn read_requests<R: ReadSide>(
     loop {
         let mut handed_out = false;
         loop {
+            // Before authentication: the size prefix alone decides, before any of the frame is
+            // read (reads stop at the end of each frame until then, see below).
+            let before_login = auth.as_ref().and_then(Authenticator::frame_limit);
+            if let Some(limit) = before_login {
+                if let Some(size) = frames.declared_size().filter(|size| *size > limit) {
+                    tracing::info!(
+                        %peer,
+                        size,
+                        limit,
+                        "closing connection: a frame of {size} bytes before authentication, \
+                         larger than sasl_server_max_receive_size ({limit})"
+                    );
+                    return ReadEnd::Closed;
+                }
+            }
             let frame = match frames.next_frame() {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -423,11 +431,18 @@ async fn read_requests<R: ReadSide>(
             return ReadEnd::Stopped;
         }
         let own = buffered.bytes();
+        // Until a SASL client has logged in, each read ends where the frame does (its size
+        // prefix first): a frame over sasl_server_max_receive_size is refused on its prefix,
+        // before a byte of it is read or charged. A login is a few small frames.
+        let chunk = match auth.as_ref().and_then(Authenticator::frame_limit) {
+            Some(_) => frames.missing().clamp(1, READ_CHUNK),
+            None => READ_CHUNK,
+        };
         let more = async {
             let allowed = tokio::select! {
                 // Room first: bytes a client sent before closing are still read when they may.
                 biased;
-                allowed = connection.budgets.wait_readable(own, READ_CHUNK) => allowed,
+                allowed = connection.budgets.wait_readable(own, chunk) => allowed,
                 // A client gone while its connection waits for room must not keep holding
                 // the budgets (a partial request's bytes count) until its frame deadline.
                 () = frames.get_ref().hung_up() => return Ok(0),
@@ -446,6 +461,15 @@ async fn read_requests<R: ReadSide>(
             }
             _ = stop.changed() => return ReadEnd::Stopped,
             _ = queue.closed() => return ReadEnd::Closed,
+            () = connection.budgets.dropped() => {
+                tracing::info!(
+                    %peer,
+                    partial = buffered.bytes(),
+                    "closing connection: its partial request held more than its share of \
+                     queued_max_request_bytes while another connection waited for room"
+                );
+                return ReadEnd::Closed;
+            }
         };
         match read {
             Some(Ok(0)) => return ReadEnd::Closed, // the client closed between requests

@@ -23,7 +23,6 @@ use tokio::task::JoinSet;
 
 use crate::broker::Broker;
 use admission::{Admission, RefusalLog};
-use budget::ByteBudget;
 use connection::Entry;
 
 /// A bound Kafka listener, and what its connections start with.
@@ -53,13 +52,20 @@ pub(crate) async fn serve(
 ) {
     let config = &broker.config;
     let soft_fd_limit = fd_limit::raise_open_file_limit().map(|(soft, _)| soft);
+    // Descriptors other sockets may hold at once: the operations endpoint's connections and
+    // those accepted and not yet admitted (the queue, and one waiting in each acceptor).
+    let operations = config
+        .metrics_addr
+        .as_ref()
+        .map_or(0, |_| config.metrics_max_connections);
+    let kept_apart = operations + fd_limit::ACCEPT_QUEUE + listeners.len();
     let admission = Admission::new(
-        fd_limit::connection_cap(config.max_connections, soft_fd_limit),
+        fd_limit::connection_cap(config.max_connections, soft_fd_limit, kept_apart),
         config.max_connections_per_ip,
     );
     let mut refusals = RefusalLog::new(REFUSAL_LOG_INTERVAL);
-    let broker_budget = Arc::new(ByteBudget::new(config.queued_max_request_bytes));
-    let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, Entry)>(64);
+    let broker_budget = broker.request_budget.clone();
+    let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, Entry)>(fd_limit::ACCEPT_QUEUE);
     let mut acceptors = JoinSet::new();
     for bound in listeners {
         acceptors.spawn(accept(bound, accepted_tx.clone()));

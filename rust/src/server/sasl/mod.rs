@@ -41,6 +41,9 @@ pub(crate) struct SaslSettings {
     pub(crate) session_lifetime: Option<Duration>,
     /// Kafka's `connection.failed.authentication.delay.ms`.
     pub(crate) failure_delay: Duration,
+    /// Kafka's `sasl.server.max.receive.size`: the largest frame a client may send before it
+    /// has authenticated (its size prefix is checked before any of it is read).
+    pub(crate) max_receive_size: usize,
     pub(crate) catalog: Arc<Catalog>,
     /// Where logins hash passwords: off the async workers, a few at once.
     pub(crate) hashing: hashing::PasswordHashing,
@@ -132,12 +135,20 @@ impl Authenticator {
         }
     }
 
-    /// Whether the next frame is a bare SASL token rather than a request.
+    /// The largest frame this connection may send now: `sasl.server.max.receive.size` until
+    /// a login succeeded, `None` (the listener's limit) after it.
+    pub(crate) fn frame_limit(&self) -> Option<usize> {
+        self.session
+            .is_none()
+            .then_some(self.settings.max_receive_size)
+    }
+
     /// The logged-in principal (`User:name`), once a login succeeded.
     pub(crate) fn principal(&self) -> Option<&str> {
         self.session.as_ref().map(|s| s.principal.as_str())
     }
 
+    /// Whether the next frame is a bare SASL token rather than a request.
     pub(crate) fn expects_bare_token(&self) -> bool {
         self.bare_tokens && !matches!(self.step, Step::Idle)
     }
@@ -456,6 +467,7 @@ mod tests {
             users_file: Some(users),
             session_lifetime,
             failure_delay: Duration::from_millis(100),
+            max_receive_size: 512 << 10,
             catalog: Arc::new(Catalog::new(Arc::new(store), "t")),
             hashing: hashing::PasswordHashing::new(1),
         });
