@@ -1,21 +1,28 @@
 """Connection and memory limits over raw sockets: caps on connections, idle and frame-read
-timeouts, file descriptors freed when a long-polling client goes, bytes in flight bounded
-(partial frames, unread responses), and Fetch answers bounded (duplicate partitions,
-fetch_max_bytes). Figures are read from /proc of the broker process; nothing is timed: each
+timeouts, file descriptors freed when a long-polling client goes, one descriptor per
+connection (TLS ones too, handshake included), the operations endpoint's cap and clocks, bytes
+in flight bounded (partial frames, unread responses) and shared fairly, frames before SASL
+authentication capped, and Fetch answers bounded (duplicate partitions, fetch_max_bytes).
+Figures are read from /proc of the broker process and its /metrics; nothing is timed: each
 check polls with a generous deadline."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
+import ssl
 import struct
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 from support import kafka_wire as kw
+from support import sasl_wire as sw
 from support import segment_format as sf
 from support.clients import unique
+from support.procs import free_port, free_ports
+from support.tls import Pki, make_pki
 
 MIB = 1024 * 1024
 DEADLINE = 60.0
@@ -88,26 +95,73 @@ def produce_batches(broker, topic: str, partition: int, batches: int, size: int)
 
 def send_nonblocking(socks: list[socket.socket], payloads: list[bytes]) -> int:
     """Sends what the peers take without blocking on any, until all is sent or nothing more
-    goes out for 2 s (the broker stopped reading); returns bytes sent in all."""
+    goes out for 2 s (the broker stopped reading); returns bytes sent in all. A connection
+    the broker closed (its partial request dropped for others) is done."""
     sent = [0] * len(socks)
+    closed = [False] * len(socks)
     for s in socks:
         s.setblocking(False)
     last_progress = time.monotonic()
     while time.monotonic() - last_progress < 2 and any(
-        n < len(p) for n, p in zip(sent, payloads, strict=True)
+        n < len(p) and not c for n, p, c in zip(sent, payloads, closed, strict=True)
     ):
         progressed = False
         for i, s in enumerate(socks):
-            if sent[i] < len(payloads[i]):
-                with contextlib.suppress(BlockingIOError, InterruptedError):
+            if sent[i] < len(payloads[i]) and not closed[i]:
+                try:
                     n = s.send(payloads[i][sent[i] : sent[i] + 256 * 1024])
-                    sent[i] += n
-                    progressed = progressed or n > 0
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:  # reset or broken pipe: the broker closed it
+                    closed[i] = True
+                    continue
+                sent[i] += n
+                progressed = progressed or n > 0
         if progressed:
             last_progress = time.monotonic()
         else:
             time.sleep(0.05)
     return sum(sent)
+
+
+def metrics_sample(port: int, name: str) -> float:
+    """One unlabelled sample of the broker's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def http_get(sock: socket.socket, path: str = "/healthz") -> bytes:
+    """One keep-alive GET on an open socket; the response's status line and headers (the
+    endpoint's probe bodies are a few bytes and come in the same segment)."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: broker\r\n\r\n".encode())
+    return sock.recv(65536)
+
+
+def closed_by_peer(sock: socket.socket, timeout: float = DEADLINE) -> bool:
+    """True once the peer closed ``sock`` (EOF or reset), reading and dropping what it sends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            if not sock.recv(65536):
+                return True
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+    return False
+
+
+def produce_and_fetch(broker, topic: str) -> None:
+    """The broker still serves: a produce is stored and fetched back."""
+    with open_conn(broker) as conn:
+        res = kw.produce(conn, topic, 0, batch_of(100))
+        assert res.error_code == kw.NONE, res
+        fetched = kw.fetch(conn, topic, 0, res.base_offset, max_bytes=1 * MIB)
+        assert fetched.error_code == kw.NONE and fetched.high_watermark > res.base_offset
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +230,277 @@ def test_open_file_limit_is_raised_and_logged(broker):
 
 
 # ---------------------------------------------------------------------------------------------
+# The operations endpoint
+
+
+def ops_broker(broker_factory, *flags: str):
+    port = free_port()
+    broker = broker_factory(["--metrics-addr", f"127.0.0.1:{port}", *flags])
+    return broker, port
+
+
+def test_operations_connections_are_capped_and_idle_ones_closed(broker_factory):
+    """200 idle connections to the operations endpoint, whose cap is 4: the broker holds at
+    most 4 of them (its descriptors say so), refuses the rest at once with a warning naming
+    the setting, keeps serving produce and fetch meanwhile, and closes the idle ones it took
+    once they have been idle for the idle timeout; then the endpoint answers again."""
+    cap = 4
+    broker, port = ops_broker(
+        broker_factory,
+        "--metrics-max-connections",
+        str(cap),
+        "--metrics-idle-timeout-ms",
+        "2000",
+    )
+    topic = unique("ops-cap")
+    kw.ensure_topic(broker.bootstrap, topic)
+    baseline = fd_count(broker.pid)
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(200)]
+    try:
+        # (Descriptors of segment files and the like come and go: a margin for them.)
+        assert fd_count(broker.pid) <= baseline + cap + 16, "more connections than the cap"
+        produce_and_fetch(broker, topic)
+        assert fd_count(broker.pid) <= baseline + cap + 16
+        for sock in idle:
+            assert closed_by_peer(sock), "an operations connection stayed open"
+    finally:
+        for sock in idle:
+            sock.close()
+    assert "KAFSCALE_METRICS_MAX_CONNECTIONS" in broker.log_text()
+    wait_until(
+        lambda: fd_count(broker.pid) <= baseline + 16,
+        lambda: f"{fd_count(broker.pid)} descriptors open, {baseline} before",
+    )
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
+        assert response.status == 200
+
+
+def test_an_operations_connection_answered_stays_until_idle(broker_factory):
+    """A kept-alive connection is answered again and again, and closed only once idle."""
+    _broker, port = ops_broker(broker_factory, "--metrics-idle-timeout-ms", "1500")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        for _ in range(3):
+            assert http_get(sock).startswith(b"HTTP/1.1 200"), "a kept-alive request failed"
+        assert closed_by_peer(sock), "an idle operations connection stayed open"
+
+
+def test_a_slow_header_client_is_cut_off(broker_factory):
+    """A client that sends its request line and then a header byte every 0.2 s is closed by
+    the header-read timeout, though it is never idle; a normal request is still answered."""
+    _broker, port = ops_broker(
+        broker_factory,
+        "--metrics-header-read-timeout-ms",
+        "1000",
+        "--metrics-idle-timeout-ms",
+        "600000",
+    )
+    cut_off = False
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\n")
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            try:
+                slow.sendall(b"X")
+            except OSError:
+                cut_off = True
+                break
+            if closed_by_peer(slow, timeout=0.2):
+                cut_off = True
+                break
+    assert cut_off, "a client trickling its headers kept its connection"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
+        assert response.status == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# TLS connections: one descriptor each, counted from the start of the handshake
+
+
+def tls_broker(broker_factory, pki: Pki, *flags: str):
+    plain, tls = free_ports(2)
+    args = [
+        "--listeners",
+        f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+        *pki.broker_args(trust_clients=False),
+        *flags,
+    ]
+    return broker_factory(args, port=plain), f"127.0.0.1:{tls}"
+
+
+def test_tls_connections_hold_one_descriptor_each(broker_factory, tmp_path):
+    pki = make_pki(tmp_path / "pki")
+    broker, ssl_bootstrap = tls_broker(broker_factory, pki)
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    baseline = fd_count(broker.pid)
+    conns = []
+    try:
+        for _ in range(40):
+            conn = open_conn(broker)
+            conn.close()
+            conn = kw.RawConnection.to(ssl_bootstrap, timeout=30)
+            conn.sock = context.wrap_socket(conn.sock, server_hostname="127.0.0.1")
+            conns.append(conn)
+            assert is_open(conn)
+        grown = fd_count(broker.pid) - baseline
+        assert grown <= 40 + 16, f"40 TLS connections hold {grown} descriptors"
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_half_open_tls_connections_count_against_the_cap(broker_factory, tmp_path):
+    """With --max-connections 40: a plaintext producer, then 39 connections that start no
+    TLS handshake (each holding one descriptor, the broker's own count says so), and a
+    further one is refused at once; the producer still produces and fetches."""
+    pki = make_pki(tmp_path / "pki")
+    cap = 40
+    broker, ssl_bootstrap = tls_broker(
+        broker_factory,
+        pki,
+        "--max-connections",
+        str(cap),
+        "--max-connections-per-ip",
+        "1000",
+        "--request-read-timeout-ms",
+        "600000",  # the handshake's time too: they stay half-open throughout the test
+    )
+    topic = unique("half-open")
+    kw.ensure_topic(broker.bootstrap, topic)
+    producer = open_admitted(broker)
+    baseline = fd_count(broker.pid)
+    host, port = ssl_bootstrap.rsplit(":", 1)
+    half_open = [socket.create_connection((host, int(port)), timeout=30) for _ in range(cap - 1)]
+    try:
+        for sock in half_open:
+            assert not closed_by_peer(sock, timeout=0.05), "a half-open connection was refused"
+        grown = fd_count(broker.pid) - baseline
+        assert grown <= cap - 1 + 16, f"{cap - 1} half-open TLS connections hold {grown} fds"
+        with socket.create_connection((host, int(port)), timeout=30) as extra:
+            assert closed_by_peer(extra), "a connection past the cap stayed open"
+        with open_conn(broker) as plain_extra:
+            assert plain_extra.wait_closed(), "the cap counts every listener"
+        res = kw.produce(producer, topic, 0, batch_of(100))
+        assert res.error_code == kw.NONE, res
+        fetched = kw.fetch(producer, topic, 0, 0, max_bytes=1 * MIB)
+        assert fetched.error_code == kw.NONE and fetched.high_watermark == 1
+    finally:
+        for sock in half_open:
+            sock.close()
+        producer.close()
+    assert "KAFSCALE_MAX_CONNECTIONS)" in broker.log_text()
+    open_admitted(broker).close()  # places come back as the half-open ones close
+
+
+# ---------------------------------------------------------------------------------------------
+# SASL listeners: frames before authentication
+
+
+USER, PASSWORD = "producer", "producer-secret"
+
+
+def sasl_broker(broker_factory, tmp_path: Path, *flags: str):
+    """PLAINTEXT (the fixture's port) and SASL_PLAINTEXT listeners, the operations endpoint;
+    returns the broker, the SASL listener's address and the endpoint's port."""
+    users = tmp_path / "users.txt"
+    users.write_text(f"{USER}:{PASSWORD}\n")
+    plain, sasl, ops = free_ports(3)
+    args = [
+        "--listeners",
+        f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "--sasl-users-file",
+        str(users),
+        "--metrics-addr",
+        f"127.0.0.1:{ops}",
+        *flags,
+    ]
+    return broker_factory(args, port=plain), f"127.0.0.1:{sasl}", ops
+
+
+def logged_in(bootstrap: str) -> kw.RawConnection:
+    conn = kw.RawConnection.to(bootstrap, timeout=30)
+    answer = sw.login_plain(conn, USER, PASSWORD)
+    assert answer.error_code == kw.NONE, answer
+    return conn
+
+
+def test_a_large_frame_before_authentication_closes_the_connection_unread(broker_factory, tmp_path):
+    """A SaslHandshake, or after one a SaslAuthenticate, declaring 1 MiB (over the default
+    sasl.server.max.receive.size of 512 KiB) closes the connection on its size prefix: the
+    rest is never read, so the request budget is never charged for it. After a login the
+    listener's own limit applies."""
+    broker, bootstrap, ops = sasl_broker(broker_factory, tmp_path)
+    for handshake_first in (False, True):
+        with kw.RawConnection.to(bootstrap, timeout=30) as conn:
+            api_key = sw.SASL_HANDSHAKE
+            if handshake_first:
+                assert sw.handshake(conn, sw.PLAIN).error_code == kw.NONE
+                api_key = sw.SASL_AUTHENTICATE
+            header = kw.request_header(api_key, 1, 7, "greedy", False)
+            # The prefix and the request header only: the client is still "sending" the rest.
+            conn.send_raw(struct.pack(">i", 1 * MIB) + header)
+            assert conn.wait_closed(timeout=DEADLINE), "a 1 MiB frame before login was read"
+            assert metrics_sample(ops, "kafscale_request_budget_used_bytes") == 0
+    with kw.RawConnection.to(bootstrap, timeout=30) as conn:
+        conn.sock.setblocking(False)
+        frame = struct.pack(">i", 1 * MIB) + kw.request_header(sw.SASL_HANDSHAKE, 1, 1, "x", False)
+        frame += b"\0" * (1 * MIB - len(frame) + 4)
+        send_nonblocking([conn.sock], [frame])
+        conn.sock.setblocking(True)
+        assert conn.wait_closed(timeout=DEADLINE)
+    assert "sasl_server_max_receive_size" in broker.log_text()
+    assert metrics_sample(ops, "kafscale_request_budget_used_bytes") == 0
+    topic = unique("after-login")
+    kw.ensure_topic(broker.bootstrap, topic)
+    with logged_in(bootstrap) as conn:
+        res = kw.produce(conn, topic, 0, batch_of(700 * 1024))  # a frame over 512 KiB
+        assert res.error_code == kw.NONE, res
+
+
+def test_partial_frames_of_several_clients_do_not_stall_an_authenticated_producer(
+    broker_factory, tmp_path
+):
+    """Four logged-in clients each declare a 100 MiB Produce and send 4 MiB of it, which
+    fills the 8 MiB request budget, and stop. An authenticated producer that connects then
+    still logs in, produces and fetches: a connection under its share of the budget waits
+    about a second at most for the largest partial request over a share to be dropped, not
+    the 120 s request_read_timeout_ms."""
+    broker, bootstrap, ops = sasl_broker(
+        broker_factory,
+        tmp_path,
+        "--max-request-bytes",
+        "128MiB",
+        "--connection-max-inflight-bytes",
+        "4MiB",
+        "--queued-max-request-bytes",
+        "8MiB",
+        "--request-read-timeout-ms",
+        "120000",
+    )
+    topic = unique("fair")
+    kw.ensure_topic(broker.bootstrap, topic)
+    greedy = [logged_in(bootstrap) for _ in range(4)]
+    try:
+        header = struct.pack(">i", 100 * MIB) + kw.request_header(kw.PRODUCE, 3, 9, "big", False)
+        send_nonblocking([c.sock for c in greedy], [header + b"\0" * (4 * MIB)] * 4)
+        wait_until(
+            lambda: metrics_sample(ops, "kafscale_request_budget_used_bytes") >= 4 * MIB,
+            lambda: "the partial requests never filled the budget",
+        )
+        started = time.monotonic()
+        with logged_in(bootstrap) as producer:
+            res = kw.produce(producer, topic, 0, batch_of(1000))
+            assert res.error_code == kw.NONE, res
+            fetched = kw.fetch(producer, topic, 0, 0, max_bytes=1 * MIB)
+            assert fetched.error_code == kw.NONE and fetched.high_watermark == 1
+        waited = time.monotonic() - started
+        assert waited < 60, f"the producer waited {waited:.0f} s (the read timeout is 120 s)"
+    finally:
+        for c in greedy:
+            c.close()
+    assert "share of queued_max_request_bytes" in broker.log_text()
+
+
+# ---------------------------------------------------------------------------------------------
 # Timeouts
 
 
@@ -209,8 +534,9 @@ def test_a_partial_frame_is_dropped_after_the_read_timeout(broker_factory):
 def test_partial_frames_declaring_100_mib_pin_only_the_budget(broker_factory):
     """100 connections each declare a 100 MiB request and send 2 MiB of it: the broker reads
     no more than its budget of bytes in flight instead of 200 MB. The stalled frames hold the
-    broker-wide budget (new connections wait) until request_read_timeout_ms drops them: a
-    client that closed with bytes still unsent looks just like a slow one."""
+    broker-wide budget until a connection under its share needs room (then the largest is
+    dropped) or request_read_timeout_ms drops them: a client that closed with bytes still
+    unsent looks just like a slow one."""
     broker = broker_factory(
         [
             "--max-request-bytes",

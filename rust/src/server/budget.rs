@@ -415,7 +415,9 @@ mod tests {
     /// `n` connections of one broker budget of `limit` bytes, each with room for all of it.
     fn connections(n: usize, limit: usize) -> (Vec<Arc<Budgets>>, Arc<ByteBudget>) {
         let broker = Arc::new(ByteBudget::new(limit));
-        let all = (0..n).map(|_| Budgets::new(limit, broker.clone())).collect();
+        let all = (0..n)
+            .map(|_| Budgets::new(limit, broker.clone()))
+            .collect();
         (all, broker)
     }
 
@@ -436,7 +438,10 @@ mod tests {
             tokio::spawn(async move { c2.wait_readable(0, 64).await })
         };
         tokio::time::sleep(DROP_AFTER / 2).await;
-        assert!(!waiter.is_finished() && !is_dropped(&c[0]), "room may still come back");
+        assert!(
+            !waiter.is_finished() && !is_dropped(&c[0]),
+            "room may still come back"
+        );
         tokio::time::sleep(DROP_AFTER).await;
         // A share is 100 / 3: both partial requests are larger; the largest goes first.
         assert!(is_dropped(&c[0]) && !is_dropped(&c[1]));
@@ -498,7 +503,10 @@ mod tests {
         drop(request);
         assert!(broker.live_connections().len() == 1);
         drop(c);
-        assert!(broker.live_connections().is_empty(), "a closed connection unregisters");
+        assert!(
+            broker.live_connections().is_empty(),
+            "a closed connection unregisters"
+        );
     }
 
     #[tokio::test(start_paused = true)]
