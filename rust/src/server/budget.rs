@@ -36,6 +36,9 @@ use tokio::sync::watch;
 /// closed). Long enough for responses and flushes to give room back under honest load.
 pub(crate) const DROP_AFTER: Duration = Duration::from_secs(1);
 
+/// At most one warning per this interval about partial requests dropped for others.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Bytes held against one limit.
 ///
 /// A watch channel rather than a tokio `Semaphore` of bytes: a response is charged as soon
@@ -49,6 +52,8 @@ pub(crate) struct ByteBudget {
     /// The connections charging this budget (the broker's), for their shares.
     connections: Mutex<HashMap<u64, Weak<Budgets>>>,
     next_id: AtomicU64,
+    /// When a drop was last logged, and how many were not logged since.
+    drops_logged: Mutex<(Option<std::time::Instant>, u64)>,
 }
 
 impl ByteBudget {
@@ -58,6 +63,7 @@ impl ByteBudget {
             used: watch::Sender::new(0),
             connections: Mutex::default(),
             next_id: AtomicU64::new(0),
+            drops_logged: Mutex::default(),
         }
     }
 
@@ -155,7 +161,32 @@ impl ByteBudget {
             .filter(|(partial, _)| *partial > share)
             .max_by_key(|(partial, _)| *partial)?;
         victim.1.dropped.send_replace(true);
+        self.log_drop(victim.0, share);
         Some(victim.0)
+    }
+
+    /// A warning at most every `DROP_LOG_INTERVAL`: hostile clients must not flood the log.
+    fn log_drop(&self, partial: usize, share: usize) {
+        let mut logged = self.drops_logged.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        if logged
+            .0
+            .is_some_and(|last| now.duration_since(last) < DROP_LOG_INTERVAL)
+        {
+            logged.1 += 1;
+            return;
+        }
+        tracing::warn!(
+            partial,
+            share,
+            dropped_since_last_message = logged.1,
+            "closing a connection whose partial request held more than its share of \
+             queued_max_request_bytes ({share} of {} bytes) while another connection waited for \
+             room. If clients send requests this large under load, raise \
+             --queued-max-request-bytes (KAFSCALE_QUEUED_MAX_REQUEST_BYTES)",
+            self.limit
+        );
+        *logged = (Some(now), 0);
     }
 
     #[cfg(test)]
@@ -211,13 +242,7 @@ impl Budgets {
             match tokio::time::timeout(DROP_AFTER, room).await {
                 Ok(allowed) => return allowed,
                 Err(_) => {
-                    if let Some(partial) = self.broker.drop_greediest_for(self) {
-                        tracing::debug!(
-                            partial,
-                            "a connection under its share of queued_max_request_bytes waited \
-                             for room: dropping the largest partial request"
-                        );
-                    }
+                    self.broker.drop_greediest_for(self);
                 }
             }
         }

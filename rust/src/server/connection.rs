@@ -3,11 +3,15 @@
 //! Produce appends as it is read, after the requests before it, while the Produces before it
 //! wait for their flush), and are answered in request order. Connections run side by side.
 //!
-//! What one connection may hold is bounded: the bytes of requests read and not answered plus
-//! responses not written count against the connection's and the broker's budgets
-//! (budget.rs), and past either the reader stops reading until responses go out; a frame
-//! must arrive whole within `request_read_timeout_ms` of its first byte; a connection with
-//! nothing in flight for `connections_max_idle_ms`, or whose client takes none of its
+//! What one connection may hold is bounded: one file descriptor (a TLS one too, from its
+//! handshake on: tls::SharedSocket), counted by the connection caps; the bytes of requests
+//! read and not answered plus responses not written count against the connection's and the
+//! broker's budgets (budget.rs), and past either the reader stops reading until responses go
+//! out; its partial request is dropped, the connection closed, when it holds more than a fair
+//! share of the broker's budget that another connection waits for (budget.rs); a frame must
+//! arrive whole within `request_read_timeout_ms` of its first byte, and before a SASL login
+//! may be at most `sasl_server_max_receive_size`, refused on its size prefix; a connection
+//! with nothing in flight for `connections_max_idle_ms`, or whose client takes none of its
 //! response for that long, is closed. When the client closes its side (or sends something
 //! undecodable), Fetches still waiting for data are cancelled - nothing is owed to a peer
 //! that is gone - while the other responses owed (produce acks) are still sent.
@@ -462,7 +466,8 @@ async fn read_requests<R: ReadSide>(
             _ = stop.changed() => return ReadEnd::Stopped,
             _ = queue.closed() => return ReadEnd::Closed,
             () = connection.budgets.dropped() => {
-                tracing::info!(
+                // (Logged by the budget too, at most once per interval, as a warning.)
+                tracing::debug!(
                     %peer,
                     partial = buffered.bytes(),
                     "closing connection: its partial request held more than its share of \

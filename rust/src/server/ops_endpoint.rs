@@ -436,7 +436,49 @@ fn same_secret(given: &str, expected: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::same_secret;
+    use super::*;
+
+    const CLOCKS: Timeouts = Timeouts {
+        header: Duration::from_secs(1),
+        idle: Duration::from_secs(10),
+    };
+
+    fn watchdog(activity: &Arc<Activity>) -> tokio::task::JoinHandle<&'static str> {
+        let activity = activity.clone();
+        tokio::spawn(async move { activity.expired(CLOCKS).await })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_header_clock_starts_with_a_requests_first_byte() {
+        let activity = Arc::new(Activity::new());
+        let expired = watchdog(&activity);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        activity.read(); // a request begins, long before the idle clock would end
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        activity.read(); // more of its headers: the clock runs on from the first byte
+        assert!(!expired.is_finished());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(expired
+            .await
+            .unwrap()
+            .contains("metrics_header_read_timeout_ms"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn headers_in_stop_the_header_clock_and_answers_the_idle_one() {
+        let activity = Arc::new(Activity::new());
+        let expired = watchdog(&activity);
+        activity.read();
+        let answering = Answering::new(activity.clone()); // the headers are in
+        tokio::time::sleep(Duration::from_secs(60)).await; // a slow /readyz
+        assert!(!expired.is_finished());
+        drop(answering);
+        activity.wrote();
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert!(!expired.is_finished());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(expired.await.unwrap().contains("metrics_idle_timeout_ms"));
+    }
 
     #[test]
     fn only_the_same_token_passes() {
