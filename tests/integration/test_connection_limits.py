@@ -427,8 +427,11 @@ def test_a_large_frame_before_authentication_closes_the_connection_unread(broker
     """A SaslHandshake, or after one a SaslAuthenticate, declaring 1 MiB (over the default
     sasl.server.max.receive.size of 512 KiB) closes the connection on its size prefix: the
     rest is never read, so the request budget is never charged for it. After a login the
-    listener's own limit applies."""
-    broker, bootstrap, ops = sasl_broker(broker_factory, tmp_path)
+    listener's own limit applies. (The request read timeout is long: only the prefix can
+    close these connections within the test's deadline.)"""
+    broker, bootstrap, ops = sasl_broker(
+        broker_factory, tmp_path, "--request-read-timeout-ms", "600000"
+    )
     for handshake_first in (False, True):
         with kw.RawConnection.to(bootstrap, timeout=30) as conn:
             api_key = sw.SASL_HANDSHAKE
