@@ -118,6 +118,7 @@ def test_describe_broker_lists_its_settings_under_kafkas_names() -> None:
     values = {
         "connections.max.reauth.ms": ("60000", ConfigType.LONG),
         "sasl.enabled.mechanisms": ("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", ConfigType.LIST),
+        "sasl.server.max.receive.size": (str(512 * 1024), ConfigType.INT),
         "authorizer.class.name": ("acl", ConfigType.STRING),
         "super.users": ("User:admin", ConfigType.STRING),
         "allow.everyone.if.no.acl.found": ("false", ConfigType.BOOLEAN),

@@ -60,6 +60,7 @@ _BROKER_KEYS: Mapping[str, tuple[str, ConfigType]] = {
         "connection_failed_authentication_delay_ms",
         ConfigType.INT,
     ),
+    "sasl.server.max.receive.size": ("sasl_server_max_receive_size", ConfigType.INT),
     "ssl.client.auth": ("ssl_client_auth", ConfigType.STRING),
     "super.users": ("super_users", ConfigType.STRING),
     "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", ConfigType.BOOLEAN),
