@@ -20,9 +20,10 @@
 //! cannot lose its connection to others' greed, and honest requests (a megabyte or so) are far
 //! below a share unless hundreds of connections hold bytes. The broker's memory stays within
 //! the budget (nothing is read past it), the rule needs no setting, and a stalled partial
-//! request pins at most a share for `request_read_timeout_ms`, or more only until someone needs
-//! the room. Before authentication a SASL connection's frames are capped far lower
-//! (`sasl_server_max_receive_size`, checked before the frame is read; see connection.rs).
+//! request pins at most a share until `request_read_timeout_ms`, and more only until a
+//! connection under its share needs the room. Before authentication a SASL connection's
+//! frames are capped far lower (`sasl_server_max_receive_size`, checked before the frame is
+//! read; see connection.rs). The why of it, and the rejected alternatives: docs/connections.md.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

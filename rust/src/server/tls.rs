@@ -5,16 +5,15 @@
 
 use std::io;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use std::pin::Pin;
-use std::task::{ready, Context, Poll};
-
 use tokio::io::{AsyncRead, AsyncWrite, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
