@@ -437,7 +437,7 @@ async fn read_requests<R: ReadSide>(
         let own = buffered.bytes();
         // Until a SASL client has logged in, each read ends where the frame does (its size
         // prefix first): a frame over sasl_server_max_receive_size is refused on its prefix,
-        // before a byte of it is read or charged. A login is a few small frames.
+        // before the rest of it is read or charged. A login is a few small frames.
         let chunk = match auth.as_ref().and_then(Authenticator::frame_limit) {
             Some(_) => frames.missing().clamp(1, READ_CHUNK),
             None => READ_CHUNK,
