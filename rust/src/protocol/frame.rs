@@ -229,6 +229,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_declared_size_is_known_from_the_prefix_alone() {
+        let mut input = (1i32 << 20).to_be_bytes().to_vec();
+        input.extend_from_slice(&[0; 10]);
+        let mut reader = FrameReader::new(&input[..], 100 << 20);
+        assert_eq!(reader.declared_size(), None);
+        reader.fill(3, |_, _| ()).await.unwrap();
+        assert_eq!(reader.declared_size(), None);
+        reader.fill(1, |_, _| ()).await.unwrap();
+        assert_eq!(
+            (reader.declared_size(), reader.buffered()),
+            (Some(1 << 20), 4)
+        );
+        let negative = (-5i32).to_be_bytes();
+        let mut reader = FrameReader::new(&negative[..], 100);
+        reader.fill(4, |_, _| ()).await.unwrap();
+        assert_eq!(reader.declared_size(), None);
+    }
+
+    #[tokio::test]
     async fn reads_back_to_back_frames_then_eof() {
         let mut input = framed(&[1; 12]);
         input.extend(framed(&[2; 20]));
