@@ -79,7 +79,8 @@ const LINGER: Duration = Duration::from_secs(2);
 /// A request handed to its task, in the order the writer answers it.
 struct Pending {
     answer: JoinHandle<Answer>,
-    /// A Fetch: only waits for data, so it is cancelled when the client goes away.
+    /// A Fetch or Metadata request: work only its client wants, so it is cancelled when the
+    /// client goes away.
     ends_on_hangup: bool,
 }
 
@@ -385,7 +386,9 @@ async fn read_requests<R: ReadSide>(
             if let Some(principal) = principal.filter(|p| *p != access.principal()) {
                 access = connection_access(broker, connection, principal.into());
             }
-            let ends_on_hangup = request.api_key == ApiKey::Fetch;
+            // Work nobody will read: a Fetch's long poll, a Metadata request's topic creations
+            // (auto-creation stops with its request once its client has gone).
+            let ends_on_hangup = matches!(request.api_key, ApiKey::Fetch | ApiKey::Metadata);
             let turn = if request.api_key == ApiKey::Produce {
                 let mut turn = order.produce();
                 // A Produce appends as it is dispatched: not before the requests ahead of it
@@ -561,7 +564,8 @@ async fn within<T>(
     }
 }
 
-/// Writes the answers in request order; after a hangup, skips (and cancels) waiting Fetches.
+/// Writes the answers in request order; after a hangup, skips (and cancels) waiting Fetches and
+/// Metadata requests.
 async fn write_answers(
     mut socket: impl AsyncWrite + Unpin,
     mut pending: mpsc::Receiver<Pending>,
