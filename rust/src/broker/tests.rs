@@ -31,10 +31,14 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
     TestBroker { broker, _dir: dir }
 }
 
-/// A broker (id 1) over an embedded metadata store whose faults the test places.
+/// A broker (id 1) over an embedded metadata store whose faults the test places. It compacts
+/// only when the test calls for it (its background round would race the test's).
 pub async fn faulty_broker(segment_bytes: usize) -> (TestBroker, Arc<FaultyKv>) {
     let dir = tempfile::tempdir().unwrap();
-    let config = config(&dir, segment_bytes);
+    let config = BrokerConfig {
+        wal_compaction_interval_ms: 3_600_000,
+        ..config(&dir, segment_bytes)
+    };
     let store = SegmentStore::open(&config.storage().unwrap(), &config.s3_namespace).unwrap();
     let embedded = EmbeddedStore::open(&config.metadata_path()).unwrap();
     let kv = Arc::new(FaultyKv::new(Arc::new(embedded)));

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use crate::broker::tests::{faulty_broker, produce, produce_answer, produce_start};
 use crate::broker::Broker;
 use crate::log::batch::tests::encoded_batch;
+use crate::log::partition::{AppendResult, Partition};
 use crate::log::reader;
 use crate::log::segment::BatchWalker;
 use crate::meta::faulty_kv::writes;
@@ -106,24 +107,27 @@ async fn a_flight_whose_session_ended_is_not_committed_under_the_next_one() {
 }
 
 /// Produces `records` to t-0 in a task of its own; what the producer is answered.
-fn spawn_produce(
-    b: &Arc<Broker>,
-    records: usize,
-) -> tokio::task::JoinHandle<crate::log::partition::AppendResult> {
+fn spawn_produce(b: &Arc<Broker>, records: usize) -> tokio::task::JoinHandle<AppendResult> {
     let b = b.clone();
     let batch = encoded_batch(records, 100, Compression::None);
     tokio::spawn(async move { produce_answer(&b, "t", 0, &batch).await })
+}
+
+/// Partition t-0 holding two segments' worth of write-ahead runs (offsets 0..40, compacted
+/// into segments of two batches each).
+async fn compaction_due(b: &Arc<Broker>) -> Arc<Partition> {
+    b.create_topic("t", 1, Default::default()).await.unwrap();
+    for round in 0..4 {
+        assert_eq!(produce(b, "t", 0, 10).await, round * 10);
+    }
+    b.topic("t").unwrap().partitions[0].current()
 }
 
 #[tokio::test]
 async fn a_compaction_commit_that_landed_unanswered_is_taken_in_before_anything_acts_on_it() {
     let (t, kv) = faulty_broker(2_000).await;
     let b = &t.broker;
-    b.create_topic("t", 1, Default::default()).await.unwrap();
-    for round in 0..4 {
-        assert_eq!(produce(b, "t", 0, 10).await, round * 10);
-    }
-    let p = b.topic("t").unwrap().partitions[0].current();
+    let p = compaction_due(b).await;
     kv.lose_answer(writes("/partitions/"));
     b.compact_owned().await;
     // settled as landed before compaction went on: the owner has the segments it committed
@@ -148,11 +152,7 @@ async fn a_compaction_commit_that_landed_unanswered_is_taken_in_before_anything_
 async fn a_compaction_commit_that_did_not_land_is_fenced_and_done_again() {
     let (t, kv) = faulty_broker(2_000).await;
     let b = &t.broker;
-    b.create_topic("t", 1, Default::default()).await.unwrap();
-    for round in 0..4 {
-        assert_eq!(produce(b, "t", 0, 10).await, round * 10);
-    }
-    let p = b.topic("t").unwrap().partitions[0].current();
+    let p = compaction_due(b).await;
     kv.fail(writes("/partitions/"));
     b.compact_owned().await;
     // not landed: the record was written again as it was, and the owner knows its revision
