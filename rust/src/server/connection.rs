@@ -39,6 +39,7 @@ use super::admission::Admitted;
 use super::budget::{Budgets, ByteBudget, Charge};
 use super::dispatch::{dispatch, Answer, ConnectionContext};
 use super::handlers::Reply;
+use super::log_limit::LogLimit;
 use super::low_water::LowWater;
 use super::order::RequestOrder;
 use super::sasl::{Authenticator, Gate, SaslSettings};
@@ -56,6 +57,10 @@ use crate::protocol::header::Request;
 /// to 8 partitions with linger.ms=5 queued behind the cap without bound, and 4096 covers a
 /// flush interval of requests for a few hundred partitions. At most 4 MiB of bookkeeping.
 const MAX_IN_FLIGHT: usize = 4096;
+
+/// Connections closed for what their clients sent (bad frames, a failed handshake, too large a
+/// frame before login): a client doing it in a loop must not flood the log.
+static CLOSING: LogLimit = LogLimit::new("connections closed for what their clients sent");
 
 /// Bookkeeping one request costs beyond its bytes (its task, decoded header and queue slot),
 /// charged to the budgets so that a flood of tiny requests counts too.
@@ -188,8 +193,10 @@ pub(crate) async fn start(
     let (stream, principal) = match accepted.await {
         Ok(accepted) => accepted,
         Err(error) => {
-            tracing::info!(%peer, listener = %entry.listener, %error,
-                "closing connection: TLS handshake failed");
+            if CLOSING.admit() {
+                tracing::info!(%peer, listener = %entry.listener, %error,
+                    "closing connection: TLS handshake failed");
+            }
             return;
         }
     };
@@ -332,13 +339,15 @@ async fn read_requests<R: ReadSide>(
             let before_login = auth.as_ref().and_then(Authenticator::frame_limit);
             if let Some(limit) = before_login {
                 if let Some(size) = frames.declared_size().filter(|size| *size > limit) {
-                    tracing::info!(
-                        %peer,
-                        size,
-                        limit,
-                        "closing connection: a frame of {size} bytes before authentication, \
-                         larger than sasl_server_max_receive_size ({limit})"
-                    );
+                    if CLOSING.admit() {
+                        tracing::info!(
+                            %peer,
+                            size,
+                            limit,
+                            "closing connection: a frame of {size} bytes before authentication, \
+                             larger than sasl_server_max_receive_size ({limit})"
+                        );
+                    }
                     return ReadEnd::Closed;
                 }
             }
@@ -346,7 +355,9 @@ async fn read_requests<R: ReadSide>(
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(error) => {
-                    tracing::info!(%peer, %error, "closing connection");
+                    if CLOSING.admit() {
+                        tracing::info!(%peer, %error, "closing connection");
+                    }
                     return ReadEnd::Closed;
                 }
             };
@@ -364,7 +375,9 @@ async fn read_requests<R: ReadSide>(
             let request = match Request::decode(frame) {
                 Ok(request) => request,
                 Err(error) => {
-                    tracing::info!(%peer, %error, "closing connection");
+                    if CLOSING.admit() {
+                        tracing::info!(%peer, %error, "closing connection");
+                    }
                     return ReadEnd::Closed;
                 }
             };
@@ -372,7 +385,9 @@ async fn read_requests<R: ReadSide>(
                 match auth.gate(&request).await {
                     Gate::Pass => {}
                     Gate::Close(reason) => {
-                        tracing::info!(%peer, reason, "closing connection");
+                        if CLOSING.admit() {
+                            tracing::info!(%peer, reason, "closing connection");
+                        }
                         return ReadEnd::Closed;
                     }
                     answer => match queue_sasl_answer(answer, charge, queue).await {
@@ -496,16 +511,20 @@ async fn read_requests<R: ReadSide>(
                 return ReadEnd::Closed;
             }
             Some(Err(error)) => {
-                tracing::info!(%peer, %error, "closing connection");
+                if CLOSING.admit() {
+                    tracing::info!(%peer, %error, "closing connection");
+                }
                 return ReadEnd::Closed;
             }
             None => {
-                tracing::info!(
-                    %peer,
-                    "closing connection: a request did not arrive whole within {} ms of its \
-                     first byte (request_read_timeout_ms)",
-                    frame_timeout.as_millis()
-                );
+                if CLOSING.admit() {
+                    tracing::info!(
+                        %peer,
+                        "closing connection: a request did not arrive whole within {} ms of its \
+                         first byte (request_read_timeout_ms)",
+                        frame_timeout.as_millis()
+                    );
+                }
                 return ReadEnd::Closed;
             }
         }
