@@ -320,7 +320,6 @@ impl WalWriter {
         pipeline.next_seq += 1;
         let mut flight = self.flight(seq, parts, session, slot);
         flight.urgent = urgent;
-        flight.sweep = self.sweep.load(Ordering::Acquire);
         pipeline.note_taken(
             flight.object.content_length(),
             self.ctx.settings.flush_interval,
@@ -395,7 +394,7 @@ impl WalWriter {
             upload: Arc::default(),
             urgent: false,
             session,
-            sweep: 0,
+            sweep: self.sweep.load(Ordering::Acquire),
             _slot: slot,
         }
     }
