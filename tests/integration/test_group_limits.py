@@ -142,8 +142,10 @@ def _late_member_joins(env: SingleNode, group: str) -> tuple[int, int]:
         a_id = gw.join_group(a_conn, group, protocols=meta).member_id
         a_join = a_conn.send(gw.JOIN_GROUP, 4, _join_body(group, a_id))
         b_id = gw.join_group(b_conn, group, protocols=meta).member_id
-        got, _ = a_conn.recv_response()  # generation 1, without B
+        got, r = a_conn.recv_response()  # generation 1, without B
         assert got == a_join
+        r.i32()  # throttle
+        assert (r.i16(), r.i32()) == (gw.NONE, 1), f"{group}: A's first generation"
         b_join = b_conn.send(gw.JOIN_GROUP, 4, _join_body(group, b_id))
         deadline = time.monotonic() + HANG_GUARD
         # A rejoins until B has its answer: generation 1 again while B's join is on its way,

@@ -125,6 +125,26 @@ def test_initial_delay_gathers_members_into_one_generation() -> None:
     run(go())
 
 
+def test_a_group_forgotten_while_its_first_request_waited_for_the_load_is_loaded_again() -> None:
+    """The sweep that forgets idle groups runs between the load of a new group and the resume of
+    the request that loaded it: the member id that request hands out must belong to the group
+    in memory, or the member's real join finds no such id (and its group starts without it)."""
+
+    async def go() -> None:
+        c, _ = coordinator()
+        first = asyncio.create_task(join(c, join_req(), version=4))
+        await asyncio.sleep(0)  # the request started the load and waits for it
+        loading = c._loading[GROUP]
+        # Runs after the load finished and before the request resumes (callbacks run in order).
+        loading.add_done_callback(lambda _: c.forget_idle_groups())
+        handed_out = await first
+        assert handed_out.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        joined = await join(c, join_req(handed_out.member_id), version=4)
+        assert (joined.error_code, joined.generation_id) == (ErrorCode.NONE, 1)
+
+    run(go())
+
+
 def test_leave_group_v3_removes_members_at_once() -> None:
     async def go() -> None:
         c, _ = coordinator()

@@ -316,13 +316,19 @@ class GroupCoordinator:
             self._loading[group_id] = loading
             loading.add_done_callback(lambda _: self._loading.pop(group_id, None))
         try:
-            return await asyncio.shield(loading)
+            loaded = await asyncio.shield(loading)
         except Fenced:
             log.info("group %r was written by another coordinator while loading", group_id)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         except StoreUnavailable as exc:
             log.warning("cannot load group %r: %s", group_id, exc)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self._groups.get(group_id) is loaded:
+            return loaded
+        # Forgotten before this request resumed (a new group is empty and nobody holds its
+        # lock yet, so forget_idle_groups may drop it; or it was lost): acting on the detached
+        # object would hand out a member id the group in memory never heard of. Start over.
+        return await self._acquire(group_id)
 
     async def _load(self, group_id: str) -> Group:
         group = await self._storage.load(group_id)
@@ -360,16 +366,21 @@ class GroupCoordinator:
                 expire_at = time.monotonic() + expire_every_s
                 await self.expire_offsets()
             await asyncio.sleep(SWEEP_INTERVAL_S)
+            self.forget_idle_groups()
             for group in list(self._groups.values()):
-                if self._core.coordinator_for(group.group_id) != self._settings.broker_id:
-                    self._lose(group, ErrorCode.NOT_COORDINATOR)
-                elif _forgettable(group):
-                    del self._groups[group.group_id]
-                else:
-                    try:
-                        await self._membership.expire(group)
-                    except Exception:
-                        log.exception("expiring sessions of group %r failed", group.group_id)
+                try:
+                    await self._membership.expire(group)
+                except Exception:
+                    log.exception("expiring sessions of group %r failed", group.group_id)
+
+    def forget_idle_groups(self) -> None:
+        """Gives up the groups that moved to another broker and forgets those not worth
+        keeping in memory (see ``_forgettable``)."""
+        for group in list(self._groups.values()):
+            if self._core.coordinator_for(group.group_id) != self._settings.broker_id:
+                self._lose(group, ErrorCode.NOT_COORDINATOR)
+            elif _forgettable(group):
+                del self._groups[group.group_id]
 
     async def adopt_stored_groups(self) -> int:
         """Loads the stored groups this broker coordinates and has not loaded yet (so their
