@@ -89,7 +89,9 @@ enum TakeError {
 ///
 /// A run whose object is gone was compacted into a segment, and its object collected, after
 /// this broker's view of the log was taken (the view follows the metadata store a moment
-/// behind). The read then brings the view up to date and reads again.
+/// behind). The read then brings the view up to date and reads again. So does a read whose
+/// segment list lags the segment end it knows (a follower's listing overtaken by the next
+/// compaction is not taken), or whose view of the log has a hole: it lists the segments again.
 pub async fn read(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
@@ -99,35 +101,41 @@ pub async fn read(
 ) -> Result<ReadResult, ResponseError> {
     let mut attempts = 0;
     loop {
-        match read_once(ctx, partition, offset, max_bytes, must_progress).await {
+        let failure = match read_once(ctx, partition, offset, max_bytes, must_progress).await {
             Ok(result) => return Ok(result),
             Err(ReadFailure::Error(e)) => return Err(e),
-            Err(ReadFailure::Gap { expected, found }) => {
-                tracing::warn!(topic = %partition.topic, partition = partition.id, offset,
-                    expected, found, "this broker's view of the log skips offsets; listing \
-                     the partition's segments again");
-                let (record, _) = partition.committed_record();
-                if attempts == STALE_VIEW_RETRIES
-                    || partition.relist_segments(ctx, &record).await.is_err()
-                {
-                    tracing::error!(topic = %partition.topic, partition = partition.id, offset,
-                        expected, found, "the log read has a hole that listing storage did \
-                         not fill; answering KAFKA_STORAGE_ERROR");
-                    return Err(ResponseError::KafkaStorageError);
-                }
-                attempts += 1;
-            }
-            Err(ReadFailure::Stale { segment_end }) => {
-                if attempts == STALE_VIEW_RETRIES || !catch_up(ctx, partition, segment_end).await {
+            Err(failure) => failure,
+        };
+        let retried = attempts < STALE_VIEW_RETRIES
+            && match failure {
+                ReadFailure::Gap { expected, found } => {
                     tracing::warn!(topic = %partition.topic, partition = partition.id, offset,
-                        "a write-ahead object this read needs is gone and the partition's \
-                         segments did not catch up; answering KAFKA_STORAGE_ERROR");
-                    return Err(ResponseError::KafkaStorageError);
+                        expected, found, "this broker's view of the log skips offsets; listing \
+                         the partition's segments again");
+                    relist(ctx, partition).await
                 }
-                attempts += 1;
-            }
+                ReadFailure::Stale {
+                    segments_lag: true, ..
+                } => relist(ctx, partition).await,
+                ReadFailure::Stale { segment_end, .. } => {
+                    catch_up(ctx, partition, segment_end).await
+                }
+                ReadFailure::Error(_) => unreachable!("returned above"),
+            };
+        if !retried {
+            tracing::error!(topic = %partition.topic, partition = partition.id, offset,
+                reason = failure.reason(), "this broker's view of the log did not catch up with \
+                 storage; answering KAFKA_STORAGE_ERROR");
+            return Err(ResponseError::KafkaStorageError);
         }
+        attempts += 1;
     }
+}
+
+/// Lists the partition's segments again for its committed record; false if that failed.
+async fn relist(ctx: &LogContext, partition: &Partition) -> bool {
+    let (record, _) = partition.committed_record();
+    partition.relist_segments(ctx, &record).await.is_ok()
 }
 
 /// How often a read starts again after finding its view of the log outdated.
@@ -170,11 +178,14 @@ async fn moved_past(partition: &Partition, segment_end: i64, wait: Duration) -> 
     }
 }
 
-/// Why one read attempt failed: the view it was made from (with this segment end) no longer
-/// matches storage, or an error for the client.
+/// Why one read attempt failed: the view it was made from no longer matches storage, or an
+/// error for the client.
 enum ReadFailure {
+    /// A write-ahead run's object is gone. The view had this segment end; `segments_lag`: its
+    /// segment list ended below it, so the run was one the known segments already hold.
     Stale {
         segment_end: i64,
+        segments_lag: bool,
     },
     /// The view's segments and runs do not join up: offsets `expected..found` are missing.
     Gap {
@@ -182,6 +193,24 @@ enum ReadFailure {
         found: i64,
     },
     Error(ResponseError),
+}
+
+impl ReadFailure {
+    fn reason(&self) -> &'static str {
+        match self {
+            ReadFailure::Stale {
+                segments_lag: true, ..
+            } => {
+                "a write-ahead object is gone and listing the segments did not bring the \
+                 segments that hold it"
+            }
+            ReadFailure::Stale { .. } => {
+                "a write-ahead object is gone and the partition's segment end did not move"
+            }
+            ReadFailure::Gap { .. } => "the log has a hole that listing storage did not fill",
+            ReadFailure::Error(_) => "an error for the client",
+        }
+    }
 }
 
 impl From<ResponseError> for ReadFailure {
@@ -232,6 +261,7 @@ async fn read_once(
                 Err(RunLoadError::Collected) => {
                     return Err(ReadFailure::Stale {
                         segment_end: view.segment_end,
+                        segments_lag: collected.next < view.segment_end,
                     })
                 }
                 Err(RunLoadError::Failed(e)) => return Err(e.into()),

@@ -384,6 +384,56 @@ async fn a_follower_whose_watch_lags_reads_the_segment_the_store_records() {
 }
 
 #[tokio::test]
+async fn a_follower_whose_listing_was_overtaken_by_a_compaction_lists_again() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let later = super::partition::now_ms() + 7_200_000;
+    let ack = produce(&f, &p, 5);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(0));
+    let (due, revision) = compact_and_commit(&f, &p, later).await;
+    p.compacted(&f.ctx, due, revision);
+    let (first_record, first_revision) = p.committed_record();
+    let follower = Arc::new(super::follower_partition(
+        &f.topic,
+        0,
+        f.limits.clone(),
+        first_record,
+        first_revision,
+        p.high_watermark(),
+    ));
+    let ack = produce(&f, &p, 3);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(5));
+    let expected = reader::read(&f.ctx, &p, 0, 1 << 20, true).await.unwrap();
+    // The owner compacts again and its write-ahead objects are collected; the index of this
+    // broker still lists their runs (its mirror lags).
+    let (due, revision) = compact_and_commit(&f, &p, later).await;
+    p.compacted(&f.ctx, due, revision);
+    for (path, _) in f.ctx.store.list_wal().await.unwrap() {
+        f.ctx.store.delete(&path).await.unwrap();
+    }
+    // The follower's read lists the segments of the first compaction; the second reaches it
+    // while that listing is on its way, so the listing is not taken.
+    let gate = f.objects.hold_lists();
+    let reading = tokio::spawn({
+        let (ctx, follower) = (f.ctx.clone(), follower.clone());
+        async move { reader::read(&ctx, &follower, 0, 1 << 20, true).await }
+    });
+    while gate.waiting() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let (record, revision) = p.committed_record();
+    follower.follow(&record, revision);
+    gate.permits.add_permits(usize::MAX >> 4);
+    let read = reading
+        .await
+        .unwrap()
+        .expect("the read lists the segments again");
+    assert_eq!(read.records.concat(), expected.records.concat());
+}
+
+#[tokio::test]
 async fn a_read_that_finds_a_hole_in_its_view_lists_the_segments_again() {
     let f = fixture(1 << 20).await;
     let p = open(&f).await;

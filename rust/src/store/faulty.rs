@@ -1,6 +1,7 @@
 //! A memory object store with controllable faults, for unit tests of what the log does when
 //! storage is slow or failing: uploads under a prefix can be held until released, and the
-//! next uploads can be made to fail the way a transient S3 error does. Reads are recorded.
+//! next uploads can be made to fail the way a transient S3 error does, and listings can be held.
+//! Reads are recorded.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{
@@ -18,13 +20,29 @@ use tokio::sync::Semaphore;
 
 #[derive(Debug, Default)]
 pub struct FaultyStore {
-    inner: InMemory,
+    inner: Arc<InMemory>,
     /// Uploads under this prefix wait for a permit.
     gate: Mutex<Option<(String, Arc<Semaphore>)>>,
     failing_puts: AtomicUsize,
     held_puts: AtomicUsize,
     /// The path of every read, in order.
     reads: Mutex<Vec<String>>,
+    /// Listings wait for a permit while this is set.
+    list_gate: Mutex<Option<Arc<ListGate>>>,
+}
+
+/// Listings held until released, and how many are waiting.
+#[derive(Debug)]
+pub struct ListGate {
+    pub permits: Semaphore,
+    waiting: AtomicUsize,
+}
+
+impl ListGate {
+    /// How many listings are waiting at the gate right now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
 }
 
 impl FaultyStore {
@@ -38,6 +56,16 @@ impl FaultyStore {
     /// Makes the next `count` uploads fail with a generic (retriable-looking) error.
     pub fn fail_next_puts(&self, count: usize) {
         self.failing_puts.store(count, Ordering::SeqCst);
+    }
+
+    /// Holds every listing until the gate's `permits` let it through.
+    pub fn hold_lists(&self) -> Arc<ListGate> {
+        let gate = Arc::new(ListGate {
+            permits: Semaphore::new(0),
+            waiting: AtomicUsize::new(0),
+        });
+        *self.list_gate.lock().unwrap() = Some(gate.clone());
+        gate
     }
 
     /// How many uploads are waiting at the gate right now.
@@ -110,7 +138,19 @@ impl ObjectStore for FaultyStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        let Some(gate) = self.list_gate.lock().unwrap().clone() else {
+            return self.inner.list(prefix);
+        };
+        // What the store holds when the listing is let through, as a slow listing would see.
+        let (inner, prefix) = (self.inner.clone(), prefix.cloned());
+        futures::stream::once(async move {
+            gate.waiting.fetch_add(1, Ordering::SeqCst);
+            gate.permits.acquire().await.expect("gate closed").forget();
+            gate.waiting.fetch_sub(1, Ordering::SeqCst);
+            inner.list(prefix.as_ref())
+        })
+        .flatten()
+        .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
