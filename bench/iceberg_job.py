@@ -148,8 +148,8 @@ def run_job(args: argparse.Namespace, location: str, warehouse: Path) -> dict[st
 
 
 def wait_for_segments(location: str, marks: dict[int, int], seconds: float = 120.0) -> bool:
-    """Wait until the topic's segments end at the high watermarks (the broker's last writes
-    reach segments a little after their acks): the job reads segments only."""
+    """Wait until the topic's committed log, as a reader sees it, ends at the high watermarks
+    (the job reads what the data directory says is committed)."""
     from kafscale.spark import latest_offsets
 
     want = {str(p): hi for p, hi in marks.items()}

@@ -467,8 +467,9 @@ class RecordBatchStream:
     def __next__(self) -> ArrowBatch: ...
 
 class SegmentSource:
-    """A topic's segments in ``s3://bucket/namespace`` or ``<data dir>/<namespace>``.
-    Every call blocks with the GIL released; storage failures raise OSError."""
+    """A topic's log in ``s3://bucket/namespace`` or ``<data dir>/<namespace>``: committed
+    segments and the write-ahead runs after them. Every call blocks with the GIL released;
+    storage and metadata failures raise OSError."""
     def __init__(
         self,
         location: str,
@@ -479,9 +480,20 @@ class SegmentSource:
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         session_token: str | None = None,
+        etcd_endpoints: list[str] | None = None,
     ) -> None: ...
     @property
     def location(self) -> str: ...
+    @property
+    def metadata(self) -> str:
+        """Where what is committed comes from: "etcd", "published" or "segments"."""
+    def log(
+        self, topic: str, partition: int
+    ) -> tuple[int, int, list[tuple[int, int, int]], list[tuple[int, int, int, str]]]:
+        """(log start, end, [(base, end, size)] segments, [(base, end, length, object)] runs)."""
+    def committed_bounds(self, topic: str) -> list[tuple[int, int, int]] | None:
+        """(partition, log start, committed end) of each partition; None without metadata
+        or for a topic it does not know."""
     def topics(self) -> list[str]: ...
     def partitions(self, topic: str) -> list[int]: ...
     def segments(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
@@ -524,4 +536,4 @@ def empty_kafka_batch(include_headers: bool) -> ArrowBatch:
 def committed_bounds(
     endpoints: list[str], namespace: str, topic: str
 ) -> list[tuple[int, int, int]]:
-    """(partition, log start offset, high watermark) of each partition, read from etcd."""
+    """(partition, log start offset, committed end) of each partition, read from etcd."""

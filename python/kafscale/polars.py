@@ -12,8 +12,10 @@ until the frame is collected, and then only what the query needs:
   index makes both cheap). Every batch is still filtered with the full predicate, so pruning
   only saves work and never changes the result.
 
-With ``etcd_endpoints`` the scan never reads past each partition's committed high watermark
-(the brokers' notion of durable data) nor before its log start offset.
+The scan reads each partition's committed log as it is when the frame is collected: its
+segments and the write-ahead runs after them, from its log start up to its high watermark -
+with ``etcd_endpoints`` as the cluster's etcd has it, in a single-node broker's data directory
+as the broker published it (see :class:`kafscale.segment.SegmentSource`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,7 @@ from polars.io.plugins import register_io_source
 
 from kafscale.segment import (
     DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
-    PartitionBounds,
     SegmentSource,
-    committed_bounds,
     kafka_schema,
 )
 
@@ -69,11 +69,18 @@ def scan_topic(
 
     ``partitions`` limits the scan to those partitions; ``starting_offsets`` (inclusive) and
     ``ending_offsets`` (exclusive) map a partition to where to start and stop, the rest reads
-    from its first to its last segment. ``etcd_endpoints`` bounds every partition by its
-    committed state in that namespace (``namespace`` defaults to the last part of ``path``).
+    from its log start to its high watermark. ``etcd_endpoints`` names the cluster's etcd
+    (needed for a cluster's bucket: without it only compacted segments are read);
+    ``namespace``, if given, must be the last part of ``path``.
     The S3 settings default to the usual AWS environment variables.
     ``max_uncompressed_batch_bytes`` bounds what one compressed batch may expand to (see
     :meth:`kafscale.segment.SegmentSource.open`): past it the scan raises SegmentError."""
+    location_namespace = path.rstrip("/").rsplit("/", 1)[-1]
+    if namespace is not None and namespace != location_namespace:
+        raise ValueError(
+            f"namespace {namespace!r} is not the namespace of {path} ({location_namespace!r}): "
+            "the cluster's metadata is under the namespace its storage is"
+        )
     scan = TopicScan(
         path=path,
         topic=topic,
@@ -82,7 +89,6 @@ def scan_topic(
         ending_offsets=dict(ending_offsets or {}),
         include_headers=include_headers,
         etcd_endpoints=etcd_endpoints,
-        namespace=namespace or path.rstrip("/").rsplit("/", 1)[-1],
         max_uncompressed_batch_bytes=max_uncompressed_batch_bytes,
         storage={
             "endpoint": endpoint,
@@ -340,7 +346,6 @@ class TopicScan:
     ending_offsets: dict[int, int]
     include_headers: bool
     etcd_endpoints: str | list[str] | None
-    namespace: str
     max_uncompressed_batch_bytes: int
     storage: dict[str, str | None]
 
@@ -360,6 +365,7 @@ class TopicScan:
         source = SegmentSource.open(
             self.path,
             max_uncompressed_batch_bytes=self.max_uncompressed_batch_bytes,
+            etcd_endpoints=self.etcd_endpoints,
             **self.storage,
         )
         remaining = n_rows
@@ -386,34 +392,34 @@ class TopicScan:
                     return
 
     def ranges(self, source: SegmentSource, bounds: Bounds) -> list[Range]:
-        """What to read of each partition: the segments' extent, cut by the requested offsets,
-        the committed bounds (with etcd) and what the predicate allows."""
-        committed = self.committed()
+        """What to read of each partition: its committed log, cut by the requested offsets and
+        what the predicate allows."""
         partition_span = bounds.get("partition", Span())
         out = []
-        for p in source.partitions(self.topic):
+        for p in self.partition_ids(source):
             if self.partitions is not None and p not in self.partitions:
                 continue
-            if not partition_span.allows(p) or (committed is not None and p not in committed):
+            if not partition_span.allows(p):
                 continue
-            segments = source.segments(self.topic, p)
-            if not segments:
-                continue
-            start = max(segments[0].base_offset, self.starting_offsets.get(p, 0))
-            end = min(segments[-1].end_offset, self.ending_offsets.get(p, segments[-1].end_offset))
-            if committed is not None:
-                start = max(start, committed[p].log_start_offset)
-                end = min(end, committed[p].high_watermark)
+            log = source.log(self.topic, p)
+            start = max(log.log_start_offset, self.starting_offsets.get(p, 0))
+            end = min(log.end_offset, self.ending_offsets.get(p, log.end_offset))
             start, end = bounds.get("offset", Span()).clip(start, end)
             start = self.first_at_timestamp(source, p, start, end, bounds.get("timestamp"))
             if start < end:
                 out.append(Range(p, start, end))
         return out
 
-    def committed(self) -> dict[int, PartitionBounds] | None:
-        if self.etcd_endpoints is None:
-            return None
-        return committed_bounds(self.etcd_endpoints, self.namespace, self.topic)
+    def partition_ids(self, source: SegmentSource) -> list[int]:
+        """The topic's partitions; a topic the metadata does not know is an error that says
+        which topics there are (no metadata: the partitions with objects, maybe none)."""
+        partitions = source.partitions(self.topic)
+        if not partitions and source.metadata != "segments":
+            raise ValueError(
+                f"topic {self.topic!r} does not exist in {self.path} "
+                f"(topics there: {', '.join(source.topics()) or 'none'})"
+            )
+        return partitions
 
     def first_at_timestamp(
         self, source: SegmentSource, partition: int, start: int, end: int, span: Span | None

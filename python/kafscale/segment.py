@@ -1,11 +1,14 @@
-"""KafScale segments read straight from object storage into Arrow, without a broker.
+"""KafScale topics read straight from object storage into Arrow, without a broker.
 
 A topic's log lives in ``{namespace}/{topic}/{partition}/segment-{base}.kfs`` objects (with a
-sparse ``.index`` beside each), in S3 or in a single-node broker's data directory. The core
-lists, fetches, checks (segment and batch CRCs) and decodes them; rows come out in the schema
-of Spark's Kafka source::
+sparse ``.index`` beside each) and, for its newest records, in the write-ahead objects the
+brokers commit before compaction turns them into segments; in S3 or in a single-node broker's
+data directory. The core learns what is committed (from the cluster's etcd, or the metadata a
+single-node broker publishes next to its data), lists, fetches, checks (segment and batch CRCs)
+and decodes it; rows come out in the schema of Spark's Kafka source::
 
-    source = SegmentSource.open("s3://bucket/namespace", endpoint="http://127.0.0.1:9000")
+    source = SegmentSource.open("s3://bucket/namespace", endpoint="http://127.0.0.1:9000",
+                                etcd_endpoints="http://127.0.0.1:2379")
     for batch in source.read("orders", 0, 0, 1_000):
         ...  # pyarrow.RecordBatch: key, value, topic, partition, offset, timestamp, ...
 """
@@ -84,15 +87,55 @@ class SegmentCheck:
 class PartitionBounds:
     log_start_offset: int
     high_watermark: int
+    """The committed end: every offset below it (and at or above the log start) can be read."""
+
+
+@dataclass(frozen=True)
+class PartitionLog:
+    """What a reader may read of one partition right now: ``log_start_offset <= offset <
+    end_offset``, in its committed segments and then the write-ahead runs after them."""
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    end_offset: int
+    segments: list[SegmentInfo]
+    runs: list[RunInfo]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A partition's committed batches in a write-ahead object (compaction later moves them
+    into a segment)."""
+
+    base_offset: int
+    end_offset: int
+    """Exclusive."""
+    size: int
+    object: str
+    """The write-ahead object's key in the storage (namespace included)."""
 
 
 def _first_set(*values: str | None) -> str | None:
     return next((v for v in values if v), None)
 
 
+def _endpoint_list(endpoints: str | Iterable[str]) -> list[str]:
+    if isinstance(endpoints, str):
+        return [e.strip() for e in endpoints.split(",") if e.strip()]
+    return list(endpoints)
+
+
 class SegmentSource:
-    """The segments under one location: ``s3://bucket/namespace`` or a local
-    ``<data dir>/<namespace>`` directory."""
+    """The topics under one location: ``s3://bucket/namespace`` or a local
+    ``<data dir>/<namespace>`` directory.
+
+    What is committed comes from the cluster's etcd when ``etcd_endpoints`` is given (its
+    namespace is the location's last part), else from the metadata a single-node broker
+    publishes in its data (``<data dir>/<namespace>/!meta``); either way a read sees every
+    record committed when it starts, and nothing a broker uploaded without committing. Without
+    either (a cluster's bucket read without its etcd) only the segments are read, each up to
+    its end: the newest records, not yet compacted, are not seen."""
 
     def __init__(self, core: _core.SegmentSource) -> None:
         self._core = core
@@ -108,6 +151,7 @@ class SegmentSource:
         secret_access_key: str | None = None,
         session_token: str | None = None,
         max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
+        etcd_endpoints: str | Iterable[str] | None = None,
     ) -> SegmentSource:
         """S3 settings not given come from the standard AWS environment variables
         (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION,
@@ -132,12 +176,39 @@ class SegmentSource:
             access_key_id=access_key_id,
             secret_access_key=secret_access_key,
             session_token=session_token,
+            etcd_endpoints=None if etcd_endpoints is None else _endpoint_list(etcd_endpoints),
         )
         return cls(core)
 
     @property
     def location(self) -> str:
         return self._core.location
+
+    @property
+    def metadata(self) -> str:
+        """Where what is committed comes from: ``"etcd"``, ``"published"`` (a single-node
+        broker's data) or ``"segments"`` (nothing: segments only)."""
+        return self._core.metadata
+
+    def log(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's committed log now (see :class:`PartitionLog`)."""
+        start, end, segments, runs = self._core.log(topic, partition)
+        return PartitionLog(
+            topic,
+            partition,
+            start,
+            end,
+            [SegmentInfo(topic, partition, base, stop, size) for base, stop, size in segments],
+            [RunInfo(*run) for run in runs],
+        )
+
+    def bounds(self, topic: str) -> dict[int, PartitionBounds] | None:
+        """Each partition's log start and committed end; None without metadata (then the
+        segments are all there is) or when the metadata knows no such topic."""
+        bounds = self._core.committed_bounds(topic)
+        if bounds is None:
+            return None
+        return {p: PartitionBounds(start, end) for p, start, end in bounds}
 
     def topics(self) -> list[str]:
         """Topics with at least one segment."""
@@ -193,9 +264,10 @@ class SegmentSource:
         batch_rows: int = DEFAULT_BATCH_ROWS,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> Iterator[pa.RecordBatch]:
-        """Records with ``start_offset <= offset < end_offset`` in offset order, as record
-        batches of about ``batch_rows`` rows (cut between Kafka batches). Raises SegmentError
-        for a corrupt or truncated segment, OSError when storage cannot be read."""
+        """Records with ``start_offset <= offset < end_offset`` in offset order (within the
+        committed log), as record batches of about ``batch_rows`` rows (cut between Kafka
+        batches). Raises SegmentError for a corrupt or truncated segment, OSError when storage
+        or the metadata cannot be read."""
         if start_offset >= end_offset:
             return
         stream = self._core.scan(
@@ -214,17 +286,12 @@ class SegmentSource:
 def committed_bounds(
     etcd_endpoints: str | Iterable[str], namespace: str, topic: str
 ) -> dict[int, PartitionBounds]:
-    """Each partition's log start offset and the end of its committed segments, read from the
-    etcd of the cluster whose namespace is ``namespace``. A reader bounded by them never
-    returns a record that is not committed. Segment readers see the log up to where
-    compaction has reached: the committed tail above it sits in write-ahead objects for at
-    most the broker's ``wal_compaction_age_ms`` plus one ``wal_compaction_interval_ms``."""
-    endpoints = (
-        [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
-        if isinstance(etcd_endpoints, str)
-        else list(etcd_endpoints)
-    )
+    """Each partition's log start offset and committed end (its high watermark), read from the
+    etcd of the cluster whose namespace is ``namespace`` (empty for a topic it does not know).
+    A reader bounded by them never returns a record that is not committed."""
     return {
         partition: PartitionBounds(start, high)
-        for partition, start, high in _core.committed_bounds(endpoints, namespace, topic)
+        for partition, start, high in _core.committed_bounds(
+            _endpoint_list(etcd_endpoints), namespace, topic
+        )
     }

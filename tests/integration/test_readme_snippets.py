@@ -105,7 +105,7 @@ RUN = {
     "## Quickstart :: pip install . && python -m kafscale.broker": "quickstart",
     "## The `kafscale` command :: kafscale topics create orders --partitions 6 "
     "--config retention.ms=86400000 --bootstrap-server 127.0.0.1:9092": "shell",
-    "## Analytics: reading segments without a broker :: "
+    "## Analytics: reading topics without a broker :: "
     "from kafscale.segment import SegmentSource, committed_bounds": "python",
     "## Analytics: polars :: import polars as pl": "python",
     "## Analytics: Iceberg tables :: from pyiceberg.catalog import load_catalog": "iceberg",
@@ -144,7 +144,7 @@ RUNNABLE_LANGS = {
 
 # Python appended to a block after it ran: what it computed is what the test's data says
 EPILOGUES = {
-    "## Analytics: reading segments without a broker :: "
+    "## Analytics: reading topics without a broker :: "
     "from kafscale.segment import SegmentSource, committed_bounds": f"""
 assert bounds[0].high_watermark == {RECORDS_P0}, bounds
 rows = sum(b.num_rows for b in source.read("orders", 0, 1200, bounds[0].high_watermark))

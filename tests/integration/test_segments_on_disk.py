@@ -36,6 +36,8 @@ def s3_objects(objects: dict[str, bytes]) -> dict[tuple[str, str, int], dict[str
     out: dict[tuple[str, str, int], dict[str, bytes]] = defaultdict(dict)
     for key, data in objects.items():
         parts = key.split("/")
+        if parts[1].startswith("!"):
+            continue  # the broker's own folders: write-ahead objects, published metadata
         assert len(parts) == 4, f"unexpected object key {key!r}"
         ns, topic, part, name = parts
         assert part.isdigit(), key

@@ -435,17 +435,22 @@ def build(kind: str, env: GroupEnv, location: str, options, etcd, store) -> Anal
 _CLUSTER_DATA: dict[str, AnalyticsData] = {}
 
 
+def s3_options(moto: MotoServer) -> dict[str, str]:
+    """The options a Spark read (in Spark's names) takes to reach the moto bucket."""
+    return {
+        "endpoint": moto.endpoint,
+        "region": S3_ENV["AWS_REGION"],
+        "accessKeyId": S3_ENV["AWS_ACCESS_KEY_ID"],
+        "secretAccessKey": S3_ENV["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
 def cluster_data(request) -> AnalyticsData:
     module = request.module.__name__
     if module not in _CLUSTER_DATA:
         make = request.getfixturevalue("module_cluster")
         cluster = make(3, args=BROKER_ARGS, flush_interval_ms=FLUSH_MS)
-        options = {
-            "endpoint": cluster.moto.endpoint,
-            "region": S3_ENV["AWS_REGION"],
-            "accessKeyId": S3_ENV["AWS_ACCESS_KEY_ID"],
-            "secretAccessKey": S3_ENV["AWS_SECRET_ACCESS_KEY"],
-        }
+        options = s3_options(cluster.moto)
         location = f"s3://{cluster.bucket}/{NAMESPACE}"
         store = S3Objects(cluster.moto, cluster.bucket)
         env = ClusterNodes(cluster)

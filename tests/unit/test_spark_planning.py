@@ -5,7 +5,7 @@ the streaming offsets, over a fake SegmentSource."""
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import pairwise
 
@@ -31,7 +31,6 @@ from kafscale.spark import (
     Pruning,
     ReadOptions,
     SegmentRange,
-    planning,
     readers,
     spark_schema,
 )
@@ -67,6 +66,16 @@ class FakeBounds:
     high_watermark: int
 
 
+@dataclass(frozen=True)
+class FakeLog:
+    topic: str
+    partition: int
+    log_start_offset: int
+    end_offset: int
+    segments: list[FakeSegment]
+    runs: list[tuple[int, int, int]]
+
+
 @dataclass
 class FakeSource:
     """Segments given as boundaries per partition ({"t": {0: [0, 10, 25]}} = segments [0, 10)
@@ -74,6 +83,8 @@ class FakeSource:
 
     layout: dict[str, dict[int, list[int]]]
     timestamps: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    # what the metadata says is committed, per topic (a partition it leaves out: empty log)
+    committed: dict[str, dict[int, FakeBounds]] = field(default_factory=dict)
 
     def topics(self) -> list[str]:
         return sorted(self.layout)
@@ -84,6 +95,17 @@ class FakeSource:
     def segments(self, topic: str, partition: int) -> list[FakeSegment]:
         edges = self.layout.get(topic, {}).get(partition, [])
         return [FakeSegment(topic, partition, a, b, 100 * (b - a)) for a, b in pairwise(edges)]
+
+    def log(self, topic: str, partition: int) -> FakeLog:
+        """The segments' extent, or the committed bounds (segments outside them left out)."""
+        segments = self.segments(topic, partition)
+        start = segments[0].base_offset if segments else 0
+        end = segments[-1].end_offset if segments else start
+        if topic in self.committed:
+            bounds = self.committed[topic].get(partition, FakeBounds(0, 0))
+            start, end = bounds.log_start_offset, bounds.high_watermark
+            segments = [s for s in segments if s.base_offset < end and s.end_offset > start]
+        return FakeLog(topic, partition, start, end, segments, [])
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         edges = self.layout[topic][partition]
@@ -244,12 +266,14 @@ def test_namespace_and_storage_options(data_dir):
         "access_key_id": "AK",
         "secret_access_key": "SK",
     }
-    with pytest.raises(KafScaleOptionError, match=r"cannot tell the namespace"):
+    with pytest.raises(KafScaleOptionError, match=r"names no namespace"):
         ReadOptions.parse(
             {"path": "s3://bucket", "subscribe": "o", "etcd.endpoints": "h:2379"},
             streaming=False,
         )
-    assert options(data_dir, subscribe="o", namespace="other").namespace == "other"
+    assert options(data_dir, subscribe="o", namespace="default").namespace == "default"
+    with pytest.raises(KafScaleOptionError, match=r"is not the namespace of"):
+        options(data_dir, subscribe="o", namespace="other")
 
 
 def test_parse_offsets_plain_words_and_json():
@@ -319,12 +343,12 @@ def test_timestamps_pick_the_first_offset_at_or_after_them(data_dir):
     assert spans(plan(source, both)) == [("t", 0, 0, 4), ("t", 1, 2, 3)]
 
 
-def test_etcd_bounds_every_read_by_the_committed_high_watermark(data_dir, monkeypatch):
+def test_every_read_is_bounded_by_the_committed_log(data_dir):
     committed = {0: FakeBounds(10, 25), 1: FakeBounds(0, 5)}  # partition 2 not committed
-    monkeypatch.setattr(planning, "_committed_bounds", lambda opts, topic: committed)
+    source = replace(SOURCE, committed={"orders": committed})
     opts = options(data_dir, subscribe="orders", **{"etcd.endpoints": "127.0.0.1:2379"})
-    assert spans(plan(SOURCE, opts)) == [("orders", 0, 10, 25), ("orders", 1, 0, 5)]
-    logs = list_partition_logs(SOURCE, opts)
+    assert spans(plan(source, opts)) == [("orders", 0, 10, 25), ("orders", 1, 0, 5)]
+    logs = list_partition_logs(source, opts)
     # segments wholly below the log start or above the high watermark are not part of the log
     assert [s.base_offset for s in logs[("orders", 0)].segments] == [10]
 

@@ -1,6 +1,8 @@
-"""``kafscale segments ls|dump|verify``: a topic's segment objects read straight from object
-storage (``s3://bucket/namespace``) or a single broker's ``<data dir>/<namespace>``, with no
-broker involved.
+"""``kafscale segments ls|dump|verify``: a topic's log read straight from object storage
+(``s3://bucket/namespace``) or a single broker's ``<data dir>/<namespace>``, with no broker
+involved: its segment objects and the committed write-ahead runs after them (what a single
+broker publishes next to its data says which are committed; for a cluster, give
+--etcd-endpoints).
 
 S3 settings not given as flags come from the standard AWS environment variables
 (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
@@ -114,12 +116,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
         )
     else:
         output.print_table(
-            ["TOPIC", "PARTITION", "SEGMENTS", "FIRST-OFFSET", "END-OFFSET", "SIZE"],
+            ["TOPIC", "PARTITION", "SEGMENTS", "WAL-RUNS", "FIRST-OFFSET", "END-OFFSET", "SIZE"],
             [
                 [
                     r["topic"],
                     r["partition"],
                     r["segments"],
+                    r["wal_runs"],
                     r["first_offset"],
                     r["end_offset"],
                     output.human_bytes(r["size"]),
@@ -134,34 +137,45 @@ def partition_rows(source: SegmentSource) -> list[dict[str, Any]]:
     rows = []
     for topic in source.topics():
         for p in source.partitions(topic):
-            segs = source.segments(topic, p)
-            if segs:
+            log = source.log(topic, p)
+            if log.end_offset > log.log_start_offset:
                 rows.append(
                     {
                         "topic": topic,
                         "partition": p,
-                        "segments": len(segs),
-                        "first_offset": segs[0].base_offset,
-                        "end_offset": segs[-1].end_offset,
-                        "size": sum(s.size for s in segs),
+                        "segments": len(log.segments),
+                        "wal_runs": len(log.runs),
+                        "first_offset": log.log_start_offset,
+                        "end_offset": log.end_offset,
+                        "size": sum(s.size for s in log.segments) + sum(r.size for r in log.runs),
                     }
                 )
     return rows
 
 
 def segment_rows(source: SegmentSource, args: argparse.Namespace) -> list[dict[str, Any]]:
-    return [
-        {
-            "topic": s.topic,
-            "partition": s.partition,
-            "base_offset": s.base_offset,
-            "end_offset": s.end_offset,
-            "size": s.size,
-            "object": object_name(s.topic, s.partition, s.base_offset),
-        }
-        for p in partitions_of(source, args.topic, args.partition)
-        for s in source.segments(args.topic, p)
-    ]
+    """The segments of each chosen partition, then its committed write-ahead runs (object:
+    the write-ahead object's key)."""
+    rows = []
+    for p in partitions_of(source, args.topic, args.partition):
+        log = source.log(args.topic, p)
+        pieces = [
+            (s.base_offset, s.end_offset, s.size, object_name(s.topic, s.partition, s.base_offset))
+            for s in log.segments
+        ]
+        pieces += [(r.base_offset, r.end_offset, r.size, r.object) for r in log.runs]
+        rows += [
+            {
+                "topic": args.topic,
+                "partition": p,
+                "base_offset": base,
+                "end_offset": end,
+                "size": size,
+                "object": name,
+            }
+            for base, end, size, name in pieces
+        ]
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,9 +188,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
     source = open_source(args)
     with storage(args.location):
         (partition,) = partitions_of(source, args.topic, args.partition)
-        segs = source.segments(args.topic, partition)
-        start = args.from_offset if args.from_offset is not None else segs[0].base_offset
-        end = segs[-1].end_offset
+        log = source.log(args.topic, partition)
+        start = args.from_offset if args.from_offset is not None else log.log_start_offset
+        end = log.end_offset
         if start >= end:
             output.note(f"{args.topic}/{partition} ends at offset {end}: nothing from {start}")
             return EXIT_OK

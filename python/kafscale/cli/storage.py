@@ -34,6 +34,13 @@ def add_location_flags(parser: argparse.ArgumentParser) -> None:
         metavar="REGION",
         help="bucket region (default: AWS_REGION / AWS_DEFAULT_REGION or us-east-1)",
     )
+    parser.add_argument(
+        "--etcd-endpoints",
+        metavar="URLS",
+        help="a cluster's etcd (comma-separated URLs): what is committed, so that the newest "
+        "records, not compacted yet, are read too (a single broker's data directory says so "
+        "itself)",
+    )
 
 
 def open_source(args: argparse.Namespace) -> SegmentSource:
@@ -45,7 +52,12 @@ def open_source(args: argparse.Namespace) -> SegmentSource:
             "install KafScale with `pip install .` (or the wheel) in this environment",
         ) from None
     try:
-        return SegmentSource.open(args.location, endpoint=args.s3_endpoint, region=args.s3_region)
+        return SegmentSource.open(
+            args.location,
+            endpoint=args.s3_endpoint,
+            region=args.s3_region,
+            etcd_endpoints=args.etcd_endpoints,
+        )
     except ValueError as exc:  # the reader's own message says what a location looks like
         raise CliError(str(exc)) from None
 
@@ -119,9 +131,10 @@ def nothing_stored(location: str) -> CliError:
             )
         if (root / WAL_FOLDER).is_dir():
             return CliError(
-                f"no segments under {location} yet: the brokers' records are still in its "
-                f"write-ahead log ({WAL_FOLDER})",
-                "retry once the brokers have compacted it into segments",
+                f"no segments under {location} yet, and no metadata that says which of its "
+                f"write-ahead objects ({WAL_FOLDER}) are committed",
+                "give the cluster's --etcd-endpoints, or retry once the brokers have compacted "
+                "the records into segments",
             )
     except OSError:  # unreadable: the generic message
         pass

@@ -287,11 +287,18 @@ class ReadOptions:
         for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
             _check_topics_subscribed(spec, name, subscription)
         etcd_endpoints = opts.get("etcd.endpoints")
-        namespace = opts.get("namespace") or _namespace_of(location)
-        if etcd_endpoints and not namespace:
+        namespace = _namespace_of(location)
+        if not namespace:
             raise KafScaleOptionError(
-                f"kafscale: cannot tell the namespace from {location!r} to look up the committed "
-                "offsets in etcd; load s3://bucket/<namespace> or set the option namespace"
+                f"kafscale: {location!r} names no namespace; load s3://bucket/<namespace> (the "
+                "brokers' --s3-namespace, default: default)"
+            )
+        given = opts.get("namespace")
+        if given and given != namespace:
+            raise KafScaleOptionError(
+                f"kafscale: the option namespace ({given!r}) is not the namespace of "
+                f"{location!r} ({namespace!r}): a cluster's metadata is under the namespace its "
+                "storage is; leave the option out"
             )
         return cls(
             location=location,

@@ -18,14 +18,14 @@ from kafscale.spark.options import (
 )
 
 if TYPE_CHECKING:
-    from kafscale.segment import PartitionBounds, SegmentInfo, SegmentSource
+    from kafscale.segment import SegmentInfo, SegmentSource
 
 
 @dataclass(frozen=True)
 class PartitionLog:
     """What a partition holds right now: its segments and the offsets a read may cover,
-    ``earliest <= offset < latest`` (``latest`` bounded by the committed high watermark when
-    etcd is given)."""
+    ``earliest <= offset < latest`` (the log start and the committed end: segments, then the
+    committed write-ahead runs after them)."""
 
     topic: str
     partition: int
@@ -41,13 +41,13 @@ class PartitionLog:
 
 
 def open_source(options: ReadOptions) -> SegmentSource:
-    from kafscale.segment import SegmentSource
+    from kafscale.segment import DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES, SegmentSource
 
-    if options.max_uncompressed_batch_bytes is None:
-        return SegmentSource.open(options.location, **options.storage)
     return SegmentSource.open(
         options.location,
-        max_uncompressed_batch_bytes=options.max_uncompressed_batch_bytes,
+        max_uncompressed_batch_bytes=options.max_uncompressed_batch_bytes
+        or DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
+        etcd_endpoints=options.etcd_endpoints or None,
         **options.storage,
     )
 
@@ -55,46 +55,21 @@ def open_source(options: ReadOptions) -> SegmentSource:
 def list_partition_logs(
     source: SegmentSource, options: ReadOptions
 ) -> dict[TopicPartition, PartitionLog]:
-    """The current data of every partition the query subscribes to (partitions without data,
-    or without a committed record when etcd is given, are left out)."""
+    """The current data of every partition the query subscribes to (partitions without data
+    are left out)."""
     logs: dict[TopicPartition, PartitionLog] = {}
     for topic, partitions in options.subscription.select(source).items():
-        # etcd first: every offset below a high watermark read now is in the listing made after
-        committed = _committed_bounds(options, topic)
         for partition in partitions:
-            log = _partition_log(source, topic, partition, committed)
-            if log is not None:
-                logs[(topic, partition)] = log
+            log = source.log(topic, partition)
+            if log.end_offset > log.log_start_offset:
+                logs[(topic, partition)] = PartitionLog(
+                    topic,
+                    partition,
+                    tuple(log.segments),
+                    log.log_start_offset,
+                    log.end_offset,
+                )
     return logs
-
-
-def _committed_bounds(options: ReadOptions, topic: str) -> dict[int, PartitionBounds] | None:
-    if not options.etcd_endpoints:
-        return None
-    from kafscale.segment import committed_bounds
-
-    return committed_bounds(options.etcd_endpoints, options.namespace, topic)
-
-
-def _partition_log(
-    source: SegmentSource,
-    topic: str,
-    partition: int,
-    committed: Mapping[int, PartitionBounds] | None,
-) -> PartitionLog | None:
-    segments = source.segments(topic, partition)
-    if not segments:
-        return None
-    earliest, latest = segments[0].base_offset, segments[-1].end_offset
-    if committed is not None:
-        bounds = committed.get(partition)
-        if bounds is None:
-            return None  # objects of a partition etcd does not know (deleted topic): not data
-        earliest = max(earliest, bounds.log_start_offset)
-        latest = min(latest, bounds.high_watermark)
-    latest = max(latest, earliest)
-    kept = tuple(s for s in segments if s.base_offset < latest and s.end_offset > earliest)
-    return PartitionLog(topic, partition, kept, earliest, latest)
 
 
 def latest_offsets(options: Mapping[str, str]) -> OffsetsJson:

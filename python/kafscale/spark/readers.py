@@ -125,7 +125,9 @@ class KafScaleStreamReader(DataSourceStreamReader):
         if not self.options.min_partitions or not ranges:
             return ranges
         source = open_source(self.options)
-        segments = {(r.topic, r.partition): source.segments(r.topic, r.partition) for r in ranges}
+        segments = {
+            (r.topic, r.partition): source.log(r.topic, r.partition).segments for r in ranges
+        }
         return split_at_segments(ranges, segments, self.options.min_partitions)
 
     # As in KafScaleBatchReader.read: Spark passes back the partitions planned above.

@@ -11,6 +11,13 @@ pub enum ReadError {
         offset: i64,
         reason: String,
     },
+    /// What is committed could not be learned (etcd unreachable, a record unreadable).
+    #[error("metadata: {0}")]
+    Metadata(String),
+    /// The log changed while it was read (a compaction moved committed runs into a segment and
+    /// collected their objects) more often than a read starts again.
+    #[error("partition {partition} of {topic} changed while it was read; read it again")]
+    Moved { topic: String, partition: i32 },
 }
 
 impl ReadError {

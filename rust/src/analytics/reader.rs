@@ -1,26 +1,139 @@
-//! A topic's segments as object storage holds them: listing, end offsets, and the offset of a
-//! timestamp. Reads never go through a broker.
+//! A topic's log as storage and the metadata hold it: its committed segments and write-ahead
+//! runs, end offsets, and the offset of a timestamp. Reads never go through a broker.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use tokio::sync::OnceCell;
+
 use super::error::ReadError;
+use super::metadata::{Metadata, RunRef, TopicSnapshot};
 use super::records::first_offset_at_or_after;
-use super::scan::{fetch_segment, BatchCursor, SegmentRef};
+use super::scan::{BatchCursor, SegmentRef};
+use crate::log::committed_segments;
 use crate::log::segment::{FOOTER_MAGIC, SEGMENT_FOOTER_LEN};
-use crate::store::{SegmentObject, SegmentStore};
+use crate::store::{ListedSegment, SegmentObject, SegmentStore};
 
 pub struct TopicReader {
     store: Arc<SegmentStore>,
+    /// Where what is committed comes from; unless given, looked at on first use.
+    metadata: OnceCell<Metadata>,
     /// Largest size one Kafka batch's records may decompress to: a segment holding a bigger
     /// batch (a decompression bomb) fails the read instead of allocating.
     max_uncompressed: usize,
 }
 
+/// What a reader may read of one partition: `log_start..end`, in its committed segments and
+/// then the committed write-ahead runs above them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionLog {
+    pub log_start: i64,
+    pub segments: Vec<SegmentRef>,
+    pub runs: Vec<RunRef>,
+    pub end: i64,
+}
+
 impl TopicReader {
-    pub fn new(store: SegmentStore, max_uncompressed: usize) -> TopicReader {
+    /// Without `metadata`, the first read looks for what a single-node broker publishes in
+    /// the storage, and reads segments only if there is none.
+    pub fn new(
+        store: SegmentStore,
+        metadata: Option<Metadata>,
+        max_uncompressed: usize,
+    ) -> TopicReader {
         TopicReader {
             store: Arc::new(store),
+            metadata: OnceCell::new_with(metadata),
             max_uncompressed,
+        }
+    }
+
+    pub async fn metadata(&self) -> Result<&Metadata, ReadError> {
+        let found = || async {
+            Ok(match self.store.has_published().await? {
+                true => Metadata::Published,
+                false => Metadata::SegmentsOnly,
+            })
+        };
+        self.metadata.get_or_try_init(found).await
+    }
+
+    /// What is committed of `topic` now; None without metadata, or when it knows no such topic.
+    pub async fn snapshot(&self, topic: &str) -> Result<Option<TopicSnapshot>, ReadError> {
+        self.metadata().await?.snapshot(&self.store, topic).await
+    }
+
+    /// The partition's log as `snapshot` has it (the storage listed now): segments below its
+    /// segment end, then its runs from there, which must follow one another (a gap means a
+    /// compaction came between the snapshot and the listing: `ReadError::Moved`). Without a
+    /// snapshot, the segments the listing holds, each up to its footer.
+    pub async fn log(
+        &self,
+        topic: &str,
+        partition: i32,
+        snapshot: Option<&TopicSnapshot>,
+    ) -> Result<PartitionLog, ReadError> {
+        let Some(snapshot) = snapshot else {
+            let segments = self.segments(topic, partition).await?;
+            let log_start = segments.first().map_or(0, |s| s.base_offset);
+            let end = segments.last().map_or(log_start, |s| s.end_offset);
+            return Ok(PartitionLog {
+                log_start,
+                segments,
+                runs: Vec::new(),
+                end,
+            });
+        };
+        let Some(record) = snapshot.records.get(&partition) else {
+            return Ok(PartitionLog::default());
+        };
+        let listed = self.store.list_partition(topic, partition).await?;
+        let indexed = indexed(&listed);
+        let segments = committed_segments(&listed, record)
+            .into_iter()
+            .map(|s| SegmentRef {
+                base_offset: s.base_offset,
+                end_offset: s.last_offset + 1,
+                size: s.size,
+                has_index: indexed.contains(&s.base_offset),
+            })
+            .collect();
+        let mut end = record.segment_end();
+        let mut runs = Vec::new();
+        for run in snapshot.runs.get(&partition).into_iter().flatten() {
+            if run.end_offset <= end {
+                continue; // compacted: its manifest goes once the compaction's commit is in
+            }
+            if run.base_offset != end {
+                return Err(ReadError::Moved {
+                    topic: topic.to_string(),
+                    partition,
+                });
+            }
+            end = run.end_offset;
+            runs.push(run.clone());
+        }
+        Ok(PartitionLog {
+            log_start: record.log_start_offset,
+            segments,
+            runs,
+            end: end.max(record.log_start_offset),
+        })
+    }
+
+    /// `log` from a fresh snapshot, taken again while a compaction moves the log meanwhile.
+    pub async fn current_log(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionLog, ReadError> {
+        let mut attempts = 0;
+        loop {
+            let snapshot = self.snapshot(topic).await?;
+            match self.log(topic, partition, snapshot.as_ref()).await {
+                Err(ReadError::Moved { .. }) if attempts < MOVED_RETRIES => attempts += 1,
+                result => return result,
+            }
         }
     }
 
@@ -32,14 +145,25 @@ impl TopicReader {
         &self.store
     }
 
-    /// Topics with at least one object (the write-ahead folder is no topic's).
+    /// The topics the metadata knows; without metadata, those with at least one object (the
+    /// write-ahead and published-metadata folders are no topic's).
     pub async fn topics(&self) -> Result<Vec<String>, ReadError> {
+        if let Some(mut known) = self.metadata().await?.topics(&self.store).await? {
+            known.sort();
+            return Ok(known);
+        }
         let mut folders = self.store.list_folders("").await?;
-        folders.retain(|f| f != crate::store::WAL_FOLDER);
+        folders.retain(|f| !f.starts_with('!'));
         Ok(folders)
     }
 
+    /// The topic's partitions as the metadata has them (none for a topic it does not know);
+    /// without metadata, those with at least one object.
     pub async fn partitions(&self, topic: &str) -> Result<Vec<i32>, ReadError> {
+        if *self.metadata().await? != Metadata::SegmentsOnly {
+            let snapshot = self.snapshot(topic).await?;
+            return Ok(snapshot.map_or_else(Vec::new, |s| s.records.keys().copied().collect()));
+        }
         let folders = self.store.list_folders(topic).await?;
         let mut ids: Vec<i32> = folders.iter().filter_map(|f| f.parse().ok()).collect();
         ids.sort_unstable();
@@ -54,11 +178,7 @@ impl TopicReader {
         partition: i32,
     ) -> Result<Vec<SegmentRef>, ReadError> {
         let listed = self.store.list_partition(topic, partition).await?;
-        let indexed: std::collections::HashSet<i64> = listed
-            .iter()
-            .filter(|s| s.kind == SegmentObject::Index)
-            .map(|s| s.base_offset)
-            .collect();
+        let indexed = indexed(&listed);
         let data: Vec<_> = listed
             .iter()
             .filter(|s| s.kind == SegmentObject::Data)
@@ -114,17 +234,39 @@ impl TopicReader {
         partition: i32,
         timestamp: i64,
     ) -> Result<Option<i64>, ReadError> {
+        let mut attempts = 0;
+        loop {
+            let log = self.current_log(topic, partition).await?;
+            match self.search(topic, partition, &log, timestamp).await {
+                Err(ReadError::Moved { .. }) if attempts < MOVED_RETRIES => attempts += 1,
+                found => return found,
+            }
+        }
+    }
+
+    async fn search(
+        &self,
+        topic: &str,
+        partition: i32,
+        log: &PartitionLog,
+        timestamp: i64,
+    ) -> Result<Option<i64>, ReadError> {
         let mut scratch = Vec::new();
-        for segment in self.segments(topic, partition).await? {
-            let wanted = segment.base_offset..segment.end_offset;
-            let fetched = fetch_segment(&self.store, topic, partition, &segment, &wanted).await?;
+        for piece in log.pieces() {
+            let wanted = log.log_start..log.end;
+            let fetched = piece.fetch(&self.store, topic, partition, &wanted).await?;
             let mut cursor = BatchCursor::new(fetched, self.max_uncompressed);
             while let Some(batch) = cursor.next_batch()? {
-                if batch.header.max_timestamp < timestamp {
+                if batch.header.max_timestamp < timestamp
+                    || batch.header.last_offset() < log.log_start
+                {
                     continue;
                 }
+                if batch.header.base_offset >= log.end {
+                    return Ok(None);
+                }
                 let records = cursor.records_of(&batch, &mut scratch)?;
-                let found = first_offset_at_or_after(&batch.header, records, timestamp)
+                let found = first_offset_at_or_after(&batch.header, records, &wanted, timestamp)
                     .map_err(|reason| cursor.corrupt_at(&batch, &reason))?;
                 if found.is_some() {
                     return Ok(found);
@@ -133,4 +275,16 @@ impl TopicReader {
         }
         Ok(None)
     }
+}
+
+/// How often a read takes a new snapshot because a compaction moved the log meanwhile.
+pub(crate) const MOVED_RETRIES: usize = 3;
+
+/// The base offsets of the listed segments that have an index.
+fn indexed(listed: &[ListedSegment]) -> HashSet<i64> {
+    listed
+        .iter()
+        .filter(|s| s.kind == SegmentObject::Index)
+        .map(|s| s.base_offset)
+        .collect()
 }

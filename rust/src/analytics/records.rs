@@ -133,10 +133,11 @@ pub fn decode_records(
 pub fn first_offset_at_or_after(
     header: &BatchHeader,
     records: &[u8],
+    offsets: &Range<i64>,
     from_timestamp: i64,
 ) -> Result<Option<i64>, String> {
     let mut columns = Columns::new("", 0, false);
-    decode_records(header, records, &(i64::MIN..i64::MAX), &mut columns)?;
+    decode_records(header, records, offsets, &mut columns)?;
     let batch = columns.finish();
     let offsets = batch.column(4).as_primitive::<Int64Type>();
     let timestamps = batch.column(5).as_primitive::<TimestampMillisecondType>();

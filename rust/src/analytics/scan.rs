@@ -1,6 +1,7 @@
 //! Reading one partition's offset range: which bytes to fetch from each segment (the `.index`
-//! turns a start offset into a byte position), checking them, and decoding their batches into
-//! Arrow record batches. The next segment is fetched while the current one is decoded.
+//! turns a start offset into a byte position) and write-ahead run, checking them, and decoding
+//! their batches into Arrow record batches. The next piece is fetched while the current one is
+//! decoded.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -12,13 +13,15 @@ use tokio::task::JoinHandle;
 
 use super::columns::Columns;
 use super::error::ReadError;
+use super::metadata::RunRef;
+use super::reader::{PartitionLog, TopicReader, MOVED_RETRIES};
 use super::records::decode_records;
 use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use crate::log::checksum::crc32c;
 use crate::log::decompress::{describe, Codec, Decompressed};
 use crate::log::index::SparseIndex;
 use crate::log::segment::{ParsedSegment, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
-use crate::store::{SegmentObject, SegmentStore};
+use crate::store::{SegmentObject, SegmentStore, StoreError};
 
 /// A segment as listed: its offsets are `base_offset..end_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +117,81 @@ pub async fn fetch_segment(
         first_offset: base,
         crc_checked: true,
     })
+}
+
+/// Fetches a committed write-ahead run. Its object is gone once a compaction moved the run into
+/// a segment and collected it: `ReadError::Moved`, and the reader takes the log again.
+pub async fn fetch_run(
+    store: &SegmentStore,
+    topic: &str,
+    partition: i32,
+    run: &RunRef,
+) -> Result<Fetched, ReadError> {
+    let path = object_store::path::Path::from(run.object.as_str());
+    let range = run.position..run.position + run.length;
+    let area = match store.get_range(&path, range).await {
+        Ok(area) => area,
+        Err(StoreError::NotFound(_)) => {
+            return Err(ReadError::Moved {
+                topic: topic.to_string(),
+                partition,
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Fetched {
+        object: run.object.clone(),
+        area,
+        area_start: run.position,
+        first_offset: run.base_offset,
+        crc_checked: false,
+    })
+}
+
+/// A part of a partition's log: a committed segment or a write-ahead run above them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Segment(SegmentRef),
+    Run(RunRef),
+}
+
+impl Piece {
+    fn offsets(&self) -> Range<i64> {
+        match self {
+            Piece::Segment(s) => s.base_offset..s.end_offset,
+            Piece::Run(r) => r.base_offset..r.end_offset,
+        }
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            Piece::Segment(s) => s.size as usize,
+            Piece::Run(r) => r.length as usize,
+        }
+    }
+
+    pub async fn fetch(
+        &self,
+        store: &SegmentStore,
+        topic: &str,
+        partition: i32,
+        wanted: &Range<i64>,
+    ) -> Result<Fetched, ReadError> {
+        match self {
+            Piece::Segment(s) => fetch_segment(store, topic, partition, s, wanted).await,
+            Piece::Run(r) => fetch_run(store, topic, partition, r).await,
+        }
+    }
+}
+
+impl PartitionLog {
+    /// Its segments, then its runs.
+    pub fn pieces(&self) -> Vec<Piece> {
+        let segments = self.segments.iter().copied().map(Piece::Segment);
+        segments
+            .chain(self.runs.iter().cloned().map(Piece::Run))
+            .collect()
+    }
 }
 
 /// A batch found by `BatchCursor`: its header and where it starts in the fetched area.
@@ -228,68 +306,91 @@ type Prefetch = JoinHandle<Result<Fetched, ReadError>>;
 
 /// One partition's offsets `wanted`, as a sequence of Arrow record batches in offset order.
 pub struct PartitionScan {
-    store: Arc<SegmentStore>,
+    reader: Arc<TopicReader>,
     topic: String,
     partition: i32,
+    /// What is left to read: `wanted.start` moves past each batch decoded.
     wanted: Range<i64>,
-    pending: VecDeque<SegmentRef>,
-    /// Object bytes of the segments not fetched yet (pending or prefetching).
+    pending: VecDeque<Piece>,
+    /// Object bytes of the pieces not fetched yet (pending or prefetching).
     unread_bytes: usize,
     prefetch: Option<Prefetch>,
     cursor: Option<BatchCursor>,
     columns: Columns,
     limits: BatchLimits,
     scratch: Vec<u8>,
+    /// New logs taken since the last batch decoded (a compaction moved the log meanwhile).
+    retakes: usize,
 }
 
 impl PartitionScan {
     pub fn new(
-        store: Arc<SegmentStore>,
+        reader: Arc<TopicReader>,
         topic: &str,
         partition: i32,
-        segments: &[SegmentRef],
+        log: &PartitionLog,
         wanted: Range<i64>,
         include_headers: bool,
         limits: BatchLimits,
     ) -> PartitionScan {
-        let pending: VecDeque<SegmentRef> = segments
-            .iter()
-            .filter(|s| s.end_offset > wanted.start && s.base_offset < wanted.end)
-            .copied()
-            .collect();
-        let unread_bytes = pending.iter().map(|s| s.size as usize).sum();
-        PartitionScan {
-            store,
+        let mut scan = PartitionScan {
+            reader,
             topic: topic.to_string(),
             partition,
             wanted,
-            pending,
-            unread_bytes,
+            pending: VecDeque::new(),
+            unread_bytes: 0,
             prefetch: None,
             cursor: None,
             columns: Columns::new(topic, partition, include_headers),
             limits,
             scratch: Vec::new(),
-        }
+            retakes: 0,
+        };
+        scan.plan(log);
+        scan
+    }
+
+    /// Reads what is left of `wanted` from the pieces of `log`.
+    fn plan(&mut self, log: &PartitionLog) {
+        let wanted = self.wanted.clone();
+        self.pending = log
+            .pieces()
+            .into_iter()
+            .filter(|p| p.offsets().end > wanted.start && p.offsets().start < wanted.end)
+            .collect();
+        self.unread_bytes = self.pending.iter().map(Piece::size).sum();
     }
 
     fn start_fetch(&mut self) -> Option<Prefetch> {
-        let segment = self.pending.pop_front()?;
-        let (store, topic) = (self.store.clone(), self.topic.clone());
+        let piece = self.pending.pop_front()?;
+        let (reader, topic) = (self.reader.clone(), self.topic.clone());
         let (partition, wanted) = (self.partition, self.wanted.clone());
         Some(tokio::spawn(async move {
-            fetch_segment(&store, &topic, partition, &segment, &wanted).await
+            piece
+                .fetch(reader.store(), &topic, partition, &wanted)
+                .await
         }))
     }
 
-    /// Moves to the next segment; false when none is left. Must run inside the runtime.
+    /// Moves to the next piece; false when none is left. Must run inside the runtime.
     async fn advance(&mut self) -> Result<bool, ReadError> {
         let Some(fetch) = self.prefetch.take().or_else(|| self.start_fetch()) else {
             return Ok(false);
         };
         let fetched = fetch
             .await
-            .map_err(|e| ReadError::Storage(crate::store::StoreError::Other(e.to_string())))??;
+            .map_err(|e| ReadError::Storage(StoreError::Other(e.to_string())))?;
+        let fetched = match fetched {
+            Err(ReadError::Moved { .. }) if self.retakes < MOVED_RETRIES => {
+                // A compaction collected a run: what is left is in its segment now.
+                self.retakes += 1;
+                let log = self.reader.current_log(&self.topic, self.partition).await?;
+                self.plan(&log);
+                return Ok(true);
+            }
+            fetched => fetched?,
+        };
         self.unread_bytes = self.unread_bytes.saturating_sub(fetched.area_len());
         if self.columns.is_empty() {
             // Size the next record batch's value buffer once: growing it by doubling would
@@ -336,6 +437,8 @@ impl PartitionScan {
             let records = cursor.records_of(&batch, &mut self.scratch)?;
             decode_records(&batch.header, records, &self.wanted, &mut self.columns)
                 .map_err(|reason| cursor.corrupt_at(&batch, &reason))?;
+            self.wanted.start = batch.header.last_offset() + 1;
+            self.retakes = 0;
         }
     }
 }

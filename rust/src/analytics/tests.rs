@@ -8,7 +8,10 @@ use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, Record};
 
+use std::sync::Arc;
+
 use super::error::ReadError;
+use super::metadata::Metadata;
 use super::reader::TopicReader;
 use super::scan::{BatchLimits, PartitionScan};
 use super::verify::{verify_segment, SegmentCheck};
@@ -46,7 +49,7 @@ fn record(offset: i64) -> Record {
     }
 }
 
-fn stored_batch(first: i64, count: i64, compression: Compression) -> StoredBatch {
+pub(super) fn stored_batch(first: i64, count: i64, compression: Compression) -> StoredBatch {
     let records: Vec<Record> = (first..first + count).map(record).collect();
     stored(&records, compression)
 }
@@ -66,7 +69,7 @@ fn stored(records: &[Record], compression: Compression) -> StoredBatch {
 }
 
 struct Data {
-    reader: TopicReader,
+    reader: Arc<TopicReader>,
     end: i64,
 }
 
@@ -94,7 +97,11 @@ async fn write_segments(segments: i64) -> Data {
         }
     }
     Data {
-        reader: TopicReader::new(store, 1 << 20),
+        reader: Arc::new(TopicReader::new(
+            store,
+            Some(Metadata::SegmentsOnly),
+            1 << 20,
+        )),
         end: offset,
     }
 }
@@ -104,21 +111,13 @@ async fn scan(
     wanted: std::ops::Range<i64>,
     rows: usize,
 ) -> Result<Vec<RecordBatch>, ReadError> {
-    let segments = data.reader.segments(TOPIC, 0).await?;
+    let log = data.reader.current_log(TOPIC, 0).await?;
     let limits = BatchLimits {
         rows,
         bytes: 1 << 20,
         max_uncompressed: data.reader.max_uncompressed(),
     };
-    let mut scan = PartitionScan::new(
-        data.reader.store().clone(),
-        TOPIC,
-        0,
-        &segments,
-        wanted,
-        true,
-        limits,
-    );
+    let mut scan = PartitionScan::new(data.reader.clone(), TOPIC, 0, &log, wanted, true, limits);
     let mut batches = Vec::new();
     while let Some(batch) = scan.next_batch().await? {
         batches.push(batch);
@@ -126,7 +125,7 @@ async fn scan(
     Ok(batches)
 }
 
-fn offsets(batches: &[RecordBatch]) -> Vec<i64> {
+pub(super) fn offsets(batches: &[RecordBatch]) -> Vec<i64> {
     batches
         .iter()
         .flat_map(|b| b.column(4).as_primitive::<Int64Type>().values().to_vec())
@@ -252,7 +251,11 @@ async fn a_batch_expanding_past_the_bound_fails_the_read() {
         let path = store.segment_path(TOPIC, 0, 0, SegmentObject::Data);
         store.put_new(&path, built.object()).await.unwrap();
         let data = Data {
-            reader: TopicReader::new(store, 1 << 20),
+            reader: Arc::new(TopicReader::new(
+                store,
+                Some(Metadata::SegmentsOnly),
+                1 << 20,
+            )),
             end: 40,
         };
         let error = scan(&data, 0..data.end, 1000).await.unwrap_err();

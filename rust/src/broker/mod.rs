@@ -36,6 +36,7 @@ use crate::meta::etcd::EtcdStore;
 use crate::meta::kv::{KvStore, MetaError};
 use crate::meta::metered::MeteredKv;
 use crate::meta::mirror::Mirror;
+use crate::meta::published::PublishedKv;
 use crate::metrics::Metrics;
 use crate::store::SegmentStore;
 use control::ControlBridge;
@@ -106,12 +107,13 @@ impl Broker {
                 "etcd",
                 metrics.clone(),
             )),
-            None => Arc::new(MeteredKv::new(
-                EmbeddedStore::open(&config.metadata_path())
-                    .map_err(|e| startup::embedded_unusable(&config, &e))?,
-                "embedded",
-                metrics.clone(),
-            )),
+            None => {
+                let embedded = EmbeddedStore::open(&config.metadata_path())
+                    .map_err(|e| startup::embedded_unusable(&config, &e))?;
+                let root = Catalog::root_of(&config.s3_namespace);
+                let published = PublishedKv::open(embedded, &root, store.published_shelf()).await;
+                Arc::new(MeteredKv::new(published, "embedded", metrics.clone()))
+            }
         };
         Broker::open_over(config, store, kv, metrics).await
     }

@@ -223,8 +223,13 @@ impl Catalog {
     pub fn new(kv: Arc<dyn KvStore>, cluster: &str) -> Catalog {
         Catalog {
             kv,
-            root: format!("/kafscale/{cluster}"),
+            root: Catalog::root_of(cluster),
         }
+    }
+
+    /// Where every key of the cluster named `cluster` lives.
+    pub fn root_of(cluster: &str) -> String {
+        format!("/kafscale/{cluster}")
     }
 
     pub fn describe(&self) -> String {
@@ -241,12 +246,12 @@ impl Catalog {
 
     /// The key of a topic's record, for readers outside a broker.
     pub fn topic_record_key(cluster: &str, topic: &str) -> String {
-        format!("/kafscale/{cluster}/topics/{topic}")
+        format!("{}/topics/{topic}", Catalog::root_of(cluster))
     }
 
     /// The prefix of a topic's partition records (readers outside a broker list it).
     pub fn partition_records_prefix(cluster: &str, topic: &str) -> String {
-        format!("/kafscale/{cluster}/partitions/{topic}/")
+        format!("{}/partitions/{topic}/", Catalog::root_of(cluster))
     }
 
     pub fn owner_key(&self, topic: &str, partition: i32) -> String {

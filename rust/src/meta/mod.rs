@@ -11,6 +11,7 @@ pub mod kv;
 pub mod metered;
 pub mod mirror;
 pub(crate) mod producer_ids;
+pub mod published;
 #[cfg(test)]
 mod test_etcd;
 pub mod wal;

@@ -48,7 +48,9 @@ pub(super) fn start_error(e: StartError) -> PyErr {
 pub(super) fn read_error(location: &str, e: ReadError) -> PyErr {
     match e {
         ReadError::Corrupt { .. } => SegmentError::new_err(format!("{location}: {e}")),
-        ReadError::Storage(_) => PyOSError::new_err(format!("{location}: {e}")),
+        ReadError::Storage(_) | ReadError::Metadata(_) | ReadError::Moved { .. } => {
+            PyOSError::new_err(format!("{location}: {e}"))
+        }
     }
 }
 

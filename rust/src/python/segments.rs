@@ -1,6 +1,7 @@
-//! `SegmentSource`: a topic's segments in object storage (S3 or a local data directory), read
-//! into Arrow for Python without a broker. Work runs on a small runtime of its own with the
-//! GIL released; record batches cross into Python through the Arrow PyCapsule interface.
+//! `SegmentSource`: a topic's log in object storage (S3 or a local data directory) – committed
+//! segments and the write-ahead runs after them – read into Arrow for Python without a broker.
+//! Work runs on a small runtime of its own with the GIL released; record batches cross into
+//! Python through the Arrow PyCapsule interface.
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -13,9 +14,9 @@ use pyo3::types::PyCapsule;
 use tokio::runtime::Runtime;
 
 use super::errors::read_error;
-use crate::analytics::bounds::committed_bounds as read_committed_bounds;
 use crate::analytics::columns::kafka_schema;
 use crate::analytics::error::ReadError;
+use crate::analytics::metadata::{etcd_snapshot, Metadata, TopicSnapshot};
 use crate::analytics::reader::TopicReader;
 use crate::analytics::scan::{BatchLimits, PartitionScan};
 use crate::analytics::verify::{orphan_indexes, verify_segment};
@@ -23,6 +24,9 @@ use crate::store::{S3Credentials, SegmentObject, SegmentStore, StorageLocation};
 
 /// A problem as Python gets it: (object, offset, byte, message).
 type ProblemRow = (String, Option<i64>, Option<u64>, String);
+
+/// What `SegmentSource.log` returns (see there).
+type LogRow = (i64, i64, Vec<(i64, i64, u64)>, Vec<(i64, i64, u64, String)>);
 
 /// What `SegmentSource.verify` returns (see there).
 type VerifiedSegment = (
@@ -109,7 +113,8 @@ impl SegmentSource {
 impl SegmentSource {
     #[new]
     #[pyo3(signature = (location, *, region, max_uncompressed_batch_bytes, endpoint=None,
-        access_key_id=None, secret_access_key=None, session_token=None))]
+        access_key_id=None, secret_access_key=None, session_token=None, etcd_endpoints=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         location: String,
         region: String,
@@ -118,6 +123,7 @@ impl SegmentSource {
         access_key_id: Option<String>,
         secret_access_key: Option<String>,
         session_token: Option<String>,
+        etcd_endpoints: Option<Vec<String>>,
     ) -> PyResult<SegmentSource> {
         let credentials = match (access_key_id, secret_access_key) {
             (Some(access_key_id), Some(secret_access_key)) => Some(S3Credentials {
@@ -136,10 +142,59 @@ impl SegmentSource {
         let (storage, namespace) = storage_location(&location, endpoint, region, credentials)?;
         let store = SegmentStore::open(&storage, &namespace)
             .map_err(|e| PyValueError::new_err(format!("{location}: {e}")))?;
+        let metadata = etcd_endpoints.map(|endpoints| Metadata::Etcd {
+            endpoints,
+            namespace,
+        });
         Ok(SegmentSource {
-            reader: Arc::new(TopicReader::new(store, max_uncompressed_batch_bytes)),
+            reader: Arc::new(TopicReader::new(
+                store,
+                metadata,
+                max_uncompressed_batch_bytes,
+            )),
             location,
         })
+    }
+
+    /// Where this source learns what is committed: "etcd", "published" (a single-node
+    /// broker's data) or "segments" (none: the segments the storage holds).
+    #[getter]
+    fn metadata(&self, py: Python<'_>) -> PyResult<&'static str> {
+        let metadata = self.block_on(py, self.reader.metadata())?;
+        Ok(match metadata {
+            Metadata::Etcd { .. } => "etcd",
+            Metadata::Published => "published",
+            Metadata::SegmentsOnly => "segments",
+        })
+    }
+
+    /// The partition's committed log: `(log start, end, [(base, end, size)] of its segments,
+    /// [(base, end, length, object)] of the write-ahead runs after them)`. Offsets `log start..end` can
+    /// be read.
+    fn log(&self, py: Python<'_>, topic: &str, partition: i32) -> PyResult<LogRow> {
+        let log = self.block_on(py, self.reader.current_log(topic, partition))?;
+        let segments = log.segments.iter();
+        let runs = log.runs.iter();
+        Ok((
+            log.log_start,
+            log.end,
+            segments
+                .map(|s| (s.base_offset, s.end_offset, s.size))
+                .collect(),
+            runs.map(|r| (r.base_offset, r.end_offset, r.length, r.object.clone()))
+                .collect(),
+        ))
+    }
+
+    /// `(partition, log start, committed end)` of each partition of `topic` that the metadata
+    /// knows; None without metadata or when it knows no such topic.
+    fn committed_bounds(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+    ) -> PyResult<Option<Vec<(i32, i64, i64)>>> {
+        let snapshot = self.block_on(py, self.reader.snapshot(topic))?;
+        Ok(snapshot.as_ref().map(bounds))
     }
 
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
@@ -259,18 +314,18 @@ impl SegmentSource {
         batch_rows: usize,
         batch_bytes: usize,
     ) -> PyResult<RecordBatchStream> {
-        let segments = self.block_on(py, self.reader.segments(topic, partition))?;
+        let log = self.block_on(py, self.reader.current_log(topic, partition))?;
         let limits = BatchLimits {
             rows: batch_rows.max(1),
             bytes: batch_bytes.max(1),
             max_uncompressed: self.reader.max_uncompressed(),
         };
         let scan = PartitionScan::new(
-            self.reader.store().clone(),
+            self.reader.clone(),
             topic,
             partition,
-            &segments,
-            start_offset..end_offset,
+            &log,
+            start_offset.max(log.log_start)..end_offset.min(log.end),
             include_headers,
             limits,
         );
@@ -344,7 +399,16 @@ pub fn empty_kafka_batch(include_headers: bool) -> ArrowBatch {
     }
 }
 
-/// (partition, log start offset, high watermark) of each partition of `topic`, from etcd.
+/// `(partition, log start, committed end)` of each partition.
+fn bounds(snapshot: &TopicSnapshot) -> Vec<(i32, i64, i64)> {
+    let records = snapshot.records.iter();
+    records
+        .map(|(p, r)| (*p, r.log_start_offset, snapshot.committed_end(*p)))
+        .collect()
+}
+
+/// (partition, log start offset, committed end) of each partition of `topic`, from etcd
+/// (nothing for an unknown topic).
 #[pyfunction]
 pub fn committed_bounds(
     py: Python<'_>,
@@ -352,11 +416,8 @@ pub fn committed_bounds(
     namespace: &str,
     topic: &str,
 ) -> PyResult<Vec<(i32, i64, i64)>> {
-    let bounds = py
-        .detach(|| runtime().block_on(read_committed_bounds(&endpoints, namespace, topic)))
-        .map_err(PyOSError::new_err)?;
-    Ok(bounds
-        .iter()
-        .map(|b| (b.partition, b.log_start_offset, b.high_watermark))
-        .collect())
+    let snapshot = py
+        .detach(|| runtime().block_on(etcd_snapshot(&endpoints, namespace, topic)))
+        .map_err(|e| PyOSError::new_err(e.to_string()))?;
+    Ok(snapshot.as_ref().map(bounds).unwrap_or_default())
 }

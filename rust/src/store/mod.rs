@@ -19,6 +19,7 @@ use object_store::{
 pub mod faulty;
 mod memory;
 mod problems;
+mod published;
 
 pub(crate) use problems::has_configured_credentials;
 pub use problems::{concise, one_line, OpenError, Unusable};

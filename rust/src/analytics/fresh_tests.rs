@@ -1,0 +1,228 @@
+//! Reading the committed write-ahead runs after the segments, as a single-node broker publishes
+//! them: the whole committed log, never an uncommitted object, and a read that a compaction
+//! overtakes finishes from the segment it made.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use uuid::Uuid;
+
+use super::error::ReadError;
+use super::metadata::Metadata;
+use super::reader::TopicReader;
+use super::scan::{BatchLimits, PartitionScan};
+use super::tests::{offsets, stored_batch};
+use crate::log::segment::{build_segment, StoredBatch};
+use crate::meta::catalog::{PartitionRecord, TopicRecord};
+use crate::meta::wal::{encode_manifest, TopicRuns, WalManifest, WalRun};
+use crate::store::{SegmentObject, SegmentStore, StorageLocation};
+
+const TOPIC: &str = "orders";
+const NAMESPACE: &str = "ns";
+
+fn topic_id() -> Uuid {
+    Uuid::from_u128(7)
+}
+
+/// Batches of 30 records from `first` on, `count` of them.
+fn batches(first: i64, count: i64) -> Vec<StoredBatch> {
+    let compression = kafka_protocol::records::Compression::None;
+    (0..count)
+        .map(|b| stored_batch(first + 30 * b, 30, compression))
+        .collect()
+}
+
+fn bytes_of(batch: &StoredBatch) -> Bytes {
+    let mut out = BytesMut::from(&batch.prefix[..]);
+    batch
+        .body
+        .iter()
+        .for_each(|piece| out.extend_from_slice(piece));
+    out.freeze()
+}
+
+struct Bench {
+    store: Arc<SegmentStore>,
+    reader: Arc<TopicReader>,
+}
+
+impl Bench {
+    async fn new() -> Bench {
+        let store = SegmentStore::open(&StorageLocation::Memory, NAMESPACE).unwrap();
+        let topic = TopicRecord {
+            name: TOPIC.into(),
+            id: topic_id(),
+            partitions: 1,
+            configs: Default::default(),
+            created_ms: 0,
+        };
+        let shelf = store.published_shelf();
+        let encoded = Bytes::from(serde_json::to_vec(&topic).unwrap());
+        shelf
+            .put(&format!("topics/{TOPIC}"), encoded)
+            .await
+            .unwrap();
+        let reader = TopicReader::new(store, Some(Metadata::Published), 1 << 20);
+        let reader = Arc::new(reader);
+        Bench {
+            store: reader.store().clone(),
+            reader,
+        }
+    }
+
+    /// Writes a segment of `batches` (not published: segments are listed).
+    async fn segment(&self, batches: &[StoredBatch]) {
+        let built = build_segment(batches, 0, 50);
+        let base = built.meta.base_offset;
+        let path = self.store.segment_path(TOPIC, 0, base, SegmentObject::Data);
+        self.store.put_new(&path, built.object()).await.unwrap();
+    }
+
+    /// Uploads a write-ahead object holding `batches` of partition 0; returns its path and run.
+    async fn wal_object(&self, name: &str, batches: &[StoredBatch]) -> (String, WalRun) {
+        let mut object = BytesMut::from(&b"KWAL-header-of-24-bytes!"[..]);
+        let position = object.len() as u64;
+        batches
+            .iter()
+            .for_each(|b| object.extend_from_slice(&bytes_of(b)));
+        let path = self.store.wal_path(1, name);
+        self.store.put_new(&path, object.freeze()).await.unwrap();
+        let last = batches.last().unwrap();
+        let run = WalRun {
+            partition: 0,
+            leader_epoch: 1,
+            base_offset: batches[0].base_offset,
+            last_offset: last.base_offset + last.offset_count - 1,
+            position,
+            length: batches.iter().map(|b| bytes_of(b).len() as u64).sum(),
+            max_timestamp: 0,
+        };
+        (path.to_string(), run)
+    }
+
+    async fn publish_manifest(&self, name: &str, object: &str, run: WalRun) {
+        let manifest = WalManifest {
+            object: object.to_string(),
+            broker: 1,
+            created_ms: 0,
+            size: 0,
+            topics: vec![TopicRuns {
+                topic: TOPIC.into(),
+                id: topic_id(),
+                runs: vec![run],
+            }],
+        };
+        let shelf = self.store.published_shelf();
+        let name = format!("wal/1/{name}");
+        shelf.put(&name, encode_manifest(&manifest)).await.unwrap();
+    }
+
+    async fn publish_record(&self, segment_end: i64) {
+        let mut record = PartitionRecord::empty();
+        record.segment_end = Some(segment_end);
+        record.high_watermark = segment_end;
+        let encoded = Bytes::from(serde_json::to_vec(&record).unwrap());
+        let shelf = self.store.published_shelf();
+        shelf
+            .put(&format!("partitions/{TOPIC}/0"), encoded)
+            .await
+            .unwrap();
+    }
+
+    async fn read(&self, wanted: std::ops::Range<i64>) -> Result<Vec<i64>, ReadError> {
+        let log = self.reader.current_log(TOPIC, 0).await?;
+        self.read_with(&log, wanted).await
+    }
+
+    async fn read_with(
+        &self,
+        log: &super::reader::PartitionLog,
+        wanted: std::ops::Range<i64>,
+    ) -> Result<Vec<i64>, ReadError> {
+        let limits = BatchLimits {
+            rows: 1000,
+            bytes: 1 << 20,
+            max_uncompressed: 1 << 20,
+        };
+        let reader = self.reader.clone();
+        let mut scan = PartitionScan::new(reader, TOPIC, 0, log, wanted, false, limits);
+        let mut read = Vec::new();
+        while let Some(batch) = scan.next_batch().await? {
+            read.push(batch);
+        }
+        Ok(offsets(&read))
+    }
+}
+
+/// Segment [0, 120); committed runs [120, 180) and [180, 240) in two write-ahead objects.
+async fn log_with_runs() -> (Bench, Vec<(String, WalRun)>) {
+    let bench = Bench::new().await;
+    bench.segment(&batches(0, 4)).await;
+    bench.publish_record(120).await;
+    let mut runs = Vec::new();
+    for (i, first) in [120, 180].into_iter().enumerate() {
+        let name = format!("a-{i}");
+        let (object, run) = bench.wal_object(&name, &batches(first, 2)).await;
+        bench.publish_manifest(&name, &object, run).await;
+        runs.push((object, run));
+    }
+    (bench, runs)
+}
+
+#[tokio::test]
+async fn the_committed_runs_after_the_segments_are_read_and_nothing_uncommitted() {
+    let (bench, _) = log_with_runs().await;
+    // Uploaded by a broker that never committed it (fenced, or killed before its commit).
+    bench.wal_object("zombie", &batches(240, 1)).await;
+    let log = bench.reader.current_log(TOPIC, 0).await.unwrap();
+    assert_eq!((log.log_start, log.end, log.runs.len()), (0, 240, 2));
+    assert_eq!(
+        bench.read(0..i64::MAX).await.unwrap(),
+        (0..240).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        bench.read(150..200).await.unwrap(),
+        (150..200).collect::<Vec<_>>()
+    );
+    assert_eq!(bench.reader.partitions(TOPIC).await.unwrap(), vec![0]);
+    assert_eq!(
+        bench.reader.topics().await.unwrap(),
+        vec![TOPIC.to_string()]
+    );
+    assert_eq!(
+        bench
+            .reader
+            .offset_for_timestamp(TOPIC, 0, 1_200)
+            .await
+            .unwrap(),
+        Some(200)
+    );
+}
+
+#[tokio::test]
+async fn a_read_overtaken_by_a_compaction_finishes_from_its_segment() {
+    let (bench, runs) = log_with_runs().await;
+    let log = bench.reader.current_log(TOPIC, 0).await.unwrap();
+    // The broker compacts the runs into a segment, commits, and collects the runs' objects and
+    // manifests, all after this read took its log.
+    bench.segment(&batches(120, 4)).await;
+    bench.publish_record(240).await;
+    let shelf = bench.store.published_shelf();
+    for (i, (object, _)) in runs.iter().enumerate() {
+        shelf.delete(&format!("wal/1/a-{i}")).await.unwrap();
+        let path = object_store::path::Path::from(object.as_str());
+        bench.store.delete(&path).await.unwrap();
+    }
+    let read = bench.read_with(&log, 0..i64::MAX).await.unwrap();
+    assert_eq!(read, (0..240).collect::<Vec<_>>(), "each offset once");
+}
+
+#[tokio::test]
+async fn a_gap_between_the_segments_and_the_runs_is_never_read_past() {
+    let (bench, _) = log_with_runs().await;
+    // The record says the segments end at 90: the runs from 120 do not follow them (a
+    // compaction seen half-way, again and again).
+    bench.publish_record(90).await;
+    let failed = bench.reader.current_log(TOPIC, 0).await;
+    assert!(matches!(failed, Err(ReadError::Moved { .. })), "{failed:?}");
+}
