@@ -411,15 +411,21 @@ class TopicScan:
         return out
 
     def partition_ids(self, source: SegmentSource) -> list[int]:
-        """The topic's partitions; a topic the metadata does not know is an error that says
-        which topics there are (no metadata: the partitions with objects, maybe none)."""
+        """The topic's partitions. Finding none is an error that says why: a topic the
+        metadata does not know (naming the topics there), or - without metadata, a cluster's
+        bucket read without its etcd - a topic with no segment yet."""
         partitions = source.partitions(self.topic)
-        if not partitions and source.metadata != "segments":
+        if partitions:
+            return partitions
+        if source.metadata != "segments":
             raise ValueError(
                 f"topic {self.topic!r} does not exist in {self.path} "
                 f"(topics there: {', '.join(source.topics()) or 'none'})"
             )
-        return partitions
+        raise ValueError(
+            f"no segments of topic {self.topic!r} under {self.path}: a cluster's newest records "
+            "stay in write-ahead objects until compaction; give etcd_endpoints to read them"
+        )
 
     def first_at_timestamp(
         self, source: SegmentSource, partition: int, start: int, end: int, span: Span | None

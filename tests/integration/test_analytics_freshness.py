@@ -1,8 +1,8 @@
-"""Every reader (``kafscale.segment``, polars' ``scan_topic``, the Spark source) sees every
-acknowledged record at once - long before compaction turns it into segments - and, on a
-single node, still after the broker stopped (SIGTERM or kill -9). The brokers here compact
-only after 10 minutes, so everything read comes from the committed write-ahead objects; the
-oracle is what a consumer reads through the broker.
+"""Every reader (``kafscale.segment``, polars' ``scan_topic``, the Spark source, the Iceberg and
+Parquet jobs in ``spark/``, ``kafscale segments``) sees every acknowledged record at once - long
+before compaction turns it into segments - and, on a single node, still after the broker stopped
+(SIGTERM or kill -9). The brokers here compact only after 10 minutes, so everything read comes
+from the committed write-ahead objects; the oracle is what a consumer reads through the broker.
 
 On a cluster the readers learn what is committed from etcd; a write-ahead object uploaded by a
 broker that never committed it (a fenced zombie's) is never read."""
@@ -10,6 +10,8 @@ broker that never committed it (a fenced zombie's) is never read."""
 from __future__ import annotations
 
 import json
+import runpy
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -22,6 +24,7 @@ from support.analytics_env import (
     consume_rows,
     row_order,
     s3_options,
+    without_headers,
 )
 from support.cli_runner import ok
 from support.clients import Msg, confluent_produce, unique
@@ -30,6 +33,7 @@ from support.spark_session import local_spark
 
 from kafscale.polars import scan_topic
 from kafscale.segment import SegmentSource
+from kafscale.spark import iceberg as ice
 
 # Nothing is compacted while a test runs: every record read is in a write-ahead object.
 UNCOMPACTED = [
@@ -39,6 +43,9 @@ UNCOMPACTED = [
     "600000",
 ]
 RECORDS = 240
+# what a polars source's ValueError reaches the caller as: polars 1 wraps it in a ComputeError
+POLARS_SOURCE_ERROR = (pl.exceptions.ComputeError, ValueError)
+JOBS = Path(__file__).resolve().parents[2] / "spark"
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +96,22 @@ def read_by_every_reader(spark, location: str, topic: str, etcd: str | None, opt
     }
 
 
-def without_headers(rows: list) -> list:
-    return [r._replace(headers=[]) for r in rows]
+def run_jobs(spark, location: str, topic: str, out: Path) -> dict[str, list]:
+    """{job: the rows it wrote}: spark/topic_to_iceberg.py and spark/topic_to_parquet.py, run
+    as a person runs them (in this process, on this session)."""
+    base = [location, "--subscribe", topic]
+    runpy.run_path(str(JOBS / "topic_to_iceberg.py"))["main"](
+        [*base, "--warehouse", str(out / "warehouse")]
+    )
+    table = ice.open_catalog(str(out / "warehouse")).load_table(("kafscale", ice.table_name(topic)))
+    runpy.run_path(str(JOBS / "topic_to_parquet.py"))["main"](
+        [*base, "--output", str(out / "parquet")]
+    )
+    parquet = spark.read.parquet(str(out / "parquet")).drop("run")
+    return {
+        "iceberg": sorted(arrow_rows(table.scan().to_arrow()), key=row_order),
+        "parquet": sorted(arrow_rows(parquet.toArrow()), key=row_order),
+    }
 
 
 def assert_every_reader_reads(got: dict[str, list], expected: list) -> None:
@@ -105,7 +126,7 @@ def segment_objects(data_dir, topic: str) -> list:
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "kill -9"])
-def test_a_single_node_is_read_at_once_and_after_it_stopped(broker_factory, spark, stop):
+def test_a_single_node_is_read_at_once_and_after_it_stopped(broker_factory, spark, stop, tmp_path):
     broker = broker_factory(UNCOMPACTED)
     env = SingleNode(broker)
     topic = env.new_topic(unique("fresh"), PARTITIONS)
@@ -121,6 +142,7 @@ def test_a_single_node_is_read_at_once_and_after_it_stopped(broker_factory, spar
     else:
         broker.kill()
     got = read_by_every_reader(spark, location, topic, None, {})
+    got |= run_jobs(spark, location, topic, tmp_path)
     assert_every_reader_reads(got, expected)
     # the CLI lists the committed runs, and dumps them
     listed = ok("segments", "ls", location, "--topic", topic, "-o", "json").json()
@@ -139,14 +161,19 @@ def ends_of(rows: list) -> dict[int, int]:
     return ends
 
 
-def test_a_reader_of_an_unknown_topic_says_which_topics_there_are(broker_factory):
+def test_a_reader_that_finds_nothing_says_why(broker_factory):
     broker = broker_factory(UNCOMPACTED)
     env = SingleNode(broker)
     topic = env.new_topic(unique("known"), PARTITIONS)
     location = str(broker.data_dir / NAMESPACE)
-    # polars hands the source's ValueError on as a ComputeError, message and all
-    with pytest.raises(pl.exceptions.ComputeError, match=f"does not exist in .*there: {topic}"):
+    with pytest.raises(POLARS_SOURCE_ERROR, match=f"does not exist in .*there: {topic}"):
         scan_topic(location, "no-such-topic").collect()
+    data_dir = str(broker.data_dir)
+    names_the_namespace = f"{data_dir} is a broker's data directory.*pass {location}$"
+    with pytest.raises(ValueError, match=names_the_namespace):
+        SegmentSource.open(data_dir)
+    with pytest.raises(POLARS_SOURCE_ERROR, match="is a broker's data directory"):
+        scan_topic(data_dir, topic).collect()
     source = SegmentSource.open(location)
     assert source.metadata == "published"
     assert topic in source.topics(), "a topic with no segment yet is listed"
@@ -166,5 +193,7 @@ def test_a_cluster_is_read_right_after_the_acks_and_never_an_uncommitted_object(
     location = f"s3://{nodes.bucket}/{NAMESPACE}"
     got = read_by_every_reader(spark, location, topic, nodes.etcd.endpoint, options)
     assert_every_reader_reads(got, expected)
-    # Without etcd a cluster's bucket shows only compacted segments: none yet.
-    assert scan_topic(location, topic, **source_kwargs(options)).collect().height == 0
+    # Without etcd a cluster's bucket shows only compacted segments: none yet, and it says so.
+    without = scan_topic(location, topic, **source_kwargs(options))
+    with pytest.raises(POLARS_SOURCE_ERROR, match="give etcd_endpoints to read them"):
+        without.collect()

@@ -12,6 +12,13 @@ import pytest
 @contextlib.contextmanager
 def local_spark(app_name: str, **conf: str) -> Iterator:
     """Spark on ``local[2]`` without its UI, stopped on exit; ``conf`` adds settings."""
+    with spark_session(app_name, "local[2]", **conf) as session:
+        yield session
+
+
+@contextlib.contextmanager
+def spark_session(app_name: str, master: str, **conf: str) -> Iterator:
+    """A session on ``master`` without its UI, stopped on exit; ``conf`` adds settings."""
     from pyspark.sql import SparkSession
 
     from kafscale.spark import KafScaleDataSource
@@ -20,7 +27,7 @@ def local_spark(app_name: str, **conf: str) -> Iterator:
         # Spark's Python workers must run this interpreter: it has pyarrow and kafscale
         mp.setenv("PYSPARK_PYTHON", sys.executable)
         builder = (
-            SparkSession.builder.master("local[2]")
+            SparkSession.builder.master(master)
             .appName(app_name)
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")

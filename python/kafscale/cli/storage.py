@@ -107,9 +107,9 @@ def stored_topics(source: SegmentSource) -> list[str]:
 
 def nothing_stored(location: str) -> CliError:
     """The error for a location without a single segment, saying what it is instead: a
-    broker's data directory given without its namespace (naming the namespace directories to
-    pass), a data directory without any namespace directory, or a namespace whose records are
-    all still in the write-ahead log."""
+    directory of namespace directories (a broker's data directory itself is refused when the
+    source is opened), or a namespace whose records are all still in write-ahead objects that
+    no metadata says are committed."""
     if location.startswith("s3://"):
         return CliError(f"no segments under {location}", NAMESPACE_HINT)
     root = Path(location.removeprefix("file://"))
@@ -121,13 +121,6 @@ def nothing_stored(location: str) -> CliError:
                 f"no segments under {location}: it is a broker's data directory, and the "
                 "segments are in its namespace directory",
                 f"pass {paths}",
-            )
-        if (root / "metadata.redb").is_file():
-            return CliError(
-                f"no namespace directory found under the data directory {location} (the brokers "
-                "have stored no segments there, or keep them in S3)",
-                f"pass {location}/NAMESPACE with the brokers' --s3-namespace (default: default) "
-                "once they have stored segments, or s3://BUCKET/NAMESPACE",
             )
         if (root / WAL_FOLDER).is_dir():
             return CliError(

@@ -87,8 +87,30 @@ fn storage_location(
              namespace (e.g. ./data/default), or an s3://<bucket>/<namespace> URL"
         )));
     }
+    if path.join("metadata.redb").is_file() {
+        return Err(PyValueError::new_err(data_dir_given(location, path)));
+    }
     let namespace = namespace.to_string_lossy().into_owned();
     Ok((StorageLocation::LocalDir(data_dir.to_path_buf()), namespace))
+}
+
+/// The error for a broker's data directory given without the namespace directory in it (where
+/// its topics are): it names the directories to pass.
+fn data_dir_given(location: &str, path: &Path) -> String {
+    let entries = std::fs::read_dir(path).into_iter().flatten().flatten();
+    let mut namespaces: Vec<String> = entries
+        .filter(|entry| entry.path().is_dir())
+        .map(|entry| entry.path().display().to_string())
+        .collect();
+    namespaces.sort();
+    let pass = match namespaces.is_empty() {
+        true => format!(
+            "{location}/NAMESPACE (the broker's --s3-namespace, default: default) once it has \
+             stored data"
+        ),
+        false => namespaces.join(" or "),
+    };
+    format!("{location} is a broker's data directory, not a namespace in it; pass {pass}")
 }
 
 #[pyclass(frozen, module = "kafscale._core")]
