@@ -1,7 +1,9 @@
 """KafScale topics into Iceberg tables (one per topic), read with the ``kafscale`` Spark source,
 incrementally and exactly once; the logic of ``spark/topic_to_iceberg.py``.
 
-Spark writes the Parquet data files, into a fresh directory ``<table location>/data/kafscale-
+Spark's tasks write the Parquet data files (``kafscale.spark.task_files``: each reads its offset
+range with the Rust reader and writes Arrow with pyarrow; with ``--value-schema`` Spark writes
+them from its rows, after ``from_json``), into a fresh directory ``<table location>/data/kafscale-
 <uuid>/`` (one subdirectory per day, so that every file holds one day of the table's
 ``day(timestamp)`` partitioning); then ONE pyiceberg commit adds those files and records in the
 snapshot's summary how far each partition was read (``kafscale.offsets``, JSON
@@ -32,6 +34,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import DayTransform
@@ -42,8 +45,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StructField, StructType
 from pyspark.sql.types import MapType as SparkMap
 
+from kafscale.spark.options import ReadOptions
 from kafscale.spark.planning import latest_offsets
+from kafscale.spark.readers import KafScaleBatchReader
+from kafscale.spark.schema import arrow_schema as source_arrow_schema
 from kafscale.spark.schema import spark_schema
+from kafscale.spark.task_files import write_ranges
 
 OFFSETS = "kafscale.offsets"  # snapshot summary: {"partition": next offset} reached
 QUERY_ID = "kafscale.query-id"  # streaming: the query (kept in its checkpoint)
@@ -471,14 +478,45 @@ def plan_topic(
 
 def stage_topic(spark: SparkSession, job: Job, topic: str, ending: dict[int, int]) -> Staged | None:
     """Read what is new in ``topic`` up to ``ending`` and write it as uncommitted data files;
-    None if there is nothing new."""
+    None if there is nothing new. The tasks write the files themselves from Arrow, unless JSON
+    values are decoded (Spark's ``from_json``) or the table has columns the records lack: then
+    Spark writes them from its rows."""
     planned = plan_topic(job, topic, ending)
     if planned is None:
         return None
     before, starting, offsets = planned
     options = topic_options(job.options, topic, starting, ending)
+    if job.value_schema is None:
+        staged = stage_from_tasks(spark, job, topic, options, planned)
+        if staged is not None:
+            return staged
     records = spark.read.format("kafscale").options(**options).load()
     return stage(job, topic, records, starting, offsets, before)
+
+
+def stage_from_tasks(
+    spark: SparkSession,
+    job: Job,
+    topic: str,
+    options: dict[str, str],
+    planned: tuple[Committed, dict[int, int], dict[int, int]],
+) -> Staged | None:
+    """``stage`` with the files written by the tasks from Arrow (``task_files``): one task per
+    input partition the source plans; None if the table has columns the records lack."""
+    before, starting, offsets = planned
+    read = ReadOptions.parse(options, streaming=False)
+    columns = source_arrow_schema(read.include_headers)
+    table = load_table(job, topic)
+    if table is None:
+        table = create_table(job, topic, columns)
+    elif set(columns.names) - set(table.schema().column_names):
+        evolve(table, columns)
+    if set(table.schema().column_names) != set(columns.names):
+        return None
+    directory = f"{table.location().rstrip('/')}/data/{DATA_PREFIX}{uuid.uuid4()}"
+    ranges = KafScaleBatchReader(read).partitions()
+    files = write_ranges(spark, read, ranges, directory, schema_to_pyarrow(table.schema()))
+    return Staged(table, topic, directory, files, starting, offsets, before)
 
 
 def run_batch(spark: SparkSession, job: Job) -> None:
