@@ -71,16 +71,17 @@ NOT_RUN = {
         "long-running broker on :9093; SASL_SSL with ACLs is covered by "
         "tests/integration/test_acls.py and tests/integration/test_sasl.py"
     ),
-    "## Analytics: Spark :: from kafscale.spark import KafScaleDataSource": (
-        "needs a SparkSession (`spark`), well over the budget of this test on a 2-core machine; "
+    "## Analytics: Spark :: import os, sys": (
+        "starts Spark, well over the budget of this test on a 2-core machine; "
         "covered by tests/integration/test_spark_source.py::"
         "test_batch_read_equals_what_a_consumer_reads, "
         "::test_etcd_bound_hides_objects_above_the_committed_high_watermark and "
         "::test_stream_restarts_from_its_checkpoint_without_loss_or_duplicates"
     ),
-    '## Analytics: Spark :: pip install "kafscale[spark,polars,iceberg]"    '
+    '## Analytics: Spark :: pip install ".[spark,polars,iceberg]"    '
     "# the analytics extras (pyspark, polars, pyiceberg)": (
-        "pip installs from PyPI and the jobs start Spark (> 60 s here); the jobs are covered by "
+        "pip installs the extras from PyPI and the jobs start Spark (> 60 s here); the jobs are "
+        "covered by "
         "tests/integration/test_iceberg.py::"
         "test_runs_are_incremental_and_the_table_is_what_a_consumer_reads, "
         "tests/integration/test_spark_source.py::test_topic_to_parquet_job_is_incremental and "
