@@ -66,8 +66,10 @@ class RangeWriter:
                 micros = pc.cast(table["timestamp"], pa.int64())
                 days = pc.floor(pc.divide(pc.cast(micros, pa.float64()), MICROS_PER_DAY))
                 days = pc.cast(days, pa.int32())
-                for day in pc.unique(days).to_pylist():
-                    part = table.filter(pc.equal(days, day))
+                present = pc.unique(days).to_pylist()
+                for day in present:
+                    # one day (the usual case): the batch as it is, no copy
+                    part = table if len(present) == 1 else table.filter(pc.equal(days, day))
                     if day not in writers:
                         rel = f"{DAY_COLUMN}={day}/part-{rng.partition}-{uuid.uuid4()}.parquet"
                         fs.create_dir(f"{root}/{DAY_COLUMN}={day}")  # local disks need it
