@@ -85,6 +85,8 @@ class FakeSource:
     timestamps: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     # what the metadata says is committed, per topic (a partition it leaves out: empty log)
     committed: dict[str, dict[int, FakeBounds]] = field(default_factory=dict)
+    metadata: str = "published"
+    location: str = "/data/default"
 
     def topics(self) -> list[str]:
         return sorted(self.layout)
@@ -297,8 +299,13 @@ def test_subscribe_reads_every_partition_from_earliest_to_latest(data_dir):
     assert spans(ranges) == [("orders", 0, 0, 40), ("orders", 1, 0, 5), ("orders", 2, 7, 20)]
 
 
-def test_unknown_topics_read_nothing(data_dir):
+def test_unknown_topics_read_nothing_and_say_why(data_dir, caplog):
     assert plan(SOURCE, options(data_dir, subscribe="nope")) == []
+    assert "topic 'nope' does not exist in /data/default (topics there: audit," in caplog.text
+    caplog.clear()
+    bare = replace(SOURCE, metadata="segments")  # a cluster's bucket read without etcd
+    assert plan(bare, options(data_dir, subscribe="nope")) == []
+    assert "no segments of topic 'nope'" in caplog.text and "set etcd.endpoints" in caplog.text
     assert plan(SOURCE, options(data_dir, subscribePattern="nope.*")) == []
     assert plan(SOURCE, options(data_dir, assign='{"orders": [9]}')) == []
 

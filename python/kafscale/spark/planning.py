@@ -3,6 +3,7 @@ partitions a read is planned into, cut only at segment boundaries; the rate limi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -19,6 +20,8 @@ from kafscale.spark.options import (
 
 if TYPE_CHECKING:
     from kafscale.segment import SegmentInfo, SegmentSource
+
+log = logging.getLogger("kafscale.spark")
 
 
 @dataclass(frozen=True)
@@ -59,17 +62,34 @@ def list_partition_logs(
     are left out)."""
     logs: dict[TopicPartition, PartitionLog] = {}
     for topic, partitions in options.subscription.select(source).items():
+        if not partitions:
+            # As Spark's Kafka source, a topic that is not there reads nothing - but says why.
+            log.warning("kafscale: %s", nothing_found(source, topic))
         for partition in partitions:
-            log = source.log(topic, partition)
-            if log.end_offset > log.log_start_offset:
+            held = source.log(topic, partition)
+            if held.end_offset > held.log_start_offset:
                 logs[(topic, partition)] = PartitionLog(
                     topic,
                     partition,
-                    tuple(log.segments),
-                    log.log_start_offset,
-                    log.end_offset,
+                    tuple(held.segments),
+                    held.log_start_offset,
+                    held.end_offset,
                 )
     return logs
+
+
+def nothing_found(source: SegmentSource, topic: str) -> str:
+    """Why ``topic`` has no partition at ``source``."""
+    if source.metadata != "segments":
+        there = ", ".join(source.topics()) or "none"
+        return (
+            f"topic {topic!r} does not exist in {source.location} (topics there: {there}); "
+            "it reads no rows"
+        )
+    return (
+        f"no segments of topic {topic!r} under {source.location}: a cluster's newest records "
+        "stay in write-ahead objects until compaction; set etcd.endpoints to read them"
+    )
 
 
 def latest_offsets(options: Mapping[str, str]) -> OffsetsJson:
