@@ -283,6 +283,19 @@ async fn a_fetch_reaching_a_segment_being_read_ahead_waits_for_that_read() {
 }
 
 /// A read of `p` from offset 0 in a task of its own, checked to be still waiting 50 ms on.
+/// Partition 0 as another broker sees it: a follower of `owner`'s committed record.
+fn follower_of(f: &Fixture, owner: &Partition) -> Arc<Partition> {
+    let (record, revision) = owner.committed_record();
+    Arc::new(super::follower_partition(
+        &f.topic,
+        0,
+        f.limits.clone(),
+        record,
+        revision,
+        owner.high_watermark(),
+    ))
+}
+
 async fn read_left_waiting(
     f: &Fixture,
     p: &Arc<Partition>,
@@ -357,15 +370,7 @@ async fn a_follower_whose_watch_lags_reads_the_segment_the_store_records() {
     let ack = produce(&f, &p, 5);
     assert!(f.writer.flush().await);
     assert_eq!(ack.await.unwrap(), Ok(0));
-    let (record, revision) = p.committed_record();
-    let follower = Arc::new(super::follower_partition(
-        &f.topic,
-        0,
-        f.limits.clone(),
-        record,
-        revision,
-        p.high_watermark(),
-    ));
+    let follower = follower_of(&f, &p);
     let first = reader::read(&f.ctx, &follower, 0, 1 << 20, true)
         .await
         .unwrap();
@@ -393,15 +398,7 @@ async fn a_follower_whose_listing_was_overtaken_by_a_compaction_lists_again() {
     assert_eq!(ack.await.unwrap(), Ok(0));
     let (due, revision) = compact_and_commit(&f, &p, later).await;
     p.compacted(&f.ctx, due, revision);
-    let (first_record, first_revision) = p.committed_record();
-    let follower = Arc::new(super::follower_partition(
-        &f.topic,
-        0,
-        f.limits.clone(),
-        first_record,
-        first_revision,
-        p.high_watermark(),
-    ));
+    let follower = follower_of(&f, &p);
     let ack = produce(&f, &p, 3);
     assert!(f.writer.flush().await);
     assert_eq!(ack.await.unwrap(), Ok(5));
