@@ -149,14 +149,16 @@ impl Broker {
             store.describe(),
             catalog.describe()
         );
+        let settings = config.log_settings();
         let log = Arc::new(LogContext {
-            settings: config.log_settings(),
+            cache: SegmentCache::new(config.cache_bytes, settings.uncompacted_hold()),
+            settings,
             store: Arc::new(store),
             catalog,
-            cache: SegmentCache::new(config.cache_bytes),
             metrics: metrics.clone(),
             meta_writes: Default::default(),
             wal: Arc::default(),
+            compaction_due: Default::default(),
         });
         let broker = Arc::new(Broker {
             wal: WalWriter::start(log.clone(), log.wal.clone(), config.broker_id, sweep_mark),

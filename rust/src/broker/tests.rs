@@ -23,10 +23,25 @@ pub struct TestBroker {
     _dir: tempfile::TempDir,
 }
 
-/// A started broker of its own (id 1) with the given broker-wide segment size.
+/// A started broker of its own (id 1) with the given broker-wide segment size. Partitions
+/// reaching a segment's worth are not compacted at once: tests compact when they say so (its
+/// interval's rounds are rare enough not to race them).
 pub async fn broker(segment_bytes: usize) -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
     let config = config(&dir, segment_bytes);
+    let broker = Broker::open(config).await.unwrap();
+    broker.log.compaction_due.hold();
+    TestBroker { broker, _dir: dir }
+}
+
+/// A broker that compacts a partition as soon as it has a segment's worth, and otherwise
+/// never (its interval is an hour).
+pub async fn broker_compacting_when_due(segment_bytes: usize) -> TestBroker {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        wal_compaction_interval_ms: 3_600_000,
+        ..config(&dir, segment_bytes)
+    };
     let broker = Broker::open(config).await.unwrap();
     TestBroker { broker, _dir: dir }
 }
@@ -45,6 +60,7 @@ pub async fn faulty_broker(segment_bytes: usize) -> (TestBroker, Arc<FaultyKv>) 
     let broker = Broker::open_over(config, store, kv.clone(), Arc::default())
         .await
         .unwrap();
+    broker.log.compaction_due.hold();
     (TestBroker { broker, _dir: dir }, kv)
 }
 

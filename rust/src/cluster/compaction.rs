@@ -2,7 +2,10 @@
 //! become segments (uploaded concurrently, committed in batched transactions, so the metadata
 //! writes do not grow with the partitions compacted), then manifests whose runs all live in
 //! segments go – object first, then manifest – and, now and then, write-ahead objects that
-//! were never committed and are old enough that no commit can still be on its way.
+//! were never committed and are old enough that no commit can still be on its way. Between
+//! intervals, the partitions whose commits brought them a segment's worth of runs
+//! (`CompactionDue`) are compacted as they come, a round per `DUE_ROUND_SPACING` at most,
+//! while the cache still holds their runs.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -10,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use tokio::time::Instant;
 
 use crate::broker::Broker;
 use crate::cluster::state::ClusterState;
@@ -18,6 +22,11 @@ use crate::meta::wal::{parse_manifest, OwnedChange, Settled, WalManifest};
 
 /// Partitions compacted at once (each holds its runs' bytes while its segment uploads).
 const COMPACTIONS_IN_PARALLEL: usize = 8;
+
+/// Rounds of partitions due by size start at most this often: the partitions due meanwhile
+/// share the round's commits (a metadata write per 64), and their runs wait in the cache,
+/// which holds them for longer (`log::cache`).
+const DUE_ROUND_SPACING: Duration = Duration::from_secs(1);
 
 /// An object no manifest names is deleted once this old: far beyond any flush's upload and
 /// commit, so no commit of it can still land.
@@ -30,22 +39,38 @@ pub fn spawn(broker: &Arc<Broker>) {
     let broker = broker.clone();
     tokio::spawn(async move {
         let every = broker.log.settings.wal_compaction_interval;
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut tick = tokio::time::interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_sweep = tokio::time::Instant::now();
+        let mut last_sweep = Instant::now();
+        let mut next_due_round = Instant::now();
         loop {
-            tick.tick().await;
+            let whole = tokio::select! {
+                _ = tick.tick() => true,
+                _ = broker.log.compaction_due.added() => false,
+            };
             if broker.stopping.load(Ordering::Acquire) {
                 return;
+            }
+            if !whole {
+                tokio::time::sleep_until(next_due_round).await;
+                next_due_round = Instant::now() + DUE_ROUND_SPACING;
+                let due = broker.log.compaction_due.take();
+                broker.compact_within_an_interval(owned(due)).await;
+                continue;
             }
             broker.compact_owned().await;
             broker.delete_compacted_objects().await;
             if last_sweep.elapsed() >= SWEEP_INTERVAL {
-                last_sweep = tokio::time::Instant::now();
+                last_sweep = Instant::now();
                 broker.sweep_uncommitted_objects().await;
             }
         }
     });
+}
+
+/// The partitions of `due` this broker still owns.
+fn owned(due: Vec<Arc<Partition>>) -> Vec<Arc<Partition>> {
+    due.into_iter().filter(|p| p.is_leader()).collect()
 }
 
 impl Broker {
@@ -61,21 +86,23 @@ impl Broker {
             return;
         }
         let by_id = self.topics_by_id();
-        let mut due: Vec<Arc<Partition>> = with_runs
-            .into_iter()
-            .filter_map(|(topic_id, id)| {
-                let slot = by_id
-                    .get(&topic_id)?
-                    .partitions
-                    .get(usize::try_from(id).ok()?)?;
-                Some(slot.current())
-            })
-            .filter(|p| p.is_leader())
-            .collect();
-        let until = tokio::time::Instant::now() + self.log.settings.wal_compaction_interval;
+        let with_runs = with_runs.into_iter().filter_map(|(topic_id, id)| {
+            let slot = by_id
+                .get(&topic_id)?
+                .partitions
+                .get(usize::try_from(id).ok()?)?;
+            Some(slot.current())
+        });
+        self.compact_within_an_interval(owned(with_runs.collect()))
+            .await;
+    }
+
+    /// Compacts `due` until none has more due or a compaction interval has passed.
+    async fn compact_within_an_interval(&self, mut due: Vec<Arc<Partition>>) {
+        let until = Instant::now() + self.log.settings.wal_compaction_interval;
         while !due.is_empty() && !self.stopping.load(Ordering::Acquire) {
             due = self.compact_partitions(due).await;
-            if tokio::time::Instant::now() >= until {
+            if Instant::now() >= until {
                 break;
             }
         }
@@ -332,7 +359,7 @@ fn all_compacted(state: &ClusterState, manifest: &WalManifest) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::tests::{broker, produce, uploaded_compaction};
+    use crate::broker::tests::{broker, broker_compacting_when_due, produce, uploaded_compaction};
     use crate::log::reader;
     use crate::meta::kv::Op;
     use crate::meta::mirror::tests::eventually;
@@ -413,6 +440,22 @@ mod tests {
             .map(|r| r.unwrap().1.base_offset)
             .collect();
         assert_eq!(offsets, (0..6).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_partition_reaching_a_segments_worth_is_compacted_without_waiting_for_a_round() {
+        let t = broker_compacting_when_due(2_000).await;
+        let b = &t.broker;
+        b.create_topic("t", 2, Default::default()).await.unwrap();
+        // about 1.2 kB each: the second makes a segment's worth of partition 0
+        assert_eq!(produce(b, "t", 0, 10).await, 0);
+        assert_eq!(produce(b, "t", 1, 10).await, 0);
+        assert_eq!(produce(b, "t", 0, 10).await, 10);
+        let p0 = b.topic("t").unwrap().partitions[0].current();
+        let p1 = b.topic("t").unwrap().partitions[1].current();
+        let end = |p: &Partition| p.owned().unwrap().record.segment_end();
+        assert!(eventually(|| end(&p0) == 20).await, "compacted when due");
+        assert_eq!(end(&p1), 0, "less than a segment: left for its age");
     }
 
     #[tokio::test]

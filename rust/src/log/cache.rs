@@ -1,6 +1,12 @@
 //! LRU cache of segment batch bytes, bounded in bytes (`KAFSCALE_CACHE_BYTES`). Filled by this
 //! broker's own flushes, by readahead and by reads that missed.
 //!
+//! The runs this broker commits are what its compaction reads next: they are held apart,
+//! oldest first, and evicted only when nothing else is left to evict, until compaction takes
+//! them (their segment replaces them) or they are older than the hold (their partition moved,
+//! or compaction is behind: from then on they are ordinary entries, evicted first). Reading
+//! them back from the object store would cost a GET per run and partition.
+//!
 //! The bound covers reads on their way in too: a read from the object store first reserves
 //! room for the bytes it asks for (evicting what it must), and waits while reads in flight hold
 //! all of it. Otherwise many consumers missing at once, and their readahead, would each hold a
@@ -14,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lru::LruCache;
@@ -57,18 +64,40 @@ impl CachedBatches {
 
 struct Inner {
     entries: LruCache<String, CachedBatches>,
+    /// Runs this broker committed and has not compacted yet, oldest first, with when they
+    /// came (`insert_uncompacted`).
+    uncompacted: LruCache<String, (CachedBatches, Instant)>,
     bytes: usize,
 }
 
 impl Inner {
-    /// Evicts least recently used entries until they fit `room`.
-    fn evict_beyond(&mut self, room: usize) {
+    /// Evicts until the entries fit `room`: uncompacted runs past the hold first, then the
+    /// least recently used entries, then the oldest uncompacted runs.
+    fn evict_beyond(&mut self, room: usize, hold: Duration) {
         while self.bytes > room {
-            match self.entries.pop_lru() {
-                Some((_, evicted)) => self.bytes -= evicted.len(),
+            let expired = self
+                .uncompacted
+                .peek_lru()
+                .is_some_and(|(_, (_, since))| since.elapsed() > hold);
+            let evicted = if expired || self.entries.is_empty() {
+                self.uncompacted.pop_lru().map(|(_, (entry, _))| entry)
+            } else {
+                self.entries.pop_lru().map(|(_, entry)| entry)
+            };
+            match evicted {
+                Some(entry) => self.bytes -= entry.len(),
                 None => break,
             }
         }
+    }
+
+    fn take(&mut self, key: &str) -> Option<CachedBatches> {
+        let entry = match self.entries.pop(key) {
+            Some(entry) => entry,
+            None => self.uncompacted.pop(key)?.0,
+        };
+        self.bytes -= entry.len();
+        Some(entry)
     }
 }
 
@@ -77,6 +106,8 @@ type InFlight = Arc<Mutex<HashMap<String, watch::Receiver<()>>>>;
 
 pub struct SegmentCache {
     capacity: usize,
+    /// How long an uncompacted run is held before it is an ordinary entry.
+    hold: Duration,
     inner: Mutex<Inner>,
     /// One permit per byte of capacity; a read in flight holds as many as it asks for
     /// (`Reservation`), and entries get at most the permits left.
@@ -85,11 +116,14 @@ pub struct SegmentCache {
 }
 
 impl SegmentCache {
-    pub fn new(capacity: usize) -> SegmentCache {
+    /// A cache of `capacity` bytes that holds uncompacted runs for `hold` at most.
+    pub fn new(capacity: usize, hold: Duration) -> SegmentCache {
         SegmentCache {
             capacity,
+            hold,
             inner: Mutex::new(Inner {
                 entries: LruCache::unbounded(),
+                uncompacted: LruCache::unbounded(),
                 bytes: 0,
             }),
             room: Semaphore::new(capacity.min(Semaphore::MAX_PERMITS)),
@@ -113,24 +147,42 @@ impl SegmentCache {
     }
 
     pub fn get(&self, key: &str) -> Option<CachedBatches> {
-        self.inner().entries.get(key).cloned()
+        let mut inner = self.inner();
+        if let Some(entry) = inner.entries.get(key) {
+            return Some(entry.clone());
+        }
+        // (a read does not make an uncompacted run younger: it goes when compacted)
+        inner.uncompacted.peek(key).map(|(entry, _)| entry.clone())
     }
 
     pub fn contains(&self, key: &str) -> bool {
-        self.inner().entries.contains(key)
+        let inner = self.inner();
+        inner.entries.contains(key) || inner.uncompacted.contains(key)
     }
 
     pub fn insert(&self, key: String, batches: CachedBatches) {
+        self.insert_as(key, batches, false);
+    }
+
+    /// Caches a run this broker committed, held for its compaction (see the module's notes).
+    pub fn insert_uncompacted(&self, key: String, batches: CachedBatches) {
+        self.insert_as(key, batches, true);
+    }
+
+    fn insert_as(&self, key: String, batches: CachedBatches, uncompacted: bool) {
         let size = batches.len();
         if size > self.capacity {
             return;
         }
         let mut inner = self.inner();
-        if let Some(old) = inner.entries.put(key, batches) {
-            inner.bytes -= old.len();
+        inner.take(&key);
+        if uncompacted {
+            inner.uncompacted.put(key, (batches, Instant::now()));
+        } else {
+            inner.entries.put(key, batches);
         }
         inner.bytes += size;
-        inner.evict_beyond(self.room_for_entries());
+        inner.evict_beyond(self.room_for_entries(), self.hold);
     }
 
     /// Room for `bytes` about to be read from the object store, waiting while reads in flight
@@ -143,7 +195,8 @@ impl SegmentCache {
             .acquire_many(bytes as u32)
             .await
             .expect("the cache never closes its semaphore");
-        self.inner().evict_beyond(self.room_for_entries());
+        self.inner()
+            .evict_beyond(self.room_for_entries(), self.hold);
         Reservation {
             cache: self,
             _permit: permit,
@@ -171,10 +224,7 @@ impl SegmentCache {
 
     /// Takes an entry out, uncounted.
     fn take(&self, key: &str) -> Option<CachedBatches> {
-        let mut inner = self.inner();
-        let entry = inner.entries.pop(key)?;
-        inner.bytes -= entry.len();
-        Some(entry)
+        self.inner().take(key)
     }
 
     /// Claims `key` for a read from the object store, until the returned `Loading` is
@@ -248,13 +298,15 @@ mod tests {
 
     use super::*;
 
+    const HOLD: Duration = Duration::from_secs(60);
+
     fn entry(n: usize) -> CachedBatches {
         CachedBatches::pieces(32, vec![Bytes::from(vec![0u8; n])])
     }
 
     #[test]
     fn evicts_least_recently_used_to_stay_under_capacity() {
-        let cache = SegmentCache::new(100);
+        let cache = SegmentCache::new(100, HOLD);
         cache.insert("a".into(), entry(40));
         cache.insert("b".into(), entry(40));
         assert!(cache.get("a").is_some()); // a is now more recent than b
@@ -266,8 +318,33 @@ mod tests {
     }
 
     #[test]
+    fn runs_awaiting_compaction_go_last_until_their_hold_ends() {
+        let cache = SegmentCache::new(100, HOLD);
+        cache.insert_uncompacted("run".into(), entry(40));
+        cache.insert("a".into(), entry(40));
+        cache.insert("b".into(), entry(40));
+        assert!(cache.contains("run") && !cache.contains("a") && cache.contains("b"));
+        assert!(cache.get("run").is_some(), "readable like any entry");
+        // only runs left to evict: the oldest goes
+        cache.insert_uncompacted("run2".into(), entry(40));
+        cache.insert_uncompacted("run3".into(), entry(40));
+        assert!(!cache.contains("b") && !cache.contains("run"));
+        assert!(cache.contains("run2") && cache.contains("run3"));
+        // compacted: removed like any entry
+        cache.remove("run2");
+        assert_eq!(cache.bytes(), 40);
+
+        // past the hold (none here) a run goes before the entries read lately
+        let cache = SegmentCache::new(100, Duration::ZERO);
+        cache.insert("a".into(), entry(40));
+        cache.insert_uncompacted("run".into(), entry(40));
+        cache.insert("b".into(), entry(40));
+        assert!(cache.contains("a") && !cache.contains("run") && cache.contains("b"));
+    }
+
+    #[test]
     fn an_entry_in_pieces_counts_them_all_and_a_removed_one_nothing() {
-        let cache = SegmentCache::new(100);
+        let cache = SegmentCache::new(100, HOLD);
         let pieces = [Bytes::from(vec![0u8; 30]), Bytes::from(vec![0u8; 20])];
         cache.insert("pieces".into(), CachedBatches::pieces(32, &pieces[..]));
         assert_eq!(cache.bytes(), 50);
@@ -279,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_renamed_entry_keeps_its_bytes_under_the_new_key() {
-        let cache = SegmentCache::new(100);
+        let cache = SegmentCache::new(100, HOLD);
         cache.insert("pending".into(), entry(40));
         cache.rename("pending", "segment".into());
         assert!(!cache.contains("pending") && cache.contains("segment"));
@@ -291,7 +368,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_in_flight_hold_room_that_entries_give_way_to() {
-        let cache = SegmentCache::new(100);
+        let cache = SegmentCache::new(100, HOLD);
         cache.insert("a".into(), entry(40));
         cache.insert("b".into(), entry(40));
         let first = cache.reserve(30).await;
@@ -324,7 +401,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_is_read_once_at_a_time_and_waiters_wake_when_the_read_ends() {
-        let cache = Arc::new(SegmentCache::new(100));
+        let cache = Arc::new(SegmentCache::new(100, HOLD));
         assert!(!cache.loaded("a").await, "nothing in flight: no wait");
         let reading = cache.begin_loading("a").expect("claimed");
         assert!(cache.begin_loading("a").is_none(), "claimed already");

@@ -3,6 +3,8 @@
 pub mod batch;
 pub(crate) mod cache;
 pub mod checksum;
+#[cfg(test)]
+mod compaction_tests;
 pub mod decompress;
 #[cfg(test)]
 mod idempotence_tests;
@@ -59,6 +61,14 @@ pub struct LogSettings {
     pub wal_compaction_interval: Duration,
 }
 
+impl LogSettings {
+    /// How long the cache holds a committed run for its compaction (`cache`): past the age at
+    /// which even a slow partition's runs are compacted, and two rounds more.
+    pub fn uncompacted_hold(&self) -> Duration {
+        self.wal_compaction_age + 2 * self.wal_compaction_interval
+    }
+}
+
 /// What every partition needs to flush and read.
 pub struct LogContext {
     pub settings: LogSettings,
@@ -70,6 +80,9 @@ pub struct LogContext {
     pub wal: Arc<wal::index::WalIndex>,
     /// The write path's metadata writes, paced.
     pub meta_writes: wal::pace::MetaWritePace,
+    /// Partitions with a segment's worth of committed runs, compacted without waiting for the
+    /// next compaction interval.
+    pub compaction_due: partition::compaction::CompactionDue,
 }
 
 /// The writable log of a partition this broker just claimed (`Catalog::claim_partitions`,

@@ -39,7 +39,7 @@ async fn fixture_flushing_every(segment_bytes: usize, flush_interval: Duration) 
 }
 
 /// `cache_bytes` 0: every read goes to the store.
-async fn fixture_with(
+pub(super) async fn fixture_with(
     segment_bytes: usize,
     flush_interval: Duration,
     wal_object_max_bytes: usize,
@@ -53,28 +53,30 @@ async fn fixture_with(
         .await
         .unwrap();
     let objects = Arc::new(FaultyStore::default());
+    let settings = LogSettings {
+        segment_bytes,
+        max_message_bytes: 1 << 20,
+        message_timestamp_before_max_ms: i64::MAX,
+        message_timestamp_after_max_ms: 3_600_000,
+        max_uncompressed_batch_bytes: 128 << 20,
+        producer_id_expiration_ms: 86_400_000,
+        flush_interval,
+        readahead_segments: 1,
+        index_interval: 100,
+        max_concurrent_flushes: 4,
+        wal_object_max_bytes,
+        wal_compaction_age: Duration::from_secs(3600),
+        wal_compaction_interval: Duration::from_secs(3600),
+    };
     let ctx = Arc::new(LogContext {
-        settings: LogSettings {
-            segment_bytes,
-            max_message_bytes: 1 << 20,
-            message_timestamp_before_max_ms: i64::MAX,
-            message_timestamp_after_max_ms: 3_600_000,
-            max_uncompressed_batch_bytes: 128 << 20,
-            producer_id_expiration_ms: 86_400_000,
-            flush_interval,
-            readahead_segments: 1,
-            index_interval: 100,
-            max_concurrent_flushes: 4,
-            wal_object_max_bytes,
-            wal_compaction_age: Duration::from_secs(3600),
-            wal_compaction_interval: Duration::from_secs(3600),
-        },
+        cache: SegmentCache::new(cache_bytes, settings.uncompacted_hold()),
+        settings,
         store: Arc::new(SegmentStore::over(objects.clone(), "ns")),
         catalog,
         metrics: Default::default(),
-        cache: SegmentCache::new(cache_bytes),
         wal: Arc::default(),
         meta_writes: Default::default(),
+        compaction_due: Default::default(),
     });
     let writer = WalWriter::start(ctx.clone(), ctx.wal.clone(), 1, 0);
     let limits = Arc::new(TopicLimits::new(&topic.configs, &ctx.settings));

@@ -1,6 +1,8 @@
 //! Compaction of one owned partition: its write-ahead runs above the segment end become a
 //! `.kfs` + `.index` segment once they hold `segment.bytes` or the oldest is
-//! `wal_compaction_age` old. The segment is uploaded here; the switch (the record's
+//! `wal_compaction_age` old. A commit that brings a partition's runs to a segment's worth
+//! puts it on the due list (`CompactionDue`), so it is compacted at once, from the cache,
+//! instead of at the next compaction interval, when its runs may have to be read back. The segment is uploaded here; the switch (the record's
 //! `segment_end` moves past it) is committed by the caller together with other partitions'
 //! (`meta::wal::commit_segment_ends`), fenced like any owner's change.
 //!
@@ -10,8 +12,12 @@
 //! it is; anything else there is deleted (nothing committed can be, and nothing can refer to
 //! it) and the next round writes afresh.
 
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
 use bytes::Bytes;
 use object_store::PutPayload;
+use tokio::sync::Notify;
 
 use super::Partition;
 use crate::log::batch::BatchHeader;
@@ -59,6 +65,59 @@ impl Compacted {
         let change = (topic, partition, &self.owned, &self.record);
         let committed = ctx.catalog.commit_owned_records(&[change]).await;
         committed.unwrap().expect("committed")
+    }
+}
+
+/// Partitions whose committed runs hold a segment's worth, waiting for the compaction loop.
+#[derive(Default)]
+pub struct CompactionDue {
+    partitions: Mutex<Vec<Arc<Partition>>>,
+    added: Notify,
+    /// Nothing is put on the list: a test compacts when it says so.
+    #[cfg(test)]
+    held: std::sync::atomic::AtomicBool,
+}
+
+impl CompactionDue {
+    fn partitions(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Partition>>> {
+        self.partitions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a run of `bytes` just committed for `partition`, and puts the partition on the
+    /// list if its runs now hold a segment's worth.
+    pub fn note_committed_run(&self, partition: &Arc<Partition>, bytes: u64) {
+        #[cfg(test)]
+        if self.held.load(Ordering::Acquire) {
+            return;
+        }
+        let before = partition
+            .uncompacted_bytes
+            .fetch_add(bytes, Ordering::AcqRel);
+        let worth = partition.segment_bytes() as u64;
+        if before + bytes >= worth && !partition.compaction_queued.swap(true, Ordering::AcqRel) {
+            self.partitions().push(partition.clone());
+            self.added.notify_one();
+        }
+    }
+
+    /// The partitions put on the list since the last call (each may be put on it again).
+    pub fn take(&self) -> Vec<Arc<Partition>> {
+        let taken = std::mem::take(&mut *self.partitions());
+        for partition in &taken {
+            partition.compaction_queued.store(false, Ordering::Release);
+        }
+        taken
+    }
+
+    /// Returns once a partition was put on the list (at once if one was since the last wait).
+    pub async fn added(&self) {
+        self.added.notified().await;
+    }
+
+    /// From now on nothing is put on the list (the compaction loop would race a test's own).
+    #[cfg(test)]
+    pub fn hold(&self) {
+        self.held.store(true, Ordering::Release);
     }
 }
 
@@ -178,13 +237,17 @@ impl Partition {
         } = compacted;
         // The runs compacted are cached as part of their segments now (the same slices):
         // entries of their own would only count those bytes twice.
+        // What is left above the new segment end is counted anew.
         let (compacted_from, compacted_to) = (owned.record.segment_end(), record.segment_end());
+        let mut left = 0;
         for run in ctx.wal.runs_from((self.topic_id, self.id), compacted_from) {
             if run.run.last_offset >= compacted_to {
-                break;
+                left += run.run.length;
+            } else {
+                ctx.cache.remove(&run.cache_key());
             }
-            ctx.cache.remove(&run.cache_key());
         }
+        self.uncompacted_bytes.store(left, Ordering::Release);
         for segment in &segments {
             ctx.metrics.compaction_segments_written.inc();
             ctx.metrics.compaction_bytes_written.inc_by(segment.size);

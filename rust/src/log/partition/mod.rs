@@ -8,14 +8,14 @@
 //! acknowledges nothing and the still-buffered batches are re-based onto the committed end,
 //! so offsets never have gaps.
 
-mod compaction;
+pub(crate) mod compaction;
 mod idempotence;
 mod roles;
 
 pub use compaction::Compacted;
 pub use idempotence::Recorded;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use kafka_protocol::ResponseError;
@@ -110,6 +110,11 @@ pub struct Partition {
     record_lock: Arc<tokio::sync::Mutex<()>>,
     /// Set while the partition is on the write-ahead writer's list of partitions to flush.
     queued: AtomicBool,
+    /// Bytes of the runs above the segment end as this owner counts them: each commit adds
+    /// its run, each compaction counts what it left (`compaction`).
+    uncompacted_bytes: AtomicU64,
+    /// Set while the partition is on the list of those due for compaction.
+    compaction_queued: AtomicBool,
     /// The read-only log that replaced this one when the broker gave the partition up
     /// (`to_follower`): commits settled after that are passed on to it.
     successor: Mutex<Weak<Partition>>,
@@ -164,6 +169,8 @@ impl Partition {
             high_watermark: watch::Sender::new(high_watermark),
             record_lock: Arc::default(),
             queued: AtomicBool::new(false),
+            uncompacted_bytes: AtomicU64::new(0),
+            compaction_queued: AtomicBool::new(false),
             successor: Mutex::default(),
         }
     }

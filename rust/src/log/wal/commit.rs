@@ -300,7 +300,10 @@ impl WalWriter {
             for ((part, run), held) in flight.parts.into_iter().zip(runs).zip(flight.runs) {
                 let batches = CachedBatches::pieces(run.position, &pieces[held]);
                 let key = run_cache_key(flight.path.as_ref(), run.position);
-                self.ctx.cache.insert(key, batches);
+                self.ctx.cache.insert_uncompacted(key, batches);
+                self.ctx
+                    .compaction_due
+                    .note_committed_run(&part.partition, run.length);
                 part.partition
                     .complete_flush(part.owed, run.last_offset + 1);
             }
