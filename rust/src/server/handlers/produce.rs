@@ -47,11 +47,16 @@ const EARLY_FLUSH_BYTES: usize = 1 << 20;
 /// One connection's produce requests waiting for their flush. Once a producer has its whole
 /// window waiting it sends nothing more until one is answered: waiting out the flush interval
 /// would hold it to five requests per interval (about 20 MB/s at the default 250 ms, against
-/// hundreds with librdkafka's unbounded window).
+/// hundreds with librdkafka's unbounded window). A connection that ever had more than five
+/// waiting has a larger window (librdkafka's default is a million): it is never blocked by
+/// five, goes on sending, and its data waits for the interval or the size cap like any other
+/// – flushing early for it would only cut the objects smaller.
 #[derive(Default)]
 pub(crate) struct ProduceWindow {
     requests: AtomicUsize,
     bytes: AtomicUsize,
+    /// The most requests that waited at once so far.
+    peak: AtomicUsize,
 }
 
 /// A request's place in its connection's window, given back when it is answered.
@@ -61,18 +66,21 @@ struct Waiting {
 }
 
 impl Waiting {
-    /// Counts the request in; true if the window is now full.
+    /// Counts the request in; true if it filled a window of five, with at least
+    /// `EARLY_FLUSH_BYTES` waiting in it (the producer now waits for its answers).
     fn enter(window: &Arc<ProduceWindow>, bytes: usize) -> (Waiting, bool) {
         let requests = window.requests.fetch_add(1, Ordering::AcqRel) + 1;
+        let peak = window
+            .peak
+            .fetch_max(requests, Ordering::AcqRel)
+            .max(requests);
         let total = window.bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
         let waiting = Waiting {
             window: window.clone(),
             bytes,
         };
-        (
-            waiting,
-            requests >= CLIENT_WINDOW && total >= EARLY_FLUSH_BYTES,
-        )
+        let blocked = requests == CLIENT_WINDOW && peak == CLIENT_WINDOW;
+        (waiting, blocked && total >= EARLY_FLUSH_BYTES)
     }
 }
 
@@ -340,6 +348,48 @@ mod tests {
     use crate::protocol::topic_name;
     use crate::server::budget::{Budgets, ByteBudget};
     use crate::server::handlers::testing::{alice, allow, broker_with, open};
+
+    #[test]
+    fn a_full_window_of_five_is_flushed_early_and_a_larger_window_never() {
+        let window = Arc::new(ProduceWindow::default());
+        let enter = |bytes| Waiting::enter(&window, bytes);
+        let mut waiting: Vec<Waiting> = Vec::new();
+        for _ in 0..4 {
+            let (entered, full) = enter(300_000);
+            assert!(!full);
+            waiting.push(entered);
+        }
+        let (entered, full) = enter(300_000);
+        assert!(
+            full,
+            "five wait with 1.5 MB: the producer sends nothing more"
+        );
+        waiting.push(entered);
+        // one answered, the next request fills the window again
+        waiting.pop();
+        let (entered, full) = enter(300_000);
+        assert!(full);
+        waiting.push(entered);
+        // a sixth: this producer's window is larger than five, it was never blocked
+        let (entered, full) = enter(300_000);
+        assert!(!full);
+        waiting.push(entered);
+        waiting.truncate(4);
+        assert!(!enter(300_000).1, "five again, but not its whole window");
+
+        let small = Arc::new(ProduceWindow::default());
+        let full: Vec<bool> = (0..5)
+            .map(|_| Waiting::enter(&small, 1_000))
+            .map(|(w, full)| {
+                std::mem::forget(w);
+                full
+            })
+            .collect();
+        assert_eq!(
+            full, [false; 5],
+            "five waiting with less than a megabyte wait for the interval"
+        );
+    }
 
     /// A charge to budgets without limits.
     fn uncharged() -> Charge {
