@@ -45,6 +45,7 @@ from typing import Any
 # The tests' process helpers (broker, etcd and moto processes, free ports), shared with every
 # bench.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from s3_requests import S3Requests, per_gib
 from support import procs
 
 GIB = 1 << 30
@@ -264,6 +265,11 @@ class BrokerOptions:
     # (every produced byte until it is durable), the "buffered" of the RSS budgets; None: the
     # broker's default (the other benches, which check no memory budget)
     buffered_bytes: int | None = None
+    # the S3 server's request log (--store s3): requests per GiB in every phase's figures
+    s3_requests: S3Requests | None = None
+    # a source tree whose kafscale package (with its built _core) the broker runs instead of
+    # the installed one: another build, side by side (bench/write_cost.py)
+    source_tree: Path | None = None
 
 
 class Broker(procs.Broker):
@@ -287,13 +293,14 @@ class Broker(procs.Broker):
             data_dir.parent / f"{data_dir.name}.log",
             port=port,
             args=args,
-            env={"NO_COLOR": "1"},
+            env=broker_env(opts),
             flush_interval_ms=opts.flush_interval_ms,
             python=opts.python,
             compact_at_once=False,
         )
         assert self.host == host
         self.store = opts.store
+        self.s3_requests = opts.s3_requests
 
     @property
     def addr(self) -> str:
@@ -336,6 +343,13 @@ class Broker(procs.Broker):
         except AssertionError:
             log(f"broker ignored SIGTERM for {timeout}s; killed it")
             return None
+
+
+def broker_env(opts: BrokerOptions) -> dict[str, str]:
+    env = {"NO_COLOR": "1"}
+    if opts.source_tree is not None:
+        env["PYTHONPATH"] = str(opts.source_tree / "python")
+    return env
 
 
 def broker_args(opts: BrokerOptions) -> list[str]:
@@ -797,9 +811,13 @@ def run_fetch(
     per_pass = sum(end - begin for begin, end in ranges.values())
     log(f"{label}: reading {per_pass} records x {passes} pass(es), {len(jobs)} process(es)")
     expected_s = passes * per_pass * args.value_bytes / (2 * MB)
+    requests = broker.s3_requests
+    start = requests.mark() if requests else 0
     results, usage, errors = run_workers(fetch_worker, jobs, broker, max(300.0, expected_s))
     fig = phase_figures(results, args.value_bytes, broker, usage, errors)
     fig["passes"] = passes
+    if requests and fig.get("bytes"):
+        fig["s3_requests_per_gib"] = per_gib(requests.since(start), fig["bytes"])
     log(
         f"{label}: {fig['mb_s']} MB/s, {fig['records_s']} rec/s, broker "
         f"{fig['broker_cpu_s_per_gib']} CPU-s/GiB, {fig['broker_wakeups_per_gib']} wake-ups/GiB, "
@@ -986,7 +1004,10 @@ def produce_until_idle(
     """A produce phase, then the wait until the broker has compacted what it wrote: that
     tail's CPU is part of producing (``broker_cpu_s_per_gib_with_compaction``), and the next
     phase's figures are its own, not the compaction's."""
+    requests = broker.s3_requests
+    start = requests.mark() if requests else 0
     fig = run_produce(broker, args, acks, label)
+    produced = requests.mark() if requests else 0
     before = broker.cpu_seconds()
     wait_idle(broker)
     tail = broker.cpu_seconds() - before
@@ -995,6 +1016,17 @@ def produce_until_idle(
         with_tail = fig["broker_cpu_s_per_gib"] + tail / (fig["bytes"] / GIB)
         fig["broker_cpu_s_per_gib_with_compaction"] = round(with_tail, 3)
     log(f"{label}: compaction afterwards took {tail:.2f} broker CPU-s")
+    if requests and fig.get("bytes"):
+        # During the phase (write-ahead objects, and the compaction running beside them), after
+        # it (the compaction tail), and both.
+        window, after = requests.since(start), requests.since(produced)
+        window.subtract(after)
+        fig["s3_requests_per_gib"] = {
+            "produce_window": per_gib(+window, fig["bytes"]),
+            "compaction_tail": per_gib(after, fig["bytes"]),
+            "total": per_gib(requests.since(start), fig["bytes"]),
+        }
+        log(f"{label}: S3 requests per GiB {fig['s3_requests_per_gib']['total']}")
     return fig
 
 
@@ -1368,8 +1400,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     with scratch_dir(args.keep_data) as root, contextlib.ExitStack() as stack:
         extra = list(args.broker_arg)
+        requests = None
         if args.store == "s3":
-            extra += s3_store_args(stack.enter_context(moto_server(root)))
+            moto = stack.enter_context(moto_server(root))
+            extra += s3_store_args(moto)
+            requests = S3Requests(moto.log_path)
         opts = BrokerOptions(
             python=args.python,
             store=args.store,
@@ -1381,6 +1416,7 @@ def main(argv: list[str] | None = None) -> int:
             log_level=args.broker_log_level,
             extra_args=extra,
             security=make_listener_security(args.security, root),
+            s3_requests=requests,
         )
         suite = Suite(args, opts, root, out)
         try:

@@ -74,6 +74,11 @@ pub async fn serve(
 ) {
     let mut registry = Registry::default();
     broker.metrics.register(&mut registry);
+    registry.sub_registry_with_prefix("kafscale").register(
+        "object_store_requests",
+        "Requests made of the object store, by operation and kind of object",
+        broker.log.store.requests().clone(),
+    );
     registry.register_collector(Box::new(TopicTrafficCollector::new(broker.clone())));
     registry.register_collector(Box::new(BrokerGauges::new(broker.clone())));
     registry.register_collector(Box::new(ProcessCollector));

@@ -20,9 +20,11 @@ pub mod faulty;
 mod memory;
 mod problems;
 mod published;
+mod requests;
 
 pub(crate) use problems::has_configured_credentials;
 pub use problems::{concise, one_line, OpenError, Unusable};
+pub use requests::RequestCounts;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -134,6 +136,8 @@ pub struct SegmentStore {
     description: String,
     /// The directory of a local store, whose objects can be memory-mapped.
     local_root: Option<std::path::PathBuf>,
+    /// Every request made of `store` so far.
+    requests: RequestCounts,
 }
 
 impl SegmentStore {
@@ -225,23 +229,39 @@ impl SegmentStore {
                 )
             }
         };
-        Ok(SegmentStore {
+        Ok(SegmentStore::counted(
             store,
-            namespace: namespace.to_string(),
-            description: format!("{description}, namespace {namespace}"),
+            namespace,
+            format!("{description}, namespace {namespace}"),
             local_root,
-        })
+        ))
     }
 
     /// A store over any `object_store` implementation (tests inject faults this way).
     #[cfg(test)]
     pub fn over(store: Arc<dyn ObjectStore>, namespace: &str) -> SegmentStore {
+        SegmentStore::counted(store, namespace, "test store".to_string(), None)
+    }
+
+    fn counted(
+        store: Arc<dyn ObjectStore>,
+        namespace: &str,
+        description: String,
+        local_root: Option<std::path::PathBuf>,
+    ) -> SegmentStore {
+        let requests = RequestCounts::default();
         SegmentStore {
-            store,
+            store: Arc::new(requests::Counted::new(store, requests.clone())),
             namespace: namespace.to_string(),
-            description: "test store".to_string(),
-            local_root: None,
+            description,
+            local_root,
+            requests,
         }
+    }
+
+    /// The requests made of the store so far, by operation and kind of object.
+    pub fn requests(&self) -> &RequestCounts {
+        &self.requests
     }
 
     pub fn describe(&self) -> &str {

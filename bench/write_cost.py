@@ -1,0 +1,106 @@
+"""What producing costs the broker, compaction included, side by side with another build.
+
+Rounds of broker_bench.py's produce phase (``--gib`` of 1 KiB values, acks=all, 8 partitions,
+confluent-kafka, a fresh broker on moto's S3 each time), each counted until the broker is idle
+again, so the compaction of what it wrote is part of it; alternately on this tree's broker and
+on the broker of ``--baseline`` (a source tree with its own built ``kafscale._core``, e.g. a git
+worktree of the code before a change), which goes first alternating too. Each round prints the
+broker's CPU-s per GiB (the produce window, and with the compaction after it) and the S3
+requests per GiB by operation and object (from moto's request log); then the medians of each
+side. Uploads are signed with their body's hash unless AWS_UNSIGNED_PAYLOAD=true (what they are
+over HTTPS), as with broker_bench.py.
+
+Usage: python bench/write_cost.py --baseline DIR [--rounds 3] [--gib 1]
+Prints progress to stderr and one JSON line to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import broker_bench as bb
+from s3_requests import S3Requests
+
+
+def one_round(
+    side: str, tree: Path | None, args: argparse.Namespace, moto: Any, root: Path, n: int
+) -> dict[str, Any]:
+    namespace = f"r{n}-{side}"
+    opts = bb.BrokerOptions(
+        python=args.python,
+        store="s3",
+        flush_interval_ms=250,
+        cache_bytes=256 * bb.MIB,
+        segment_bytes=None,
+        readahead_segments=None,
+        log_level=args.broker_log_level,
+        extra_args=[*bb.s3_store_args(moto), "--s3-namespace", namespace],
+        s3_requests=S3Requests(moto.log_path),
+        source_tree=tree,
+    )
+    broker = bb.start_broker(opts, root / namespace)
+    try:
+        bb.create_topic(broker.addr, bb.TOPIC, args.partitions, None)
+        fig = bb.produce_until_idle(broker, args, "-1", f"{side} round {n}")
+    finally:
+        broker.stop()
+    return fig
+
+
+def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(get: Any) -> float | None:
+        values = [v for v in (get(r) for r in rounds) if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    out: dict[str, Any] = {
+        "mb_s": med(lambda r: r.get("mb_s")),
+        "broker_cpu_s_per_gib": med(lambda r: r.get("broker_cpu_s_per_gib")),
+        "broker_cpu_s_per_gib_with_compaction": med(
+            lambda r: r.get("broker_cpu_s_per_gib_with_compaction")
+        ),
+    }
+    for op in ("PUT", "GET", "LIST", "DELETE", "POST"):
+        out[f"s3_{op}_per_gib"] = med(lambda r, op=op: r["s3_requests_per_gib"]["total"][op])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", type=Path, required=True, help="source tree of the other build")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per side")
+    ap.add_argument("--gib", type=float, default=1.0, help="GiB produced per round")
+    ap.add_argument("--keep-data", action="store_true")
+    own = ap.parse_args()
+    if not (own.baseline / "python" / "kafscale").is_dir():
+        ap.error(f"{own.baseline} holds no python/kafscale package")
+    args = bb.parse_args(["--store", "s3", "--gib", str(own.gib)])
+    sides = {"this": None, "baseline": own.baseline.resolve()}
+    out: dict[str, Any] = {
+        "gib": own.gib,
+        "baseline": str(own.baseline),
+        "unsigned_payload": os.environ.get("AWS_UNSIGNED_PAYLOAD", "") == "true",
+        "driver": bb.driver_version(),
+        "rounds": {side: [] for side in sides},
+        "errors": [],
+    }
+
+    def run(root: Path) -> None:
+        with bb.moto_server(root) as moto:
+            for n in range(own.rounds):
+                order = list(sides) if n % 2 == 0 else list(reversed(sides))
+                for side in order:
+                    out["rounds"][side].append(one_round(side, sides[side], args, moto, root, n))
+        out["medians"] = {side: medians(out["rounds"][side]) for side in sides}
+        bb.log(f"medians: {json.dumps(out['medians'])}")
+
+    return bb.run_in_scratch(out, own.keep_data, run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
