@@ -345,6 +345,21 @@ class Broker(procs.Broker):
             return None
 
 
+def default_options(python: str, store: str, extra_args: list[str], **more: Any) -> BrokerOptions:
+    """A broker with its own defaults (250 ms flushes, 256 MiB cache) on ``store``."""
+    return BrokerOptions(
+        python=python,
+        store=store,
+        flush_interval_ms=250,
+        cache_bytes=256 * MIB,
+        segment_bytes=None,
+        readahead_segments=None,
+        log_level="info",
+        extra_args=extra_args,
+        **more,
+    )
+
+
 def broker_env(opts: BrokerOptions) -> dict[str, str]:
     env = {"NO_COLOR": "1"}
     if opts.source_tree is not None:

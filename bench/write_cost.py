@@ -10,13 +10,17 @@ requests per GiB by operation and object (from moto's request log); then the med
 side. Uploads are signed with their body's hash unless AWS_UNSIGNED_PAYLOAD=true (what they are
 over HTTPS), as with broker_bench.py.
 
-Usage: python bench/write_cost.py --baseline DIR [--rounds 3] [--gib 1]
+``--idempotence`` makes the producer idempotent (librdkafka then keeps at most five requests in
+flight, as the Java client does); ``--store memory`` uses the broker's memory store instead.
+
+Usage: python bench/write_cost.py --baseline DIR [--rounds 3] [--gib 1] [--idempotence]
 Prints progress to stderr and one JSON line to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -32,16 +36,12 @@ def one_round(
     side: str, tree: Path | None, args: argparse.Namespace, moto: Any, root: Path, n: int
 ) -> dict[str, Any]:
     namespace = f"r{n}-{side}"
-    opts = bb.BrokerOptions(
-        python=args.python,
-        store="s3",
-        flush_interval_ms=250,
-        cache_bytes=256 * bb.MIB,
-        segment_bytes=None,
-        readahead_segments=None,
-        log_level=args.broker_log_level,
-        extra_args=[*bb.s3_store_args(moto), "--s3-namespace", namespace],
-        s3_requests=S3Requests(moto.log_path),
+    s3 = [*bb.s3_store_args(moto), "--s3-namespace", namespace] if moto else []
+    opts = bb.default_options(
+        args.python,
+        args.store,
+        s3,
+        s3_requests=S3Requests(moto.log_path) if moto else None,
         source_tree=tree,
     )
     broker = bb.start_broker(opts, root / namespace)
@@ -65,8 +65,9 @@ def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             lambda r: r.get("broker_cpu_s_per_gib_with_compaction")
         ),
     }
-    for op in ("PUT", "GET", "LIST", "DELETE", "POST"):
-        out[f"s3_{op}_per_gib"] = med(lambda r, op=op: r["s3_requests_per_gib"]["total"][op])
+    if all("s3_requests_per_gib" in r for r in rounds):
+        for op in ("PUT", "GET", "LIST", "DELETE", "POST"):
+            out[f"s3_{op}_per_gib"] = med(lambda r, op=op: r["s3_requests_per_gib"]["total"][op])
     return out
 
 
@@ -75,14 +76,19 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, required=True, help="source tree of the other build")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per side")
     ap.add_argument("--gib", type=float, default=1.0, help="GiB produced per round")
+    ap.add_argument("--store", choices=("s3", "memory"), default="s3")
+    ap.add_argument("--idempotence", action="store_true", help="an idempotent producer")
     ap.add_argument("--keep-data", action="store_true")
     own = ap.parse_args()
     if not (own.baseline / "python" / "kafscale").is_dir():
         ap.error(f"{own.baseline} holds no python/kafscale package")
-    args = bb.parse_args(["--store", "s3", "--gib", str(own.gib)])
+    flags = ["--store", own.store, "--gib", str(own.gib)]
+    args = bb.parse_args(flags + (["--idempotence"] if own.idempotence else []))
     sides = {"this": None, "baseline": own.baseline.resolve()}
     out: dict[str, Any] = {
         "gib": own.gib,
+        "store": own.store,
+        "idempotence": own.idempotence,
         "baseline": str(own.baseline),
         "unsigned_payload": os.environ.get("AWS_UNSIGNED_PAYLOAD", "") == "true",
         "driver": bb.driver_version(),
@@ -91,7 +97,8 @@ def main() -> int:
     }
 
     def run(root: Path) -> None:
-        with bb.moto_server(root) as moto:
+        with contextlib.ExitStack() as stack:
+            moto = stack.enter_context(bb.moto_server(root)) if own.store == "s3" else None
             for n in range(own.rounds):
                 order = list(sides) if n % 2 == 0 else list(reversed(sides))
                 for side in order:

@@ -31,6 +31,7 @@ from kafscale import listeners as _listeners
 
 __all__ = [
     "CONTROL_PLANE_SETTINGS",
+    "FLUSH_MODES",
     "LISTENER_SETTINGS",
     "LOG_FORMATS",
     "LOG_LEVELS",
@@ -54,6 +55,7 @@ CONTROL_PLANE_SETTINGS = (
     "offsets_retention_check_interval_ms",
 )
 LOG_FORMATS = ("text", "json")
+FLUSH_MODES = ("interval", "arrival")
 # Settings the core reads through the derived ``Settings.listener_specs`` and ``Settings.tls``
 # (the first two properties of ``_core.BrokerSettings``); they come first.
 LISTENER_SETTINGS = (
@@ -640,6 +642,16 @@ class Settings:
         _parse_int,
         check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 250"),
         metavar="MS",
+    )
+    flush_mode: str = _setting(
+        "interval",
+        "When a write-ahead flush starts. interval: --flush-interval-ms after the first write "
+        "buffered since the last flush (fewest objects). arrival: as soon as a write is "
+        "buffered, but at most once per --flush-interval-ms (lower latency when writes come "
+        "and go; lower the interval too to trade object PUTs for latency under steady load).",
+        _parse_lower,
+        check=_one_of(FLUSH_MODES),
+        metavar="MODE",
     )
     wal_object_max_bytes: int = _setting(
         8 * _MIB,

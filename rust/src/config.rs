@@ -78,6 +78,8 @@ pub struct BrokerConfig {
     pub use_memory_s3: bool,
     pub segment_bytes: usize,
     pub flush_interval_ms: u64,
+    /// `interval` or `arrival` (see `LogSettings::flush_on_arrival`).
+    pub flush_mode: String,
     pub wal_object_max_bytes: usize,
     pub wal_compaction_age_ms: u64,
     pub wal_compaction_interval_ms: u64,
@@ -268,6 +270,7 @@ impl BrokerConfig {
             max_uncompressed_batch_bytes: self.max_uncompressed_batch_bytes,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             flush_interval: Duration::from_millis(self.flush_interval_ms.max(1)),
+            flush_on_arrival: self.flush_mode == "arrival",
             readahead_segments: self.readahead_segments,
             index_interval: DEFAULT_INDEX_INTERVAL,
             max_concurrent_flushes: 64,

@@ -43,6 +43,7 @@ def test_defaults() -> None:
     assert s.use_memory_s3 is False
     assert s.segment_bytes == 4 * MIB
     assert s.flush_interval_ms == 250
+    assert s.flush_mode == "interval"
     assert s.cache_bytes == 256 * MIB
     assert s.readahead_segments == 2
     assert s.auto_create_topics is True
@@ -132,6 +133,7 @@ def test_unparsable_number_from_env_names_both() -> None:
         ("max_message_bytes", "0"),
         ("flush_interval_ms", "0"),
         ("flush_interval_ms", "-5"),
+        ("flush_mode", "asap"),
         ("default_partitions", "0"),
         ("readahead_segments", "-1"),
         ("broker_id", "-1"),
@@ -145,6 +147,10 @@ def test_out_of_range(name: str, value: str) -> None:
     message = error_of([flag(name), value])
     assert flag(name) in message
     assert env_var(name) not in message
+
+
+def test_flush_mode_is_read_in_any_case() -> None:
+    assert load(KAFSCALE_FLUSH_MODE="Arrival").flush_mode == "arrival"
 
 
 def test_readahead_zero_allowed() -> None:

@@ -102,6 +102,7 @@ fn config(dir: &tempfile::TempDir, segment_bytes: usize) -> BrokerConfig {
         use_memory_s3: true,
         segment_bytes,
         flush_interval_ms: 10,
+        flush_mode: "interval".into(),
         wal_object_max_bytes: 8 << 20,
         wal_compaction_age_ms: 60_000,
         wal_compaction_interval_ms: 5_000,

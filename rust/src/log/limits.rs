@@ -121,6 +121,7 @@ mod tests {
             max_uncompressed_batch_bytes: 128 << 20,
             producer_id_expiration_ms: 86_400_000,
             flush_interval: Duration::from_millis(10),
+            flush_on_arrival: false,
             readahead_segments: 1,
             index_interval: 100,
             max_concurrent_flushes: 1,

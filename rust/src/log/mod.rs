@@ -49,6 +49,9 @@ pub struct LogSettings {
     /// How long a partition remembers an idempotent producer that wrote nothing.
     pub producer_id_expiration_ms: i64,
     pub flush_interval: Duration,
+    /// A flush starts as soon as a write is buffered, at most once per `flush_interval`
+    /// (instead of `flush_interval` after the first write buffered since the last).
+    pub flush_on_arrival: bool,
     pub readahead_segments: usize,
     pub index_interval: i32,
     pub max_concurrent_flushes: usize,

@@ -45,6 +45,21 @@ pub(super) async fn fixture_with(
     wal_object_max_bytes: usize,
     cache_bytes: usize,
 ) -> Fixture {
+    let sizes = (segment_bytes, wal_object_max_bytes, cache_bytes);
+    fixture_of(sizes, flush_interval, false).await
+}
+
+/// Flushes as soon as a write is buffered, at most once per `floor`.
+pub(super) async fn fixture_flushing_on_arrival(floor: Duration) -> Fixture {
+    fixture_of((1 << 20, 8 << 20, 0), floor, true).await
+}
+
+/// (segment bytes, write-ahead object cap, cache bytes)
+async fn fixture_of(
+    (segment_bytes, wal_object_max_bytes, cache_bytes): (usize, usize, usize),
+    flush_interval: Duration,
+    flush_on_arrival: bool,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let kv = EmbeddedStore::open(&dir.path().join("m.redb")).unwrap();
     let catalog = Arc::new(Catalog::new(Arc::new(kv), "t"));
@@ -61,6 +76,7 @@ pub(super) async fn fixture_with(
         max_uncompressed_batch_bytes: 128 << 20,
         producer_id_expiration_ms: 86_400_000,
         flush_interval,
+        flush_on_arrival,
         readahead_segments: 1,
         index_interval: 100,
         max_concurrent_flushes: 4,
@@ -610,6 +626,22 @@ async fn the_flush_interval_and_the_object_size_cap_trigger_flushes() {
     let ack = produce(&f, &p, 1);
     let acked = tokio::time::timeout(Duration::from_secs(10), ack).await;
     assert_eq!(acked.expect("no flush after the interval").unwrap(), Ok(0));
+}
+
+#[tokio::test]
+async fn flushing_on_arrival_starts_at_once_and_at_most_once_per_interval() {
+    let f = fixture_flushing_on_arrival(Duration::from_secs(3600)).await;
+    let p = open(&f).await;
+    // nothing flushed within the last interval: the first write goes at once
+    let ack = produce(&f, &p, 1);
+    let acked = tokio::time::timeout(Duration::from_secs(10), ack).await;
+    assert_eq!(acked.expect("not flushed on arrival").unwrap(), Ok(0));
+    // the next waits for the interval (an hour here): only a flush asked for takes it
+    let mut ack = produce(&f, &p, 1);
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut ack).await;
+    assert!(early.is_err(), "flushed twice within an interval");
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(1));
 }
 
 #[tokio::test]

@@ -105,6 +105,11 @@ impl Pipeline {
         self.taken_lately.push_back((Instant::now(), bytes));
     }
 
+    /// When the latest object was taken, if within the last flush interval.
+    fn last_taken(&self) -> Option<Instant> {
+        self.taken_lately.back().map(|(at, _)| *at)
+    }
+
     /// Forgets the objects taken more than `interval` ago.
     fn forget_taken_before(&mut self, interval: Duration) {
         let now = Instant::now();
@@ -539,9 +544,10 @@ fn manifest_of(
     }
 }
 
-/// Starts a flush whenever the oldest queued append is a flush interval old, or at once when
-/// the queue holds an object's worth or a producer waits with its window full; after a
-/// failure, not before its backoff. Ends with the writer.
+/// Starts a flush whenever the oldest queued append is a flush interval old (flushing on
+/// arrival: as soon as an append is queued, a flush interval after the last flush at the
+/// earliest), or at once when the queue holds an object's worth or a producer waits with its
+/// window full; after a failure, not before its backoff. Ends with the writer.
 async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
     loop {
         let Some(strong) = writer.upgrade() else {
@@ -553,14 +559,19 @@ async fn flush_loop(writer: std::sync::Weak<WalWriter>) {
             tokio::time::sleep_until(at).await;
             continue;
         }
+        // (the pipeline's lock is taken before the queue's, as `launch` does)
+        let last_taken = strong.pipeline().last_taken();
         let (due, full) = {
             let queue = strong.queue();
-            let full = queue.urgent || queue.bytes >= strong.ctx.settings.wal_object_max_bytes;
+            let settings = &strong.ctx.settings;
+            let full = queue.urgent || queue.bytes >= settings.wal_object_max_bytes;
             let due = queue.since.map(|since| {
                 if full {
                     Instant::now()
+                } else if settings.flush_on_arrival {
+                    last_taken.map_or(since, |last| since.max(last + settings.flush_interval))
                 } else {
-                    since + strong.ctx.settings.flush_interval
+                    since + settings.flush_interval
                 }
             });
             (due, full)
