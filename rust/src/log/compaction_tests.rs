@@ -56,3 +56,24 @@ async fn runs_evicted_before_their_compaction_are_read_back() {
     assert!(p.compact(&f.ctx, now_ms()).await.is_some());
     assert_eq!(f.objects.reads_of(".wal"), 2, "one GET per run");
 }
+
+#[tokio::test]
+async fn a_partition_whose_runs_were_deleted_before_their_compaction_is_not_due_again() {
+    let f = fixture_with(2_000, Duration::from_millis(10), 8 << 20, 64 << 20).await;
+    let p = open(&f).await;
+    for base in [0, 10] {
+        let ack = produce(&f, &p, 10);
+        assert!(f.writer.flush().await);
+        assert_eq!(ack.await.unwrap(), Ok(base));
+    }
+    assert_eq!(f.ctx.compaction_due.take().len(), 1);
+    // the records go before their compaction: nothing is left to compact
+    let deleted = super::retention::delete_records(&f.ctx, &p, 20).await;
+    assert_eq!(deleted, Ok(20));
+    assert!(p.compact(&f.ctx, now_ms()).await.is_none());
+    // counted anew: one more small commit does not make it due
+    let ack = produce(&f, &p, 1);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(20));
+    assert!(f.ctx.compaction_due.take().is_empty());
+}

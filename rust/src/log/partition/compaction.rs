@@ -193,9 +193,14 @@ impl Partition {
         let segment_bytes = self.segment_bytes() as u64;
         // (A run that straddles `from` counts whole: close enough for the size trigger.)
         let bytes: u64 = runs.iter().map(|r| r.run.length).sum();
-        let oldest = runs.first()?.created_ms;
         let age = ctx.settings.wal_compaction_age.as_millis() as i64;
-        if bytes < segment_bytes && now_ms - oldest < age {
+        let due = runs
+            .first()
+            .is_some_and(|r| bytes >= segment_bytes || now_ms - r.created_ms >= age);
+        if !due {
+            // What is left is counted anew: what the commits counted may be gone (a log start
+            // moved past it), and the partition must not be due by size again for it.
+            self.uncompacted_bytes.store(bytes, Ordering::Release);
             return None;
         }
         let mut taken = 0;
