@@ -19,11 +19,12 @@
 //! the store, which also covers a broker killed between a commit and its publishing (such a
 //! commit was never acknowledged). Ephemeral keys (owners, writers) are not published.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::StreamExt;
 use tokio::sync::{watch, Mutex};
 
 use super::kv::{ChangeStream, Compare, KeyValue, KvStore, Listing, MetaError, Op};
@@ -33,6 +34,9 @@ pub const PUBLISHED_FOLDER: &str = "!meta";
 
 /// The keys published, relative to the cluster's root.
 const PUBLISHED_PREFIXES: [&str; 3] = ["topics/", "partitions/", "wal/"];
+
+/// Changes of one transaction published at once, at most.
+const PUBLISHED_AT_ONCE: usize = 16;
 
 /// Where published keys are written: names relative to the cluster root (`wal/0/ab-…`).
 #[async_trait]
@@ -110,32 +114,47 @@ impl<S: KvStore> PublishedKv<S> {
         Ok(())
     }
 
-    /// Publishes the changes of a transaction that landed.
+    /// Publishes the changes of a transaction that landed: each name's last change, several
+    /// at once (a transaction's names are distinct once reduced so, so their order does not
+    /// matter, and the lock that keeps transactions in order is held for one round trip to
+    /// the store, not one per key – a compaction commit changes dozens of records).
     async fn publish(&self, ops: &[Op]) -> Result<(), String> {
+        let mut last: BTreeMap<String, Option<Bytes>> = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Put(key, value) => {
                     if let Some(name) = self.name_of(key) {
-                        self.shelf.put(name, value.clone()).await?;
+                        last.insert(name.to_string(), Some(value.clone()));
                     }
                 }
                 Op::Delete(key) => {
                     if let Some(name) = self.name_of(key) {
-                        self.shelf.delete(name).await?;
+                        last.insert(name.to_string(), None);
                     }
                 }
                 Op::DeletePrefix(prefix) => {
                     let Some(within) = prefix.strip_prefix(&self.root) else {
                         continue;
                     };
-                    for name in self.shelf.names().await? {
-                        if name.starts_with(within) {
-                            self.shelf.delete(&name).await?;
-                        }
+                    // what is on the shelf, and what this transaction put before
+                    let mut names = self.shelf.names().await?;
+                    names.extend(last.keys().cloned());
+                    for name in names.into_iter().filter(|n| n.starts_with(within)) {
+                        last.insert(name, None);
                     }
                 }
                 Op::PutEphemeral(..) => {}
             }
+        }
+        let changes = last.into_iter().map(|(name, change)| async move {
+            match change {
+                Some(value) => self.shelf.put(&name, value).await,
+                None => self.shelf.delete(&name).await,
+            }
+        });
+        let mut changes = futures::stream::iter(changes).buffer_unordered(PUBLISHED_AT_ONCE);
+        while let Some(done) = changes.next().await {
+            done?;
         }
         Ok(())
     }
@@ -275,9 +294,13 @@ mod tests {
         let changed = vec![put("topics/t", "T2")];
         assert_eq!(kv.txn(refused, changed).await.unwrap(), None);
         assert_eq!(shelf.contents(), pairs(&want));
+        // a name's last change counts, a prefix deleted after a put in the same one too
         let deletions = vec![
             Op::Delete("/kafscale/c/wal/1/a-1".into()),
+            put("partitions/t/1", "P1"),
             Op::DeletePrefix("/kafscale/c/partitions/t/".into()),
+            Op::Delete("/kafscale/c/wal/1/a-2".into()),
+            put("wal/1/a-2", "M2"),
         ];
         assert!(kv.txn(vec![], deletions).await.unwrap().is_some());
         assert_eq!(
