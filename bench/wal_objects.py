@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import broker_bench as bb
+from s3_requests import S3Requests, per_gib
 
 VALUE_BYTES = 1024
 OBJECT_CAP = 8 * bb.MIB  # the broker's default --wal-object-max-bytes
@@ -222,6 +223,31 @@ def java_run(
     }
 
 
+def whole_run(
+    broker: bb.Broker,
+    topic: str,
+    partitions: int,
+    cpu: float,
+    requests: S3Requests | None,
+    mark: int,
+) -> dict[str, Any]:
+    """What the run cost, warm-up included, until the broker is idle again (so the compaction
+    of what it wrote counts): broker CPU-s and S3 requests per GiB written."""
+    bb.wait_idle(broker)
+    marks = bb.watermarks(broker.addr, topic, partitions, None)
+    written = sum(high - low for low, high in marks.values()) * VALUE_BYTES
+    if not written:
+        return {}
+    out: dict[str, Any] = {
+        "broker_cpu_s_per_gib_with_compaction": round(
+            (broker.cpu_seconds() - cpu) / (written / bb.GIB), 2
+        )
+    }
+    if requests:
+        out["s3_requests_per_gib"] = per_gib(requests.since(mark), written)
+    return out
+
+
 CLIENTS = {"rdkafka": rdkafka_run, "python": kafka_python_run, "java": java_run}
 
 
@@ -252,8 +278,11 @@ def main() -> int:
     def run(root: Path) -> None:
         with contextlib.ExitStack() as stack:
             extra = list(args.broker_arg)
+            requests = None
             if args.store == "s3":
-                extra += bb.s3_store_args(stack.enter_context(bb.moto_server(root)))
+                moto = stack.enter_context(bb.moto_server(root))
+                extra += bb.s3_store_args(moto)
+                requests = S3Requests(moto.log_path)
             metrics = f"127.0.0.1:{bb.procs.free_port()}"
             opts = bb.default_options(
                 sys.executable, args.store, [*extra, "--metrics-addr", metrics]
@@ -264,6 +293,7 @@ def main() -> int:
                 topic = f"objects-{n}"
                 bb.create_topic(broker.addr, topic, args.partitions, None)
                 window = Window(metrics)
+                cpu, mark = broker.cpu_seconds(), requests.mark() if requests else 0
                 got = CLIENTS[client](broker.addr, topic, rate, args, window)
                 achieved = got["achieved_mb_s"]
                 row = {
@@ -271,12 +301,15 @@ def main() -> int:
                     **got,
                     "wal_objects_per_s": round(window.per_second(), 2),
                     "bound_per_s": round(FLUSHES_PER_SECOND + achieved * bb.MB / OBJECT_CAP, 2),
+                    **whole_run(broker, topic, args.partitions, cpu, requests, mark),
                 }
                 out["runs"].append(row)
                 bb.log(
                     f"{client} at {rate} MB/s offered: {row['achieved_mb_s']} MB/s, "
                     f"{row['wal_objects_per_s']} objects/s (bound {row['bound_per_s']}), "
-                    f"p50/p99 {row['p50_ms']}/{row['p99_ms']} ms, {row['errors']} errors"
+                    f"p50/p99 {row['p50_ms']}/{row['p99_ms']} ms, {row['errors']} errors, "
+                    f"{row.get('broker_cpu_s_per_gib_with_compaction')} CPU-s/GiB with "
+                    f"compaction, S3 {row.get('s3_requests_per_gib')}"
                 )
 
     return bb.run_in_scratch(out, args.keep_data, run)

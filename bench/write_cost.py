@@ -1,10 +1,11 @@
 """What producing costs the broker, compaction included, side by side with another build.
 
 Rounds of broker_bench.py's produce phase (``--gib`` of 1 KiB values, acks=all, 8 partitions,
-confluent-kafka, a fresh broker on moto's S3 each time), each counted until the broker is idle
-again, so the compaction of what it wrote is part of it; alternately on this tree's broker and
-on the broker of ``--baseline`` (a source tree with its own built ``kafscale._core``, e.g. a git
-worktree of the code before a change), which goes first alternating too. Each round prints the
+confluent-kafka; a fresh broker and a fresh moto S3 server each time), each counted until the
+broker is idle again, so the compaction of what it wrote is part of it; alternately on this
+tree's broker and on the broker of ``--baseline`` (a source tree with its own built
+``kafscale._core``, e.g. a git worktree of the code before a change), which goes first
+alternating too. Each round prints the
 broker's CPU-s per GiB (the produce window, and with the compaction after it) and the S3
 requests per GiB by operation and object (from moto's request log); then the medians of each
 side. Uploads are signed with their body's hash unless AWS_UNSIGNED_PAYLOAD=true (what they are
@@ -97,12 +98,19 @@ def main() -> int:
     }
 
     def run(root: Path) -> None:
-        with contextlib.ExitStack() as stack:
-            moto = stack.enter_context(bb.moto_server(root)) if own.store == "s3" else None
-            for n in range(own.rounds):
-                order = list(sides) if n % 2 == 0 else list(reversed(sides))
-                for side in order:
-                    out["rounds"][side].append(one_round(side, sides[side], args, moto, root, n))
+        for n in range(own.rounds):
+            order = list(sides) if n % 2 == 0 else list(reversed(sides))
+            for side in order:
+                # a moto of its own: one holding earlier rounds' objects answers slower
+                with contextlib.ExitStack() as stack:
+                    s3 = own.store == "s3"
+                    moto = (
+                        stack.enter_context(bb.moto_server(root / f"r{n}-{side}-s3"))
+                        if s3
+                        else None
+                    )
+                    fig = one_round(side, sides[side], args, moto, root, n)
+                out["rounds"][side].append(fig)
         out["medians"] = {side: medians(out["rounds"][side]) for side in sides}
         bb.log(f"medians: {json.dumps(out['medians'])}")
 
