@@ -384,6 +384,7 @@ class Workload:
             "retrying_duplicates": sum(len(where[v]) - 1 for v in retried if v in where),
             "single_shot_resent": self.resent,
             "consumer_errors": len(self.consumer.errors),
+            "consumer_stalls": len(self.consumer.stalls),
             "snapshots": self.watcher.snapshots,
             "committed_objects": len(self.watcher.committed),
             **{f"stored_{k}": v for k, v in stored.summary().items()},

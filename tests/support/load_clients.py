@@ -181,6 +181,17 @@ class Seen:
     value: bytes | None
 
 
+# librdkafka (up to at least 2.12) can deadlock a consumer inside itself when a broker it has an
+# OffsetForLeaderEpoch request in flight to leaves the cluster (confluentinc/librdkafka#5476: a
+# lock-order inversion between its handle lock and a partition lock). The consumer then delivers
+# nothing, ever. The live consumer is there to watch the broker, so a consumer that delivers
+# nothing while behind (or no statistics at all) for STALL_S is replaced by a new one reading on
+# from where it was; more than MAX_STALLS of them is an error (a broker that serves nothing).
+STALL_S = 10.0
+MAX_STALLS = 3
+STATS_INTERVAL_MS = 500
+
+
 class LiveConsumer:
     """Reads every partition from the beginning while the test runs (assign, no group)."""
 
@@ -196,7 +207,10 @@ class LiveConsumer:
         self.high_watermarks: dict[int, int] = {}
         self.watermarks_back: list[tuple[int, int, int]] = []
         self.errors: list[str] = []
+        # why a consumer was replaced (see STALL_S)
+        self.stalls: list[str] = []
         self.crash: BaseException | None = None
+        self._stats_at = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load-consumer", daemon=True)
 
@@ -204,32 +218,50 @@ class LiveConsumer:
         self._thread.start()
         return self
 
-    def _run(self) -> None:
+    def _consumer(self):
+        """A consumer assigned every partition at the next offset it has not seen."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"live-{self.topic}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                # it starts at the beginning: an offset out of range is the broker's
+                # doing (a high watermark that went back), reported, never reset
+                "auto.offset.reset": "error",
+                "fetch.wait.max.ms": 100,
+                "topic.metadata.refresh.interval.ms": 1000,
+                "reconnect.backoff.max.ms": 500,
+                "error_cb": lambda err: None,
+                # the partitions' high watermarks as the fetch answers gave them, through poll
+                # (get_watermark_offsets holds the GIL while it waits for librdkafka's locks)
+                "statistics.interval.ms": STATS_INTERVAL_MS,
+                "stats_cb": self._note_stats,
+            }
+        )
+        at = self.positions()
+        consumer.assign(
+            [
+                TopicPartition(self.topic, p, at.get(p, OFFSET_BEGINNING))
+                for p in range(self.partitions)
+            ]
+        )
+        return consumer
+
+    def _run(self) -> None:
         try:
-            consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "group.id": f"live-{self.topic}",
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    # it starts at the beginning: an offset out of range is the broker's
-                    # doing (a high watermark that went back), reported, never reset
-                    "auto.offset.reset": "error",
-                    "fetch.wait.max.ms": 100,
-                    "topic.metadata.refresh.interval.ms": 1000,
-                    "reconnect.backoff.max.ms": 500,
-                    "error_cb": lambda err: None,
-                }
-            )
-            consumer.assign(
-                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
-            )
+            consumer = self._consumer()
+            delivered = time.monotonic()
             while not self._stop.is_set():
                 msg = consumer.poll(0.1)
                 if msg is None:
+                    if time.monotonic() - delivered > STALL_S and self._stalled():
+                        consumer = self._replace(consumer)
+                        delivered = time.monotonic()
                     continue
+                delivered = time.monotonic()
                 with self.lock:
                     if msg.error():
                         self.errors.append(msg.error().name())
@@ -238,27 +270,58 @@ class LiveConsumer:
                     if recs and msg.offset() <= recs[-1].offset:
                         self.rewinds.append((msg.partition(), recs[-1].offset, msg.offset()))
                     recs.append(Seen(msg.offset(), msg.value()))
-                    self._note_high_watermark(consumer, msg.partition())
             consumer.close()
         except BaseException as exc:
             self.crash = exc
 
-    def _note_high_watermark(self, consumer, partition: int) -> None:
-        """The high watermark of the fetch answer the message came in (cached by the client)."""
-        from confluent_kafka import TopicPartition
+    def _stalled(self) -> bool:
+        """Behind a high watermark it knows of, or no statistics from it for a while."""
+        if time.monotonic() - self._stats_at > STALL_S:
+            return True
+        at = self.positions()
+        with self.lock:
+            return any(high > at.get(p, 0) for p, high in self.high_watermarks.items())
 
-        _low, high = consumer.get_watermark_offsets(
-            TopicPartition(self.topic, partition), cached=True
-        )
-        before = self.high_watermarks.get(partition, -1)
-        if 0 <= high < before:
-            self.watermarks_back.append((partition, before, high))
-        self.high_watermarks[partition] = max(before, high)
+    def _replace(self, stuck):
+        """A new consumer in place of one that delivers nothing; the old one is closed on a
+        thread of its own (a deadlocked one never returns from it)."""
+        with self.lock:
+            self.stalls.append(
+                f"nothing delivered for {STALL_S:.0f} s at {self.positions_locked()}"
+            )
+            if len(self.stalls) > MAX_STALLS:
+                self.errors.append(f"live consumer stalled {len(self.stalls)} times")
+        threading.Thread(target=stuck.close, name="load-consumer-closing", daemon=True).start()
+        with self.lock:
+            # a new client: its watermarks are compared with its own
+            self.high_watermarks.clear()
+        self._stats_at = time.monotonic()
+        return self._consumer()
+
+    def _note_stats(self, stats_json: str) -> None:
+        """The high watermark of each partition as the latest fetch answers gave it (a
+        librdkafka statistics report, delivered by poll)."""
+        import json
+
+        self._stats_at = time.monotonic()
+        topic = json.loads(stats_json).get("topics", {}).get(self.topic, {})
+        with self.lock:
+            for key, part in topic.get("partitions", {}).items():
+                partition, high = int(key), part.get("hi_offset", -1)
+                if partition < 0 or high < 0:
+                    continue
+                before = self.high_watermarks.get(partition, -1)
+                if high < before:
+                    self.watermarks_back.append((partition, before, high))
+                self.high_watermarks[partition] = max(before, high)
 
     def positions(self) -> dict[int, int]:
         """{partition: next offset to see}."""
         with self.lock:
-            return {p: (recs[-1].offset + 1 if recs else 0) for p, recs in self.seen.items()}
+            return self.positions_locked()
+
+    def positions_locked(self) -> dict[int, int]:
+        return {p: (recs[-1].offset + 1 if recs else 0) for p, recs in self.seen.items()}
 
     def stop(self) -> None:
         self._stop.set()
