@@ -347,7 +347,10 @@ def records_in_segments(genv: GroupEnv, topic: str, partition: int) -> int:
     else:
         assert isinstance(genv, SingleNode)
         folder = genv.node.data_dir / "default" / topic / str(partition)
-        objects = {f.name: f.read_bytes() for f in folder.glob("segment-*")}
+        # (complete objects only: the local store writes each under a temporary name first,
+        # `segment-….kfs#1`, and renames it when it is whole)
+        whole = [*folder.glob("segment-*.kfs"), *folder.glob("segment-*.index")]
+        objects = {f.name: f.read_bytes() for f in whole}
     return len(sf.check_partition(objects).records()) if objects else 0
 
 
