@@ -4,24 +4,29 @@
 
 use std::time::Duration;
 
-use super::partition::now_ms;
-use super::tests::{fixture_with, open, produce};
+use std::sync::Arc;
+
+use super::partition::{now_ms, Partition};
+use super::tests::{fixture_with, open, produce, Fixture};
+
+/// Produces `records` and flushes them; asserts they were committed at `base`.
+async fn commit(f: &Fixture, p: &Arc<Partition>, records: usize, base: i64) {
+    let ack = produce(f, p, records);
+    assert!(f.writer.flush().await);
+    assert_eq!(ack.await.unwrap(), Ok(base));
+}
 
 #[tokio::test]
 async fn a_segments_worth_of_committed_runs_is_due_at_once_and_compacted_from_the_cache() {
     // about 1.2 kB a produce of 10 records: the second commit makes a segment's worth
     let f = fixture_with(2_000, Duration::from_millis(10), 8 << 20, 64 << 20).await;
     let p = open(&f).await;
-    let ack = produce(&f, &p, 10);
-    assert!(f.writer.flush().await);
-    assert_eq!(ack.await.unwrap(), Ok(0));
+    commit(&f, &p, 10, 0).await;
     assert!(
         f.ctx.compaction_due.take().is_empty(),
         "less than a segment"
     );
-    let ack = produce(&f, &p, 10);
-    assert!(f.writer.flush().await);
-    assert_eq!(ack.await.unwrap(), Ok(10));
+    commit(&f, &p, 10, 10).await;
     let due = f.ctx.compaction_due.take();
     assert_eq!(due.len(), 1, "a segment's worth: due");
     assert!(std::ptr::eq(&*due[0], &*p));
@@ -36,9 +41,7 @@ async fn a_segments_worth_of_committed_runs_is_due_at_once_and_compacted_from_th
     p.compacted(&f.ctx, compacted, revision);
     assert_eq!(p.owned().unwrap().record.segment_end(), 20);
     // counted anew from what the compaction left (nothing): one more small commit is not due
-    let ack = produce(&f, &p, 10);
-    assert!(f.writer.flush().await);
-    assert_eq!(ack.await.unwrap(), Ok(20));
+    commit(&f, &p, 10, 20).await;
     assert!(f.ctx.compaction_due.take().is_empty());
 }
 
@@ -48,9 +51,7 @@ async fn runs_evicted_before_their_compaction_are_read_back() {
     let f = fixture_with(2_000, Duration::from_millis(10), 8 << 20, 0).await;
     let p = open(&f).await;
     for base in [0, 10] {
-        let ack = produce(&f, &p, 10);
-        assert!(f.writer.flush().await);
-        assert_eq!(ack.await.unwrap(), Ok(base));
+        commit(&f, &p, 10, base).await;
     }
     assert_eq!(f.ctx.compaction_due.take().len(), 1);
     assert!(p.compact(&f.ctx, now_ms()).await.is_some());
@@ -62,9 +63,7 @@ async fn a_partition_whose_runs_were_deleted_before_their_compaction_is_not_due_
     let f = fixture_with(2_000, Duration::from_millis(10), 8 << 20, 64 << 20).await;
     let p = open(&f).await;
     for base in [0, 10] {
-        let ack = produce(&f, &p, 10);
-        assert!(f.writer.flush().await);
-        assert_eq!(ack.await.unwrap(), Ok(base));
+        commit(&f, &p, 10, base).await;
     }
     assert_eq!(f.ctx.compaction_due.take().len(), 1);
     // the records go before their compaction: nothing is left to compact
@@ -72,8 +71,6 @@ async fn a_partition_whose_runs_were_deleted_before_their_compaction_is_not_due_
     assert_eq!(deleted, Ok(20));
     assert!(p.compact(&f.ctx, now_ms()).await.is_none());
     // counted anew: one more small commit does not make it due
-    let ack = produce(&f, &p, 1);
-    assert!(f.writer.flush().await);
-    assert_eq!(ack.await.unwrap(), Ok(20));
+    commit(&f, &p, 1, 20).await;
     assert!(f.ctx.compaction_due.take().is_empty());
 }
