@@ -9,5 +9,6 @@ mod extras;
 mod fault_tests;
 pub mod ownership;
 mod placement;
+mod read_barrier;
 pub mod retention;
 pub mod state;

@@ -61,6 +61,8 @@ pub(crate) struct Ownership {
     releases: Releases,
     /// Partitions taken over, handed off and lost, summarised after each pass.
     pub(crate) events: OwnershipEvents,
+    /// Catching up with the store before a read of a partition owned elsewhere.
+    pub(crate) barrier: super::read_barrier::ReadBarrier,
     /// Passes run so far (tests check that an idle broker runs none).
     #[cfg(test)]
     passes: std::sync::atomic::AtomicUsize,

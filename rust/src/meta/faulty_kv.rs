@@ -1,7 +1,8 @@
 //! A `KvStore` for tests that puts the metadata store's faults where a test wants them
 //! (failpoints, not timing): a transaction that lands but whose answer is lost, a transaction
 //! held until the test lets it go, a session that ends (as when etcd expires the lease of a
-//! frozen broker), watches that break and a store restored to an earlier revision.
+//! frozen broker), watches that break or fall behind and a store restored to an earlier
+//! revision.
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -37,6 +38,10 @@ pub struct FaultyKv {
     watches: watch::Sender<u64>,
     /// Transactions that tripped a failpoint so far.
     tripped: watch::Sender<usize>,
+    /// While true, watches hold back what they would deliver.
+    watches_paused: watch::Sender<bool>,
+    /// The prefixes listed so far.
+    listed: watch::Sender<Vec<String>>,
 }
 
 /// True for a transaction that writes a key containing `part`.
@@ -57,6 +62,8 @@ impl FaultyKv {
             failpoints: Mutex::default(),
             watches: watch::channel(0).0,
             tripped: watch::channel(0).0,
+            watches_paused: watch::channel(false).0,
+            listed: watch::channel(Vec::new()).0,
         }
     }
 
@@ -108,6 +115,24 @@ impl FaultyKv {
         self.watches.send_modify(|n| *n += 1);
     }
 
+    /// Watches deliver nothing from now on until `resume_watches` (a watch that falls behind
+    /// the store); then they deliver what they held, in order.
+    pub fn pause_watches(&self) {
+        self.watches_paused.send_replace(true);
+    }
+
+    pub fn resume_watches(&self) {
+        self.watches_paused.send_replace(false);
+    }
+
+    /// Returns once a prefix containing `part` was listed.
+    pub async fn listed(&self, part: &str) {
+        let mut listed = self.listed.subscribe();
+        let _ = listed
+            .wait_for(|prefixes| prefixes.iter().any(|p| p.contains(part)))
+            .await;
+    }
+
     /// From now on the store is `restored` (a copy of an earlier state: its revision may be
     /// lower than any seen so far); the watches on the old one fail.
     pub fn restore(&self, restored: Arc<dyn KvStore>) {
@@ -129,7 +154,10 @@ impl KvStore for FaultyKv {
     }
 
     async fn range(&self, prefix: &str) -> Result<Listing, MetaError> {
-        self.inner().range(prefix).await
+        let listing = self.inner().range(prefix).await;
+        self.listed
+            .send_modify(|listed| listed.push(prefix.to_string()));
+        listing
     }
 
     async fn txn(&self, compares: Vec<Compare>, ops: Vec<Op>) -> Result<Option<i64>, MetaError> {
@@ -174,8 +202,16 @@ impl KvStore for FaultyKv {
             let _ = broken.changed().await;
             Err(MetaError::Unavailable("watch broken (failpoint)".into()))
         });
+        let paused = self.watches_paused.subscribe();
+        let held = stream.then(move |item| {
+            let mut paused = paused.clone();
+            async move {
+                let _ = paused.wait_for(|paused| !paused).await;
+                item
+            }
+        });
         // (the mirror drops a stream at its first error)
-        Ok(futures::stream::select(stream, breaks).boxed())
+        Ok(futures::stream::select(held, breaks).boxed())
     }
 
     fn session(&self) -> watch::Receiver<u64> {

@@ -148,6 +148,11 @@ impl Mirror {
         self.restores.subscribe()
     }
 
+    /// The revision the copy reflects, after every batch the watch brought.
+    pub fn reached(&self) -> watch::Receiver<i64> {
+        self.reached.subscribe()
+    }
+
     /// The revision after each change to the copy: wakes consumers up to re-read it.
     pub fn changes(&self) -> watch::Receiver<i64> {
         self.changes.subscribe()

@@ -107,7 +107,13 @@ impl Catalog {
     }
 
     fn writer_key(&self, broker: i32) -> String {
-        format!("{}/writers/{broker}", self.root())
+        format!("{}{broker}", self.writers_prefix())
+    }
+
+    /// Where the writer keys are: each commit writes its broker's, so their revisions tell
+    /// how far the commits have come (`cluster::read_barrier`).
+    pub fn writers_prefix(&self) -> String {
+        format!("{}/writers/", self.root())
     }
 
     fn sweep_key(&self, broker: i32) -> String {

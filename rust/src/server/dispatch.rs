@@ -179,7 +179,9 @@ fn handler(
         }
         .boxed(),
         ApiKey::OffsetForLeaderEpoch => async move {
-            handlers::offset_for_leader_epoch::handle(&broker, &request, &access).into()
+            handlers::offset_for_leader_epoch::handle(&broker, &request, &access)
+                .await
+                .into()
         }
         .boxed(),
         // A SASL listener's connection answers these itself (`sasl::Authenticator`).

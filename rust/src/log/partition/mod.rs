@@ -219,6 +219,12 @@ impl Partition {
         self.high_watermark.subscribe()
     }
 
+    /// How many readers follow the committed end (tests wait for a fetch to reach its wait).
+    #[cfg(test)]
+    pub fn readers(&self) -> usize {
+        self.high_watermark.receiver_count()
+    }
+
     pub fn leader_epoch(&self) -> i32 {
         self.state().committed.record.leader_epoch
     }

@@ -31,7 +31,7 @@ use uuid::Uuid;
 use super::check_leader_epoch;
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
-use crate::broker::Broker;
+use crate::broker::{Broker, Slot};
 use crate::log::partition::Partition;
 use crate::log::reader;
 use crate::protocol::header::{encode_response, Request, WireError};
@@ -54,7 +54,11 @@ struct Answered {
 struct Wanted {
     topic: String,
     topic_id: Uuid,
-    partition: Result<Arc<Partition>, ResponseError>,
+    /// The partition's slot: its log is looked up for every read, as ownership may move while
+    /// the request waits.
+    slot: Result<Arc<Slot>, ResponseError>,
+    /// Whether this broker owned the partition when the request came.
+    owned_at_start: bool,
     index: i32,
     offset: i64,
     max_bytes: usize,
@@ -77,18 +81,20 @@ pub(crate) async fn handle(
     let max_bytes = usize::try_from(body.max_bytes)
         .unwrap_or(0)
         .min(broker.config.fetch_max_bytes);
-    // Subscribe before reading, so a commit landing between read and wait is not missed.
-    let mut watches: Vec<watch::Receiver<i64>> = wanted
-        .iter()
-        .filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe()))
-        .collect();
     let responses = loop {
-        for w in watches.iter_mut() {
-            w.mark_unchanged();
+        if wanted.iter().any(Wanted::reads_a_follower) {
+            broker.catch_up_with_commits().await;
         }
+        let logs: Vec<_> = wanted.iter().map(Wanted::log).collect();
+        // Subscribe before reading, so a commit landing between read and wait is not missed
+        // (and a log replaced meanwhile wakes its readers, who then read its successor).
+        let mut watches: Vec<watch::Receiver<i64>> = logs
+            .iter()
+            .filter_map(|log| log.as_ref().ok().map(|p| p.subscribe()))
+            .collect();
         room.resize(0); // the previous round's records are gone
         let granted = room.take_up_to(max_bytes);
-        let (responses, total, any_error) = read_all(broker, &wanted, granted).await;
+        let (responses, total, any_error) = read_all(broker, &wanted, &logs, granted).await;
         room.resize(total);
         let satisfied = total >= body.min_bytes.max(0) as usize || any_error || watches.is_empty();
         if satisfied || tokio::time::Instant::now() >= deadline {
@@ -134,6 +140,26 @@ fn encode(
 }
 
 impl Wanted {
+    /// The log to read now. A request that came while this broker owned the partition is
+    /// answered NOT_LEADER_OR_FOLLOWER once it no longer does (handed off or lost while the
+    /// request waited), as Kafka answers a fetch whose leader moved: the follower view that
+    /// replaced the log knows the end only as far as this broker's watch has brought it, which
+    /// can lie below what the new owner already answered the same consumer.
+    fn log(&self) -> Result<Arc<Partition>, ResponseError> {
+        let log = self.slot.as_ref().map_err(|e| *e)?.current();
+        if self.owned_at_start && !log.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        Ok(log)
+    }
+
+    /// Whether the read goes to a log this broker does not own, whose end trails the owner's
+    /// commits by the metadata watch (`Broker::catch_up_with_commits`).
+    fn reads_a_follower(&self) -> bool {
+        let slot = self.slot.as_ref();
+        !self.owned_at_start && slot.is_ok_and(|s| !s.current().is_leader())
+    }
+
     fn answer(&self, data: PartitionData, records: Option<Vec<Bytes>>) -> Answered {
         Answered {
             topic: self.topic.clone(),
@@ -179,20 +205,22 @@ fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) 
                 access.allows_topic(Operation::Read, &name)
             };
         for p in &topic.partitions {
-            let partition = if allowed {
+            let slot = if allowed {
                 found.as_ref().ok_or(missing).and_then(|t| {
                     usize::try_from(p.partition)
                         .ok()
-                        .and_then(|i| t.partitions.get(i).map(|s| s.current()))
+                        .and_then(|i| t.partitions.get(i).cloned())
                         .ok_or(ResponseError::UnknownTopicOrPartition)
                 })
             } else {
                 Err(ResponseError::TopicAuthorizationFailed)
             };
+            let owned_at_start = slot.as_ref().is_ok_and(|s| s.current().is_leader());
             let entry = Wanted {
                 topic: name.clone(),
                 topic_id: topic.topic_id,
-                partition,
+                slot,
+                owned_at_start,
                 index: p.partition,
                 offset: p.fetch_offset,
                 max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
@@ -216,18 +244,19 @@ fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) 
     wanted
 }
 
-/// Reads every wanted partition once; returns responses, bytes gathered, and whether any
-/// partition answered with an error (which ends the wait, as in Kafka; not a partition the
-/// client may not read, which Kafka answers without reading it).
+/// Reads every wanted partition once from its log in `logs`; returns responses, bytes
+/// gathered, and whether any partition answered with an error (which ends the wait, as in
+/// Kafka; not a partition the client may not read, which Kafka answers without reading it).
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
+    logs: &[Result<Arc<Partition>, ResponseError>],
     max_bytes: usize,
 ) -> (Vec<Answered>, usize, bool) {
     let mut responses = Vec::with_capacity(wanted.len());
     let mut total = 0usize;
     let mut any_error = false;
-    for w in wanted {
+    for (w, log) in wanted.iter().zip(logs) {
         let data = PartitionData::default()
             .with_partition_index(w.index)
             .with_high_watermark(-1)
@@ -236,7 +265,7 @@ async fn read_all(
             .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
             .with_aborted_transactions(Some(Vec::new()));
         let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
-        let read = match &w.partition {
+        let read = match log {
             Ok(partition) => match check_leader_epoch(broker, partition, w.client_epoch) {
                 Ok(()) => reader::read(&broker.log, partition, w.offset, budget, total == 0).await,
                 Err(e) => Err(e),
@@ -263,13 +292,16 @@ async fn read_all(
             Err(error) => {
                 any_error = true;
                 let data = data.with_error_code(error.code());
-                let data = match &w.partition {
+                let data = match (log, error) {
                     // Consumers use the log bounds to reset after OFFSET_OUT_OF_RANGE.
-                    Ok(p) => data
+                    (Ok(p), ResponseError::OffsetOutOfRange) => data
                         .with_high_watermark(p.high_watermark())
                         .with_last_stable_offset(p.high_watermark())
                         .with_log_start_offset(p.log_start_offset()),
-                    Err(_) => data,
+                    // Any other error (a leader moved or fenced, storage failing) says nothing
+                    // of the log: -1, as Kafka answers (a client takes what it is given as the
+                    // partition's end, even from a broker it no longer fetches from).
+                    _ => data,
                 };
                 w.answer(data, None)
             }
@@ -362,8 +394,27 @@ mod tests {
         wait_ms: i32,
         access: &Access,
     ) -> Vec<(i16, usize)> {
+        let got = answers(broker, version, topics, replica, 0, wait_ms, access).await;
+        let sizes = got
+            .iter()
+            .map(|p| p.records.as_ref().map_or(0, |r| r.len()));
+        got.iter().map(|p| p.error_code).zip(sizes).collect()
+    }
+
+    /// The answers for partition 0 of each topic, fetched from `offset` (see `fetch`).
+    async fn answers(
+        broker: &Arc<Broker>,
+        version: i16,
+        topics: &[Asked<'_>],
+        replica: i32,
+        offset: i64,
+        wait_ms: i32,
+        access: &Access,
+    ) -> Vec<PartitionData> {
         let topics = topics.iter().map(|&(name, id)| {
-            let partition = FetchPartition::default().with_partition_max_bytes(1 << 20);
+            let partition = FetchPartition::default()
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20);
             let topic = FetchTopic::default().with_partitions(vec![partition]);
             match version {
                 13.. => topic.with_topic_id(id),
@@ -383,9 +434,8 @@ mod tests {
         let asked = request(ApiKey::Fetch, version, &body);
         let frame = handle(broker, asked, Charge::new(&budgets), access).await;
         let (_, response): (_, FetchResponse) = read_response(frame.unwrap(), version);
-        let partitions = response.responses.iter().flat_map(|t| &t.partitions);
-        let answers = partitions.map(|p| (p.error_code, p.records.as_ref().map_or(0, |r| r.len())));
-        answers.collect()
+        let partitions = response.responses.into_iter().flat_map(|t| t.partitions);
+        partitions.collect()
     }
 
     #[tokio::test]
@@ -437,5 +487,33 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_fetch_waiting_while_its_partition_is_handed_off_answers_not_leader() {
+        let t = broker_with(&["t"], 1, 5).await;
+        let slot = t.broker.topic("t").unwrap().partitions[0].clone();
+        let owned = slot.current();
+        assert!(owned.is_leader());
+        let readers_before = owned.readers();
+        let broker = t.broker.clone();
+        let reader = alice(vec![allow(Topic, "t", Operation::Read)]);
+        let asked = [("t", Uuid::nil())];
+        let waiting =
+            tokio::spawn(async move { answers(&broker, 12, &asked, -1, 5, 60_000, &reader).await });
+        while owned.readers() == readers_before {
+            tokio::task::yield_now().await; // the fetch has not looked at the log yet
+        }
+        // A hand-off: the log stops taking writes, the owner key goes, a follower view takes
+        // its place (`ownership::spawn_hand_off`).
+        owned.close(ResponseError::NotLeaderOrFollower);
+        slot.replace(owned.to_follower(5));
+        let answered = tokio::time::timeout(Duration::from_secs(10), waiting);
+        let got = answered
+            .await
+            .expect("answered when the log was replaced")
+            .unwrap();
+        let not_leader = ResponseError::NotLeaderOrFollower.code();
+        assert_eq!((got[0].error_code, got[0].high_watermark), (not_leader, -1));
     }
 }

@@ -41,6 +41,18 @@ pub async fn handle(
         partitions.map(|p| (t.name.clone(), p.partition_index))
     });
     let repeated = repeated(named);
+    // The latest offset of a partition owned elsewhere is this broker's view of its end: make
+    // it hold every commit made before the request (`Broker::catch_up_with_commits`).
+    let latest_of_a_follower = body.topics.iter().any(|t| {
+        t.partitions.iter().any(|p| {
+            p.timestamp == LATEST
+                && find_partition(broker, &t.name.0, p.partition_index)
+                    .is_ok_and(|log| !log.is_leader())
+        })
+    });
+    if latest_of_a_follower {
+        broker.catch_up_with_commits().await;
+    }
     let mut topics = Vec::with_capacity(body.topics.len());
     for topic in body.topics {
         let allowed = access.allows_topic(Operation::Describe, &topic.name);

@@ -22,12 +22,23 @@ use crate::protocol::header::{encode_response, Request, WireError};
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: (i32, i64) = (-1, -1);
 
-pub fn handle(
+pub async fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
 ) -> Result<bytes::Bytes, WireError> {
     let body: OffsetForLeaderEpochRequest = request.body()?;
+    // The latest epoch of a partition owned elsewhere ends where this broker's view of it
+    // does: make that hold every commit made before the request (a consumer that finds an
+    // end below its position takes the log for truncated).
+    let of_a_follower = body.topics.iter().any(|t| {
+        t.partitions.iter().any(|p| {
+            find_partition(broker, &t.topic, p.partition).is_ok_and(|log| !log.is_leader())
+        })
+    });
+    if of_a_follower {
+        broker.catch_up_with_commits().await;
+    }
     let version = request.api_version;
     let cluster_action = access.allows_cluster(Operation::ClusterAction);
     let topics = body.topics.into_iter().map(|topic| {
@@ -127,15 +138,15 @@ mod tests {
 
     /// (topic, partition, error, epoch, end offset) of every answer to the asked partitions
     /// (topic, partition, current leader epoch, leader epoch), at `version`.
-    fn ask(
+    async fn ask(
         broker: &Arc<Broker>,
         version: i16,
         asked: &[(&str, i32, i32, i32)],
     ) -> Vec<(String, i32, i16, i32, i64)> {
-        ask_as(broker, version, asked, &open())
+        ask_as(broker, version, asked, &open()).await
     }
 
-    fn ask_as(
+    async fn ask_as(
         broker: &Arc<Broker>,
         version: i16,
         asked: &[(&str, i32, i32, i32)],
@@ -160,7 +171,8 @@ mod tests {
             broker,
             &request(ApiKey::OffsetForLeaderEpoch, version, &body),
             access,
-        );
+        )
+        .await;
         let (_, response): (_, OffsetForLeaderEpochResponse) =
             read_response(frame.unwrap(), version);
         let mut answers = Vec::new();
@@ -201,7 +213,8 @@ mod tests {
                     ("t", 2, -1, 1),
                     ("missing", 0, -1, 1),
                 ],
-            );
+            )
+            .await;
             let expected = [
                 ("t", 0, 0, epoch(1), 4),
                 ("t", 0, 0, epoch(0), 0),
@@ -227,13 +240,14 @@ mod tests {
         let unknown_epoch = ResponseError::UnknownLeaderEpoch.code();
         for v in 2..=4 {
             let errors: Vec<_> = ask(b, v, &[("t", 0, 0, 1), ("t", 0, 9, 1), ("t", 0, 1, 1)])
+                .await
                 .into_iter()
                 .map(|answer| answer.2)
                 .collect();
             assert_eq!(errors, [fenced, unknown_epoch, 0], "v{v}");
         }
         // older versions carry no current epoch: nothing to check
-        let answers = ask(b, 1, &[("t", 0, 0, 1)]);
+        let answers = ask(b, 1, &[("t", 0, 0, 1)]).await;
         assert_eq!(answers[0].2, 0);
     }
 
@@ -244,16 +258,17 @@ mod tests {
         b.create_topic("t", 1, BTreeMap::new()).await.unwrap();
         b.create_topic("u", 1, BTreeMap::new()).await.unwrap();
         let asked = [("t", 0, -1, 1), ("u", 0, -1, 1), ("missing", 0, -1, 1)];
-        let errors = |access: &Access| -> Vec<i16> {
-            let answers = ask_as(b, 4, &asked, access);
+        let errors = |answers: Vec<(String, i32, i16, i32, i64)>| -> Vec<i16> {
             answers.into_iter().map(|answer| answer.2).collect()
         };
         let denied = ResponseError::TopicAuthorizationFailed.code();
         let unknown = ResponseError::UnknownTopicOrPartition.code();
         let consumer = alice(vec![allow(Topic, "u", Operation::Describe)]);
-        assert_eq!(errors(&consumer), [denied, 0, denied]);
+        let answers = ask_as(b, 4, &asked, &consumer).await;
+        assert_eq!(errors(answers), [denied, 0, denied]);
         let follower = alice(vec![allow(Cluster, CLUSTER_NAME, Operation::ClusterAction)]);
-        assert_eq!(errors(&follower), [0, 0, unknown]);
+        let answers = ask_as(b, 4, &asked, &follower).await;
+        assert_eq!(errors(answers), [0, 0, unknown]);
     }
 
     fn record(history: &[(i32, i64)], high_watermark: i64) -> PartitionRecord {
