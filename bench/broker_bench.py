@@ -46,6 +46,8 @@ from typing import Any
 # bench.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from s3_requests import S3Requests, per_gib
+from s3_servers import KINDS as S3_KINDS
+from s3_servers import s3_server, s3_store_args
 from support import procs
 
 GIB = 1 << 30
@@ -1237,34 +1239,6 @@ def targets(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-# moto's S3 server for --store s3: the tests' process helper, one bucket, credentials that the
-# brokers inherit from this process's environment.
-S3_BUCKET = "kafscale-bench"
-S3_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "kafscale-bench",
-    "AWS_SECRET_ACCESS_KEY": "kafscale-bench-secret",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
-
-@contextlib.contextmanager
-def moto_server(root: Path) -> Iterator[procs.MotoServer]:
-    os.environ.update(S3_CREDENTIALS)
-    moto = procs.MotoServer(root / "moto", root / "moto.log").start()
-    try:
-        moto.create_bucket(S3_BUCKET)
-        log(f"moto pid {moto.pid} at {moto.endpoint}, bucket {S3_BUCKET}")
-        yield moto
-    finally:
-        moto.cleanup()
-
-
-def s3_store_args(moto: procs.MotoServer) -> list[str]:
-    region = S3_CREDENTIALS["AWS_REGION"]
-    return ["--s3-bucket", S3_BUCKET, "--s3-region", region, "--s3-endpoint", moto.endpoint]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gib", type=float, default=1.0, help="GiB per produce/fetch phase")
@@ -1275,6 +1249,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="segment store of the main broker: in its heap, a local directory, or moto's S3 "
         "server started by the bench (the cold phase restarts it on the same data; with the "
         "memory store it writes the topic again into a local-dir broker first)",
+    )
+    ap.add_argument(
+        "--s3-server",
+        choices=S3_KINDS,
+        default="moto",
+        help="the S3 server of --store s3: moto, or s3fast (bench/s3fast, Go) for the speeds "
+        "moto cannot keep up with",
     )
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs the broker")
     ap.add_argument("--flush-interval-ms", type=int, default=250)
@@ -1417,9 +1398,9 @@ def main(argv: list[str] | None = None) -> int:
         extra = list(args.broker_arg)
         requests = None
         if args.store == "s3":
-            moto = stack.enter_context(moto_server(root))
-            extra += s3_store_args(moto)
-            requests = S3Requests(moto.log_path)
+            server = stack.enter_context(s3_server(root, args.s3_server))
+            extra += s3_store_args(server)
+            requests = S3Requests(server.log_path)
         opts = BrokerOptions(
             python=args.python,
             store=args.store,

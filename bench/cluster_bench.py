@@ -34,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import broker_bench as bb
+from s3_servers import S3_BUCKET as BUCKET
+from s3_servers import S3_CREDENTIALS, moto_server, s3_store_args
 from support.procs import EtcdServer, MotoServer  # on the path broker_bench set
 
-BUCKET = bb.S3_BUCKET
+__all__ = ["S3_CREDENTIALS"]  # for the benches built on this one
 MOTO_REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) /' + BUCKET + r'/(\S*) HTTP/[\d.]+" (\d+)')
 ETCD_COUNTERS = {
     "proposals": "etcd_server_proposals_committed_total",
@@ -100,7 +102,7 @@ class Members:
         self.exit_codes: list[int | None] = []
 
     def start(self, broker_id: int) -> bb.Broker:
-        extra = [*bb.s3_store_args(self.moto), "--etcd-endpoints", self.etcd.endpoint]
+        extra = [*s3_store_args(self.moto), "--etcd-endpoints", self.etcd.endpoint]
         extra += ["--broker-id", str(broker_id), "--lease-ttl-ms", str(self.args.lease_ttl_ms)]
         opts = dataclasses.replace(self.opts, extra_args=extra + self.opts.extra_args)
         broker = bb.start_broker(opts, self.root / f"broker{broker_id}")
@@ -293,7 +295,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
-    with bb.moto_server(root) as moto:
+    with moto_server(root) as moto:
         run_with(args, root, out, moto)
 
 

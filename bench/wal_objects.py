@@ -34,6 +34,7 @@ from typing import Any
 
 import broker_bench as bb
 from s3_requests import S3Requests, per_gib
+from s3_servers import moto_server, s3_store_args
 
 VALUE_BYTES = 1024
 OBJECT_CAP = 8 * bb.MIB  # the broker's default --wal-object-max-bytes
@@ -280,8 +281,8 @@ def main() -> int:
             extra = list(args.broker_arg)
             requests = None
             if args.store == "s3":
-                moto = stack.enter_context(bb.moto_server(root))
-                extra += bb.s3_store_args(moto)
+                moto = stack.enter_context(moto_server(root))
+                extra += s3_store_args(moto)
                 requests = S3Requests(moto.log_path)
             metrics = f"127.0.0.1:{bb.procs.free_port()}"
             opts = bb.default_options(
