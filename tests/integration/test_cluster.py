@@ -1,4 +1,4 @@
-"""A cluster of brokers sharing one etcd and one S3 bucket (design.md §5, §6).
+"""A cluster of brokers sharing one etcd and one S3 bucket (docs/design.md, docs/metadata.md).
 
 Every broker reports the same brokers, leaders and leader epochs; produce goes to a
 partition's owner only (NOT_LEADER_OR_FOLLOWER elsewhere) while committed data can be fetched

@@ -6,8 +6,8 @@ deploy/kubernetes/components/monitoring.
   severity and runbook-style annotations.
 - The PrometheusRule's spec.groups equal the plain rules file's groups.
 - Every metric the rules and the dashboard's queries name is served by a real broker after
-  produce and consume traffic, and listed in the README's metrics table (except the two named
-  below: Prometheus's ``up`` and kube-state-metrics' pod readiness).
+  produce and consume traffic, and listed in docs/operations.md's metrics table (except the two
+  named below: Prometheus's ``up`` and kube-state-metrics' pod readiness).
 - A real Prometheus (Debian's ``prometheus`` package, like promtool) scrapes that broker with
   the rules loaded: every rule evaluates without error and none is pending or firing, and
   every dashboard query runs and answers with data.
@@ -272,9 +272,9 @@ def served_names(metrics_url: str) -> set[str]:
     return names
 
 
-def readme_metric_names() -> set[str]:
-    """The metric names of the README's metrics table (section "Metrics and health")."""
-    text = (ROOT / "README.md").read_text()
+def documented_metric_names() -> set[str]:
+    """The metric names of docs/operations.md's metrics table (section "Metrics")."""
+    text = (ROOT / "docs" / "operations.md").read_text()
     table = text[text.index("| Metric | Type | Labels |") :].split("\n\n", 1)[0]
     return set(re.findall(r"^\| `((?:kafscale|process)_[a-z0-9_]+)`", table, re.MULTILINE))
 
@@ -296,10 +296,10 @@ def used_metric_names() -> dict[str, set[str]]:
 
 def test_every_metric_used_is_served_by_a_broker_and_documented(traffic_broker):
     served = served_names(traffic_broker)
-    in_readme = readme_metric_names()
+    documented = documented_metric_names()
     used = used_metric_names()
     assert "kafscale_consumer_group_lag" in used and "up" in used  # the parser found them
-    assert "process_open_fds" in in_readme  # the table parser found the process metrics
+    assert "process_open_fds" in documented  # the table parser found the process metrics
     problems = []
     for name, where in sorted(used.items()):
         if name in EXTERNAL_METRICS:
@@ -307,8 +307,8 @@ def test_every_metric_used_is_served_by_a_broker_and_documented(traffic_broker):
         base = re.sub(r"_(bucket|sum|count)$", "", name)
         if name not in served:
             problems.append(f"{name} is not served (used by {', '.join(sorted(where))})")
-        elif name not in in_readme and base not in in_readme:
-            problems.append(f"{name} is not in README.md's metrics table")
+        elif name not in documented and base not in documented:
+            problems.append(f"{name} is not in docs/operations.md's metrics table")
     assert problems == [], "\n".join(problems)
 
 

@@ -77,11 +77,11 @@ class Endpoint:
             time.sleep(0.2)
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def served_families(endpoint: Endpoint) -> dict[str, tuple[str, frozenset[str]]]:
-    """Each metric family of /metrics as the README names it (counters with their _total),
+    """Each metric family of /metrics as docs/operations.md names it (counters with their _total),
     with its type and label names."""
     status, _, body = endpoint.get("/metrics")
     assert status == 200, body
@@ -93,11 +93,11 @@ def served_families(endpoint: Endpoint) -> dict[str, tuple[str, frozenset[str]]]
     return out
 
 
-def readme_metrics_table() -> dict[str, tuple[str, frozenset[str]]]:
-    """The README's metrics table: metric, type and label names of each row."""
+def documented_metrics_table() -> dict[str, tuple[str, frozenset[str]]]:
+    """docs/operations.md's metrics table: metric, type and label names of each row."""
     rows = {}
     in_table = False
-    for line in README.read_text().splitlines():
+    for line in OPERATIONS_DOC.read_text().splitlines():
         if line.startswith("| Metric | Type | Labels |"):
             in_table = True
             continue
@@ -106,7 +106,7 @@ def readme_metrics_table() -> dict[str, tuple[str, frozenset[str]]]:
         if in_table and not line.startswith("|---"):
             metric, kind, labels = (cell.strip() for cell in line.strip("|").split("|")[:3])
             rows[metric.strip("`")] = (kind, frozenset(re.findall(r"`([a-z_]+)`", labels)))
-    assert rows, "no metrics table in the README"
+    assert rows, "no metrics table in docs/operations.md"
     return rows
 
 
@@ -155,7 +155,7 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
         assert samples[("kafscale_group_members", (("group", group), ("state", "Stable")))] == 1
         assert samples[("kafscale_coordinated_groups", ())] == 1
 
-    assert served_families(endpoint) == readme_metrics_table()
+    assert served_families(endpoint) == documented_metrics_table()
     assert samples[("kafscale_partitions_without_owner", ())] == 0
 
     by_topic = (("topic", topic),)

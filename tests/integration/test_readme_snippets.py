@@ -1,10 +1,12 @@
-"""README.md's code blocks run, or say why not.
+"""The code blocks of README.md, and of the docs/ pages that hold blocks run here, run, or say
+why not.
 
-Every fenced block of README.md gets a stable id (the nearest heading above it and the block's
-first line) and is either run here, against real processes the test starts, or listed in
-``NOT_RUN`` with the reason. A block that is neither fails ``test_every_block_is_run_or_listed``,
-and so does a listed id that no longer matches a block, so the README cannot grow untested
-snippets silently and the lists cannot go stale.
+Every fenced block of the ``DOCUMENTS`` gets a stable id (the nearest heading above it and the
+block's first line; for a docs/ page, the page's path first: ``docs/cli.md ## Examples :: …``)
+and is either run here, against real processes the test starts, or listed in ``NOT_RUN`` with the
+reason. A block that is neither fails ``test_every_block_is_run_or_listed``, and so does a listed
+id that no longer matches a block, so the documents cannot grow untested snippets silently and
+the lists cannot go stale.
 
 Running a block means: its fixed addresses (``127.0.0.1:9092``, the S3 server on ``:9000``, etcd
 on ``:2379``, ``s3://bucket/namespace``, ``./kafscale-data/default``) are replaced by the test's
@@ -24,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -32,26 +34,32 @@ from support.clients import Msg, confluent_produce
 from support.cluster import create_topic
 from support.procs import S3_ENV, free_port, port_open, tail
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = "README.md"
+# the documents whose blocks are accounted for here: the README, and the docs/ pages that hold
+# blocks this test runs (their other blocks are then listed too)
+DOCUMENTS = (README, "docs/cli.md", "docs/analytics.md")
 VENV_BIN = Path(sys.executable).parent
 HANG_GUARD = 180.0  # seconds; stops a hung snippet, never a performance limit
-TOPIC = "orders"  # the topic the README's examples read
-PARTITIONS = 6  # as the README's `kafscale topics create orders --partitions 6`
+TOPIC = "orders"  # the topic the examples read
+PARTITIONS = 6  # as docs/cli.md's `kafscale topics create orders --partitions 6`
 RECORDS_P0 = 1500  # the segment example reads partition 0 from offset 1200
 PASSWORD = "readme-secret"  # the `$PASSWORD` the users example pipes in
 
-# id -> why the block is not run here. An id is "heading :: first line of the block".
+# the README's Spark example, which docs/analytics.md shows too
+SPARK_EXAMPLE = (
+    "starts Spark, well over the budget of this test on a 2-core machine; "
+    "covered by tests/integration/test_spark_source.py::"
+    "test_batch_read_equals_what_a_consumer_reads, "
+    "::test_etcd_bound_hides_objects_above_the_committed_high_watermark and "
+    "::test_stream_restarts_from_its_checkpoint_without_loss_or_duplicates"
+)
+
+# id -> why the block is not run here. An id is "heading :: first line of the block", after the
+# page's path for a docs/ page.
 NOT_RUN = {
     "## Quickstart :: bash tests/run.sh": (
         "runs the whole suite, this test included (it is what CI runs)"
-    ),
-    "## Configuration :: … ERROR kafscale.broker: the broker could not start: "
-    "127.0.0.1:9092 is in use by another process: stop it or pass --broker-addr HOST:PORT": (
-        "log output, not a command; the messages are checked by "
-        "tests/integration/test_startup_errors.py"
-    ),
-    "## Architecture :: Kafka clients ──TCP──▶ Rust core (kafscale._core, tokio)": (
-        "a diagram, not code"
     ),
     "## Running a cluster :: python -m kafscale.broker --broker-id 1 "
     "--broker-addr 0.0.0.0:9092 --broker-host kafka-1 \\": (
@@ -65,20 +73,15 @@ NOT_RUN = {
     ),
     "### Kubernetes :: docker build -f deploy/Dockerfile -t kafscale:0.1.0 .     "
     "# push it where your cluster pulls": "needs docker and a Kubernetes cluster",
-    "## Supported today :: echo 'admin:change-me' > users.txt        "
+    "## Security :: echo 'admin:change-me' > users.txt        "
     "# or a SCRAM user stored with `kafscale users set`": (
         "needs broker.pem/broker.key/ca.pem and the host name `broker`, and starts a "
         "long-running broker on :9093; SASL_SSL with ACLs is covered by "
         "tests/integration/test_acls.py and tests/integration/test_sasl.py"
     ),
-    "## Analytics: Spark :: import os, sys": (
-        "starts Spark, well over the budget of this test on a 2-core machine; "
-        "covered by tests/integration/test_spark_source.py::"
-        "test_batch_read_equals_what_a_consumer_reads, "
-        "::test_etcd_bound_hides_objects_above_the_committed_high_watermark and "
-        "::test_stream_restarts_from_its_checkpoint_without_loss_or_duplicates"
-    ),
-    '## Analytics: Spark :: pip install ".[spark,polars,iceberg]"    '
+    "### Spark :: import os, sys": SPARK_EXAMPLE,
+    "docs/analytics.md ## Spark :: import os, sys": SPARK_EXAMPLE,
+    'docs/analytics.md ## Spark :: pip install ".[spark,polars,iceberg]"    '
     "# the analytics extras (pyspark, polars, pyiceberg)": (
         "pip installs the extras from PyPI and the jobs start Spark (> 60 s here); the jobs are "
         "covered by "
@@ -87,35 +90,58 @@ NOT_RUN = {
         "tests/integration/test_spark_source.py::test_topic_to_parquet_job_is_incremental and "
         "::test_stream_counts_job_restarts_from_its_checkpoint"
     ),
-    "## Analytics: Iceberg tables :: pyspark --packages "
+    "docs/analytics.md ## Iceberg tables :: pyspark --packages "
     "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.11.0,org.xerial:sqlite-jdbc:3.46.1.3 \\": (
         "downloads the Iceberg Spark runtime and sqlite-jdbc jars from Maven Central and starts "
-        "an interactive pyspark shell (the README says this set-up is not tested)"
+        "an interactive pyspark shell (docs/analytics.md says this set-up is not tested)"
     ),
-    "## Analytics: Iceberg tables :: "
+    "docs/analytics.md ## Iceberg tables :: "
     'spark.table("kafscale.kafscale.orders").where("timestamp >= current_date()").show()': (
         "needs the pyspark session of the block above, with the Iceberg Spark runtime jar"
     ),
-    "## Benchmarks :: python bench/broker_bench.py": "a benchmark: minutes of load on the machine",
-    "## Project layout :: Cargo.toml, pyproject.toml    one Rust crate built by maturin "
-    "into kafscale._core": "a directory tree, not code",
+    "docs/cli.md # The `kafscale` command :: kafscale topics   list | create | describe | alter | "
+    "delete      --bootstrap-server HOST:PORT": "a synopsis of the commands, not command lines",
+    "docs/cli.md ## ACLs :: kafscale acls add --allow --principal User:alice --operation Read "
+    "--operation Write \\": (
+        "a reference with optional parts in brackets (`[--if-exists]`); the Examples block runs "
+        "the acls commands, tests/integration/test_acls.py::test_acls_command the others"
+    ),
+    "docs/cli.md ## Topics :: kafscale topics list": (
+        "a reference with optional parts in brackets (`[--partitions 6]`); the Examples block "
+        "runs the topics commands, tests/integration/test_cli.py::test_topic_lifecycle the others"
+    ),
+    "docs/cli.md ## Consumer groups :: kafscale groups list [--state Stable]": (
+        "a reference with optional parts in brackets and a group my-group; covered by "
+        "tests/integration/test_cli.py::test_group_with_a_live_member and ::test_reset_offsets"
+    ),
+    "docs/cli.md ## Segments :: kafscale segments ls s3://bucket/default "
+    "--s3-endpoint http://127.0.0.1:9000": (
+        "a reference with optional parts in brackets (`[--partition 0]`); the Examples block "
+        "runs ls, dump and verify, tests/integration/test_cli_segments.py the rest"
+    ),
+    "docs/cli.md ## For scripts :: kafscale topics list -o json | jq -r '.[].topic'": (
+        "needs jq and a group my-group; the JSON output is checked by "
+        "tests/integration/test_cli.py and tests/integration/test_cli_segments.py"
+    ),
 }
 
-# id -> how the block is run here (README order)
+# id -> how the block is run here (in the order of DOCUMENTS, each in its own order)
 RUN = {
     "## Quickstart :: pip install . && python -m kafscale.broker": "quickstart",
-    "## The `kafscale` command :: kafscale topics create orders --partitions 6 "
+    "## Quickstart :: from confluent_kafka import Consumer, Producer": "python",
+    "### polars :: import polars as pl": "python",
+    "docs/cli.md ## Examples :: kafscale topics create orders --partitions 6 "
     "--config retention.ms=86400000 --bootstrap-server 127.0.0.1:9092": "shell",
-    "## Analytics: reading topics without a broker :: "
+    "docs/analytics.md ## Arrow batches: `kafscale.segment` :: "
     "from kafscale.segment import SegmentSource, committed_bounds": "python",
-    "## Analytics: polars :: import polars as pl": "python",
-    "## Analytics: Iceberg tables :: from pyiceberg.catalog import load_catalog": "iceberg",
+    "docs/analytics.md ## polars :: import polars as pl": "python",
+    "docs/analytics.md ## Iceberg tables :: from pyiceberg.catalog import load_catalog": "iceberg",
 }
 
 # text substitutions per block (after the common ones), each must match
 BLOCK_SUBSTITUTIONS = {
-    # the test produced to `orders` before, so the README's create of it gets a namesake
-    "## The `kafscale` command :: kafscale topics create orders --partitions 6 "
+    # the test produced to `orders` before, so the Examples block's create of it gets a namesake
+    "docs/cli.md ## Examples :: kafscale topics create orders --partitions 6 "
     "--config retention.ms=86400000 --bootstrap-server 127.0.0.1:9092": [
         ("kafscale topics create orders ", "kafscale topics create orders-readme "),
     ],
@@ -125,7 +151,7 @@ BLOCK_SUBSTITUTIONS = {
     ],
 }
 
-# what each block must hold after the test's substitutions: none of the README's fixed
+# what each block must hold after the test's substitutions: none of the documents' fixed
 # addresses (a snippet must never reach a real service on this machine's default ports)
 README_ADDRESSES = (
     "127.0.0.1:9092",
@@ -143,19 +169,27 @@ RUNNABLE_LANGS = {
     "iceberg": ("python",),
 }
 
+# what the polars example (the README's, and docs/analytics.md's) must have counted
+POLARS_COUNT = f"""
+assert orders.select(pl.len()).collect().item() == {RECORDS_P0 + PARTITIONS - 1}
+"""
+
 # Python appended to a block after it ran: what it computed is what the test's data says
 EPILOGUES = {
-    "## Analytics: reading topics without a broker :: "
+    "## Quickstart :: from confluent_kafka import Consumer, Producer": """
+assert msg is not None and msg.error() is None, msg and msg.error()
+assert (msg.key(), msg.value()) == (b"hello", b"Hello, KafScale!"), (msg.key(), msg.value())
+""",
+    "### polars :: import polars as pl": POLARS_COUNT,
+    "docs/analytics.md ## Arrow batches: `kafscale.segment` :: "
     "from kafscale.segment import SegmentSource, committed_bounds": f"""
 assert bounds[0].high_watermark == {RECORDS_P0}, bounds
 rows = sum(b.num_rows for b in source.read("orders", 0, 1200, bounds[0].high_watermark))
 assert rows == {RECORDS_P0} - 1200, rows
 assert batch.column("headers").to_pylist()[0] == [{{"key": "h", "value": b"v"}}]
 """,
-    "## Analytics: polars :: import polars as pl": f"""
-assert orders.select(pl.len()).collect().item() == {RECORDS_P0 + PARTITIONS - 1}
-""",
-    "## Analytics: Iceberg tables :: from pyiceberg.catalog import load_catalog": f"""
+    "docs/analytics.md ## polars :: import polars as pl": POLARS_COUNT,
+    "docs/analytics.md ## Iceberg tables :: from pyiceberg.catalog import load_catalog": f"""
 assert rows.num_rows == {RECORDS_P0} and sorted(rows.column_names) == ["offset", "value"]
 assert df.height == {RECORDS_P0}
 """,
@@ -166,6 +200,7 @@ KAFKA_SUBCOMMANDS = ("topics", "groups", "brokers", "users", "acls")
 
 @dataclass(frozen=True)
 class Block:
+    doc: str  # the document's path from the repository root
     heading: str
     lang: str
     text: str
@@ -174,10 +209,11 @@ class Block:
     @property
     def id(self) -> str:
         first = self.text.split("\n", 1)[0].strip()
-        return f"{self.heading} :: {first}"
+        page = "" if self.doc == README else f"{self.doc} "
+        return f"{page}{self.heading} :: {first}"
 
 
-def readme_blocks(text: str) -> list[Block]:
+def document_blocks(doc: str, text: str) -> list[Block]:
     blocks: list[Block] = []
     heading = "(top)"
     fence: tuple[str, int, list[str]] | None = None
@@ -190,33 +226,41 @@ def readme_blocks(text: str) -> list[Block]:
                 heading = line.strip()
         elif m and not m.group(1):
             lang, start, body = fence
-            blocks.append(Block(heading, lang, "\n".join(body), start))
+            blocks.append(Block(doc, heading, lang, "\n".join(body), start))
             fence = None
         else:
             fence[2].append(line)
-    assert fence is None, f"README.md: the block opened on line {fence[1]} is never closed"
+    assert fence is None, f"{doc}: the block opened on line {fence[1]} is never closed"
     return blocks
 
 
-BLOCKS = {b.id: b for b in readme_blocks(README.read_text())}
+def read_documents() -> dict[str, str]:
+    return {doc: (ROOT / doc).read_text() for doc in DOCUMENTS}
+
+
+def all_blocks(texts: dict[str, str]) -> list[Block]:
+    return [b for doc, text in texts.items() for b in document_blocks(doc, text)]
+
+
+BLOCKS = {b.id: b for b in all_blocks(read_documents())}
 
 
 def accounting_problems(blocks: list[Block]) -> list[str]:
-    """What is wrong between the README's blocks and this test's lists (nothing: [])."""
+    """What is wrong between the documents' blocks and this test's lists (nothing: [])."""
     ids = [b.id for b in blocks]
     problems = [
-        f"two README blocks with the id (heading :: first line) {i!r}"
+        f"two blocks with the id (heading :: first line) {i!r}"
         for i in sorted({i for i in ids if ids.count(i) > 1})
     ]
     problems += [
-        f"README line {b.line}: block {b.id!r} ({b.lang or 'no language'}) is neither run by "
+        f"{b.doc} line {b.line}: block {b.id!r} ({b.lang or 'no language'}) is neither run by "
         "this test (RUN) nor listed in NOT_RUN with a reason"
         for b in blocks
         if b.id not in RUN and b.id not in NOT_RUN
     ]
     listed = set(RUN) | set(NOT_RUN) | set(BLOCK_SUBSTITUTIONS) | set(EPILOGUES)
     problems += [
-        f"{i!r} is listed in this test but is no longer a README block"
+        f"{i!r} is listed in this test but is no longer a block of {', '.join(DOCUMENTS)}"
         for i in sorted(listed - set(ids))
     ]
     problems += [f"{i!r} is both in RUN and in NOT_RUN" for i in sorted(set(RUN) & set(NOT_RUN))]
@@ -229,24 +273,27 @@ def accounting_problems(blocks: list[Block]) -> list[str]:
 
 
 def test_every_block_is_run_or_listed():
-    problems = accounting_problems(readme_blocks(README.read_text()))
+    problems = accounting_problems(all_blocks(read_documents()))
     assert not problems, "\n".join(problems)
 
 
 def test_a_new_or_removed_block_fails_the_accounting():
-    """The guard itself: an extra block, and a listed block gone, are both reported."""
-    text = README.read_text()
-    extra = text + "\n## Something new\n\n```sh\nkafscale topics list\n```\n"
-    problems = accounting_problems(readme_blocks(extra))
-    assert problems == [
-        f"README line {len(text.splitlines()) + 4}: block '## Something new :: kafscale topics "
-        "list' (sh) is neither run by this test (RUN) nor listed in NOT_RUN with a reason"
-    ]
-    gone = text.replace("```sh\npython bench/broker_bench.py\n```\n", "")
-    assert gone != text
-    assert accounting_problems(readme_blocks(gone)) == [
-        "'## Benchmarks :: python bench/broker_bench.py' is listed in this test but is no "
-        "longer a README block"
+    """The guard itself: an extra block, in the README or a docs/ page, and a listed block gone
+    are all reported."""
+    texts = read_documents()
+    new = "\n## Something new\n\n```sh\nkafscale topics list\n```\n"
+    for doc, page in ((README, ""), ("docs/analytics.md", "docs/analytics.md ")):
+        extra = {**texts, doc: texts[doc] + new}
+        assert accounting_problems(all_blocks(extra)) == [
+            f"{doc} line {len(texts[doc].splitlines()) + 4}: block '{page}## Something new :: "
+            "kafscale topics list' (sh) is neither run by this test (RUN) nor listed in NOT_RUN "
+            "with a reason"
+        ]
+    gone = texts[README].replace("```sh\nbash tests/run.sh\n```\n", "")
+    assert gone != texts[README]
+    assert accounting_problems(all_blocks({**texts, README: gone})) == [
+        "'## Quickstart :: bash tests/run.sh' is listed in this test but is no longer a block of "
+        f"{', '.join(DOCUMENTS)}"
     ]
 
 
@@ -349,8 +396,8 @@ def env(module_cluster, module_broker_factory, moto):
 
 def snippet_env(s3_endpoint: str) -> dict[str, str]:
     """The snippets' environment: moto's credentials, and its endpoint for the commands that
-    name none (`kafscale segments verify s3://bucket/default`), as the README says S3 settings
-    not given come from the AWS variables."""
+    name none (`kafscale segments verify s3://bucket/default`), as docs/analytics.md says S3
+    settings not given come from the AWS variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFSCALE_", "AWS_"))}
     env.update(S3_ENV)
     env["AWS_ENDPOINT_URL_S3"] = s3_endpoint
@@ -495,9 +542,7 @@ def run_iceberg(block: Block, env: Env, cwd: Path) -> None:
     write_iceberg_table(env, warehouse)
     abs_path = "file:///abs/path/iceberg-warehouse"
     assert abs_path in block.text, f"{block.id}: no {abs_path!r} for the test to replace"
-    block = Block(
-        block.heading, block.lang, block.text.replace(abs_path, f"file://{warehouse}"), block.line
-    )
+    block = replace(block, text=block.text.replace(abs_path, f"file://{warehouse}"))
     proc = run_python(block, env, cwd)
     assert f'"{TOPIC}"' in proc.stdout, proc.stdout  # the offsets the snippet prints
 
@@ -514,7 +559,5 @@ RUNNERS = {
 def test_readme_block_runs(block_id, env, tmp_path):
     block = BLOCKS.get(block_id)
     if block is None:
-        pytest.fail(
-            f"no README block {block_id!r} any more (see test_every_block_is_run_or_listed)"
-        )
+        pytest.fail(f"no block {block_id!r} any more (see test_every_block_is_run_or_listed)")
     RUNNERS[RUN[block_id]](block, env, tmp_path)

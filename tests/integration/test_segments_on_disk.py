@@ -1,7 +1,7 @@
-"""Every segment object compaction writes is a valid KafScale segment or index (design.md §3),
-checked with the independent parser in support/segment_format.py: on a local data dir and on
-S3. Acked records are committed in write-ahead objects first; compaction (at once in tests, see
-support/procs.py) turns them into segments."""
+"""Every segment object compaction writes is a valid KafScale segment or index (docs/design.md,
+"Storage layout"), checked with the independent parser in support/segment_format.py: on a local
+data dir and on S3. Acked records are committed in write-ahead objects first; compaction (at
+once in tests, see support/procs.py) turns them into segments."""
 
 from __future__ import annotations
 

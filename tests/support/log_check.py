@@ -1,7 +1,7 @@
 """An independent check of what the brokers committed: every partition's log rebuilt from the
 metadata and the objects themselves, never through a broker.
 
-Layout (DESIGN of issue 13, docs/metadata.md; nothing here imports ``kafscale``):
+Layout (docs/design.md, docs/metadata.md; nothing here imports ``kafscale``):
 
 - ``partitions/{topic}/{p}``: ``log_start_offset``, ``high_watermark`` and ``segment_end``
   (absent on older records: = high watermark). Offsets in [log_start, segment_end) are in the
@@ -41,7 +41,7 @@ WAL_DIR = "!wal"
 WAL_KEY = re.compile(r"^!wal/(\d+)/([0-9a-f]{16})-(\d{12})\.wal$")
 SEGMENT_KEY = re.compile(r"^([^/!][^/]*)/(\d+)/segment-(\d{20})\.(kfs|index)$")
 PRODUCER_SNAPSHOT_KEY = re.compile(r"^([^/!][^/]*)/(\d+)/producers-(\d{20})\.json$")
-# uncommitted write-ahead objects are swept once older than this (DESIGN: 10 minutes)
+# uncommitted write-ahead objects are swept once older than this (docs/metadata.md: 10 minutes)
 WAL_SWEEP_AGE_S = 600.0
 
 assert WAL_HEADER.size == 24

@@ -1,6 +1,6 @@
 """Independent parser and checker for KafScale segment (.kfs) and index (.index) files.
 
-Written from the storage layout in design.md §3 and kafscale-spec.txt only; it does not import
+Written from the storage layout in docs/design.md and kafscale-spec.txt only; it does not import
 ``kafscale``. Everything is big-endian.
 
 Segment: header (32 B) ``KAFS`` | u16 version=1 | u16 flags=0 | i64 base offset |

@@ -92,13 +92,13 @@ def test_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--no-auto-create-topics" in out
 
 
-def test_the_readme_lists_every_setting() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_configuration_page_lists_every_setting() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     # a row's first cell names one flag or several: "`--ssl-certfile`, `--ssl-keyfile`"
-    first_cells = [line.split("|")[1] for line in readme.splitlines() if line.startswith("| `--")]
+    first_cells = [line.split("|")[1] for line in page.splitlines() if line.startswith("| `--")]
     named = {name.strip().strip("`") for cell in first_cells for name in cell.split(",")}
     missing = [flag(f.name) for f in dataclasses.fields(Settings) if flag(f.name) not in named]
-    assert not missing, f"settings without a row in the README's settings table: {missing}"
+    assert not missing, f"settings without a row in docs/configuration.md's table: {missing}"
 
 
 @pytest.mark.parametrize(

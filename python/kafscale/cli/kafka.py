@@ -259,8 +259,8 @@ class Kafka:
         if code in _UNSUPPORTED:
             return CliError(
                 f"the brokers at {self.bootstrap} do not support {doing}{about}: {err.str()}",
-                "KafScale serves the APIs that ApiVersions lists (see the README's 'Supported "
-                "today'); this operation needs one it does not",
+                "KafScale serves the APIs that ApiVersions lists (see docs/compatibility.md); "
+                "this operation needs one it does not",
             )
         return CliError(f"{doing}{about} failed: {err.str()}", _HINTS.get(code), code=code)
 

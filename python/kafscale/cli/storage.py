@@ -89,7 +89,7 @@ def storage(location: str) -> Iterator[None]:
 
 
 def object_name(topic: str, partition: int, base_offset: int) -> str:
-    """The segment's key below the location (the layout of the README's 'Storage layout')."""
+    """The segment's key below the location (the layout of docs/design.md, 'Storage layout')."""
     return f"{topic}/{partition}/segment-{base_offset:020d}.kfs"
 
 

@@ -1,5 +1,6 @@
-//! The analytics path (design.md §8): a topic's segments read straight from object storage
-//! into Arrow record batches in the schema of Spark's Kafka source, without a broker.
+//! The analytics path (docs/analytics.md, docs/design.md): a topic's segments read straight
+//! from object storage into Arrow record batches in the schema of Spark's Kafka source, without
+//! a broker.
 //!
 //! `metadata` learns what is committed (from etcd, or what a single-node broker publishes),
 //! `reader` makes a partition's log of it (segments, then write-ahead runs) and finds

@@ -1,4 +1,4 @@
-//! Typed metadata over the key-value store (design.md §6):
+//! Typed metadata over the key-value store (docs/metadata.md):
 //!
 //! ```text
 //! /kafscale/{cluster}/cluster-id                     cluster id
