@@ -8,7 +8,6 @@ A peer is a process the bench starts and measures from /proc as it does its own 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,23 +23,21 @@ TANSU_ROOT = Path(__file__).resolve().parent.parent / "target" / f"tansu-{TANSU_
 TANSU_BINARY = TANSU_ROOT / "bin" / "tansu"
 
 
-class PeerBroker:
-    """A peer's process, with the parts of ``broker_bench.Broker`` the phases use."""
+class PeerBroker(procs.ManagedProcess):
+    """A peer's process (the tests' process helper: output in a log file, teardown), with the
+    parts of ``broker_bench.Broker`` the phases use."""
 
     security = bb.PLAINTEXT
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], root: Path) -> None:
-        self.name = name
+        super().__init__(name, root / f"{name}.log")
         self.port = self.client_port = procs.free_port()
         self.host = "127.0.0.1"
-        self.log_path = root / f"{name}.log"
         self.s3_requests: S3Requests | None = None
-        argv = [a.replace("{port}", str(self.port)) for a in argv]
-        with self.log_path.open("wb") as out:
-            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self._spawn([a.replace("{port}", str(self.port)) for a in argv], env, root)
         deadline = time.monotonic() + 60
         while not procs.port_open(self.host, self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            if not self.running or time.monotonic() > deadline:
                 raise RuntimeError(f"{name} did not start:\n{self.tail()}")
             time.sleep(0.1)
 
@@ -48,12 +45,8 @@ class PeerBroker:
     def addr(self) -> str:
         return f"{self.host}:{self.port}"
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.running
 
     def cpu_seconds(self) -> float:
         return bb.proc_cpu_seconds(self.pid)
@@ -69,13 +62,7 @@ class PeerBroker:
         return procs.tail(self.log_path, n)
 
     def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.cleanup()  # SIGTERM, then kill if it does not exit
 
 
 def build_tansu() -> Path:

@@ -41,41 +41,30 @@ class S3Server(Protocol):
     log_path: Path
 
 
-class S3Fast:
-    """bench/s3fast on a loopback port; objects in its memory."""
+class S3Fast(procs.ManagedProcess):
+    """bench/s3fast on a loopback port; objects in its memory. Its output, the request log
+    S3Requests counts, goes to ``log_path`` (the tests' process helper)."""
 
     def __init__(self, root: Path) -> None:
+        super().__init__("s3fast", root / "s3fast.log")
+        self.workdir = root
         self.port = procs.free_port()
-        self.log_path = root / "s3fast-requests.log"
-        self.output = root / "s3fast.out"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
     def start(self) -> S3Fast:
         build_s3fast()
         argv = [str(S3FAST_BINARY), "-addr", f"127.0.0.1:{self.port}"]
-        argv += ["-log", str(self.log_path), "-bucket", S3_BUCKET]
-        with self.output.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        argv += ["-bucket", S3_BUCKET]
+        self._spawn(argv, dict(os.environ), self.workdir)
         deadline = time.monotonic() + 10
         while not procs.port_open("127.0.0.1", self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"s3fast did not start: {self.output.read_text()[-2000:]}")
+            if not self.running or time.monotonic() > deadline:
+                raise RuntimeError(f"s3fast did not start:\n{procs.tail(self.log_path)}")
             time.sleep(0.05)
         return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
 
 
 def build_s3fast() -> None:
@@ -117,7 +106,7 @@ def s3_server(root: Path, kind: str = "moto") -> Iterator[S3Server]:
         print(f"s3fast pid {fast.pid} at {fast.endpoint}, bucket {S3_BUCKET}", file=sys.stderr)
         yield fast
     finally:
-        fast.stop()
+        fast.cleanup()
 
 
 def s3_store_args(server: S3Server) -> list[str]:

@@ -46,15 +46,19 @@ func (w *statusWriter) WriteHeader(status int) {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:9000", "address to listen on")
-	logPath := flag.String("log", "s3fast.log", "request log (moto's format)")
+	logPath := flag.String("log", "", "request log (moto's format); standard output if unset")
 	bucket := flag.String("bucket", "", "a bucket to create at start")
 	flag.Parse()
 
-	file, err := os.Create(*logPath)
-	if err != nil {
-		log.Fatalf("cannot create the request log %s: %v", *logPath, err)
+	out := os.Stdout
+	if *logPath != "" {
+		file, err := os.Create(*logPath)
+		if err != nil {
+			log.Fatalf("cannot create the request log %s: %v", *logPath, err)
+		}
+		out = file
 	}
-	requests := &requestLog{out: bufio.NewWriter(file)}
+	requests := &requestLog{out: bufio.NewWriter(out)}
 	backend := s3mem.New()
 	if *bucket != "" {
 		if err := backend.CreateBucket(*bucket); err != nil {
