@@ -16,6 +16,7 @@ use crate::log::batch::validate_batches;
 use crate::log::partition::{now_ms, AppendResult, Compacted, Partition};
 use crate::meta::embedded::EmbeddedStore;
 use crate::meta::faulty_kv::FaultyKv;
+use crate::store::faulty::FaultyStore;
 use crate::store::SegmentStore;
 
 pub struct TestBroker {
@@ -62,6 +63,24 @@ pub async fn faulty_broker(segment_bytes: usize) -> (TestBroker, Arc<FaultyKv>) 
         .unwrap();
     broker.log.compaction_due.hold();
     (TestBroker { broker, _dir: dir }, kv)
+}
+
+/// A broker over a memory object store whose faults the test places, caching nothing (every
+/// read goes to the store).
+pub async fn broker_over_faulty_store() -> (TestBroker, Arc<FaultyStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        cache_bytes: 0,
+        ..config(&dir, 1 << 20)
+    };
+    let objects = Arc::new(FaultyStore::default());
+    let store = SegmentStore::over(objects.clone(), &config.s3_namespace);
+    let embedded = EmbeddedStore::open(&config.metadata_path()).unwrap();
+    let broker = Broker::open_over(config, store, Arc::new(embedded), Arc::default())
+        .await
+        .unwrap();
+    broker.log.compaction_due.hold();
+    (TestBroker { broker, _dir: dir }, objects)
 }
 
 /// A broker that checks ACLs (`--authorizer acl`), with User:admin its super user.

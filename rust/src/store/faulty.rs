@@ -1,6 +1,7 @@
 //! A memory object store with controllable faults, for unit tests of what the log does when
 //! storage is slow or failing: uploads under a prefix can be held until released, and the
-//! next uploads can be made to fail the way a transient S3 error does, and listings can be held.
+//! next uploads can be made to fail the way a transient S3 error does, and listings and reads
+//! can be held.
 //! Reads are recorded.
 
 use std::fmt;
@@ -29,6 +30,9 @@ pub struct FaultyStore {
     reads: Mutex<Vec<String>>,
     /// Listings wait for a permit while this is set.
     list_gate: Mutex<Option<Arc<ListGate>>>,
+    /// Reads of objects whose path ends with this wait for a permit.
+    get_gate: Mutex<Option<(String, Arc<Semaphore>)>>,
+    held_gets: AtomicUsize,
 }
 
 /// Listings held until released, and how many are waiting.
@@ -66,6 +70,19 @@ impl FaultyStore {
         });
         *self.list_gate.lock().unwrap() = Some(gate.clone());
         gate
+    }
+
+    /// Holds every read of an object whose path ends with `suffix` until `release` lets it
+    /// through.
+    pub fn hold_gets(&self, suffix: &str) -> Arc<Semaphore> {
+        let permits = Arc::new(Semaphore::new(0));
+        *self.get_gate.lock().unwrap() = Some((suffix.to_string(), permits.clone()));
+        permits
+    }
+
+    /// How many reads are waiting at the gate right now.
+    pub fn held_gets(&self) -> usize {
+        self.held_gets.load(Ordering::SeqCst)
     }
 
     /// How many uploads are waiting at the gate right now.
@@ -130,6 +147,12 @@ impl ObjectStore for FaultyStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.reads.lock().unwrap().push(location.to_string());
+        let gate = self.get_gate.lock().unwrap().clone();
+        if let Some((_, permits)) = gate.filter(|(suffix, _)| location.as_ref().ends_with(suffix)) {
+            self.held_gets.fetch_add(1, Ordering::SeqCst);
+            permits.acquire().await.expect("gate closed").forget();
+            self.held_gets.fetch_sub(1, Ordering::SeqCst);
+        }
         self.inner.get_opts(location, options).await
     }
 

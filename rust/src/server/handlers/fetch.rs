@@ -105,6 +105,11 @@ pub(crate) async fn handle(
             break responses; // nothing was committed meanwhile: what we read is current
         }
     };
+    let mut responses = responses;
+    if wanted.iter().any(Wanted::reads_a_follower) {
+        broker.catch_up_with_commits().await;
+    }
+    settle(&wanted, &mut responses);
     count_fetch(broker, &responses);
     encode(
         request.correlation_id,
@@ -257,13 +262,7 @@ async fn read_all(
     let mut total = 0usize;
     let mut any_error = false;
     for (w, log) in wanted.iter().zip(logs) {
-        let data = PartitionData::default()
-            .with_partition_index(w.index)
-            .with_high_watermark(-1)
-            .with_last_stable_offset(-1)
-            .with_log_start_offset(-1)
-            .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
-            .with_aborted_transactions(Some(Vec::new()));
+        let data = nothing_known(w.index);
         let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
         let read = match log {
             Ok(partition) => match check_leader_epoch(broker, partition, w.client_epoch) {
@@ -309,6 +308,44 @@ async fn read_all(
         responses.push(answer);
     }
     (responses, total, any_error)
+}
+
+/// Brings the answers up to the moment they are sent. A read may wait for the object store
+/// (seconds under load) while its partition is handed off, or committed further: a partition
+/// this broker owned when the request came and has given up since is answered
+/// NOT_LEADER_OR_FOLLOWER with high watermark -1 (the end its read began with may lie below
+/// what the new owner has answered the same client meanwhile); any other answer carries the
+/// log's end as it is now (for a partition owned elsewhere, after catching up with the store),
+/// never the one its read began with.
+fn settle(wanted: &[Wanted], responses: &mut [Answered]) {
+    for (w, answered) in wanted.iter().zip(responses) {
+        if answered.data.error_code != 0 {
+            continue;
+        }
+        match w.log() {
+            Ok(log) => {
+                let end = answered.data.high_watermark.max(log.high_watermark());
+                answered.data.high_watermark = end;
+                answered.data.last_stable_offset = end;
+            }
+            Err(error) => {
+                answered.data = nothing_known(w.index).with_error_code(error.code());
+                answered.records = None;
+                answered.record_count = 0;
+            }
+        }
+    }
+}
+
+/// A partition's answer before anything is known of its log: no end, no records.
+fn nothing_known(index: i32) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1)
+        .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
+        .with_aborted_transactions(Some(Vec::new()))
 }
 
 /// Per topic named in the request and not refused: one request, and the records and bytes it
@@ -515,5 +552,58 @@ mod tests {
             .unwrap();
         let not_leader = ResponseError::NotLeaderOrFollower.code();
         assert_eq!((got[0].error_code, got[0].high_watermark), (not_leader, -1));
+    }
+
+    /// A broker caching nothing with five records in partition 0 of "t", and a fetch of them
+    /// from offset 0 whose read of the write-ahead object is held at the store.
+    async fn fetch_held_at_the_store() -> (
+        crate::broker::tests::TestBroker,
+        Arc<tokio::sync::Semaphore>,
+        tokio::task::JoinHandle<Vec<PartitionData>>,
+    ) {
+        let (t, objects) = crate::broker::tests::broker_over_faulty_store().await;
+        t.broker
+            .create_topic("t", 1, Default::default())
+            .await
+            .unwrap();
+        produce(&t.broker, "t", 0, 5).await;
+        let gets = objects.hold_gets(".wal");
+        let broker = t.broker.clone();
+        let reader = alice(vec![allow(Topic, "t", Operation::Read)]);
+        let fetching = tokio::spawn(async move {
+            answers(&broker, 12, &[("t", Uuid::nil())], -1, 0, 0, &reader).await
+        });
+        while objects.held_gets() == 0 {
+            tokio::task::yield_now().await;
+        }
+        (t, gets, fetching)
+    }
+
+    #[tokio::test]
+    async fn a_fetch_whose_read_waits_while_its_partition_is_handed_off_answers_not_leader() {
+        let (t, gets, fetching) = fetch_held_at_the_store().await;
+        let slot = t.broker.topic("t").unwrap().partitions[0].clone();
+        let owned = slot.current();
+        owned.close(ResponseError::NotLeaderOrFollower);
+        slot.replace(owned.to_follower(5));
+        gets.add_permits(10);
+        let got = fetching.await.unwrap();
+        let not_leader = ResponseError::NotLeaderOrFollower.code();
+        assert_eq!((got[0].error_code, got[0].high_watermark), (not_leader, -1));
+        let records = got[0].records.as_ref();
+        assert!(
+            records.is_none_or(|r| r.is_empty()),
+            "nothing read from the log given up"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fetch_answers_the_end_its_log_has_when_it_answers() {
+        let (t, gets, fetching) = fetch_held_at_the_store().await;
+        produce(&t.broker, "t", 0, 3).await; // committed while the read waits
+        gets.add_permits(10);
+        let got = fetching.await.unwrap();
+        assert_eq!((got[0].error_code, got[0].high_watermark), (0, 8));
+        assert!(got[0].records.as_ref().is_some_and(|r| !r.is_empty()));
     }
 }
