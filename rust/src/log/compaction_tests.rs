@@ -74,3 +74,90 @@ async fn a_partition_whose_runs_were_deleted_before_their_compaction_is_not_due_
     commit(&f, &p, 1, 20).await;
     assert!(f.ctx.compaction_due.take().is_empty());
 }
+
+/// Six commits of ten records (about 1.2 kB each) with segments of 1 kB: six segments due, the
+/// uploads of the partition's segments held at the store's gate.
+async fn six_segments_due() -> (Fixture, Arc<Partition>, Arc<tokio::sync::Semaphore>) {
+    let f = fixture_with(1_000, Duration::from_millis(10), 8 << 20, 64 << 20).await;
+    let p = open(&f).await;
+    for base in (0..60).step_by(10) {
+        commit(&f, &p, 10, base).await;
+    }
+    let gate = f.objects.hold_puts("ns/orders/0/");
+    (f, p, gate)
+}
+
+fn compact_in_background(
+    f: &Fixture,
+    p: &Arc<Partition>,
+) -> tokio::task::JoinHandle<Option<super::partition::Compacted>> {
+    let (ctx, p) = (f.ctx.clone(), p.clone());
+    tokio::spawn(async move { p.compact(&ctx, now_ms()).await })
+}
+
+/// Waits until `uploads` wait at the gate at once (fails if they never do).
+async fn until_held(f: &Fixture, uploads: usize) {
+    let held = async {
+        while f.objects.held_puts() < uploads {
+            tokio::task::yield_now().await;
+        }
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(10), held).await;
+    assert!(waited.is_ok(), "{uploads} uploads never waited at once");
+}
+
+#[tokio::test]
+async fn a_partitions_segments_upload_side_by_side_and_commit_in_order() {
+    let (f, p, gate) = six_segments_due().await;
+    let compacting = compact_in_background(&f, &p);
+    // the next segments were built and sent while the first one's upload waits
+    until_held(&f, 4).await;
+    gate.add_permits(1_000);
+    let compacted = compacting.await.unwrap().expect("due");
+    assert_eq!(compacted.record.segment_end(), 60);
+    let revision = compacted.commit_alone(&f.ctx, "orders", 0).await;
+    p.compacted(&f.ctx, compacted, revision);
+    let read = super::reader::read(&f.ctx, &p, 0, 1 << 20, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        super::tests::base_offsets(&read.records),
+        vec![0, 10, 20, 30, 40, 50]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_upload_ends_the_compaction_before_it_and_the_next_takes_what_came_after() {
+    let (f, p, gate) = six_segments_due().await;
+    let compacting = compact_in_background(&f, &p);
+    until_held(&f, 4).await; // data objects of the first segments, sent side by side
+    let first = p.segment_path(&f.ctx, 0, crate::store::SegmentObject::Data);
+    gate.add_permits(1);
+    while f.ctx.store.get(&first).await.is_err() {
+        tokio::task::yield_now().await;
+    }
+    // the gate lets uploads through in the order they came: the second segment's data next
+    f.objects.fail_next_puts(1);
+    gate.add_permits(1_000);
+    let compacted = compacting.await.unwrap().expect("the first segment");
+    assert_eq!(
+        compacted.record.segment_end(),
+        10,
+        "nothing after the failure"
+    );
+    assert!(!compacted.more_due());
+    let revision = compacted.commit_alone(&f.ctx, "orders", 0).await;
+    p.compacted(&f.ctx, compacted, revision);
+    // the segments uploaded after the failure are in the next one's way, and taken as they are
+    let again = p.compact(&f.ctx, now_ms()).await.expect("due");
+    assert_eq!(again.record.segment_end(), 60);
+    let revision = again.commit_alone(&f.ctx, "orders", 0).await;
+    p.compacted(&f.ctx, again, revision);
+    let read = super::reader::read(&f.ctx, &p, 0, 1 << 20, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        super::tests::base_offsets(&read.records),
+        vec![0, 10, 20, 30, 40, 50]
+    );
+}

@@ -159,7 +159,7 @@ pub(super) fn produce(
     ack
 }
 
-fn base_offsets(records: &[bytes::Bytes]) -> Vec<i64> {
+pub(super) fn base_offsets(records: &[bytes::Bytes]) -> Vec<i64> {
     let records = bytes::Bytes::from(records.concat());
     let walked = super::segment::BatchWalker::new(&records);
     walked.map(|b| b.unwrap().1.base_offset).collect()

@@ -12,10 +12,11 @@
 //! it is; anything else there is deleted (nothing committed can be, and nothing can refer to
 //! it) and the next round writes afresh.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use object_store::PutPayload;
 use tokio::sync::Notify;
 
@@ -23,7 +24,9 @@ use super::Partition;
 use crate::log::batch::BatchHeader;
 use crate::log::occupant::{self, PutOutcome};
 use crate::log::reader::load_run;
-use crate::log::segment::{build_segment, BatchWalker, ParsedSegment, SegmentMeta, StoredBatch};
+use crate::log::segment::{
+    build_segment, BatchWalker, BuiltSegment, ParsedSegment, SegmentMeta, StoredBatch,
+};
 use crate::log::LogContext;
 use crate::meta::catalog::{PartitionRecord, VersionedPartition};
 use crate::store::SegmentObject;
@@ -42,6 +45,18 @@ pub struct Compacted {
     more_due: bool,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
+
+/// How an upload of a segment ended.
+enum Uploaded {
+    /// Its objects were created.
+    Created,
+    /// An object of the same committed batches was there and is taken as the segment (its
+    /// extent may differ from the one built).
+    Occupant(SegmentMeta),
+}
+
+/// Segment uploads of one partition's compaction in flight at once.
+const UPLOADS_IN_FLIGHT: usize = 8;
 
 /// Segments one compaction of a partition uploads at most (the rest waits for the next
 /// interval); they are committed together, in one metadata write.
@@ -136,29 +151,12 @@ impl Partition {
         let end = self.high_watermark();
         // Records deleted before they were compacted (DeleteRecords past the segment end) are
         // not written again: segments go on from the batch that holds the log start.
-        let mut from = owned
+        let from = owned
             .record
             .segment_end()
             .max(owned.record.log_start_offset);
-        let mut segments: Vec<SegmentMeta> = Vec::new();
-        let mut uploaded = 0;
-        let within_limits = |segments: &Vec<_>, uploaded| {
-            segments.len() < SEGMENTS_PER_COMPACTION && uploaded < BYTES_PER_COMPACTION
-        };
-        while within_limits(&segments, uploaded) {
-            match self.next_segment(ctx, from, end, now_ms).await {
-                Some(meta) => {
-                    from = meta.last_offset + 1;
-                    uploaded += meta.size;
-                    segments.push(meta);
-                }
-                None => break,
-            }
-        }
-        let more_due = !within_limits(&segments, uploaded);
-        if segments.is_empty() {
-            return None;
-        }
+        let (segments, more_due) = self.upload_segments(ctx, from, end, now_ms).await;
+        let from = segments.last()?.last_offset + 1;
         let mut record = owned.record.clone();
         record.segment_end = Some(from);
         record.high_watermark = record.high_watermark.max(from);
@@ -176,15 +174,86 @@ impl Partition {
         })
     }
 
-    /// Uploads the segment that starts at `from` if the runs from there are due; its batches
-    /// wait in the cache under its pending name until the commit.
-    async fn next_segment(
+    /// Uploads the segments due from `from` on, within one compaction's limits, in offset
+    /// order; whether it stopped at those limits (more is due). Each segment is built (from the
+    /// cache, mostly) while the ones before it upload, `UPLOADS_IN_FLIGHT` at most: a segment's
+    /// upload takes a round trip or two to the object store, during which the next one's bytes
+    /// are ready, and a burst of writes must be compacted as fast as it comes, or its runs
+    /// leave the cache before compaction reads them (read back, a GET each).
+    async fn upload_segments(
         &self,
         ctx: &LogContext,
         from: i64,
         end: i64,
         now_ms: i64,
-    ) -> Option<SegmentMeta> {
+    ) -> (Vec<SegmentMeta>, bool) {
+        let at_limits = AtomicBool::new(false);
+        let planned = futures::stream::unfold((from, 0, 0), |(from, count, bytes)| {
+            let at_limits = &at_limits;
+            async move {
+                if count >= SEGMENTS_PER_COMPACTION || bytes >= BYTES_PER_COMPACTION {
+                    at_limits.store(true, Ordering::Relaxed);
+                    return None;
+                }
+                let built = self.build_next_segment(ctx, from, end, now_ms).await?;
+                let next = (
+                    built.meta.last_offset + 1,
+                    count + 1,
+                    bytes + built.meta.size,
+                );
+                Some((built, next))
+            }
+        });
+        let mut uploads = planned
+            .map(|built| self.upload_segment(ctx, built, end))
+            .buffered(UPLOADS_IN_FLIGHT)
+            // (boxed: the compiler cannot tell on its own that these closures' futures are Send)
+            .boxed();
+        let mut segments = Vec::new();
+        while let Some(uploaded) = uploads.next().await {
+            if !self.take_uploaded(ctx, uploaded, &mut segments) {
+                // The uploads after it are not part of this compaction: what they created is
+                // found in the way by a later one (see the module's comment).
+                return (segments, false);
+            }
+        }
+        (segments, at_limits.load(Ordering::Relaxed))
+    }
+
+    /// Takes an upload's outcome into `segments` (its batches into the cache, under its pending
+    /// name); false if the segments planned after it no longer follow on (it failed, or an
+    /// occupant of other extent took its place).
+    fn take_uploaded(
+        &self,
+        ctx: &LogContext,
+        (built, uploaded): (BuiltSegment, Option<Uploaded>),
+        segments: &mut Vec<SegmentMeta>,
+    ) -> bool {
+        match uploaded {
+            Some(Uploaded::Created) => {
+                ctx.cache
+                    .insert_segment(self.pending_key(built.meta.base_offset), &built);
+                segments.push(built.meta);
+                true
+            }
+            Some(Uploaded::Occupant(meta)) => {
+                let follows = meta.last_offset == built.meta.last_offset;
+                segments.push(meta);
+                follows
+            }
+            None => false,
+        }
+    }
+
+    /// Builds the segment that starts at `from` if the runs from there are due; None if they
+    /// are not (or cannot be read now).
+    async fn build_next_segment(
+        &self,
+        ctx: &LogContext,
+        from: i64,
+        end: i64,
+        now_ms: i64,
+    ) -> Option<BuiltSegment> {
         let runs = ctx.wal.runs_from((self.topic_id, self.id), from);
         let runs: Vec<_> = runs
             .into_iter()
@@ -218,18 +287,29 @@ impl Partition {
             size >= segment_bytes
         });
         batches.truncate(cut.map_or(batches.len(), |i| i + 1));
-        let built = build_segment(&batches, now_ms, ctx.settings.index_interval);
+        Some(build_segment(&batches, now_ms, ctx.settings.index_interval))
+    }
+
+    /// Uploads a built segment; None if an upload failed (logged; the next round retries).
+    async fn upload_segment(
+        &self,
+        ctx: &LogContext,
+        built: BuiltSegment,
+        end: i64,
+    ) -> (BuiltSegment, Option<Uploaded>) {
         let base = built.meta.base_offset;
-        match self
+        let uploaded = match self
             .put_segment(ctx, base, built.payload(), &built.index)
-            .await?
+            .await
         {
-            true => {
-                ctx.cache.insert_segment(self.pending_key(base), &built);
-                Some(built.meta)
-            }
-            false => self.take_occupant(ctx, base, end).await,
-        }
+            Some(true) => Some(Uploaded::Created),
+            Some(false) => self
+                .take_occupant(ctx, base, end)
+                .await
+                .map(Uploaded::Occupant),
+            None => None,
+        };
+        (built, uploaded)
     }
 
     /// The committed switch to the new segments: the record as written and its revision.
