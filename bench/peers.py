@@ -72,7 +72,8 @@ def build_tansu() -> Path:
         return TANSU_BINARY
     bb.log(f"building tansu {TANSU_VERSION} into {TANSU_ROOT} (once)")
     cmd = ["cargo", "install", "--locked", "tansu", "--version", f"={TANSU_VERSION}"]
-    cmd += ["--root", str(TANSU_ROOT)]
+    # (its S3 storage engine is behind the dynostore feature, off by default)
+    cmd += ["--features", "dynostore", "--root", str(TANSU_ROOT)]
     built = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.STDOUT)
     if built.returncode != 0 or not TANSU_BINARY.exists():
         raise RuntimeError(f"building tansu failed (exit {built.returncode})")
