@@ -95,6 +95,20 @@ fn compact_in_background(
     tokio::spawn(async move { p.compact(&ctx, now_ms()).await })
 }
 
+/// Commits a compaction and applies it; the base offsets of the batches read from offset 0.
+async fn commit_and_read(
+    f: &Fixture,
+    p: &Arc<Partition>,
+    compacted: super::partition::Compacted,
+) -> Vec<i64> {
+    let revision = compacted.commit_alone(&f.ctx, "orders", 0).await;
+    p.compacted(&f.ctx, compacted, revision);
+    let read = super::reader::read(&f.ctx, p, 0, 1 << 20, true)
+        .await
+        .unwrap();
+    super::tests::base_offsets(&read.records)
+}
+
 /// Waits until `uploads` wait at the gate at once (fails if they never do).
 async fn until_held(f: &Fixture, uploads: usize) {
     let held = async {
@@ -115,13 +129,8 @@ async fn a_partitions_segments_upload_side_by_side_and_commit_in_order() {
     gate.add_permits(1_000);
     let compacted = compacting.await.unwrap().expect("due");
     assert_eq!(compacted.record.segment_end(), 60);
-    let revision = compacted.commit_alone(&f.ctx, "orders", 0).await;
-    p.compacted(&f.ctx, compacted, revision);
-    let read = super::reader::read(&f.ctx, &p, 0, 1 << 20, true)
-        .await
-        .unwrap();
     assert_eq!(
-        super::tests::base_offsets(&read.records),
+        commit_and_read(&f, &p, compacted).await,
         vec![0, 10, 20, 30, 40, 50]
     );
 }
@@ -151,13 +160,8 @@ async fn a_failed_upload_ends_the_compaction_before_it_and_the_next_takes_what_c
     // the segments uploaded after the failure are in the next one's way, and taken as they are
     let again = p.compact(&f.ctx, now_ms()).await.expect("due");
     assert_eq!(again.record.segment_end(), 60);
-    let revision = again.commit_alone(&f.ctx, "orders", 0).await;
-    p.compacted(&f.ctx, again, revision);
-    let read = super::reader::read(&f.ctx, &p, 0, 1 << 20, true)
-        .await
-        .unwrap();
     assert_eq!(
-        super::tests::base_offsets(&read.records),
+        commit_and_read(&f, &p, again).await,
         vec![0, 10, 20, 30, 40, 50]
     );
 }
