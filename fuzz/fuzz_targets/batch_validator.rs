@@ -11,12 +11,10 @@
 #![no_main]
 
 use bytes::Bytes;
-use kafscale::analytics::columns::Columns;
-use kafscale::analytics::records::decode_records;
-use kafscale::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
-use kafscale::log::checksum::crc32c;
-use kafscale::log::decompress::{Codec, Decompressed};
-use kafscale::log::validate::validate_produce;
+use kafscale::fuzzing::{
+    crc32c, decode_records, validate_produce, BatchHeader, Codec, Columns, Decompressed,
+    BATCH_HEADER_LEN, CRC_START,
+};
 use kafscale_fuzz::RULES;
 use libfuzzer_sys::fuzz_target;
 

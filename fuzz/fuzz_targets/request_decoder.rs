@@ -12,9 +12,7 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestKind};
-use kafscale::log::validate::validate_produce;
-use kafscale::protocol::frame::FrameReader;
-use kafscale::protocol::header::Request;
+use kafscale::fuzzing::{validate_produce, FrameReader, Request};
 use kafscale_fuzz::RULES;
 use libfuzzer_sys::fuzz_target;
 

@@ -1,6 +1,6 @@
 //! What the fuzz targets share.
 
-use kafscale::log::validate::ProduceRules;
+use kafscale::fuzzing::ProduceRules;
 
 /// The broker's default produce limits, at a fixed clock (inputs stay reproducible); the
 /// decompressed bound is lower than the broker's so a bomb costs the fuzzer little time.

@@ -90,7 +90,7 @@ fn shared_arena_flags(size: usize, align: usize) -> Option<c_int> {
     Some(jemalloc::MALLOCX_ARENA(arena as usize) | jemalloc::MALLOCX_TCACHE_NONE | align)
 }
 
-pub struct GuardedAllocator;
+pub(crate) struct GuardedAllocator;
 
 unsafe fn map_lazily(size: usize) -> *mut u8 {
     let addr = libc::mmap(

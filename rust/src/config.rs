@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::FromPyObject;
@@ -11,16 +10,14 @@ use pyo3::FromPyObject;
 use crate::auth::authorizer::AuthorizerSettings;
 use crate::log::index::DEFAULT_INDEX_INTERVAL;
 use crate::log::LogSettings;
-use crate::meta::catalog::{BrokerRecord, Catalog, Endpoint};
-use crate::server::sasl::hashing::PasswordHashing;
-use crate::server::sasl::SaslSettings;
+use crate::meta::catalog::{BrokerRecord, Endpoint};
 use crate::store::StorageLocation;
 
 /// One Kafka listener (Kafka's `listeners` and `advertised.listeners`): its name, which is
 /// also its security protocol (PLAINTEXT or SSL), the address it binds and the endpoint
 /// clients that come in on it are given for every broker.
 #[derive(Debug, Clone, FromPyObject)]
-pub struct ListenerConfig {
+pub(crate) struct ListenerConfig {
     pub name: String,
     pub bind: String,
     pub advertised_host: String,
@@ -29,11 +26,11 @@ pub struct ListenerConfig {
 }
 
 impl ListenerConfig {
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         self.name == "SSL" || self.name == "SASL_SSL"
     }
 
-    pub fn is_sasl(&self) -> bool {
+    pub(crate) fn is_sasl(&self) -> bool {
         self.name.starts_with("SASL_")
     }
 }
@@ -41,7 +38,7 @@ impl ListenerConfig {
 /// The TLS listeners' certificate, key and client authentication (Kafka's `ssl.*`), read
 /// from PEM files and read again when they change.
 #[derive(Debug, Clone, FromPyObject)]
-pub struct TlsFiles {
+pub(crate) struct TlsFiles {
     pub certfile: PathBuf,
     pub keyfile: PathBuf,
     /// CAs trusted for client certificates.
@@ -52,7 +49,7 @@ pub struct TlsFiles {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct BrokerConfig {
+pub(crate) struct BrokerConfig {
     /// The first one is the listener other settings' addresses describe (the start-up line).
     pub listener_specs: Vec<ListenerConfig>,
     pub tls: Option<TlsFiles>,
@@ -127,7 +124,7 @@ impl BrokerConfig {
     /// The setting `name` (`s3_bucket`) as the user gave it: `--s3-bucket` or
     /// `KAFSCALE_S3_BUCKET`. One left at its default is named the way the user gave the
     /// others: as a variable when every one given was a variable, otherwise as a flag.
-    pub fn setting(&self, name: &str) -> String {
+    pub(crate) fn setting(&self, name: &str) -> String {
         if let Some(given) = self.setting_names.get(name) {
             return given.clone();
         }
@@ -145,7 +142,7 @@ impl BrokerConfig {
 
     /// How to give the setting `name` another value: `pass --s3-bucket BUCKET` or
     /// `set KAFSCALE_S3_BUCKET=BUCKET`.
-    pub fn how_to_set(&self, name: &str, value: &str) -> String {
+    pub(crate) fn how_to_set(&self, name: &str, value: &str) -> String {
         let setting = self.setting(name);
         if setting.starts_with("--") {
             format!("pass {setting} {value}")
@@ -169,27 +166,9 @@ impl BrokerConfig {
         }
     }
 
-    pub(crate) fn sasl_settings(&self, catalog: Arc<Catalog>) -> SaslSettings {
-        SaslSettings {
-            mechanisms: self
-                .sasl_enabled_mechanisms
-                .split(',')
-                .map(|m| m.trim().to_string())
-                .filter(|m| !m.is_empty())
-                .collect(),
-            users_file: self.sasl_users_file.clone(),
-            session_lifetime: (self.connections_max_reauth_ms > 0)
-                .then(|| Duration::from_millis(self.connections_max_reauth_ms)),
-            failure_delay: Duration::from_millis(self.connection_failed_authentication_delay_ms),
-            max_receive_size: self.sasl_server_max_receive_size,
-            catalog,
-            hashing: PasswordHashing::for_this_machine(),
-        }
-    }
-
     /// This broker as it registers: every listener's advertised endpoint (ports bound by
     /// now), the first one's also as its host and port.
-    pub fn broker_record(&self) -> BrokerRecord {
+    pub(crate) fn broker_record(&self) -> BrokerRecord {
         let endpoints: Vec<Endpoint> = self
             .listener_specs
             .iter()
@@ -211,7 +190,7 @@ impl BrokerConfig {
     }
 
     /// Where segments go. Contradictory settings are an error, never a silent choice.
-    pub fn storage(&self) -> Result<StorageLocation, String> {
+    pub(crate) fn storage(&self) -> Result<StorageLocation, String> {
         match (&self.s3_bucket, self.use_memory_s3) {
             (Some(_), true) => Err(format!(
                 "{} and {} are both set: choose one",
@@ -239,29 +218,29 @@ impl BrokerConfig {
     }
 
     /// etcd client URLs when the broker runs in a cluster.
-    pub fn etcd_endpoints(&self) -> Option<Vec<String>> {
+    pub(crate) fn etcd_endpoints(&self) -> Option<Vec<String>> {
         self.etcd_endpoints
             .as_deref()
             .map(|urls| urls.split(',').map(|u| u.trim().to_string()).collect())
     }
 
-    pub fn etcd_credentials(&self) -> Option<(String, String)> {
+    pub(crate) fn etcd_credentials(&self) -> Option<(String, String)> {
         self.etcd_username.clone().zip(self.etcd_password.clone())
     }
 
-    pub fn lease_ttl(&self) -> Duration {
+    pub(crate) fn lease_ttl(&self) -> Duration {
         Duration::from_millis(self.lease_ttl_ms)
     }
 
-    pub fn retention_check_interval(&self) -> Duration {
+    pub(crate) fn retention_check_interval(&self) -> Duration {
         Duration::from_millis(self.retention_check_interval_ms.max(1))
     }
 
-    pub fn metadata_path(&self) -> PathBuf {
+    pub(crate) fn metadata_path(&self) -> PathBuf {
         PathBuf::from(&self.data_dir).join("metadata.redb")
     }
 
-    pub fn log_settings(&self) -> LogSettings {
+    pub(crate) fn log_settings(&self) -> LogSettings {
         LogSettings {
             segment_bytes: self.segment_bytes,
             max_message_bytes: self.max_message_bytes,
@@ -273,7 +252,6 @@ impl BrokerConfig {
             flush_on_arrival: self.flush_mode == "arrival",
             readahead_segments: self.readahead_segments,
             index_interval: DEFAULT_INDEX_INTERVAL,
-            max_concurrent_flushes: 64,
             wal_object_max_bytes: self.wal_object_max_bytes.max(1),
             wal_compaction_age: Duration::from_millis(self.wal_compaction_age_ms),
             wal_compaction_interval: Duration::from_millis(self.wal_compaction_interval_ms.max(1)),

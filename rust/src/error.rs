@@ -4,13 +4,13 @@ use kafka_protocol::ResponseError;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub code: ResponseError,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(code: ResponseError, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(code: ResponseError, message: impl Into<String>) -> ApiError {
         ApiError {
             code,
             message: message.into(),

@@ -26,7 +26,7 @@ fn header_item() -> Arc<Field> {
     ))
 }
 
-pub fn kafka_schema(include_headers: bool) -> SchemaRef {
+pub(crate) fn kafka_schema(include_headers: bool) -> SchemaRef {
     let mut fields = vec![
         Field::new("key", DataType::Binary, true),
         Field::new("value", DataType::Binary, true),

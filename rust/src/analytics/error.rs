@@ -1,7 +1,7 @@
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error("object storage: {0}")]
     Storage(#[from] StoreError),
     /// The object's bytes are not a valid segment: nothing from it is returned.
@@ -21,7 +21,7 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    pub fn corrupt(object: &str, offset: i64, reason: &str) -> ReadError {
+    pub(crate) fn corrupt(object: &str, offset: i64, reason: &str) -> ReadError {
         ReadError::Corrupt {
             object: object.to_string(),
             offset,

@@ -19,7 +19,7 @@ use crate::store::SegmentStore;
 
 /// Where a reader learns what is committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Metadata {
+pub(crate) enum Metadata {
     /// The etcd of the cluster whose namespace is `namespace`.
     Etcd {
         endpoints: Vec<String>,
@@ -34,7 +34,7 @@ pub enum Metadata {
 /// One partition's committed batches in a write-ahead object: offsets `base_offset..end_offset`
 /// at bytes `position..position + length` of `object` (its path in the storage).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRef {
+pub(crate) struct RunRef {
     pub object: String,
     pub position: u64,
     pub length: u64,
@@ -44,7 +44,7 @@ pub struct RunRef {
 
 /// A topic's committed state at one moment.
 #[derive(Debug, Clone)]
-pub struct TopicSnapshot {
+pub(crate) struct TopicSnapshot {
     /// Every partition of the topic; one nobody claimed yet is an empty log.
     pub records: BTreeMap<i32, PartitionRecord>,
     /// The committed runs of each partition, by base offset (those below the segment end
@@ -54,7 +54,7 @@ pub struct TopicSnapshot {
 
 impl Metadata {
     /// The topic's committed state; None if the metadata knows no such topic.
-    pub async fn snapshot(
+    pub(crate) async fn snapshot(
         &self,
         store: &SegmentStore,
         topic: &str,
@@ -75,7 +75,10 @@ impl Metadata {
 
 impl Metadata {
     /// The topics the metadata knows (None without metadata).
-    pub async fn topics(&self, store: &SegmentStore) -> Result<Option<Vec<String>>, ReadError> {
+    pub(crate) async fn topics(
+        &self,
+        store: &SegmentStore,
+    ) -> Result<Option<Vec<String>>, ReadError> {
         match self {
             Metadata::Etcd {
                 endpoints,
@@ -121,7 +124,7 @@ async fn etcd_client(endpoints: &[String]) -> Result<etcd::Client, ReadError> {
 }
 
 /// The topic's committed state in the etcd of the cluster whose namespace is `namespace`.
-pub async fn etcd_snapshot(
+pub(crate) async fn etcd_snapshot(
     endpoints: &[String],
     namespace: &str,
     topic: &str,
@@ -133,7 +136,7 @@ pub async fn etcd_snapshot(
 impl TopicSnapshot {
     /// Where the partition's committed log ends: past its segments and the runs that follow
     /// them without a gap.
-    pub fn committed_end(&self, partition: i32) -> i64 {
+    pub(crate) fn committed_end(&self, partition: i32) -> i64 {
         let Some(record) = self.records.get(&partition) else {
             return 0;
         };

@@ -8,11 +8,11 @@
 //! `columns` (after `log::decompress`), `verify` checks a segment end to end (the CLI's
 //! `segments verify`).
 
-pub mod columns;
+pub(crate) mod columns;
 pub(crate) mod error;
 pub(crate) mod metadata;
 pub(crate) mod reader;
-pub mod records;
+pub(crate) mod records;
 pub(crate) mod scan;
 pub(crate) mod verify;
 

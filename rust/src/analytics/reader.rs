@@ -14,7 +14,7 @@ use crate::log::committed_segments;
 use crate::log::segment::{FOOTER_MAGIC, SEGMENT_FOOTER_LEN};
 use crate::store::{ListedSegment, SegmentObject, SegmentStore};
 
-pub struct TopicReader {
+pub(crate) struct TopicReader {
     store: Arc<SegmentStore>,
     /// Where what is committed comes from; unless given, looked at on first use.
     metadata: OnceCell<Metadata>,
@@ -26,7 +26,7 @@ pub struct TopicReader {
 /// What a reader may read of one partition: `log_start..end`, in its committed segments and
 /// then the committed write-ahead runs above them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PartitionLog {
+pub(crate) struct PartitionLog {
     pub log_start: i64,
     pub segments: Vec<SegmentRef>,
     pub runs: Vec<RunRef>,
@@ -36,7 +36,7 @@ pub struct PartitionLog {
 impl TopicReader {
     /// Without `metadata`, the first read looks for what a single-node broker publishes in
     /// the storage, and reads segments only if there is none.
-    pub fn new(
+    pub(crate) fn new(
         store: SegmentStore,
         metadata: Option<Metadata>,
         max_uncompressed: usize,
@@ -48,7 +48,7 @@ impl TopicReader {
         }
     }
 
-    pub async fn metadata(&self) -> Result<&Metadata, ReadError> {
+    pub(crate) async fn metadata(&self) -> Result<&Metadata, ReadError> {
         let found = || async {
             Ok(match self.store.has_published().await? {
                 true => Metadata::Published,
@@ -59,7 +59,7 @@ impl TopicReader {
     }
 
     /// What is committed of `topic` now; None without metadata, or when it knows no such topic.
-    pub async fn snapshot(&self, topic: &str) -> Result<Option<TopicSnapshot>, ReadError> {
+    pub(crate) async fn snapshot(&self, topic: &str) -> Result<Option<TopicSnapshot>, ReadError> {
         self.metadata().await?.snapshot(&self.store, topic).await
     }
 
@@ -67,7 +67,7 @@ impl TopicReader {
     /// segment end, then its runs from there, which must follow one another (a gap means a
     /// compaction came between the snapshot and the listing: `ReadError::Moved`). Without a
     /// snapshot, the segments the listing holds, each up to its footer.
-    pub async fn log(
+    pub(crate) async fn log(
         &self,
         topic: &str,
         partition: i32,
@@ -122,7 +122,7 @@ impl TopicReader {
     }
 
     /// `log` from a fresh snapshot, taken again while a compaction moves the log meanwhile.
-    pub async fn current_log(
+    pub(crate) async fn current_log(
         &self,
         topic: &str,
         partition: i32,
@@ -137,17 +137,17 @@ impl TopicReader {
         }
     }
 
-    pub fn max_uncompressed(&self) -> usize {
+    pub(crate) fn max_uncompressed(&self) -> usize {
         self.max_uncompressed
     }
 
-    pub fn store(&self) -> &Arc<SegmentStore> {
+    pub(crate) fn store(&self) -> &Arc<SegmentStore> {
         &self.store
     }
 
     /// The topics the metadata knows; without metadata, those with at least one object (the
     /// write-ahead and published-metadata folders are no topic's).
-    pub async fn topics(&self) -> Result<Vec<String>, ReadError> {
+    pub(crate) async fn topics(&self) -> Result<Vec<String>, ReadError> {
         if let Some(mut known) = self.metadata().await?.topics(&self.store).await? {
             known.sort();
             return Ok(known);
@@ -159,7 +159,7 @@ impl TopicReader {
 
     /// The topic's partitions as the metadata has them (none for a topic it does not know);
     /// without metadata, those with at least one object.
-    pub async fn partitions(&self, topic: &str) -> Result<Vec<i32>, ReadError> {
+    pub(crate) async fn partitions(&self, topic: &str) -> Result<Vec<i32>, ReadError> {
         if *self.metadata().await? != Metadata::SegmentsOnly {
             let snapshot = self.snapshot(topic).await?;
             return Ok(snapshot.map_or_else(Vec::new, |s| s.records.keys().copied().collect()));
@@ -172,7 +172,7 @@ impl TopicReader {
 
     /// The partition's segments in offset order. Each ends where the next begins; the last
     /// one's end comes from its footer (one 16-byte ranged read).
-    pub async fn segments(
+    pub(crate) async fn segments(
         &self,
         topic: &str,
         partition: i32,
@@ -228,7 +228,7 @@ impl TopicReader {
     /// The first offset whose record timestamp is at or after `timestamp` (what ListOffsets
     /// answers for a timestamp); `None` when every record is older. Batch headers carry each
     /// batch's max timestamp, so only the matching batch is decompressed.
-    pub async fn offset_for_timestamp(
+    pub(crate) async fn offset_for_timestamp(
         &self,
         topic: &str,
         partition: i32,

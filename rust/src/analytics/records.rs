@@ -130,7 +130,7 @@ pub fn decode_records(
 }
 
 /// The offset of the first record whose timestamp is at or after `from_timestamp`.
-pub fn first_offset_at_or_after(
+pub(crate) fn first_offset_at_or_after(
     header: &BatchHeader,
     records: &[u8],
     offsets: &Range<i64>,

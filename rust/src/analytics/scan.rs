@@ -25,7 +25,7 @@ use crate::store::{SegmentObject, SegmentStore, StoreError};
 
 /// A segment as listed: its offsets are `base_offset..end_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SegmentRef {
+pub(crate) struct SegmentRef {
     pub base_offset: i64,
     pub end_offset: i64,
     pub size: u64,
@@ -33,7 +33,7 @@ pub struct SegmentRef {
 }
 
 /// The batch bytes fetched from one segment object.
-pub struct Fetched {
+pub(crate) struct Fetched {
     object: String,
     area: Bytes,
     /// Byte position of `area[0]` in the object (for error messages).
@@ -54,7 +54,7 @@ impl Fetched {
 /// the segment's beginning fetches the whole object and checks header, footer and the
 /// segment CRC; a read from the middle fetches from the indexed batch at or before the start
 /// (every batch still has its own CRC checked).
-pub async fn fetch_segment(
+pub(crate) async fn fetch_segment(
     store: &SegmentStore,
     topic: &str,
     partition: i32,
@@ -121,7 +121,7 @@ pub async fn fetch_segment(
 
 /// Fetches a committed write-ahead run. Its object is gone once a compaction moved the run into
 /// a segment and collected it: `ReadError::Moved`, and the reader takes the log again.
-pub async fn fetch_run(
+pub(crate) async fn fetch_run(
     store: &SegmentStore,
     topic: &str,
     partition: i32,
@@ -150,7 +150,7 @@ pub async fn fetch_run(
 
 /// A part of a partition's log: a committed segment or a write-ahead run above them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
+pub(crate) enum Piece {
     Segment(SegmentRef),
     Run(RunRef),
 }
@@ -170,7 +170,7 @@ impl Piece {
         }
     }
 
-    pub async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         store: &SegmentStore,
         topic: &str,
@@ -186,7 +186,7 @@ impl Piece {
 
 impl PartitionLog {
     /// Its segments, then its runs.
-    pub fn pieces(&self) -> Vec<Piece> {
+    pub(crate) fn pieces(&self) -> Vec<Piece> {
         let segments = self.segments.iter().copied().map(Piece::Segment);
         segments
             .chain(self.runs.iter().cloned().map(Piece::Run))
@@ -195,14 +195,14 @@ impl PartitionLog {
 }
 
 /// A batch found by `BatchCursor`: its header and where it starts in the fetched area.
-pub struct Batch {
+pub(crate) struct Batch {
     pub header: BatchHeader,
     start: usize,
 }
 
 /// Walks the batches of fetched bytes, checking each: complete, magic 2, CRC-32C, and
 /// offsets that continue the previous batch.
-pub struct BatchCursor {
+pub(crate) struct BatchCursor {
     fetched: Fetched,
     pos: usize,
     next_offset: i64,
@@ -211,7 +211,7 @@ pub struct BatchCursor {
 }
 
 impl BatchCursor {
-    pub fn new(fetched: Fetched, max_uncompressed: usize) -> BatchCursor {
+    pub(crate) fn new(fetched: Fetched, max_uncompressed: usize) -> BatchCursor {
         let next_offset = fetched.first_offset;
         BatchCursor {
             fetched,
@@ -230,11 +230,11 @@ impl BatchCursor {
         )
     }
 
-    pub fn corrupt_at(&self, batch: &Batch, reason: &str) -> ReadError {
+    pub(crate) fn corrupt_at(&self, batch: &Batch, reason: &str) -> ReadError {
         self.corrupt(batch.start, batch.header.base_offset, reason)
     }
 
-    pub fn next_batch(&mut self) -> Result<Option<Batch>, ReadError> {
+    pub(crate) fn next_batch(&mut self) -> Result<Option<Batch>, ReadError> {
         let area = &self.fetched.area;
         if self.pos == area.len() {
             return Ok(None);
@@ -264,7 +264,7 @@ impl BatchCursor {
     }
 
     /// The batch's records section, decompressed into `scratch` when compressed.
-    pub fn records_of<'a>(
+    pub(crate) fn records_of<'a>(
         &'a self,
         batch: &Batch,
         scratch: &'a mut Vec<u8>,
@@ -295,7 +295,7 @@ impl BatchCursor {
 /// When a record batch is handed out: once it holds `rows` rows or `bytes` of keys, values
 /// and headers. It is cut between Kafka batches, so it may pass a limit by one Kafka batch.
 #[derive(Debug, Clone, Copy)]
-pub struct BatchLimits {
+pub(crate) struct BatchLimits {
     pub rows: usize,
     pub bytes: usize,
     /// Largest size one Kafka batch's records may decompress to.
@@ -305,7 +305,7 @@ pub struct BatchLimits {
 type Prefetch = JoinHandle<Result<Fetched, ReadError>>;
 
 /// One partition's offsets `wanted`, as a sequence of Arrow record batches in offset order.
-pub struct PartitionScan {
+pub(crate) struct PartitionScan {
     reader: Arc<TopicReader>,
     topic: String,
     partition: i32,
@@ -324,7 +324,7 @@ pub struct PartitionScan {
 }
 
 impl PartitionScan {
-    pub fn new(
+    pub(crate) fn new(
         reader: Arc<TopicReader>,
         topic: &str,
         partition: i32,
@@ -407,7 +407,7 @@ impl PartitionScan {
         self.columns.len() >= self.limits.rows || self.columns.payload_bytes() >= self.limits.bytes
     }
 
-    pub async fn next_batch(&mut self) -> Result<Option<RecordBatch>, ReadError> {
+    pub(crate) async fn next_batch(&mut self) -> Result<Option<RecordBatch>, ReadError> {
         loop {
             if self.full() {
                 return Ok(Some(self.columns.finish()));

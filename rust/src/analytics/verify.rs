@@ -38,7 +38,7 @@ fn offsets(first: i64, last: i64) -> String {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// The object it was found in (the segment or its index).
     pub object: String,
     /// The Kafka offset it concerns, when known.
@@ -49,7 +49,7 @@ pub struct Problem {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct SegmentCheck {
+pub(crate) struct SegmentCheck {
     pub object: String,
     pub base_offset: i64,
     /// First and last offsets of the batches that could be walked.
@@ -73,7 +73,7 @@ impl SegmentCheck {
 
 /// Checks the segment of `topic`/`partition` starting at `base_offset`. Storage failures are
 /// errors; everything wrong with the bytes is a problem in the result.
-pub async fn verify_segment(
+pub(crate) async fn verify_segment(
     store: &SegmentStore,
     topic: &str,
     partition: i32,
@@ -292,7 +292,7 @@ fn check_index(check: &mut SegmentCheck, object: &str, index: &[u8], starts: &Ha
 /// Index objects of `topic`/`partition` without their segment object, as problems: the
 /// segment was deleted (or never uploaded) but its index was left behind, so the offsets it
 /// indexed are gone. One listing of the partition; no object is read.
-pub async fn orphan_indexes(
+pub(crate) async fn orphan_indexes(
     store: &SegmentStore,
     topic: &str,
     partition: i32,

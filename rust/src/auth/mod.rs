@@ -4,5 +4,4 @@
 
 pub(crate) mod acl;
 pub(crate) mod authorizer;
-pub(crate) mod control;
 pub(crate) mod store;

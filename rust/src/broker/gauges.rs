@@ -13,7 +13,7 @@ use prometheus_client::registry::Unit;
 use super::Broker;
 use crate::metrics::LabelText;
 
-pub struct BrokerGauges {
+pub(crate) struct BrokerGauges {
     broker: Arc<Broker>,
 }
 
@@ -24,7 +24,7 @@ impl std::fmt::Debug for BrokerGauges {
 }
 
 impl BrokerGauges {
-    pub fn new(broker: Arc<Broker>) -> Self {
+    pub(crate) fn new(broker: Arc<Broker>) -> Self {
         BrokerGauges { broker }
     }
 }
@@ -70,14 +70,6 @@ impl Collector for BrokerGauges {
             "Bytes of committed segments held in the segment cache",
             Some(&Unit::Bytes),
             self.broker.log.cache.bytes() as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "kafscale_request_budget_used",
-            "Bytes charged to the broker's request budget (queued_max_request_bytes): requests \
-             being received or handled, responses not yet sent, produced bytes not yet durable",
-            Some(&Unit::Bytes),
-            self.broker.request_budget.used_now() as i64,
         )?;
 
         let snapshot = self.broker.metrics.group_snapshot();

@@ -10,7 +10,7 @@ use super::Broker;
 /// a cold S3 listing; deploy/ sets longer): each check gets at most this long.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub struct Check {
+pub(crate) struct Check {
     pub name: &'static str,
     pub problem: Option<String>,
 }
@@ -18,7 +18,7 @@ pub struct Check {
 impl Broker {
     /// The metadata store answers, the object store answers, and the broker is serving:
     /// registered in the cluster view and not shutting down.
-    pub async fn readiness(&self) -> Vec<Check> {
+    pub(crate) async fn readiness(&self) -> Vec<Check> {
         let catalog = &self.log.catalog;
         let metadata = tokio::time::timeout(CHECK_TIMEOUT, catalog.kv().get(catalog.root()));
         let objects = tokio::time::timeout(CHECK_TIMEOUT, self.log.store.probe());

@@ -1,16 +1,23 @@
 //! The broker: stores, catalog, the cluster view, the topics this broker serves (as owner or
-//! reader of each partition), the write-ahead writer and the control bridge – opened together and shut
-//! down together. Ownership changes are made by `crate::cluster::ownership`.
+//! reader of each partition), the write-ahead writer and the control bridge – opened together
+//! and shut down together – and the tasks that keep its share of the cluster: ownership (with
+//! its claims and read barrier), compaction and retention.
 
-pub mod control;
-pub(crate) mod gauges;
-pub mod health;
-pub mod running;
-pub mod served_topic;
-mod startup;
+mod claims;
+pub(crate) mod compaction;
 #[cfg(test)]
-pub mod tests;
-pub mod topic_rules;
+mod fault_tests;
+pub(crate) mod gauges;
+pub(crate) mod health;
+pub(crate) mod ownership;
+mod ownership_events;
+mod read_barrier;
+mod retention;
+pub(crate) mod served_topic;
+pub(crate) mod startup;
+#[cfg(test)]
+pub(crate) mod tests;
+pub(crate) mod topic_rules;
 pub(crate) mod traffic;
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,9 +30,9 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::auth::authorizer::Authorizer;
-use crate::cluster::ownership::Ownership;
 use crate::cluster::state::ClusterState;
 use crate::config::BrokerConfig;
+use crate::control::bridge::ControlBridge;
 use crate::error::ApiError;
 use crate::log::cache::SegmentCache;
 use crate::log::wal::writer::WalWriter;
@@ -39,10 +46,10 @@ use crate::meta::mirror::Mirror;
 use crate::meta::published::PublishedKv;
 use crate::metrics::Metrics;
 use crate::store::SegmentStore;
-use control::ControlBridge;
-pub use served_topic::{Slot, Topic};
+use ownership::Ownership;
+pub(crate) use served_topic::{Slot, Topic};
 
-pub struct Broker {
+pub(crate) struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
     pub log: Arc<LogContext>,
@@ -63,9 +70,6 @@ pub struct Broker {
     deletions_done: tokio::sync::Notify,
     pub(crate) stopping: AtomicBool,
     description: String,
-    /// Bytes in flight over every connection (`queued_max_request_bytes`), shared fairly
-    /// (server/budget.rs).
-    pub(crate) request_budget: Arc<crate::server::budget::ByteBudget>,
 }
 
 /// How long a create waits for an earlier delete of the same name to finish.
@@ -84,7 +88,7 @@ const OWNERSHIP_CHANGES_WAIT: Duration = Duration::from_secs(15);
 impl Broker {
     /// Opens storage and metadata, joins the cluster and takes over this broker's share of
     /// the partitions. Errors name the setting at fault.
-    pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, String> {
+    pub(crate) async fn open(config: BrokerConfig) -> Result<Arc<Broker>, String> {
         let location = config.storage()?;
         // The data directory holds the embedded metadata store, or the segments.
         let uses_data_dir = config.etcd_endpoints.is_none()
@@ -176,17 +180,14 @@ impl Broker {
             deletions_done: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
             description,
-            request_budget: Arc::new(crate::server::budget::ByteBudget::new(
-                config.queued_max_request_bytes,
-            )),
             config,
         });
         broker.register().await?;
         broker.reconcile().await;
         broker.resume_deletions().await;
-        crate::cluster::ownership::spawn(&broker);
-        crate::cluster::retention::spawn(&broker);
-        crate::cluster::compaction::spawn(&broker);
+        ownership::spawn(&broker);
+        retention::spawn(&broker);
+        compaction::spawn(&broker);
         broker.wait_for_assigned_partitions().await;
         Ok(broker)
     }
@@ -244,7 +245,7 @@ impl Broker {
     }
 
     /// Which storage and metadata this broker uses, for the start-up line.
-    pub fn describe_stores(&self) -> &str {
+    pub(crate) fn describe_stores(&self) -> &str {
         &self.description
     }
 
@@ -265,7 +266,7 @@ impl Broker {
     }
 
     /// The latest cluster view.
-    pub fn cluster(&self) -> Arc<ClusterState> {
+    pub(crate) fn cluster(&self) -> Arc<ClusterState> {
         self.state.borrow().clone()
     }
 
@@ -273,7 +274,7 @@ impl Broker {
         self.state.send_replace(state);
     }
 
-    pub fn subscribe_cluster(&self) -> watch::Receiver<Arc<ClusterState>> {
+    pub(crate) fn subscribe_cluster(&self) -> watch::Receiver<Arc<ClusterState>> {
         self.state.subscribe()
     }
 
@@ -283,7 +284,7 @@ impl Broker {
         self.topics.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+    pub(crate) fn topic(&self, name: &str) -> Option<Arc<Topic>> {
         self.topics
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -291,7 +292,7 @@ impl Broker {
             .cloned()
     }
 
-    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+    pub(crate) fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
         self.topics
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -313,7 +314,7 @@ impl Broker {
     }
 
     /// Every topic, sorted by name.
-    pub fn topics(&self) -> Vec<Arc<Topic>> {
+    pub(crate) fn topics(&self) -> Vec<Arc<Topic>> {
         let mut all: Vec<_> = self
             .topics
             .read()
@@ -331,7 +332,7 @@ impl Broker {
         self.reconcile().await;
     }
 
-    pub async fn create_topic(
+    pub(crate) async fn create_topic(
         self: &Arc<Self>,
         name: &str,
         partitions: i32,
@@ -369,7 +370,7 @@ impl Broker {
 
     /// Replaces the topic's configs in the metadata store. Every broker follows once its view
     /// has the new record: retention, segment size and max message size use the new values.
-    pub async fn alter_topic_configs(
+    pub(crate) async fn alter_topic_configs(
         self: &Arc<Self>,
         name: &str,
         configs: BTreeMap<String, String>,
@@ -387,7 +388,7 @@ impl Broker {
 
     /// Grows the topic to `count` partitions, then waits (bounded) until the new ones have
     /// owners that take writes.
-    pub async fn create_partitions(
+    pub(crate) async fn create_partitions(
         self: &Arc<Self>,
         name: &str,
         count: i32,
@@ -433,7 +434,10 @@ impl Broker {
 
     /// Creates a topic a client asked for implicitly (Metadata with auto-creation allowed);
     /// a concurrent creation of the same name is fine.
-    pub async fn auto_create_topic(self: &Arc<Self>, name: &str) -> Result<Arc<Topic>, ApiError> {
+    pub(crate) async fn auto_create_topic(
+        self: &Arc<Self>,
+        name: &str,
+    ) -> Result<Arc<Topic>, ApiError> {
         match self
             .create_topic(name, self.config.default_partitions, BTreeMap::new())
             .await
@@ -447,7 +451,7 @@ impl Broker {
 
     /// Removes the topic at once (only if it has this `id`, when given); its objects are
     /// deleted in the background, to completion, and resumed after a restart.
-    pub async fn delete_topic(
+    pub(crate) async fn delete_topic(
         self: &Arc<Self>,
         name: &str,
         id: Option<uuid::Uuid>,
@@ -539,7 +543,7 @@ impl Broker {
     /// the responses it owes, and only after that does `leave` end the session: a client that
     /// saw this broker leave the cluster before its answers arrived would drop the connection
     /// and send again records that were stored.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.stopping.store(true, Ordering::Release);
         // Wait for a reconciliation under way; none starts after this.
         let _no_more_changes = self.ownership.pass.lock().await;
@@ -562,7 +566,7 @@ impl Broker {
 
     /// SIGTERM, last part: ends the session – which releases every partition and the
     /// registration at once, so the others take over without waiting for a lease to expire.
-    pub async fn leave(&self) {
+    pub(crate) async fn leave(&self) {
         if let Err(error) = self.log.catalog.kv().end_session().await {
             tracing::warn!(%error, "could not end the metadata session; partitions move after the lease expires");
         }

@@ -11,35 +11,35 @@ use crate::log::limits::TopicLimits;
 use crate::log::partition::Partition;
 use crate::meta::catalog::TopicRecord;
 
-pub struct Topic {
+pub(crate) struct Topic {
     pub record: TopicRecord,
     pub partitions: Vec<Arc<Slot>>,
     /// Shared by every partition's log; follows `record.configs`.
     pub limits: Arc<TopicLimits>,
 }
 
-pub struct Slot {
+pub(crate) struct Slot {
     current: RwLock<Arc<Partition>>,
     /// Set while a claim or hand-off of this partition is under way.
     changing: AtomicBool,
 }
 
 impl Slot {
-    pub fn new(partition: Partition) -> Slot {
+    pub(crate) fn new(partition: Partition) -> Slot {
         Slot {
             current: RwLock::new(Arc::new(partition)),
             changing: AtomicBool::new(false),
         }
     }
 
-    pub fn current(&self) -> Arc<Partition> {
+    pub(crate) fn current(&self) -> Arc<Partition> {
         self.current
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
-    pub fn replace(&self, partition: impl Into<Arc<Partition>>) {
+    pub(crate) fn replace(&self, partition: impl Into<Arc<Partition>>) {
         let old = std::mem::replace(
             &mut *self.current.write().unwrap_or_else(|p| p.into_inner()),
             partition.into(),
@@ -49,15 +49,15 @@ impl Slot {
     }
 
     /// Marks an ownership change as started; false if one already is.
-    pub fn begin_change(&self) -> bool {
+    pub(crate) fn begin_change(&self) -> bool {
         !self.changing.swap(true, Ordering::AcqRel)
     }
 
-    pub fn is_changing(&self) -> bool {
+    pub(crate) fn is_changing(&self) -> bool {
         self.changing.load(Ordering::Acquire)
     }
 
-    pub fn end_change(&self) {
+    pub(crate) fn end_change(&self) {
         self.changing.store(false, Ordering::Release);
     }
 }

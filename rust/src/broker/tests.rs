@@ -19,7 +19,7 @@ use crate::meta::faulty_kv::FaultyKv;
 use crate::store::faulty::FaultyStore;
 use crate::store::SegmentStore;
 
-pub struct TestBroker {
+pub(crate) struct TestBroker {
     pub broker: Arc<Broker>,
     _dir: tempfile::TempDir,
 }
@@ -27,7 +27,7 @@ pub struct TestBroker {
 /// A started broker of its own (id 1) with the given broker-wide segment size. Partitions
 /// reaching a segment's worth are not compacted at once: tests compact when they say so (its
 /// interval's rounds are rare enough not to race them).
-pub async fn broker(segment_bytes: usize) -> TestBroker {
+pub(crate) async fn broker(segment_bytes: usize) -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
     let config = config(&dir, segment_bytes);
     let broker = Broker::open(config).await.unwrap();
@@ -37,7 +37,7 @@ pub async fn broker(segment_bytes: usize) -> TestBroker {
 
 /// A broker that compacts a partition as soon as it has a segment's worth, and otherwise
 /// never (its interval is an hour).
-pub async fn broker_compacting_when_due(segment_bytes: usize) -> TestBroker {
+pub(crate) async fn broker_compacting_when_due(segment_bytes: usize) -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
     let config = BrokerConfig {
         wal_compaction_interval_ms: 3_600_000,
@@ -49,7 +49,7 @@ pub async fn broker_compacting_when_due(segment_bytes: usize) -> TestBroker {
 
 /// A broker (id 1) over an embedded metadata store whose faults the test places. It compacts
 /// only when the test calls for it (its background round would race the test's).
-pub async fn faulty_broker(segment_bytes: usize) -> (TestBroker, Arc<FaultyKv>) {
+pub(crate) async fn faulty_broker(segment_bytes: usize) -> (TestBroker, Arc<FaultyKv>) {
     let dir = tempfile::tempdir().unwrap();
     let config = BrokerConfig {
         wal_compaction_interval_ms: 3_600_000,
@@ -67,7 +67,7 @@ pub async fn faulty_broker(segment_bytes: usize) -> (TestBroker, Arc<FaultyKv>) 
 
 /// A broker over a memory object store whose faults the test places, caching nothing (every
 /// read goes to the store).
-pub async fn broker_over_faulty_store() -> (TestBroker, Arc<FaultyStore>) {
+pub(crate) async fn broker_over_faulty_store() -> (TestBroker, Arc<FaultyStore>) {
     let dir = tempfile::tempdir().unwrap();
     let config = BrokerConfig {
         cache_bytes: 0,
@@ -84,7 +84,7 @@ pub async fn broker_over_faulty_store() -> (TestBroker, Arc<FaultyStore>) {
 }
 
 /// A broker that checks ACLs (`--authorizer acl`), with User:admin its super user.
-pub async fn secured_broker() -> TestBroker {
+pub(crate) async fn secured_broker() -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
     let config = BrokerConfig {
         authorizer: "acl".into(),
@@ -167,13 +167,13 @@ fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// Produces one batch of `records` to the partition the way Produce does; the base offset.
-pub async fn produce(broker: &Broker, topic: &str, partition: i32, records: usize) -> i64 {
+pub(crate) async fn produce(broker: &Broker, topic: &str, partition: i32, records: usize) -> i64 {
     let batch = encoded_batch(records, 100, Compression::None);
     produce_batch(broker, topic, partition, &batch).await
 }
 
 /// Produces `batch` to the partition the way Produce does; the base offset.
-pub async fn produce_batch(
+pub(crate) async fn produce_batch(
     broker: &Broker,
     topic: &str,
     partition: i32,
@@ -185,7 +185,7 @@ pub async fn produce_batch(
 }
 
 /// Produces `batch` to the partition the way Produce does; what the producer is answered.
-pub async fn produce_answer(
+pub(crate) async fn produce_answer(
     broker: &Broker,
     topic: &str,
     partition: i32,
@@ -200,7 +200,7 @@ pub async fn produce_answer(
 
 /// Appends `batch` to the partition the way Produce does (buffered now); the producer's
 /// answer comes through the receiver.
-pub fn produce_start(
+pub(crate) fn produce_start(
     broker: &Broker,
     topic: &str,
     partition: i32,
@@ -302,7 +302,7 @@ fn a_metadata_store_limit_is_a_policy_violation_not_a_storage_error() {
 
 /// Topic `t` of one partition holding three records, and a compaction of them whose segment
 /// is uploaded and whose commit is still to come (it holds the partition's record lock).
-pub async fn uploaded_compaction(broker: &Arc<Broker>) -> (Arc<Partition>, Compacted) {
+pub(crate) async fn uploaded_compaction(broker: &Arc<Broker>) -> (Arc<Partition>, Compacted) {
     broker.create_topic("t", 1, BTreeMap::new()).await.unwrap();
     assert_eq!(produce(broker, "t", 0, 3).await, 0);
     let p = broker.topic("t").unwrap().partitions[0].current();

@@ -6,9 +6,9 @@ use crate::error::ApiError;
 
 const MAX_NAME_LEN: usize = 249;
 /// Far above what a single broker serves, low enough that one request cannot flood the store.
-pub const MAX_PARTITIONS: i32 = 10_000;
+pub(crate) const MAX_PARTITIONS: i32 = 10_000;
 
-pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+pub(crate) fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     let invalid = |why: &str| {
         Err(ApiError::new(
             ResponseError::InvalidTopicException,
@@ -33,7 +33,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub fn validate_partition_count(partitions: i32) -> Result<(), ApiError> {
+pub(crate) fn validate_partition_count(partitions: i32) -> Result<(), ApiError> {
     if !(1..=MAX_PARTITIONS).contains(&partitions) {
         return Err(ApiError::new(
             ResponseError::InvalidPartitions,

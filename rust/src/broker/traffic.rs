@@ -34,7 +34,7 @@ pub(crate) struct TopicTrafficCollector {
 }
 
 impl TopicTrafficCollector {
-    pub fn new(broker: Arc<Broker>) -> Self {
+    pub(crate) fn new(broker: Arc<Broker>) -> Self {
         TopicTrafficCollector { broker }
     }
 }

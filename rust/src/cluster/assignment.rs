@@ -14,7 +14,7 @@ pub(crate) fn partition_weight(topic: &str, partition: i32, broker: i32) -> u64 
 }
 
 /// The coordinator of consumer group `group_id` among `brokers` (None if there are none).
-pub fn coordinator_of(group_id: &str, brokers: &[i32]) -> Option<i32> {
+pub(crate) fn coordinator_of(group_id: &str, brokers: &[i32]) -> Option<i32> {
     // The tag keeps group keys apart from partition keys (no topic name contains a NUL), so a
     // group does not land where the same-named topic's partitions do.
     highest(brokers, |broker| {

@@ -1,14 +1,8 @@
-//! The cluster: who is alive, who owns which partition, and keeping this broker's share.
+//! The cluster as this broker sees it: who is alive, which partition each broker owns and
+//! should own, and where partitions go. A model only: what the broker does about it (claims,
+//! hand-offs, compaction, retention) is the broker module's.
 
-pub mod assignment;
-mod claims;
-pub mod compaction;
-mod events;
+pub(crate) mod assignment;
 mod extras;
-#[cfg(test)]
-mod fault_tests;
-pub mod ownership;
 mod placement;
-mod read_barrier;
-pub mod retention;
-pub mod state;
+pub(crate) mod state;

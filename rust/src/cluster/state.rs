@@ -15,7 +15,7 @@ use super::placement::{Placement, TopicShape};
 
 /// One partition as the store has it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PartitionView {
+pub(crate) struct PartitionView {
     pub record: Option<PartitionRecord>,
     /// Revision of the partition record (0 if missing).
     pub revision: i64,
@@ -34,7 +34,7 @@ static NEVER_CLAIMED: PartitionView = PartitionView {
 type PartitionTable = Vec<Option<Arc<PartitionView>>>;
 
 #[derive(Debug, Clone, Default)]
-pub struct ClusterState {
+pub(crate) struct ClusterState {
     /// The store revision this state reflects.
     pub revision: i64,
     pub brokers: BTreeMap<i32, BrokerRecord>,
@@ -49,7 +49,7 @@ pub struct ClusterState {
 
 /// What one key change was about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Touched {
+pub(crate) enum Touched {
     Broker,
     Topic(String),
     /// A partition's record (log start, epochs, ...).
@@ -63,7 +63,7 @@ pub enum Touched {
 impl ClusterState {
     /// Builds the state from every key under `root` (records that do not parse are skipped
     /// with a warning: one corrupt key must not take the whole cluster view down).
-    pub fn from_entries<'a>(
+    pub(crate) fn from_entries<'a>(
         root: &str,
         revision: i64,
         entries: impl IntoIterator<Item = &'a KeyValue>,
@@ -82,7 +82,7 @@ impl ClusterState {
     /// Places the partitions again after topics, live brokers or owners changed (`apply`
     /// leaves that to its caller, once per batch of changes); the topics whose placement
     /// changed.
-    pub fn refresh_placement(&mut self) -> Vec<String> {
+    pub(crate) fn refresh_placement(&mut self) -> Vec<String> {
         let live = |owner: Option<(i32, i64)>| {
             owner
                 .map(|(id, _)| id)
@@ -107,7 +107,7 @@ impl ClusterState {
     }
 
     /// Takes in the current value of one key under `root` (None: deleted).
-    pub fn apply(&mut self, root: &str, key: &str, value: Option<&KeyValue>) -> Touched {
+    pub(crate) fn apply(&mut self, root: &str, key: &str, value: Option<&KeyValue>) -> Touched {
         let Some(path) = key.strip_prefix(root).and_then(|p| p.strip_prefix('/')) else {
             return Touched::Other;
         };
@@ -186,24 +186,24 @@ impl ClusterState {
         }
     }
 
-    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionView> {
+    pub(crate) fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionView> {
         let index = usize::try_from(partition).ok()?;
         self.partitions.get(topic)?.get(index)?.as_deref()
     }
 
     /// The partition as the store has it; a partition it has no key of (yet) is an empty log
     /// nobody owns. Only meaningful for partitions of an existing topic.
-    pub fn view(&self, topic: &str, partition: i32) -> &PartitionView {
+    pub(crate) fn view(&self, topic: &str, partition: i32) -> &PartitionView {
         self.partition(topic, partition).unwrap_or(&NEVER_CLAIMED)
     }
 
     /// The revision of the topic's key (None: no such topic).
-    pub fn topic_revision(&self, topic: &str) -> Option<i64> {
+    pub(crate) fn topic_revision(&self, topic: &str) -> Option<i64> {
         self.topic_revisions.get(topic).copied()
     }
 
     /// Every partition of every topic, with or without keys in the store.
-    pub fn partitions(&self) -> impl Iterator<Item = (&str, i32, &PartitionView)> {
+    pub(crate) fn partitions(&self) -> impl Iterator<Item = (&str, i32, &PartitionView)> {
         self.topics.iter().flat_map(move |(name, record)| {
             let table = self.partitions.get(name);
             (0..record.partitions).map(move |id| {
@@ -215,30 +215,30 @@ impl ClusterState {
 
     /// Partitions of existing topics that no live broker owns (never claimed yet, or the
     /// owner key names a broker that is gone).
-    pub fn partitions_without_owner(&self) -> usize {
+    pub(crate) fn partitions_without_owner(&self) -> usize {
         let live = |id: &i32| self.brokers.contains_key(id);
         self.partitions()
             .filter(|(_, _, view)| !view.owner.is_some_and(|(id, _)| live(&id)))
             .count()
     }
 
-    pub fn live_brokers(&self) -> Vec<i32> {
+    pub(crate) fn live_brokers(&self) -> Vec<i32> {
         self.brokers.keys().copied().collect()
     }
 
     /// The broker that should own the partition, given who is alive now.
-    pub fn assigned_owner(&self, topic: &str, partition: i32) -> Option<i32> {
+    pub(crate) fn assigned_owner(&self, topic: &str, partition: i32) -> Option<i32> {
         self.placement.owner(topic, partition)
     }
 
     /// The live broker that coordinates consumer group `group_id`.
-    pub fn coordinator(&self, group_id: &str) -> Option<&BrokerRecord> {
+    pub(crate) fn coordinator(&self, group_id: &str) -> Option<&BrokerRecord> {
         coordinator_of(group_id, &self.live_brokers()).and_then(|id| self.brokers.get(&id))
     }
 
     /// Who clients should send writes to: the current owner if it is alive, otherwise the
     /// broker about to claim it (it answers NOT_LEADER_OR_FOLLOWER until it has).
-    pub fn leader(&self, topic: &str, partition: i32) -> Option<i32> {
+    pub(crate) fn leader(&self, topic: &str, partition: i32) -> Option<i32> {
         match self.partition(topic, partition).and_then(|v| v.owner) {
             Some((owner, _)) if self.brokers.contains_key(&owner) => Some(owner),
             _ => self.assigned_owner(topic, partition),
@@ -246,7 +246,7 @@ impl ClusterState {
     }
 
     /// The partition's leader epoch; 0 before its first claim (`PartitionRecord::empty`).
-    pub fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
+    pub(crate) fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
         self.partition(topic, partition)
             .and_then(|v| v.record.as_ref())
             .map_or(0, |r| r.leader_epoch)

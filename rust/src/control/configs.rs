@@ -19,7 +19,7 @@ const DEFAULT_CONFIG: i8 = 5;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct DescribeConfigsResource {
+pub(crate) struct DescribeConfigsResource {
     resource_type: i8,
     resource_name: String,
     configuration_keys: Option<Vec<String>>,
@@ -27,7 +27,7 @@ pub struct DescribeConfigsResource {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct DescribeConfigsRequest {
+pub(crate) struct DescribeConfigsRequest {
     resources: Vec<DescribeConfigsResource>,
     include_synonyms: bool,
     include_documentation: bool,
@@ -35,7 +35,7 @@ pub struct DescribeConfigsRequest {
 
 impl DescribeConfigsRequest {
     /// Synonyms can be asked for from v1, documentation from v3; the codec reads false before.
-    pub fn new(request: &wire::DescribeConfigsRequest) -> Self {
+    pub(crate) fn new(request: &wire::DescribeConfigsRequest) -> Self {
         let resources = request.resources.iter().map(|r| DescribeConfigsResource {
             resource_type: r.resource_type,
             resource_name: read(&r.resource_name),
@@ -54,7 +54,7 @@ impl DescribeConfigsRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct AlterableConfig {
+pub(crate) struct AlterableConfig {
     name: String,
     value: Option<String>,
     config_operation: i8,
@@ -62,7 +62,7 @@ pub struct AlterableConfig {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct AlterConfigsResource {
+pub(crate) struct AlterConfigsResource {
     resource_type: i8,
     resource_name: String,
     configs: Vec<AlterableConfig>,
@@ -70,7 +70,7 @@ pub struct AlterConfigsResource {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct AlterConfigsRequest {
+pub(crate) struct AlterConfigsRequest {
     resources: Vec<AlterConfigsResource>,
     validate_only: bool,
     incremental: bool,
@@ -93,7 +93,7 @@ fn resource(
 
 impl AlterConfigsRequest {
     /// AlterConfigs: each resource's configs replace its whole set.
-    pub fn new(request: &wire::AlterConfigsRequest) -> Self {
+    pub(crate) fn new(request: &wire::AlterConfigsRequest) -> Self {
         let resources = request.resources.iter().map(|r| {
             let configs = r.configs.iter().map(|c| AlterableConfig {
                 name: read(&c.name),
@@ -110,7 +110,7 @@ impl AlterConfigsRequest {
     }
 
     /// IncrementalAlterConfigs: each config is one operation on the resource's set.
-    pub fn incremental(request: &wire::IncrementalAlterConfigsRequest) -> Self {
+    pub(crate) fn incremental(request: &wire::IncrementalAlterConfigsRequest) -> Self {
         let resources = request.resources.iter().map(|r| {
             let configs = r.configs.iter().map(|c| AlterableConfig {
                 name: read(&c.name),
@@ -128,14 +128,14 @@ impl AlterConfigsRequest {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct ConfigSynonym {
+pub(crate) struct ConfigSynonym {
     pub name: String,
     pub value: Option<String>,
     pub source: i8,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DescribedConfig {
+pub(crate) struct DescribedConfig {
     pub name: String,
     pub value: Option<String>,
     pub read_only: bool,
@@ -147,7 +147,7 @@ pub struct DescribedConfig {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DescribeConfigsResult {
+pub(crate) struct DescribeConfigsResult {
     pub error_code: i16,
     pub error_message: Option<String>,
     pub resource_type: i8,
@@ -156,14 +156,14 @@ pub struct DescribeConfigsResult {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DescribeConfigsResponse {
+pub(crate) struct DescribeConfigsResponse {
     pub results: Vec<DescribeConfigsResult>,
     pub throttle_time_ms: i32,
 }
 
 /// v0 says whether a value is the default (`is_default`); v1+ say where it comes from
 /// (`config_source`) and list its synonyms; v3+ add its type and documentation.
-pub fn describe_configs(
+pub(crate) fn describe_configs(
     answer: DescribeConfigsResponse,
     version: i16,
 ) -> wire::DescribeConfigsResponse {
@@ -208,7 +208,7 @@ pub fn describe_configs(
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct AlterConfigsResourceResult {
+pub(crate) struct AlterConfigsResourceResult {
     pub error_code: i16,
     pub error_message: Option<String>,
     pub resource_type: i8,
@@ -216,7 +216,7 @@ pub struct AlterConfigsResourceResult {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct AlterConfigsResponse {
+pub(crate) struct AlterConfigsResponse {
     pub responses: Vec<AlterConfigsResourceResult>,
     pub throttle_time_ms: i32,
 }
@@ -238,7 +238,7 @@ macro_rules! alter_response {
     }};
 }
 
-pub fn alter_configs(answer: AlterConfigsResponse) -> wire::AlterConfigsResponse {
+pub(crate) fn alter_configs(answer: AlterConfigsResponse) -> wire::AlterConfigsResponse {
     alter_response!(
         answer,
         AlterConfigsResponse,
@@ -246,7 +246,7 @@ pub fn alter_configs(answer: AlterConfigsResponse) -> wire::AlterConfigsResponse
     )
 }
 
-pub fn incremental_alter_configs(
+pub(crate) fn incremental_alter_configs(
     answer: AlterConfigsResponse,
 ) -> wire::IncrementalAlterConfigsResponse {
     alter_response!(
@@ -269,7 +269,7 @@ mod tests {
     use kafka_protocol::ResponseError;
 
     use super::*;
-    use crate::broker::control::ControlBody;
+    use crate::control::bridge::ControlBody;
     use crate::control::testing::{advertised, decoded, on_the_wire};
 
     const TOPIC: i8 = 2;

@@ -21,14 +21,14 @@ fn group_ids(groups: &[GroupId]) -> Vec<String> {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct DescribeGroupsRequest {
+pub(crate) struct DescribeGroupsRequest {
     groups: Vec<String>,
     include_authorized_operations: bool,
 }
 
 impl DescribeGroupsRequest {
     /// Authorized operations can be asked for from v3; the codec reads false before.
-    pub fn new(request: &wire::DescribeGroupsRequest) -> Self {
+    pub(crate) fn new(request: &wire::DescribeGroupsRequest) -> Self {
         DescribeGroupsRequest {
             groups: group_ids(&request.groups),
             include_authorized_operations: request.include_authorized_operations,
@@ -38,7 +38,7 @@ impl DescribeGroupsRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct ListGroupsRequest {
+pub(crate) struct ListGroupsRequest {
     states_filter: Vec<String>,
     types_filter: Vec<String>,
 }
@@ -46,7 +46,7 @@ pub struct ListGroupsRequest {
 impl ListGroupsRequest {
     /// The state filter exists from v4, the type filter from v5; the codec reads them empty
     /// (no filter) before.
-    pub fn new(request: &wire::ListGroupsRequest) -> Self {
+    pub(crate) fn new(request: &wire::ListGroupsRequest) -> Self {
         let all = |list: &[_]| list.iter().map(read).collect();
         ListGroupsRequest {
             states_filter: all(&request.states_filter),
@@ -57,12 +57,12 @@ impl ListGroupsRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeleteGroupsRequest {
+pub(crate) struct DeleteGroupsRequest {
     groups_names: Vec<String>,
 }
 
 impl DeleteGroupsRequest {
-    pub fn new(request: &wire::DeleteGroupsRequest) -> Self {
+    pub(crate) fn new(request: &wire::DeleteGroupsRequest) -> Self {
         DeleteGroupsRequest {
             groups_names: group_ids(&request.groups_names),
         }
@@ -70,7 +70,7 @@ impl DeleteGroupsRequest {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DescribedGroupMember {
+pub(crate) struct DescribedGroupMember {
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub client_id: String,
@@ -80,7 +80,7 @@ pub struct DescribedGroupMember {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DescribedGroup {
+pub(crate) struct DescribedGroup {
     pub error_code: i16,
     pub group_id: String,
     pub group_state: String,
@@ -91,13 +91,13 @@ pub struct DescribedGroup {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DescribeGroupsResponse {
+pub(crate) struct DescribeGroupsResponse {
     pub groups: Vec<DescribedGroup>,
     pub throttle_time_ms: i32,
 }
 
 /// Authorized operations exist from v3, static members' instance ids from v4.
-pub fn describe_groups(
+pub(crate) fn describe_groups(
     answer: DescribeGroupsResponse,
     version: i16,
 ) -> wire::DescribeGroupsResponse {
@@ -134,7 +134,7 @@ pub fn describe_groups(
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct ListedGroup {
+pub(crate) struct ListedGroup {
     pub group_id: String,
     pub protocol_type: String,
     pub group_state: String,
@@ -142,14 +142,14 @@ pub struct ListedGroup {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct ListGroupsResponse {
+pub(crate) struct ListGroupsResponse {
     pub error_code: i16,
     pub groups: Vec<ListedGroup>,
     pub throttle_time_ms: i32,
 }
 
 /// The group state exists from v4, the group type from v5.
-pub fn list_groups(answer: ListGroupsResponse, version: i16) -> wire::ListGroupsResponse {
+pub(crate) fn list_groups(answer: ListGroupsResponse, version: i16) -> wire::ListGroupsResponse {
     let only_from = |since: i16, value: String| {
         if version >= since {
             value
@@ -171,18 +171,18 @@ pub fn list_groups(answer: ListGroupsResponse, version: i16) -> wire::ListGroups
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DeletableGroupResult {
+pub(crate) struct DeletableGroupResult {
     pub group_id: String,
     pub error_code: i16,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DeleteGroupsResponse {
+pub(crate) struct DeleteGroupsResponse {
     pub results: Vec<DeletableGroupResult>,
     pub throttle_time_ms: i32,
 }
 
-pub fn delete_groups(answer: DeleteGroupsResponse) -> wire::DeleteGroupsResponse {
+pub(crate) fn delete_groups(answer: DeleteGroupsResponse) -> wire::DeleteGroupsResponse {
     let results = answer.results.into_iter().map(|r| {
         WireDeleted::default()
             .with_group_id(GroupId(wire(r.group_id)))
@@ -200,7 +200,7 @@ mod tests {
     use kafka_protocol::ResponseError;
 
     use super::*;
-    use crate::broker::control::ControlBody;
+    use crate::control::bridge::ControlBody;
     use crate::control::testing::{advertised, decoded, on_the_wire};
 
     fn s(text: &'static str) -> StrBytes {

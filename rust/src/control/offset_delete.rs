@@ -13,20 +13,20 @@ use crate::protocol::topic_name;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct OffsetDeleteTopic {
+pub(crate) struct OffsetDeleteTopic {
     name: String,
     partitions: Vec<i32>,
 }
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct OffsetDeleteRequest {
+pub(crate) struct OffsetDeleteRequest {
     group_id: String,
     topics: Vec<OffsetDeleteTopic>,
 }
 
 impl OffsetDeleteRequest {
-    pub fn new(request: &wire::OffsetDeleteRequest) -> Self {
+    pub(crate) fn new(request: &wire::OffsetDeleteRequest) -> Self {
         let topics = request.topics.iter().map(|t| OffsetDeleteTopic {
             name: read(&t.name),
             partitions: t.partitions.iter().map(|p| p.partition_index).collect(),
@@ -39,25 +39,25 @@ impl OffsetDeleteRequest {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetDeletePartitionResult {
+pub(crate) struct OffsetDeletePartitionResult {
     pub partition_index: i32,
     pub error_code: i16,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetDeleteTopicResult {
+pub(crate) struct OffsetDeleteTopicResult {
     pub name: String,
     pub partitions: Vec<OffsetDeletePartitionResult>,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetDeleteResponse {
+pub(crate) struct OffsetDeleteResponse {
     pub error_code: i16,
     pub topics: Vec<OffsetDeleteTopicResult>,
     pub throttle_time_ms: i32,
 }
 
-pub fn offset_delete(answer: OffsetDeleteResponse) -> wire::OffsetDeleteResponse {
+pub(crate) fn offset_delete(answer: OffsetDeleteResponse) -> wire::OffsetDeleteResponse {
     let topics = answer.topics.into_iter().map(|t| {
         let partitions = t.partitions.into_iter().map(|p| {
             WirePartition::default()
@@ -83,7 +83,7 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
-    use crate::broker::control::ControlBody;
+    use crate::control::bridge::ControlBody;
     use crate::control::testing::{advertised, decoded, on_the_wire};
 
     #[test]

@@ -10,7 +10,7 @@ use crate::protocol::topic_name;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct CreatePartitionsTopic {
+pub(crate) struct CreatePartitionsTopic {
     name: String,
     count: i32,
     assignments: Option<Vec<Vec<i32>>>,
@@ -18,14 +18,14 @@ pub struct CreatePartitionsTopic {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct CreatePartitionsRequest {
+pub(crate) struct CreatePartitionsRequest {
     topics: Vec<CreatePartitionsTopic>,
     timeout_ms: i32,
     validate_only: bool,
 }
 
 impl CreatePartitionsRequest {
-    pub fn new(request: &wire::CreatePartitionsRequest) -> Self {
+    pub(crate) fn new(request: &wire::CreatePartitionsRequest) -> Self {
         let topics = request.topics.iter().map(|t| CreatePartitionsTopic {
             name: read(&t.name),
             count: t.count,
@@ -46,19 +46,21 @@ impl CreatePartitionsRequest {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct CreatePartitionsTopicResult {
+pub(crate) struct CreatePartitionsTopicResult {
     pub name: String,
     pub error_code: i16,
     pub error_message: Option<String>,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct CreatePartitionsResponse {
+pub(crate) struct CreatePartitionsResponse {
     pub results: Vec<CreatePartitionsTopicResult>,
     pub throttle_time_ms: i32,
 }
 
-pub fn create_partitions(answer: CreatePartitionsResponse) -> wire::CreatePartitionsResponse {
+pub(crate) fn create_partitions(
+    answer: CreatePartitionsResponse,
+) -> wire::CreatePartitionsResponse {
     let results = answer.results.into_iter().map(|r| {
         WireResult::default()
             .with_name(topic_name(&r.name))
@@ -79,7 +81,7 @@ mod tests {
     use kafka_protocol::ResponseError;
 
     use super::*;
-    use crate::broker::control::ControlBody;
+    use crate::control::bridge::ControlBody;
     use crate::control::testing::{advertised, decoded, on_the_wire};
 
     #[test]

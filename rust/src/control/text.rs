@@ -3,21 +3,21 @@
 use kafka_protocol::protocol::StrBytes;
 
 /// A request's string, for Python.
-pub fn read(s: &StrBytes) -> String {
+pub(super) fn read(s: &StrBytes) -> String {
     s.as_str().to_owned()
 }
 
 /// A request's nullable string, for Python.
-pub fn read_opt(s: &Option<StrBytes>) -> Option<String> {
+pub(super) fn read_opt(s: &Option<StrBytes>) -> Option<String> {
     s.as_ref().map(read)
 }
 
 /// An answer's string, for the codec.
-pub fn wire(s: String) -> StrBytes {
+pub(super) fn wire(s: String) -> StrBytes {
     StrBytes::from_string(s)
 }
 
 /// An answer's nullable string, for the codec.
-pub fn wire_opt(s: Option<String>) -> Option<StrBytes> {
+pub(super) fn wire_opt(s: Option<String>) -> Option<StrBytes> {
     s.map(StrBytes::from_string)
 }

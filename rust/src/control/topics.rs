@@ -23,7 +23,7 @@ use crate::protocol::topic_name;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct CreatableTopic {
+pub(crate) struct CreatableTopic {
     name: String,
     num_partitions: i32,
     replication_factor: i16,
@@ -33,7 +33,7 @@ pub struct CreatableTopic {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct CreateTopicsRequest {
+pub(crate) struct CreateTopicsRequest {
     topics: Vec<CreatableTopic>,
     timeout_ms: i32,
     validate_only: bool,
@@ -75,14 +75,14 @@ impl From<&WireCreateRequest> for CreateTopicsRequest {
 /// null name, the nil id).
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeletableTopic {
+pub(crate) struct DeletableTopic {
     name: Option<String>,
     topic_id: Option<String>,
 }
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeleteTopicsRequest {
+pub(crate) struct DeleteTopicsRequest {
     topics: Vec<DeletableTopic>,
     timeout_ms: i32,
 }
@@ -120,7 +120,7 @@ fn topic_id(id: &Bound<'_, PyAny>) -> PyResult<Uuid> {
 
 /// One config of a created topic, as DescribeConfigs would list it.
 #[derive(Debug, Clone, FromPyObject)]
-pub struct CreatedConfig {
+pub(crate) struct CreatedConfig {
     name: String,
     value: Option<String>,
     read_only: bool,
@@ -129,7 +129,7 @@ pub struct CreatedConfig {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct CreatableTopicResult {
+pub(crate) struct CreatableTopicResult {
     name: String,
     error_code: i16,
     error_message: Option<String>,
@@ -173,7 +173,7 @@ impl From<CreateTopicsResponse> for WireCreate {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct DeletableTopicResult {
+pub(crate) struct DeletableTopicResult {
     /// None only for an id no topic has (v6): requests before v6 name every topic.
     name: Option<String>,
     #[pyo3(from_py_with = topic_id)]
@@ -213,7 +213,7 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
-    use crate::broker::control::ControlBody;
+    use crate::control::bridge::ControlBody;
     use crate::control::testing::{advertised, decoded, on_the_wire};
 
     const ID: &str = "5f1c0e2a-8a43-4d39-9b1e-0a6f3c2d7e11";

@@ -13,12 +13,12 @@ use kafka_protocol::ResponseError;
 use super::checksum::crc32c;
 
 /// Bytes before the batch-length field's coverage starts (base offset + length).
-pub const LOG_OVERHEAD: usize = 12;
+pub(crate) const LOG_OVERHEAD: usize = 12;
 /// The fixed part of a v2 batch up to and including the record count.
 pub const BATCH_HEADER_LEN: usize = 61;
 /// Part of the header the broker rewrites: base offset, length, partition leader epoch.
 /// None of it is covered by the batch CRC.
-pub const REWRITTEN_PREFIX_LEN: usize = 16;
+pub(crate) const REWRITTEN_PREFIX_LEN: usize = 16;
 /// Where a batch's CRC-32C coverage starts (attributes onwards).
 pub const CRC_START: usize = 21;
 const MAGIC_AT: usize = 16;
@@ -131,7 +131,7 @@ impl IncomingBatch {
 
 /// Splits a produce request's records field into batches and checks each one: magic 2,
 /// a consistent length, offsets and record count, the CRC-32C, and the size limit.
-pub fn validate_batches(
+pub(crate) fn validate_batches(
     records: &Bytes,
     max_batch_bytes: usize,
 ) -> Result<Vec<IncomingBatch>, ResponseError> {
@@ -175,7 +175,7 @@ pub fn validate_batches(
 /// The 16-byte prefix a stored batch starts with: its final base offset, its length and the
 /// leader epoch of the partition that wrote it. Kept apart from the body so the body stays a
 /// zero-copy slice of the produce request.
-pub fn rewritten_prefix(base_offset: i64, batch_size: usize, leader_epoch: i32) -> Bytes {
+pub(crate) fn rewritten_prefix(base_offset: i64, batch_size: usize, leader_epoch: i32) -> Bytes {
     let mut prefix = BytesMut::with_capacity(REWRITTEN_PREFIX_LEN);
     prefix.put_i64(base_offset);
     prefix.put_i32((batch_size - LOG_OVERHEAD) as i32);
@@ -200,7 +200,7 @@ pub(crate) mod tests {
 
     /// A plain record (no producer id, no key, no headers) at `offset` with `timestamp`; tests
     /// change the fields they need with struct update syntax.
-    pub fn record_at(offset: i64, timestamp: i64, value: Bytes) -> Record {
+    pub(crate) fn record_at(offset: i64, timestamp: i64, value: Bytes) -> Record {
         Record {
             transactional: false,
             control: false,
@@ -218,7 +218,7 @@ pub(crate) mod tests {
     }
 
     /// Encodes a real v2 batch with the codec crate (what a client would send).
-    pub fn encoded_batch(count: usize, value_len: usize, compression: Compression) -> Bytes {
+    pub(crate) fn encoded_batch(count: usize, value_len: usize, compression: Compression) -> Bytes {
         let records: Vec<Record> = (0..count)
             .map(|i| Record {
                 sequence: i as i32,
@@ -234,7 +234,7 @@ pub(crate) mod tests {
     }
 
     /// `records` as one v2 batch, encoded by the codec crate.
-    pub fn encode_records(records: &[Record], compression: Compression) -> Bytes {
+    pub(crate) fn encode_records(records: &[Record], compression: Compression) -> Bytes {
         let mut buf = BytesMut::new();
         let options = RecordEncodeOptions {
             version: 2,
@@ -245,7 +245,7 @@ pub(crate) mod tests {
     }
 
     /// Appends `value` as a zigzag varint (a varlong is encoded alike).
-    pub fn zigzag_varint(out: &mut Vec<u8>, value: i64) {
+    pub(crate) fn zigzag_varint(out: &mut Vec<u8>, value: i64) {
         let mut raw = ((value << 1) ^ (value >> 63)) as u64;
         while raw >= 0x80 {
             out.push(raw as u8 | 0x80);
@@ -256,7 +256,7 @@ pub(crate) mod tests {
 
     /// A record as clients write it: key `k<n>`, the given value, one header. Built by hand,
     /// as the codec crate refuses timestamp deltas past 32 bits (Kafka's are varlongs).
-    pub fn raw_record(offset_delta: i64, timestamp_delta: i64, value: &[u8]) -> Vec<u8> {
+    pub(crate) fn raw_record(offset_delta: i64, timestamp_delta: i64, value: &[u8]) -> Vec<u8> {
         let mut body = vec![0u8];
         zigzag_varint(&mut body, timestamp_delta);
         zigzag_varint(&mut body, offset_delta);
@@ -273,7 +273,7 @@ pub(crate) mod tests {
     }
 
     /// A record's `body` after its length.
-    pub fn framed(body: &[u8]) -> Vec<u8> {
+    pub(crate) fn framed(body: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         zigzag_varint(&mut out, body.len() as i64);
         out.extend_from_slice(body);
@@ -281,7 +281,7 @@ pub(crate) mod tests {
     }
 
     /// The header fields of a hand-built batch (`raw_batch`) that tests choose.
-    pub struct RawHeader {
+    pub(crate) struct RawHeader {
         pub attributes: i16,
         pub count: i32,
         pub base_timestamp: i64,
@@ -291,7 +291,7 @@ pub(crate) mod tests {
 
     /// A v2 batch of `header` around `section` (already compressed if the attributes say so),
     /// with a valid CRC: only what the test chose can be wrong.
-    pub fn raw_batch(header: &RawHeader, section: &[u8]) -> Bytes {
+    pub(crate) fn raw_batch(header: &RawHeader, section: &[u8]) -> Bytes {
         let mut buf = BytesMut::new();
         buf.put_i64(0);
         buf.put_i32((BATCH_HEADER_LEN - LOG_OVERHEAD + section.len()) as i32);
@@ -313,7 +313,7 @@ pub(crate) mod tests {
     }
 
     /// An uncompressed batch of one record per timestamp, its header as clients set it.
-    pub fn stamped_batch(timestamps: &[i64]) -> Bytes {
+    pub(crate) fn stamped_batch(timestamps: &[i64]) -> Bytes {
         let base_timestamp = timestamps[0];
         let section: Vec<u8> = (0..)
             .zip(timestamps)

@@ -34,30 +34,30 @@ use super::segment::{BuiltSegment, SEGMENT_HEADER_LEN};
 /// pieces they were written or read in (`log::pieces`): a run this broker wrote is cached as
 /// the slices of the produce requests, a segment it compacted as the slices of its runs.
 #[derive(Debug, Clone)]
-pub struct CachedBatches {
+pub(crate) struct CachedBatches {
     pub start: u64,
     pieces: Arc<[Bytes]>,
 }
 
 impl CachedBatches {
-    pub fn pieces(start: u64, pieces: impl Into<Arc<[Bytes]>>) -> CachedBatches {
+    pub(crate) fn pieces(start: u64, pieces: impl Into<Arc<[Bytes]>>) -> CachedBatches {
         CachedBatches {
             start,
             pieces: pieces.into(),
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pieces.iter().map(Bytes::len).sum()
     }
 
     /// The header of the first batch, if there is one.
-    pub fn first_header(&self) -> Option<BatchHeader> {
+    pub(crate) fn first_header(&self) -> Option<BatchHeader> {
         Some(self.batches().next()?.ok()?.1)
     }
 
     /// Every batch with its header, in order (see `PieceWalker`).
-    pub fn batches(&self) -> PieceWalker<'_> {
+    pub(crate) fn batches(&self) -> PieceWalker<'_> {
         PieceWalker::new(&self.pieces)
     }
 }
@@ -104,7 +104,7 @@ impl Inner {
 /// Reads in flight by key; a waiter learns that one ended when its sender is dropped.
 type InFlight = Arc<Mutex<HashMap<String, watch::Receiver<()>>>>;
 
-pub struct SegmentCache {
+pub(crate) struct SegmentCache {
     capacity: usize,
     /// How long an uncompacted run is held before it is an ordinary entry.
     hold: Duration,
@@ -117,7 +117,7 @@ pub struct SegmentCache {
 
 impl SegmentCache {
     /// A cache of `capacity` bytes that holds uncompacted runs for `hold` at most.
-    pub fn new(capacity: usize, hold: Duration) -> SegmentCache {
+    pub(crate) fn new(capacity: usize, hold: Duration) -> SegmentCache {
         SegmentCache {
             capacity,
             hold,
@@ -142,11 +142,11 @@ impl SegmentCache {
     }
 
     /// Bytes held now.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.inner().bytes
     }
 
-    pub fn get(&self, key: &str) -> Option<CachedBatches> {
+    pub(crate) fn get(&self, key: &str) -> Option<CachedBatches> {
         let mut inner = self.inner();
         if let Some(entry) = inner.entries.get(key) {
             return Some(entry.clone());
@@ -155,17 +155,17 @@ impl SegmentCache {
         inner.uncompacted.peek(key).map(|(entry, _)| entry.clone())
     }
 
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         let inner = self.inner();
         inner.entries.contains(key) || inner.uncompacted.contains(key)
     }
 
-    pub fn insert(&self, key: String, batches: CachedBatches) {
+    pub(crate) fn insert(&self, key: String, batches: CachedBatches) {
         self.insert_as(key, batches, false);
     }
 
     /// Caches a run this broker committed, held for its compaction (see the module's notes).
-    pub fn insert_uncompacted(&self, key: String, batches: CachedBatches) {
+    pub(crate) fn insert_uncompacted(&self, key: String, batches: CachedBatches) {
         self.insert_as(key, batches, true);
     }
 
@@ -188,7 +188,7 @@ impl SegmentCache {
     /// Room for `bytes` about to be read from the object store, waiting while reads in flight
     /// hold it all. A read larger than the whole cache reserves all of it (and is then not
     /// cached: `insert` refuses it).
-    pub async fn reserve(&self, bytes: usize) -> Reservation<'_> {
+    pub(crate) async fn reserve(&self, bytes: usize) -> Reservation<'_> {
         let bytes = bytes.min(self.capacity).min(u32::MAX as usize);
         let permit = self
             .room
@@ -205,20 +205,20 @@ impl SegmentCache {
 
     /// Moves an entry to another key, if it is still cached (a segment uploaded under a
     /// pending name, once its commit made it part of the log).
-    pub fn rename(&self, from: &str, to: String) {
+    pub(crate) fn rename(&self, from: &str, to: String) {
         if let Some(entry) = self.take(from) {
             self.insert(to, entry);
         }
     }
 
     /// Caches a segment this broker just wrote (the slices it was uploaded from, no copy).
-    pub fn insert_segment(&self, key: String, built: &BuiltSegment) {
+    pub(crate) fn insert_segment(&self, key: String, built: &BuiltSegment) {
         let batches = CachedBatches::pieces(SEGMENT_HEADER_LEN as u64, built.batches());
         self.insert(key, batches);
     }
 
     /// Drops an entry (write-ahead runs now cached as part of their segment).
-    pub fn remove(&self, key: &str) {
+    pub(crate) fn remove(&self, key: &str) {
         self.take(key);
     }
 
@@ -229,7 +229,7 @@ impl SegmentCache {
 
     /// Claims `key` for a read from the object store, until the returned `Loading` is
     /// dropped. None if it is cached, or another read of it is in flight (see `loaded`).
-    pub fn begin_loading(&self, key: &str) -> Option<Loading> {
+    pub(crate) fn begin_loading(&self, key: &str) -> Option<Loading> {
         if self.contains(key) {
             return None;
         }
@@ -248,7 +248,7 @@ impl SegmentCache {
 
     /// Waits for the read of `key` in flight to end, if there is one: true if it waited.
     /// (It may have failed, or read less than the waiter needs: the waiter looks again.)
-    pub async fn loaded(&self, key: &str) -> bool {
+    pub(crate) async fn loaded(&self, key: &str) -> bool {
         let Some(mut waiting) = lock(&self.loading).get(key).cloned() else {
             return false;
         };
@@ -264,14 +264,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Room in the cache held for a read in flight (its semaphore permits), given back when
 /// dropped (the read failed or was cancelled) or when its bytes take its place (`fill`).
-pub struct Reservation<'a> {
+pub(crate) struct Reservation<'a> {
     cache: &'a SegmentCache,
     _permit: SemaphorePermit<'a>,
 }
 
 impl Reservation<'_> {
     /// Caches what the read brought in place of the room held for it.
-    pub fn fill(self, key: String, batches: CachedBatches) {
+    pub(crate) fn fill(self, key: String, batches: CachedBatches) {
         let cache = self.cache;
         drop(self);
         cache.insert(key, batches);
@@ -280,7 +280,7 @@ impl Reservation<'_> {
 
 /// A key claimed for reading (`SegmentCache::begin_loading`); dropping it, whether the read
 /// succeeded, failed or was cancelled, ends the claim and wakes the readers waiting on it.
-pub struct Loading {
+pub(crate) struct Loading {
     loading: InFlight,
     key: String,
     _done: watch::Sender<()>,

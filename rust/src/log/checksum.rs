@@ -15,7 +15,7 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 /// shifted past `b_len` zero bytes (times x^(8·b_len) modulo the polynomial), plus `b`. A few
 /// hundred nanoseconds: `crc_fast::checksum_combine` takes about 13 µs, more than checksumming
 /// 100 KiB.
-pub fn crc32c_combine(a: u32, b: u32, b_len: usize) -> u32 {
+pub(crate) fn crc32c_combine(a: u32, b: u32, b_len: usize) -> u32 {
     multiply(x_to_the_8n(b_len as u64), a) ^ b
 }
 

@@ -8,7 +8,7 @@
 //! gigabytes (a decompression bomb) cost at most that many bytes of work, never an allocation
 //! of the size the input claims.
 
-use std::io::{self, BufRead, Read};
+use std::io::{self, Read};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {
@@ -93,7 +93,7 @@ impl Read for Decompressed<'_> {
 }
 
 /// Says what went wrong with a records section of `codec`.
-pub fn describe(codec: Codec, error: &io::Error) -> String {
+pub(crate) fn describe(codec: Codec, error: &io::Error) -> String {
     format!("{codec:?} records cannot be decompressed: {error}")
 }
 
@@ -192,24 +192,6 @@ impl Read for SnappyBlocks<'_> {
         self.pos += n;
         Ok(n)
     }
-}
-
-/// The decompressed records of a batch with `codec` as a buffered stream; uncompressed
-/// records are read in place.
-pub fn records_stream<'a>(
-    codec: Codec,
-    section: &'a [u8],
-    limit: usize,
-) -> io::Result<Box<dyn BufRead + 'a>> {
-    /// Large enough that a read of the decompressor is rarely shorter than a record.
-    const STREAM_BUFFER: usize = 32 * 1024;
-    Ok(match codec {
-        Codec::None => Box::new(section),
-        _ => Box::new(io::BufReader::with_capacity(
-            STREAM_BUFFER,
-            Decompressed::new(codec, section, limit)?,
-        )),
-    })
 }
 
 #[cfg(test)]

@@ -6,28 +6,28 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-pub const INDEX_MAGIC: &[u8; 4] = b"IDX\0";
-pub const INDEX_VERSION: u16 = 1;
-pub const INDEX_HEADER_LEN: usize = 16;
-pub const INDEX_ENTRY_LEN: usize = 12;
-pub const DEFAULT_INDEX_INTERVAL: i32 = 100;
+pub(crate) const INDEX_MAGIC: &[u8; 4] = b"IDX\0";
+pub(crate) const INDEX_VERSION: u16 = 1;
+pub(crate) const INDEX_HEADER_LEN: usize = 16;
+pub(crate) const INDEX_ENTRY_LEN: usize = 12;
+pub(crate) const DEFAULT_INDEX_INTERVAL: i32 = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IndexEntry {
+pub(crate) struct IndexEntry {
     pub offset: i64,
     pub position: u32,
 }
 
 /// Collects entries while a segment is assembled, batch by batch.
 #[derive(Debug)]
-pub struct IndexBuilder {
+pub(crate) struct IndexBuilder {
     interval: i32,
     entries: Vec<IndexEntry>,
     messages_since_entry: i64,
 }
 
 impl IndexBuilder {
-    pub fn new(interval: i32) -> IndexBuilder {
+    pub(crate) fn new(interval: i32) -> IndexBuilder {
         IndexBuilder {
             interval,
             entries: Vec::new(),
@@ -36,7 +36,7 @@ impl IndexBuilder {
     }
 
     /// Called for every batch in order with its base offset, start position and message count.
-    pub fn add_batch(&mut self, offset: i64, position: u32, messages: i64) {
+    pub(crate) fn add_batch(&mut self, offset: i64, position: u32, messages: i64) {
         if self.entries.is_empty() || self.messages_since_entry >= self.interval as i64 {
             self.entries.push(IndexEntry { offset, position });
             self.messages_since_entry = 0;
@@ -44,7 +44,7 @@ impl IndexBuilder {
         self.messages_since_entry += messages;
     }
 
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut buf =
             BytesMut::with_capacity(INDEX_HEADER_LEN + self.entries.len() * INDEX_ENTRY_LEN);
         buf.put_slice(INDEX_MAGIC);
@@ -62,13 +62,13 @@ impl IndexBuilder {
 
 /// A parsed index, used to turn an offset into a byte position for ranged reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SparseIndex {
+pub(crate) struct SparseIndex {
     pub interval: i32,
     pub entries: Vec<IndexEntry>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum IndexError {
+pub(crate) enum IndexError {
     #[error("index shorter than its 16-byte header")]
     Truncated,
     #[error("index magic is not IDX\\0")]
@@ -80,7 +80,7 @@ pub enum IndexError {
 }
 
 impl SparseIndex {
-    pub fn parse(buf: &[u8]) -> Result<SparseIndex, IndexError> {
+    pub(crate) fn parse(buf: &[u8]) -> Result<SparseIndex, IndexError> {
         if buf.len() < INDEX_HEADER_LEN {
             return Err(IndexError::Truncated);
         }
@@ -112,12 +112,12 @@ impl SparseIndex {
 
     /// Position of the last indexed batch starting at or before `offset`: a batch holding
     /// `offset` starts there or later.
-    pub fn position_for(&self, offset: i64) -> Option<u32> {
+    pub(crate) fn position_for(&self, offset: i64) -> Option<u32> {
         self.entry_for(offset).map(|e| e.position)
     }
 
     /// The last entry at or before `offset`.
-    pub fn entry_for(&self, offset: i64) -> Option<IndexEntry> {
+    pub(crate) fn entry_for(&self, offset: i64) -> Option<IndexEntry> {
         let after = self.entries.partition_point(|e| e.offset <= offset);
         after.checked_sub(1).map(|i| self.entries[i])
     }

@@ -13,7 +13,7 @@ use super::validate::ProduceRules;
 use super::LogSettings;
 
 #[derive(Debug)]
-pub struct TopicLimits {
+pub(crate) struct TopicLimits {
     segment_bytes: AtomicUsize,
     max_message_bytes: AtomicUsize,
     timestamp_before_max_ms: AtomicI64,
@@ -42,7 +42,7 @@ fn millis(configs: &BTreeMap<String, String>, key: &str, default: i64) -> i64 {
 }
 
 impl TopicLimits {
-    pub fn new(configs: &BTreeMap<String, String>, settings: &LogSettings) -> TopicLimits {
+    pub(crate) fn new(configs: &BTreeMap<String, String>, settings: &LogSettings) -> TopicLimits {
         TopicLimits {
             segment_bytes: AtomicUsize::new(size(configs, "segment.bytes", settings.segment_bytes)),
             max_message_bytes: AtomicUsize::new(size(
@@ -66,7 +66,7 @@ impl TopicLimits {
     }
 
     /// Follows a change of the topic's configs.
-    pub fn update(&self, configs: &BTreeMap<String, String>, settings: &LogSettings) {
+    pub(crate) fn update(&self, configs: &BTreeMap<String, String>, settings: &LogSettings) {
         let current = TopicLimits::new(configs, settings);
         self.segment_bytes
             .store(current.segment_bytes(), Ordering::Relaxed);
@@ -82,20 +82,20 @@ impl TopicLimits {
         );
     }
 
-    pub fn segment_bytes(&self) -> usize {
+    pub(crate) fn segment_bytes(&self) -> usize {
         self.segment_bytes.load(Ordering::Relaxed)
     }
 
-    pub fn max_message_bytes(&self) -> usize {
+    pub(crate) fn max_message_bytes(&self) -> usize {
         self.max_message_bytes.load(Ordering::Relaxed)
     }
 
-    pub fn producer_id_expiration_ms(&self) -> i64 {
+    pub(crate) fn producer_id_expiration_ms(&self) -> i64 {
         self.producer_id_expiration_ms
     }
 
     /// What a produce arriving now is checked against.
-    pub fn produce_rules(&self, now_ms: i64) -> ProduceRules {
+    pub(crate) fn produce_rules(&self, now_ms: i64) -> ProduceRules {
         ProduceRules {
             max_batch_bytes: self.max_message_bytes(),
             max_uncompressed_bytes: self.max_uncompressed_batch_bytes,
@@ -124,7 +124,6 @@ mod tests {
             flush_on_arrival: false,
             readahead_segments: 1,
             index_interval: 100,
-            max_concurrent_flushes: 1,
             wal_object_max_bytes: 8 << 20,
             wal_compaction_age: std::time::Duration::from_secs(60),
             wal_compaction_interval: std::time::Duration::from_secs(5),

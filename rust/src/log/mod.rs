@@ -1,11 +1,11 @@
 //! Partition logs: write buffer and group commit, segment/index formats, the read path.
 
-pub mod batch;
+pub(crate) mod batch;
 pub(crate) mod cache;
-pub mod checksum;
+pub(crate) mod checksum;
 #[cfg(test)]
 mod compaction_tests;
-pub mod decompress;
+pub(crate) mod decompress;
 #[cfg(test)]
 mod idempotence_tests;
 pub(crate) mod index;
@@ -21,7 +21,7 @@ pub(crate) mod segment;
 #[cfg(test)]
 mod tests;
 pub(crate) mod timestamps;
-pub mod validate;
+pub(crate) mod validate;
 pub(crate) mod wal;
 
 use std::sync::Arc;
@@ -36,7 +36,7 @@ use partition::Partition;
 use segment::SegmentMeta;
 
 #[derive(Debug, Clone)]
-pub struct LogSettings {
+pub(crate) struct LogSettings {
     /// The broker default; a topic's `segment.bytes` overrides it (see `limits`).
     pub segment_bytes: usize,
     /// The broker default; a topic's `max.message.bytes` overrides it.
@@ -54,7 +54,6 @@ pub struct LogSettings {
     pub flush_on_arrival: bool,
     pub readahead_segments: usize,
     pub index_interval: i32,
-    pub max_concurrent_flushes: usize,
     /// A write-ahead object is cut when the buffered bytes reach this (before the interval).
     pub wal_object_max_bytes: usize,
     /// Compaction rewrites a partition's write-ahead runs into a segment once they hold
@@ -67,13 +66,13 @@ pub struct LogSettings {
 impl LogSettings {
     /// How long the cache holds a committed run for its compaction (`cache`): past the age at
     /// which even a slow partition's runs are compacted, and two rounds more.
-    pub fn uncompacted_hold(&self) -> Duration {
+    pub(crate) fn uncompacted_hold(&self) -> Duration {
         self.wal_compaction_age + 2 * self.wal_compaction_interval
     }
 }
 
 /// What every partition needs to flush and read.
-pub struct LogContext {
+pub(crate) struct LogContext {
     pub settings: LogSettings,
     pub store: Arc<SegmentStore>,
     pub catalog: Arc<Catalog>,
@@ -92,7 +91,7 @@ pub struct LogContext {
 /// which took the committed end over from the write-ahead manifests). Nothing is read from
 /// the object store here: the segments of a log with data are listed when a read or
 /// retention first needs them (a log without segments has none).
-pub fn claimed_partition(
+pub(crate) fn claimed_partition(
     topic: &TopicRecord,
     id: i32,
     limits: Arc<TopicLimits>,
@@ -114,7 +113,7 @@ pub fn claimed_partition(
 
 /// A read-only view of a partition another broker owns, committed up to `committed_end`; its
 /// segments are listed when a fetch first needs them.
-pub fn follower_partition(
+pub(crate) fn follower_partition(
     topic: &TopicRecord,
     id: i32,
     limits: Arc<TopicLimits>,
@@ -141,7 +140,10 @@ pub fn follower_partition(
 
 /// The committed segments among a partition's listed objects: data objects below the segment
 /// end whose offsets reach the log start, each ending where the next one begins.
-pub fn committed_segments(listed: &[ListedSegment], record: &PartitionRecord) -> Vec<SegmentMeta> {
+pub(crate) fn committed_segments(
+    listed: &[ListedSegment],
+    record: &PartitionRecord,
+) -> Vec<SegmentMeta> {
     let segment_end = record.segment_end();
     let data: Vec<_> = listed
         .iter()

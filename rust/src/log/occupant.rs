@@ -10,7 +10,7 @@ use crate::store::StoreError;
 
 /// What a conditional create found.
 #[derive(Debug)]
-pub enum PutOutcome {
+pub(crate) enum PutOutcome {
     Created,
     /// Another object (different bytes) holds the name.
     Occupied,
@@ -18,7 +18,7 @@ pub enum PutOutcome {
 
 /// Creates `path` with `object`; an existing object with the very same bytes counts as
 /// created (a retried PUT whose first attempt went through).
-pub async fn put_new(
+pub(crate) async fn put_new(
     ctx: &LogContext,
     path: &Path,
     object: impl Into<PutPayload>,

@@ -11,7 +11,7 @@ use super::segment::{Body, SegmentError, StoredBatch};
 /// Walks the batches of `pieces` in order, each as a stored batch (the slices of the pieces it
 /// lies in) with its header. Stops at an incomplete batch at the end (a ranged read may end
 /// mid-batch); reports a malformed one as an error and stops.
-pub struct PieceWalker<'a> {
+pub(crate) struct PieceWalker<'a> {
     pieces: &'a [Bytes],
     /// Where the next batch starts: a piece, and a position in it.
     piece: usize,
@@ -21,7 +21,7 @@ pub struct PieceWalker<'a> {
 }
 
 impl<'a> PieceWalker<'a> {
-    pub fn new(pieces: &'a [Bytes]) -> PieceWalker<'a> {
+    pub(crate) fn new(pieces: &'a [Bytes]) -> PieceWalker<'a> {
         PieceWalker {
             pieces,
             piece: 0,

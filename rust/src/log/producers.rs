@@ -27,7 +27,7 @@ const REMEMBERED_BATCHES: usize = 5;
 
 /// The producer fields of a batch an idempotent producer wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProducerBatch {
+pub(crate) struct ProducerBatch {
     pub producer_id: i64,
     pub epoch: i16,
     pub first_seq: i32,
@@ -36,7 +36,7 @@ pub struct ProducerBatch {
 
 impl ProducerBatch {
     /// None for a batch without producer id (a producer without idempotence).
-    pub fn of(header: &BatchHeader) -> Option<ProducerBatch> {
+    pub(crate) fn of(header: &BatchHeader) -> Option<ProducerBatch> {
         (header.producer_id >= 0).then(|| ProducerBatch {
             producer_id: header.producer_id,
             epoch: header.producer_epoch,
@@ -62,7 +62,7 @@ fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
 
 /// One stored batch of a producer: its sequence range and where it is in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchPlace {
+pub(crate) struct BatchPlace {
     pub first_seq: i32,
     pub last_seq: i32,
     pub base_offset: i64,
@@ -70,7 +70,7 @@ pub struct BatchPlace {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProducerEntry {
+pub(crate) struct ProducerEntry {
     pub epoch: i16,
     /// The last batches of this epoch, oldest first.
     pub batches: VecDeque<BatchPlace>,
@@ -80,7 +80,7 @@ pub struct ProducerEntry {
 
 /// What to do with a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Append,
     /// Stored already: answer with where it went.
     Duplicate(BatchPlace),
@@ -89,14 +89,14 @@ pub enum Verdict {
 /// Every known producer of one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct ProducerStates {
+pub(crate) struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
 }
 
 impl ProducerStates {
     /// The verdict on `batch` arriving at `now_ms`: append it, answer it as a duplicate, or
     /// refuse it with the error Kafka gives.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         batch: &ProducerBatch,
         now_ms: i64,
@@ -134,7 +134,7 @@ impl ProducerStates {
     }
 
     /// Remembers `batch`, stored at `base_offset..=last_offset`.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         batch: &ProducerBatch,
         base_offset: i64,
@@ -166,30 +166,30 @@ impl ProducerStates {
     }
 
     /// Forgets the producers that wrote nothing for `expiration_ms`.
-    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
+    pub(crate) fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
         self.producers
             .retain(|_, entry| now_ms - entry.last_write_ms < expiration_ms);
     }
 
     /// Forgets every batch below `log_start` (DeleteRecords, retention): a producer whose
     /// batches are all gone is forgotten, as Kafka does when it moves the log start.
-    pub fn truncate_below(&mut self, log_start: i64) {
+    pub(crate) fn truncate_below(&mut self, log_start: i64) {
         self.producers.retain(|_, entry| {
             entry.batches.retain(|b| b.last_offset >= log_start);
             !entry.batches.is_empty()
         });
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.producers.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.producers.is_empty()
     }
 
     /// Every producer, for DescribeProducers.
-    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
         self.producers.iter().map(|(id, entry)| (*id, entry))
     }
 }

@@ -23,7 +23,7 @@ use crate::store::{SegmentObject, StoreError};
 /// every object, so a catching-up consumer reads many of them per fetch).
 const RUNS_IN_PARALLEL: usize = 8;
 
-pub struct ReadResult {
+pub(crate) struct ReadResult {
     /// The record batches read, as slices of the objects they are in (in order).
     pub records: Vec<Bytes>,
     /// Records in the batches read.
@@ -92,7 +92,7 @@ enum TakeError {
 /// behind). The read then brings the view up to date and reads again. So does a read whose
 /// segment list lags the segment end it knows (a follower's listing overtaken by the next
 /// compaction is not taken), or whose view of the log has a hole: it lists the segments again.
-pub async fn read(
+pub(crate) async fn read(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
     offset: i64,

@@ -16,13 +16,13 @@ use crate::store::SegmentObject;
 
 /// A topic's limits; -1 means none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetentionLimits {
+pub(crate) struct RetentionLimits {
     pub retention_ms: i64,
     pub retention_bytes: i64,
 }
 
 /// Applies the limits to one owned partition; returns how many segments were removed.
-pub async fn enforce(
+pub(crate) async fn enforce(
     ctx: &LogContext,
     partition: &Partition,
     limits: RetentionLimits,
@@ -69,7 +69,7 @@ pub async fn enforce(
 /// DeleteRecords (KIP-107): moves an owned partition's log start to `offset` (-1: the high
 /// watermark) and removes the segments wholly below it, as retention does. Returns the new
 /// log start (the partition's low watermark).
-pub async fn delete_records(
+pub(crate) async fn delete_records(
     ctx: &LogContext,
     partition: &Partition,
     offset: i64,

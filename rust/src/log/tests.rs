@@ -79,7 +79,6 @@ async fn fixture_of(
         flush_on_arrival,
         readahead_segments: 1,
         index_interval: 100,
-        max_concurrent_flushes: 4,
         wal_object_max_bytes,
         wal_compaction_age: Duration::from_secs(3600),
         wal_compaction_interval: Duration::from_secs(3600),

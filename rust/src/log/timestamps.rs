@@ -17,7 +17,7 @@ use super::segment::{SegmentMeta, StoredBatch};
 use super::LogContext;
 
 /// A segment's largest batch timestamp (read once, then remembered on the partition).
-pub async fn segment_max_timestamp(
+pub(crate) async fn segment_max_timestamp(
     ctx: &LogContext,
     partition: &Partition,
     segment: &SegmentMeta,
@@ -37,7 +37,7 @@ pub async fn segment_max_timestamp(
 
 /// The first offset whose record timestamp is at or after `timestamp`, with that record's
 /// timestamp; `None` if every record is older.
-pub async fn offset_for_timestamp(
+pub(crate) async fn offset_for_timestamp(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
     timestamp: i64,
@@ -109,7 +109,7 @@ fn first_at_or_after(
 /// The first record with the log's largest timestamp, with that timestamp (ListOffsets
 /// MAX_TIMESTAMP, -3); `None` for an empty log. Only records from the log start on count: in
 /// the segment or run that holds the log start the batch across it is decoded.
-pub async fn max_timestamp_record(
+pub(crate) async fn max_timestamp_record(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
 ) -> Result<Option<(i64, i64)>, ResponseError> {

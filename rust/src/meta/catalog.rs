@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::kv::{Compare, KeyValue, KvStore, MetaError, Op};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicRecord {
+pub(crate) struct TopicRecord {
     pub name: String,
     pub id: Uuid,
     pub partitions: i32,
@@ -29,13 +29,13 @@ pub struct TopicRecord {
 
 /// Where an epoch's writes begin: the first offset written under `epoch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EpochStart {
+pub(crate) struct EpochStart {
     pub epoch: i32,
     pub start_offset: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionRecord {
+pub(crate) struct PartitionRecord {
     pub leader_epoch: i32,
     pub epoch_history: Vec<EpochStart>,
     pub log_start_offset: i64,
@@ -57,13 +57,13 @@ pub struct PartitionRecord {
 
 impl PartitionRecord {
     /// Where the committed segments end (see `segment_end`).
-    pub fn segment_end(&self) -> i64 {
+    pub(crate) fn segment_end(&self) -> i64 {
         self.segment_end.unwrap_or(self.high_watermark)
     }
 
     /// A partition nobody has claimed yet has no record (a topic of any size is one key): it
     /// is this, an empty log at epoch 0. Its first claim stores the record.
-    pub fn empty() -> PartitionRecord {
+    pub(crate) fn empty() -> PartitionRecord {
         PartitionRecord {
             leader_epoch: 0,
             epoch_history: vec![EpochStart {
@@ -81,7 +81,7 @@ impl PartitionRecord {
 /// A partition record together with the revision it was read or written at; commits are
 /// conditioned on that revision, so a broker acting on stale state cannot commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VersionedPartition {
+pub(crate) struct VersionedPartition {
     pub record: PartitionRecord,
     pub revision: i64,
     /// Revision of this broker's owner key (0 if it does not own the partition): commits also
@@ -94,7 +94,8 @@ pub struct VersionedPartition {
 
 impl VersionedPartition {
     /// A partition without a record (revision 0: claims require the key to be absent).
-    pub fn never_claimed() -> VersionedPartition {
+    #[cfg(test)]
+    pub(crate) fn never_claimed() -> VersionedPartition {
         VersionedPartition {
             record: PartitionRecord::empty(),
             revision: 0,
@@ -108,7 +109,7 @@ impl VersionedPartition {
 /// listener's advertised endpoint, `endpoints` every listener's (none in a record written
 /// before listeners: that one has only PLAINTEXT).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BrokerRecord {
+pub(crate) struct BrokerRecord {
     pub id: i32,
     pub host: String,
     pub port: i32,
@@ -118,7 +119,7 @@ pub struct BrokerRecord {
 
 /// Where clients that come in on listener `listener` reach a broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub listener: String,
     pub host: String,
     pub port: i32,
@@ -127,7 +128,7 @@ pub struct Endpoint {
 impl BrokerRecord {
     /// The endpoint this broker advertises for `listener`; None if it has no such listener
     /// (every broker of a cluster should have the same listener names, as in Kafka).
-    pub fn endpoint(&self, listener: &str) -> Option<(&str, i32)> {
+    pub(crate) fn endpoint(&self, listener: &str) -> Option<(&str, i32)> {
         if self.endpoints.is_empty() {
             return (listener == "PLAINTEXT").then_some((self.host.as_str(), self.port));
         }
@@ -137,13 +138,13 @@ impl BrokerRecord {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PendingDeletion {
+pub(crate) struct PendingDeletion {
     pub topic: String,
     pub topic_id: Uuid,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CatalogError {
+pub(crate) enum CatalogError {
     #[error(transparent)]
     Meta(#[from] MetaError),
     #[error("topic '{0}' already exists")]
@@ -173,7 +174,7 @@ pub enum CatalogError {
 
 /// A partition to claim, and its record as the claimant last saw it.
 #[derive(Debug, Clone)]
-pub struct ClaimTarget {
+pub(crate) struct ClaimTarget {
     pub topic: String,
     pub partition: i32,
     /// `revision` 0: the partition has no record yet (`PartitionRecord::empty()`).
@@ -196,7 +197,7 @@ impl ClaimTarget {
 /// Request bytes a batched transaction stays under (etcd takes 1.5 MiB by default).
 const MAX_TXN_BYTES: usize = 1 << 20;
 
-pub struct Catalog {
+pub(crate) struct Catalog {
     kv: Arc<dyn KvStore>,
     root: String,
 }
@@ -220,7 +221,7 @@ fn parse<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, MetaError> {
 }
 
 impl Catalog {
-    pub fn new(kv: Arc<dyn KvStore>, cluster: &str) -> Catalog {
+    pub(crate) fn new(kv: Arc<dyn KvStore>, cluster: &str) -> Catalog {
         Catalog {
             kv,
             root: Catalog::root_of(cluster),
@@ -228,11 +229,11 @@ impl Catalog {
     }
 
     /// Where every key of the cluster named `cluster` lives.
-    pub fn root_of(cluster: &str) -> String {
+    pub(crate) fn root_of(cluster: &str) -> String {
         format!("/kafscale/{cluster}")
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{} under {}", self.kv.describe(), self.root)
     }
 
@@ -245,16 +246,16 @@ impl Catalog {
     }
 
     /// The key of a topic's record, for readers outside a broker.
-    pub fn topic_record_key(cluster: &str, topic: &str) -> String {
+    pub(crate) fn topic_record_key(cluster: &str, topic: &str) -> String {
         format!("{}/topics/{topic}", Catalog::root_of(cluster))
     }
 
     /// The prefix of a topic's partition records (readers outside a broker list it).
-    pub fn partition_records_prefix(cluster: &str, topic: &str) -> String {
+    pub(crate) fn partition_records_prefix(cluster: &str, topic: &str) -> String {
         format!("{}/partitions/{topic}/", Catalog::root_of(cluster))
     }
 
-    pub fn owner_key(&self, topic: &str, partition: i32) -> String {
+    pub(crate) fn owner_key(&self, topic: &str, partition: i32) -> String {
         format!("{}/partitions/{topic}/{partition}/owner", self.root)
     }
 
@@ -263,23 +264,23 @@ impl Catalog {
     }
 
     /// The prefix under which all of this cluster's metadata lives.
-    pub fn root(&self) -> &str {
+    pub(crate) fn root(&self) -> &str {
         &self.root
     }
 
     /// The prefix of the consumer groups' records, which the Python coordinator writes
     /// (through `GroupStore`) and nothing in the core reads.
-    pub fn groups_root(&self) -> String {
+    pub(crate) fn groups_root(&self) -> String {
         format!("{}/groups/", self.root)
     }
 
     /// The store underneath (for watching it).
-    pub fn kv(&self) -> &Arc<dyn KvStore> {
+    pub(crate) fn kv(&self) -> &Arc<dyn KvStore> {
         &self.kv
     }
 
     /// Registers this broker for as long as its session lives.
-    pub async fn register_broker(&self, broker: &BrokerRecord) -> Result<(), CatalogError> {
+    pub(crate) async fn register_broker(&self, broker: &BrokerRecord) -> Result<(), CatalogError> {
         let key = self.broker_key(broker.id);
         let ops = vec![Op::PutEphemeral(key.clone(), encode(broker))];
         let compares = vec![Compare::ModRevision(key.clone(), 0)];
@@ -298,7 +299,7 @@ impl Catalog {
     }
 
     /// The cluster id, created on first use.
-    pub async fn cluster_id(&self) -> Result<String, MetaError> {
+    pub(crate) async fn cluster_id(&self) -> Result<String, MetaError> {
         let key = format!("{}/cluster-id", self.root);
         if let Some(kv) = self.kv.get(&key).await? {
             return Ok(String::from_utf8_lossy(&kv.value).into_owned());
@@ -312,7 +313,8 @@ impl Catalog {
         Ok(String::from_utf8_lossy(&stored.value).into_owned())
     }
 
-    pub async fn topics(&self) -> Result<Vec<TopicRecord>, MetaError> {
+    #[cfg(test)]
+    pub(crate) async fn topics(&self) -> Result<Vec<TopicRecord>, MetaError> {
         let prefix = format!("{}/topics/", self.root);
         self.kv
             .range(&prefix)
@@ -325,7 +327,7 @@ impl Catalog {
 
     /// Creates the topic: one key, whatever its partition count (partition records come with
     /// their first claim). Returns the record and revision.
-    pub async fn create_topic(
+    pub(crate) async fn create_topic(
         &self,
         name: &str,
         partitions: i32,
@@ -353,7 +355,7 @@ impl Catalog {
     }
 
     /// Replaces the topic's configs. Returns the new record and the revision.
-    pub async fn alter_topic_configs(
+    pub(crate) async fn alter_topic_configs(
         &self,
         name: &str,
         configs: BTreeMap<String, String>,
@@ -368,7 +370,7 @@ impl Catalog {
     /// Grows the topic to `count` partitions (at most `max`): rewrites the topic key only, the
     /// new partitions' records come with their first claims. Returns the new record and the
     /// revision.
-    pub async fn add_partitions(
+    pub(crate) async fn add_partitions(
         &self,
         name: &str,
         count: i32,
@@ -428,7 +430,11 @@ impl Catalog {
     /// key up once it has stopped writing; the caller then removes the partition keys
     /// (`remove_partition_keys`), deletes the objects and calls `finish_deletion`. Until then
     /// the name cannot be used again, so nothing of a new topic is at the objects' names.
-    pub async fn delete_topic(&self, name: &str, id: Option<Uuid>) -> Result<i64, CatalogError> {
+    pub(crate) async fn delete_topic(
+        &self,
+        name: &str,
+        id: Option<Uuid>,
+    ) -> Result<i64, CatalogError> {
         let missing = || match id {
             Some(id) => CatalogError::UnknownTopicId(id),
             None => CatalogError::UnknownTopic(name.to_string()),
@@ -455,7 +461,7 @@ impl Catalog {
         }
     }
 
-    pub async fn pending_deletions(&self) -> Result<Vec<PendingDeletion>, MetaError> {
+    pub(crate) async fn pending_deletions(&self) -> Result<Vec<PendingDeletion>, MetaError> {
         let prefix = format!("{}/deletions/", self.root);
         self.kv
             .range(&prefix)
@@ -467,25 +473,25 @@ impl Catalog {
     }
 
     /// The prefix of a topic's partition records and owner keys.
-    pub fn partitions_prefix(&self, topic: &str) -> String {
+    pub(crate) fn partitions_prefix(&self, topic: &str) -> String {
         format!("{}/partitions/{topic}/", self.root)
     }
 
     /// Removes a deleted topic's partition records, once no owner key is left among them.
-    pub async fn remove_partition_keys(&self, topic: &str) -> Result<(), MetaError> {
+    pub(crate) async fn remove_partition_keys(&self, topic: &str) -> Result<(), MetaError> {
         let prefix = self.partitions_prefix(topic);
         self.kv.txn(vec![], vec![Op::DeletePrefix(prefix)]).await?;
         Ok(())
     }
 
-    pub async fn finish_deletion(&self, topic: &str) -> Result<(), MetaError> {
+    pub(crate) async fn finish_deletion(&self, topic: &str) -> Result<(), MetaError> {
         self.kv
             .txn(vec![], vec![Op::Delete(self.deletion_key(topic))])
             .await?;
         Ok(())
     }
 
-    pub async fn partition(
+    pub(crate) async fn partition(
         &self,
         topic: &str,
         partition: i32,
@@ -501,10 +507,11 @@ impl Catalog {
         }))
     }
 
+    #[cfg(test)]
     /// Takes over writing a partition: creates its owner key under this broker's session and
     /// starts a new leader epoch at the committed end, in one transaction. Fails with `Fenced`
     /// while another broker still owns it.
-    pub async fn claim_partition(
+    pub(crate) async fn claim_partition(
         &self,
         topic: &str,
         partition: i32,
@@ -541,7 +548,7 @@ impl Catalog {
     /// absent, and then its topic key unchanged too (one compare per topic). Returns the
     /// claimed states in the order of `targets`, or None if any target failed its check
     /// (nothing was written). Callers split their work with `claim_batches`.
-    pub async fn claim_partitions(
+    pub(crate) async fn claim_partitions(
         &self,
         targets: &[ClaimTarget],
         broker_id: i32,
@@ -589,7 +596,7 @@ impl Catalog {
     /// Splits claims into transactions the store takes: at most its operation limit of
     /// compares and of ops (two of each per claim, and a compare per topic) and about
     /// `MAX_TXN_BYTES` of records each.
-    pub fn claim_batches<T>(
+    pub(crate) fn claim_batches<T>(
         &self,
         claims: Vec<T>,
         target: impl Fn(&T) -> &ClaimTarget,
@@ -624,7 +631,7 @@ impl Catalog {
     }
 
     /// Gives a partition up (graceful hand-off): removes the owner key if it is still ours.
-    pub async fn release_partition(
+    pub(crate) async fn release_partition(
         &self,
         topic: &str,
         partition: i32,
@@ -635,7 +642,7 @@ impl Catalog {
     }
 
     /// Removes the partition's owner key if it is still the one written at `owner_revision`.
-    pub async fn release_owner_key(
+    pub(crate) async fn release_owner_key(
         &self,
         topic: &str,
         partition: i32,
@@ -652,7 +659,7 @@ impl Catalog {
     /// Removes owner keys of `topic`, each if it is still the one written at its revision, as
     /// many per transaction as the store takes. A transaction refused because one key moved is
     /// split until that key stands alone (and is left: it is not ours any more).
-    pub async fn release_owner_keys(
+    pub(crate) async fn release_owner_keys(
         &self,
         topic: &str,
         owned: Vec<(i32, i64)>,
@@ -678,7 +685,7 @@ impl Catalog {
     }
 
     /// Moves the log start forward (retention), under the same fencing as a commit.
-    pub async fn commit_log_start(
+    pub(crate) async fn commit_log_start(
         &self,
         topic: &str,
         partition: i32,

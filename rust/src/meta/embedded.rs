@@ -65,14 +65,14 @@ struct Shared {
     writer: Mutex<()>,
 }
 
-pub struct EmbeddedStore {
+pub(crate) struct EmbeddedStore {
     shared: Arc<Shared>,
     session: watch::Sender<u64>,
     path: PathBuf,
 }
 
 impl EmbeddedStore {
-    pub fn open(path: &Path) -> Result<EmbeddedStore, String> {
+    pub(crate) fn open(path: &Path) -> Result<EmbeddedStore, String> {
         EmbeddedStore::open_with(path, HISTORY_REVISIONS, LIVE_BUFFER)
     }
 

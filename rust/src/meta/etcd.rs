@@ -26,7 +26,7 @@ const MAX_RESPONSE_BYTES: usize = 256 << 20;
 /// etcd refuses shorter leases (1.5 election timeouts by default).
 const MIN_LEASE_SECONDS: i64 = 2;
 
-pub struct EtcdStore {
+pub(crate) struct EtcdStore {
     kv: etcd::KvClient,
     watch: etcd::WatchClient,
     lease: etcd::LeaseClient,
@@ -37,7 +37,7 @@ pub struct EtcdStore {
 
 /// Why the broker could not open its etcd session; the caller names the setting at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// Nothing accepted the connection (refused, no route, unknown host): the innermost cause.
     #[error("cannot reach etcd at {endpoints}: {cause}")]
     Unreachable { endpoints: String, cause: String },
@@ -81,7 +81,7 @@ impl ConnectError {
 
 /// etcd's own words when `text` (an error's message) says it refused the login or the
 /// user's permissions: the `etcdserver: ...` part.
-pub fn login_refused(text: &str) -> Option<String> {
+pub(crate) fn login_refused(text: &str) -> Option<String> {
     const REFUSALS: [&str; 6] = [
         "authentication failed",
         "user name is empty",
@@ -134,7 +134,7 @@ impl Session {
 impl EtcdStore {
     /// Connects, grants this process's lease and starts keeping it alive. Fails when etcd
     /// does not answer: a broker must not start without its metadata.
-    pub async fn connect(
+    pub(crate) async fn connect(
         endpoints: &[String],
         user: Option<(String, String)>,
         lease_ttl: Duration,

@@ -29,7 +29,7 @@ struct Failpoint {
     fault: Fault,
 }
 
-pub struct FaultyKv {
+pub(crate) struct FaultyKv {
     inner: RwLock<Arc<dyn KvStore>>,
     session: watch::Sender<u64>,
     /// Armed failpoints; each applies to the first transaction it matches, once.
@@ -45,7 +45,7 @@ pub struct FaultyKv {
 }
 
 /// True for a transaction that writes a key containing `part`.
-pub fn writes(part: &'static str) -> impl Fn(&[Op]) -> bool + Send + Sync {
+pub(crate) fn writes(part: &'static str) -> impl Fn(&[Op]) -> bool + Send + Sync {
     move |ops| {
         ops.iter().any(|op| match op {
             Op::Put(key, _) | Op::PutEphemeral(key, _) | Op::Delete(key) => key.contains(part),
@@ -55,7 +55,7 @@ pub fn writes(part: &'static str) -> impl Fn(&[Op]) -> bool + Send + Sync {
 }
 
 impl FaultyKv {
-    pub fn new(inner: Arc<dyn KvStore>) -> FaultyKv {
+    pub(crate) fn new(inner: Arc<dyn KvStore>) -> FaultyKv {
         FaultyKv {
             inner: RwLock::new(inner),
             session: watch::channel(1).0,
@@ -72,17 +72,17 @@ impl FaultyKv {
     }
 
     /// The next transaction `matches` accepts is applied, but answered with an error.
-    pub fn lose_answer(&self, matches: impl Fn(&[Op]) -> bool + Send + Sync + 'static) {
+    pub(crate) fn lose_answer(&self, matches: impl Fn(&[Op]) -> bool + Send + Sync + 'static) {
         self.arm(matches, Fault::LoseAnswer);
     }
 
     /// The next transaction `matches` accepts is not applied, and answered with an error.
-    pub fn fail(&self, matches: impl Fn(&[Op]) -> bool + Send + Sync + 'static) {
+    pub(crate) fn fail(&self, matches: impl Fn(&[Op]) -> bool + Send + Sync + 'static) {
         self.arm(matches, Fault::Fail);
     }
 
     /// The next transaction `matches` accepts waits until `release` is notified.
-    pub fn hold(
+    pub(crate) fn hold(
         &self,
         matches: impl Fn(&[Op]) -> bool + Send + Sync + 'static,
         release: Arc<Notify>,
@@ -98,35 +98,35 @@ impl FaultyKv {
     }
 
     /// Returns once `count` transactions tripped a failpoint.
-    pub async fn tripped(&self, count: usize) {
+    pub(crate) async fn tripped(&self, count: usize) {
         let mut tripped = self.tripped.subscribe();
         let _ = tripped.wait_for(|n| *n >= count).await;
     }
 
     /// The session ends as when the store expired its lease: its ephemeral keys go, and a
     /// new session begins.
-    pub async fn expire_session(&self) {
+    pub(crate) async fn expire_session(&self) {
         self.inner().end_session().await.unwrap();
         self.session.send_modify(|n| *n += 1);
     }
 
     /// Every watch handed out so far fails (as when the store restarts).
-    pub fn break_watches(&self) {
+    pub(crate) fn break_watches(&self) {
         self.watches.send_modify(|n| *n += 1);
     }
 
     /// Watches deliver nothing from now on until `resume_watches` (a watch that falls behind
     /// the store); then they deliver what they held, in order.
-    pub fn pause_watches(&self) {
+    pub(crate) fn pause_watches(&self) {
         self.watches_paused.send_replace(true);
     }
 
-    pub fn resume_watches(&self) {
+    pub(crate) fn resume_watches(&self) {
         self.watches_paused.send_replace(false);
     }
 
     /// Returns once a prefix containing `part` was listed.
-    pub async fn listed(&self, part: &str) {
+    pub(crate) async fn listed(&self, part: &str) {
         let mut listed = self.listed.subscribe();
         let _ = listed
             .wait_for(|prefixes| prefixes.iter().any(|p| p.contains(part)))
@@ -135,7 +135,7 @@ impl FaultyKv {
 
     /// From now on the store is `restored` (a copy of an earlier state: its revision may be
     /// lower than any seen so far); the watches on the old one fail.
-    pub fn restore(&self, restored: Arc<dyn KvStore>) {
+    pub(crate) fn restore(&self, restored: Arc<dyn KvStore>) {
         *self.inner.write().unwrap() = restored;
         self.break_watches();
     }

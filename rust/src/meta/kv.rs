@@ -72,7 +72,7 @@ pub enum MetaError {
     Corrupt { key: String, reason: String },
 }
 
-pub type ChangeStream = BoxStream<'static, Result<Vec<Change>, MetaError>>;
+pub(crate) type ChangeStream = BoxStream<'static, Result<Vec<Change>, MetaError>>;
 
 #[async_trait]
 pub trait KvStore: Send + Sync {
@@ -107,4 +107,4 @@ pub trait KvStore: Send + Sync {
 }
 
 /// etcd's default limit of operations per transaction.
-pub const ETCD_MAX_TXN_OPS: usize = 128;
+pub(crate) const ETCD_MAX_TXN_OPS: usize = 128;

@@ -14,7 +14,7 @@ use crate::metrics::Metrics;
 /// Every operation label `record` is given.
 const OPERATIONS: [&str; 5] = ["get", "range", "txn", "watch", "end_session"];
 
-pub struct MeteredKv<S> {
+pub(crate) struct MeteredKv<S> {
     inner: S,
     /// The `store` label: `etcd` or `embedded`.
     store: &'static str,
@@ -22,7 +22,7 @@ pub struct MeteredKv<S> {
 }
 
 impl<S: KvStore> MeteredKv<S> {
-    pub fn new(inner: S, store: &'static str, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(inner: S, store: &'static str, metrics: Arc<Metrics>) -> Self {
         // Error counters exist from the start at 0, so that a rate() over them (an alert)
         // sees the first failure rather than a series appearing from nothing.
         for operation in OPERATIONS {

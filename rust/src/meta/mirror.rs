@@ -29,7 +29,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// watch never reports a revision that changed nothing under the prefix).
 const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 
-pub struct Mirror {
+pub(crate) struct Mirror {
     kv: Arc<dyn KvStore>,
     prefix: String,
     excluded: Vec<String>,
@@ -55,7 +55,7 @@ struct State {
 
 /// The keys changed since the last take, with their values now (None: deleted), and the
 /// revision the copy reflects: every change up to it is in there or in an earlier take.
-pub struct Changes {
+pub(crate) struct Changes {
     pub keys: Vec<(String, Option<KeyValue>)>,
     pub revision: i64,
 }
@@ -63,7 +63,7 @@ pub struct Changes {
 impl Mirror {
     /// Lists the prefix and starts following it, leaving out keys under any of `excluded`.
     /// Fails if the store cannot be listed or watched now.
-    pub async fn start(
+    pub(crate) async fn start(
         kv: Arc<dyn KvStore>,
         prefix: &str,
         excluded: &[String],
@@ -92,18 +92,18 @@ impl Mirror {
     }
 
     #[cfg(test)]
-    pub fn get(&self, key: &str) -> Option<KeyValue> {
+    pub(crate) fn get(&self, key: &str) -> Option<KeyValue> {
         self.read().entries.get(key).cloned()
     }
 
     /// Every mirrored key starting with `prefix`, in key order.
-    pub fn range(&self, prefix: &str) -> Vec<KeyValue> {
+    pub(crate) fn range(&self, prefix: &str) -> Vec<KeyValue> {
         entries_under(&self.read().entries, prefix)
     }
 
     /// Every mirrored key starting with `prefix` and the revision they reflect; forgets the
     /// changed keys (the caller starts from this listing instead).
-    pub fn take_all(&self, prefix: &str) -> (Vec<KeyValue>, i64) {
+    pub(crate) fn take_all(&self, prefix: &str) -> (Vec<KeyValue>, i64) {
         let mut state = self.write();
         state.changed.clear();
         (entries_under(&state.entries, prefix), state.revision)
@@ -111,7 +111,7 @@ impl Mirror {
 
     /// The keys changed since the last `take_changes` or `take_all`. Meant for one consumer
     /// (the ownership reconciler): what it takes, nobody else sees.
-    pub fn take_changes(&self) -> Changes {
+    pub(crate) fn take_changes(&self) -> Changes {
         let mut state = self.write();
         let changed = std::mem::take(&mut state.changed);
         let keys = changed
@@ -128,33 +128,33 @@ impl Mirror {
     }
 
     /// The store revision the copy reflects (for the keys it copies).
-    pub fn revision(&self) -> i64 {
+    pub(crate) fn revision(&self) -> i64 {
         self.read().revision
     }
 
     /// Whether the copy is following the store right now (false while it is rebuilding).
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.live.load(Ordering::Acquire)
     }
 
     /// Marks the copy as rebuilding or live again, as a watch failure and its resync do.
     #[cfg(test)]
-    pub fn set_live(&self, live: bool) {
+    pub(crate) fn set_live(&self, live: bool) {
         self.live.store(live, Ordering::Release);
     }
 
     /// Changes each time the store was found restored to an earlier revision.
-    pub fn restores(&self) -> watch::Receiver<u64> {
+    pub(crate) fn restores(&self) -> watch::Receiver<u64> {
         self.restores.subscribe()
     }
 
     /// The revision the copy reflects, after every batch the watch brought.
-    pub fn reached(&self) -> watch::Receiver<i64> {
+    pub(crate) fn reached(&self) -> watch::Receiver<i64> {
         self.reached.subscribe()
     }
 
     /// The revision after each change to the copy: wakes consumers up to re-read it.
-    pub fn changes(&self) -> watch::Receiver<i64> {
+    pub(crate) fn changes(&self) -> watch::Receiver<i64> {
         self.changes.subscribe()
     }
 
@@ -162,7 +162,7 @@ impl Mirror {
     /// transaction). If the watch does not bring it soon, lists the store instead; if that
     /// fails too the copy stays as it is (the store is unreachable, and the follower catches
     /// up when it is back).
-    pub async fn caught_up(&self, revision: i64) {
+    pub(crate) async fn caught_up(&self, revision: i64) {
         let mut reflected = self.reached.subscribe();
         let reached = reflected.wait_for(|current| *current >= revision);
         if let Ok(Ok(_)) = tokio::time::timeout(CATCH_UP_WAIT, reached).await {

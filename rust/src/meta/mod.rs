@@ -1,17 +1,17 @@
 //! Metadata: the key-value contract, its embedded and etcd implementations, the in-memory
 //! mirror of the store, and the typed catalog.
 
-pub mod catalog;
-pub mod embedded;
-pub mod etcd;
+pub(crate) mod catalog;
+pub(crate) mod embedded;
+pub(crate) mod etcd;
 mod etcd_limits;
 #[cfg(test)]
 pub(crate) mod faulty_kv;
-pub mod kv;
-pub mod metered;
-pub mod mirror;
+pub(crate) mod kv;
+pub(crate) mod metered;
+pub(crate) mod mirror;
 pub(crate) mod producer_ids;
-pub mod published;
+pub(crate) mod published;
 #[cfg(test)]
 mod test_etcd;
-pub mod wal;
+pub(crate) mod wal;

@@ -30,7 +30,7 @@ use tokio::sync::{watch, Mutex};
 use super::kv::{ChangeStream, Compare, KeyValue, KvStore, Listing, MetaError, Op};
 
 /// The folder below the namespace that holds the published keys (`!` starts no topic name).
-pub const PUBLISHED_FOLDER: &str = "!meta";
+pub(crate) const PUBLISHED_FOLDER: &str = "!meta";
 
 /// The keys published, relative to the cluster's root.
 const PUBLISHED_PREFIXES: [&str; 3] = ["topics/", "partitions/", "wal/"];
@@ -40,14 +40,14 @@ const PUBLISHED_AT_ONCE: usize = 16;
 
 /// Where published keys are written: names relative to the cluster root (`wal/0/ab-…`).
 #[async_trait]
-pub trait Shelf: Send + Sync {
+pub(crate) trait Shelf: Send + Sync {
     async fn put(&self, name: &str, value: Bytes) -> Result<(), String>;
     async fn delete(&self, name: &str) -> Result<(), String>;
     /// Every name on the shelf.
     async fn names(&self) -> Result<Vec<String>, String>;
 }
 
-pub struct PublishedKv<S> {
+pub(crate) struct PublishedKv<S> {
     inner: S,
     /// The cluster's root with its trailing slash (`/kafscale/{cluster}/`).
     root: String,
@@ -61,7 +61,7 @@ pub struct PublishedKv<S> {
 impl<S: KvStore> PublishedKv<S> {
     /// Wraps `inner` and publishes what it holds now. A failure to publish is reported, not
     /// fatal: the broker serves clients, and readers see the data once publishing works again.
-    pub async fn open(inner: S, root: &str, shelf: Box<dyn Shelf>) -> PublishedKv<S> {
+    pub(crate) async fn open(inner: S, root: &str, shelf: Box<dyn Shelf>) -> PublishedKv<S> {
         let kv = PublishedKv {
             inner,
             root: format!("{}/", root.trim_end_matches('/')),

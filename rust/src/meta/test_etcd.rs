@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub struct TestEtcd {
+pub(super) struct TestEtcd {
     pub endpoint: String,
     peer: String,
     dir: tempfile::TempDir,
@@ -14,13 +14,13 @@ pub struct TestEtcd {
 }
 
 /// A loopback port nothing listens on (right now).
-pub fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
     listener.local_addr().unwrap().port()
 }
 
 impl TestEtcd {
-    pub async fn start() -> TestEtcd {
+    pub(super) async fn start() -> TestEtcd {
         let dir = tempfile::tempdir().unwrap();
         let endpoint = format!("http://127.0.0.1:{}", free_port());
         let peer = format!("http://127.0.0.1:{}", free_port());
@@ -35,12 +35,12 @@ impl TestEtcd {
         etcd
     }
 
-    pub fn endpoints(&self) -> Vec<String> {
+    pub(super) fn endpoints(&self) -> Vec<String> {
         vec![self.endpoint.clone()]
     }
 
     /// A plain client, to act behind the store's back.
-    pub async fn client(&self) -> etcd_client::Client {
+    pub(super) async fn client(&self) -> etcd_client::Client {
         etcd_client::Client::connect([&self.endpoint], None)
             .await
             .unwrap()
@@ -49,7 +49,7 @@ impl TestEtcd {
     /// Freezes the process (SIGSTOP): connections stay open but nothing answers. Returns once
     /// every thread has stopped: kill(2) returns before they all have, and a request arriving
     /// in between could still be answered.
-    pub fn pause(&self) {
+    pub(super) fn pause(&self) {
         self.signal(libc::SIGSTOP);
         let deadline = Instant::now() + Duration::from_secs(5);
         while !self.stopped() && Instant::now() < deadline {
@@ -70,18 +70,18 @@ impl TestEtcd {
         })
     }
 
-    pub fn resume(&self) {
+    pub(super) fn resume(&self) {
         self.signal(libc::SIGCONT);
     }
 
     /// Kills etcd (connections close at once).
-    pub fn kill(&mut self) {
+    pub(super) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Starts a killed etcd again on the same data directory and ports.
-    pub async fn start_again(&mut self) {
+    pub(super) async fn start_again(&mut self) {
         self.child = spawn(self.dir.path(), &self.endpoint, &self.peer);
         self.wait_ready().await;
     }

@@ -30,7 +30,7 @@ use super::kv::{Compare, KeyValue, MetaError, Op};
 /// One partition's batches inside a write-ahead object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "RunRow", into = "RunRow")]
-pub struct WalRun {
+pub(crate) struct WalRun {
     pub partition: i32,
     /// The leader epoch the batches were written under.
     pub leader_epoch: i32,
@@ -78,7 +78,7 @@ impl From<WalRun> for RunRow {
 
 /// The runs of one topic in an object; the id tells a re-created topic's runs apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicRuns {
+pub(crate) struct TopicRuns {
     pub topic: String,
     pub id: Uuid,
     pub runs: Vec<WalRun>,
@@ -86,7 +86,7 @@ pub struct TopicRuns {
 
 /// What one committed write-ahead object holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WalManifest {
+pub(crate) struct WalManifest {
     /// The object's path in the bucket.
     pub object: String,
     pub broker: i32,
@@ -97,12 +97,12 @@ pub struct WalManifest {
 
 impl Catalog {
     /// Where every manifest lives.
-    pub fn manifests_prefix(&self) -> String {
+    pub(crate) fn manifests_prefix(&self) -> String {
         format!("{}/wal/", self.root())
     }
 
     /// The manifest key of a write-ahead object named `name` (`{writer}-{seq}`).
-    pub fn manifest_key(&self, broker: i32, name: &str) -> String {
+    pub(crate) fn manifest_key(&self, broker: i32, name: &str) -> String {
         format!("{}/wal/{broker}/{name}", self.root())
     }
 
@@ -111,8 +111,8 @@ impl Catalog {
     }
 
     /// Where the writer keys are: each commit writes its broker's, so their revisions tell
-    /// how far the commits have come (`cluster::read_barrier`).
-    pub fn writers_prefix(&self) -> String {
+    /// how far the commits have come (`broker::read_barrier`).
+    pub(crate) fn writers_prefix(&self) -> String {
         format!("{}/writers/", self.root())
     }
 
@@ -122,14 +122,14 @@ impl Catalog {
 
     /// The revision of the broker's sweep mark (0 while there is none): what its commits are
     /// conditioned on.
-    pub async fn sweep_mark(&self, broker: i32) -> Result<i64, MetaError> {
+    pub(crate) async fn sweep_mark(&self, broker: i32) -> Result<i64, MetaError> {
         let mark = self.kv().get(&self.sweep_key(broker)).await?;
         Ok(mark.map_or(0, |kv| kv.mod_revision))
     }
 
     /// Marks a sweep of `broker`'s uncommitted objects by `sweeper`: no commit of that broker
     /// conditioned on an earlier mark lands from now on. Returns the mark's revision.
-    pub async fn mark_sweep(&self, broker: i32, sweeper: i32) -> Result<i64, MetaError> {
+    pub(crate) async fn mark_sweep(&self, broker: i32, sweeper: i32) -> Result<i64, MetaError> {
         let put = Op::Put(self.sweep_key(broker), Bytes::from(sweeper.to_string()));
         let revision = self.kv().txn(vec![], vec![put]).await?;
         revision.ok_or_else(|| MetaError::Unavailable("unconditional write refused".into()))
@@ -145,7 +145,7 @@ impl Catalog {
     /// session ended (its flights may hold partitions this broker no longer owns). Rewriting
     /// the key also voids any earlier commit of this broker still on its way to the store.
     /// Like every commit, it is conditioned on the sweep mark at `sweep`.
-    pub async fn open_writer(
+    pub(crate) async fn open_writer(
         &self,
         broker: i32,
         session: u64,
@@ -164,7 +164,7 @@ impl Catalog {
     /// `encode_manifest`) appear, conditioned on the writer key being at `guard.writer` and
     /// the sweep mark at `guard.sweep`. Returns the writer key's new revision, or None if the
     /// key moved (session lost: fenced) or a sweep was marked.
-    pub async fn commit_manifests(
+    pub(crate) async fn commit_manifests(
         &self,
         broker: i32,
         guard: CommitGuard,
@@ -186,7 +186,7 @@ impl Catalog {
 
     /// Moves the writer key on if `guard` still holds (a commit of nothing): after this, no
     /// commit conditioned on it can land any more. None if it did not hold.
-    pub async fn advance_writer(
+    pub(crate) async fn advance_writer(
         &self,
         broker: i32,
         guard: CommitGuard,
@@ -195,7 +195,7 @@ impl Catalog {
     }
 
     /// The manifest at `key`, if committed.
-    pub async fn manifest(&self, key: &str) -> Result<Option<WalManifest>, MetaError> {
+    pub(crate) async fn manifest(&self, key: &str) -> Result<Option<WalManifest>, MetaError> {
         match self.kv().get(key).await? {
             Some(kv) => parse_manifest(&kv).map(Some),
             None => Ok(None),
@@ -203,7 +203,7 @@ impl Catalog {
     }
 
     /// Removes manifests whose objects are gone, as many per transaction as the store takes.
-    pub async fn delete_manifests(&self, keys: &[String]) -> Result<(), MetaError> {
+    pub(crate) async fn delete_manifests(&self, keys: &[String]) -> Result<(), MetaError> {
         for chunk in keys.chunks(self.kv().max_txn_ops().max(1)) {
             let ops = chunk.iter().map(|key| Op::Delete(key.clone())).collect();
             self.kv().txn(vec![], ops).await?;
@@ -215,7 +215,7 @@ impl Catalog {
     /// segment ends), each conditioned on its record and owner key as this broker last saw
     /// them – all or none. Returns the revision, or None if one of them changed (fenced).
     /// Callers keep a batch within `max_txn_ops() / 2` partitions.
-    pub async fn commit_owned_records(
+    pub(crate) async fn commit_owned_records(
         &self,
         changes: &[OwnedChange<'_>],
     ) -> Result<Option<i64>, MetaError> {
@@ -227,7 +227,7 @@ impl Catalog {
     /// the lost commit never can – and if that fails its conditions, the records are read
     /// back: the lost commit landed if one holds what it wrote (only the owner writes them,
     /// and it holds their record locks meanwhile).
-    pub async fn settle_owned_records(
+    pub(crate) async fn settle_owned_records(
         &self,
         changes: &[OwnedChange<'_>],
     ) -> Result<Settled, MetaError> {
@@ -271,18 +271,18 @@ impl Catalog {
 
 /// What a broker's commits are conditioned on: its writer key's revision and its sweep mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommitGuard {
+pub(crate) struct CommitGuard {
     pub writer: i64,
     pub sweep: i64,
 }
 
 /// A change of an owned partition's record: topic, partition, the record as committed before
 /// and the new one.
-pub type OwnedChange<'a> = (&'a str, i32, &'a VersionedPartition, &'a PartitionRecord);
+pub(crate) type OwnedChange<'a> = (&'a str, i32, &'a VersionedPartition, &'a PartitionRecord);
 
 /// How a commit of owned records whose answer was lost came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
+pub(crate) enum Settled {
     /// It landed, at this revision.
     Landed(i64),
     /// It did not, and now cannot: the records were written again as they were, at this
@@ -293,11 +293,11 @@ pub enum Settled {
 }
 
 /// A manifest as stored (what `commit_manifests` takes).
-pub fn encode_manifest(manifest: &WalManifest) -> Bytes {
+pub(crate) fn encode_manifest(manifest: &WalManifest) -> Bytes {
     Bytes::from(serde_json::to_vec(manifest).expect("manifests serialize"))
 }
 
-pub fn parse_manifest(kv: &KeyValue) -> Result<WalManifest, MetaError> {
+pub(crate) fn parse_manifest(kv: &KeyValue) -> Result<WalManifest, MetaError> {
     serde_json::from_slice(&kv.value).map_err(|e| MetaError::Corrupt {
         key: kv.key.clone(),
         reason: e.to_string(),

@@ -5,7 +5,7 @@
 //! health checks. This module is a leaf: it knows nothing of the broker.
 
 pub(crate) mod process;
-pub mod traffic;
+pub(crate) mod traffic;
 
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -43,13 +43,13 @@ impl EncodeLabelValue for LabelText<'_> {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ApiLabels {
+pub(crate) struct ApiLabels {
     pub api: ApiName,
 }
 
 /// A Kafka API key, shown by its name ("Produce"); the name is only spelled out at scrape time.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct ApiName(pub i16);
+pub(crate) struct ApiName(pub i16);
 
 impl EncodeLabelValue for ApiName {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
@@ -62,7 +62,7 @@ impl EncodeLabelValue for ApiName {
 
 /// A metadata store request: which store (`etcd` or `embedded`) and which operation.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MetadataLabels {
+pub(crate) struct MetadataLabels {
     pub store: &'static str,
     pub operation: &'static str,
 }
@@ -75,12 +75,12 @@ fn latency_histogram() -> Histogram {
 /// What the Python group coordinator reports about the groups it coordinates; lag is worked
 /// out from it against the high watermarks at scrape time.
 #[derive(Debug, Clone, Default)]
-pub struct GroupSnapshot {
+pub(crate) struct GroupSnapshot {
     pub groups: Vec<GroupState>,
 }
 
 #[derive(Debug, Clone)]
-pub struct GroupState {
+pub(crate) struct GroupState {
     pub group: String,
     pub state: String,
     pub members: i64,
@@ -89,7 +89,7 @@ pub struct GroupState {
 }
 
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub request_duration: Family<ApiLabels, Histogram>,
     /// Produce and fetch counters per served topic (encoded by `traffic`'s collector).
     pub topic_traffic: TopicTraffic,
@@ -135,7 +135,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Adds every counter and histogram to `registry` (they stay shared: updates show at the
     /// next scrape).
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("kafscale");
         r.register_with_unit(
             "request_duration",
@@ -217,7 +217,7 @@ impl Metrics {
         );
     }
 
-    pub fn observe_request(&self, api: ApiKey, started: Instant) {
+    pub(crate) fn observe_request(&self, api: ApiKey, started: Instant) {
         self.request_duration
             .get_or_create(&ApiLabels {
                 api: ApiName(api as i16),
@@ -226,11 +226,11 @@ impl Metrics {
     }
 
     /// A deleted topic's series go with it (a re-created one starts from zero).
-    pub fn forget_topic(&self, topic: &str) {
+    pub(crate) fn forget_topic(&self, topic: &str) {
         self.topic_traffic.forget(topic);
     }
 
-    pub fn observe_metadata(
+    pub(crate) fn observe_metadata(
         &self,
         store: &'static str,
         operation: &'static str,
@@ -247,18 +247,18 @@ impl Metrics {
     }
 
     /// The error counter of a store's operation, at 0 until it fails.
-    pub fn preset_metadata_errors(&self, store: &'static str, operation: &'static str) {
+    pub(crate) fn preset_metadata_errors(&self, store: &'static str, operation: &'static str) {
         drop(
             self.metadata_errors
                 .get_or_create(&MetadataLabels { store, operation }),
         );
     }
 
-    pub fn set_groups(&self, snapshot: GroupSnapshot) {
+    pub(crate) fn set_groups(&self, snapshot: GroupSnapshot) {
         *self.groups.lock().unwrap_or_else(|p| p.into_inner()) = snapshot;
     }
 
-    pub fn group_snapshot(&self) -> GroupSnapshot {
+    pub(crate) fn group_snapshot(&self) -> GroupSnapshot {
         self.groups
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -70,7 +70,7 @@ const FAMILIES: [(&str, &str, Option<Unit>, Field); 6] = [
 /// The counters of every served topic that saw traffic, by name, with the id of the topic they
 /// belong to (a topic re-created under the same name starts from zero).
 #[derive(Debug, Default)]
-pub struct TopicTraffic {
+pub(crate) struct TopicTraffic {
     topics: RwLock<HashMap<String, (Uuid, Arc<TopicCounters>)>>,
 }
 
@@ -107,7 +107,7 @@ impl TopicTraffic {
     }
 
     /// A deleted topic's series go with it.
-    pub fn forget(&self, name: &str) {
+    pub(crate) fn forget(&self, name: &str) {
         self.write().remove(name);
     }
 

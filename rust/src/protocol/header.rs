@@ -115,7 +115,7 @@ impl<'a, T: Encodable + HeaderVersion> ResponseEncoding<'a, T> {
 }
 
 /// Encodes a response frame: size, response header (at the version the API uses), body.
-pub fn encode_response<T: Encodable + HeaderVersion>(
+pub(crate) fn encode_response<T: Encodable + HeaderVersion>(
     correlation_id: i32,
     version: i16,
     body: &T,
@@ -129,7 +129,7 @@ pub fn encode_response<T: Encodable + HeaderVersion>(
 /// Both ends of the wire for handler tests: requests as a client sends them, responses as a
 /// client reads them.
 #[cfg(test)]
-pub mod testing {
+pub(crate) mod testing {
     use bytes::{Buf, BytesMut};
 
     use crate::protocol::splice::ResponseFrame;
@@ -137,7 +137,7 @@ pub mod testing {
     use super::*;
 
     /// A request as the connection hands it to dispatch, its body encoded at `version`.
-    pub fn request<T: Encodable>(api_key: ApiKey, version: i16, body: &T) -> Request {
+    pub(crate) fn request<T: Encodable>(api_key: ApiKey, version: i16, body: &T) -> Request {
         let mut encoded = BytesMut::new();
         body.encode(&mut encoded, version).unwrap();
         Request {
@@ -150,7 +150,7 @@ pub mod testing {
     }
 
     /// The correlation id and body of a response frame, decoded as a client would.
-    pub fn read_response<T: Decodable + HeaderVersion>(
+    pub(crate) fn read_response<T: Decodable + HeaderVersion>(
         frame: impl Into<ResponseFrame>,
         version: i16,
     ) -> (i32, T) {

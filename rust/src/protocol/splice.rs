@@ -27,26 +27,23 @@ const STAND_IN_SPACE: usize = 256 << 20;
 
 /// An encoded response frame (size prefix included): its bytes in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResponseFrame {
+pub(crate) struct ResponseFrame {
     chunks: Vec<Bytes>,
     len: usize,
 }
 
 impl ResponseFrame {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn chunks(&self) -> &[Bytes] {
+    pub(crate) fn chunks(&self) -> &[Bytes] {
         &self.chunks
     }
 
-    /// One contiguous copy (tests, and the rare caller that needs it).
-    pub fn to_bytes(&self) -> Bytes {
+    /// One contiguous copy.
+    #[cfg(test)]
+    pub(crate) fn to_bytes(&self) -> Bytes {
         match self.chunks.as_slice() {
             [one] => one.clone(),
             chunks => chunks.concat().into(),
@@ -65,14 +62,14 @@ impl From<Bytes> for ResponseFrame {
 
 /// The record data of one response, by slot; hands out the stand-ins that name the slots.
 #[derive(Debug, Default)]
-pub struct Splices {
+pub(crate) struct Splices {
     slots: Vec<Option<Vec<Bytes>>>,
 }
 
 impl Splices {
     /// What to put in a records field for `slices`: a stand-in when the data can be spliced,
     /// else the data itself, in one piece.
-    pub fn stand_in(&mut self, slices: Vec<Bytes>) -> Bytes {
+    pub(crate) fn stand_in(&mut self, slices: Vec<Bytes>) -> Bytes {
         let len: usize = slices.iter().map(Bytes::len).sum();
         let slot = self.slots.len();
         match stand_in_space() {
@@ -146,7 +143,7 @@ fn stand_in_space() -> Option<&'static [u8]> {
 
 /// Encodes a response frame with the record data of `splices` in place of its stand-ins.
 /// `Err(None)`: a stand-in was not written in one piece; encode without stand-ins instead.
-pub fn encode_spliced<T: Encodable + HeaderVersion>(
+pub(crate) fn encode_spliced<T: Encodable + HeaderVersion>(
     correlation_id: i32,
     version: i16,
     body: &T,

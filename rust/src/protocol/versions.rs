@@ -3,7 +3,7 @@
 
 use kafka_protocol::messages::ApiKey;
 
-pub struct SupportedApi {
+pub(crate) struct SupportedApi {
     pub key: ApiKey,
     pub min: i16,
     pub max: i16,
@@ -14,7 +14,7 @@ const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
 }
 
 /// The APIs answered in Rust; the control-plane ones (answered in Python) are `control::SERVED`.
-pub const DATA_PLANE: &[SupportedApi] = &[
+pub(crate) const DATA_PLANE: &[SupportedApi] = &[
     // From v0 as Kafka does: librdkafka enables gzip, snappy and lz4 only when the broker
     // lists Produce v0. Clients send v3+ (RecordBatch) when offered; a v0–2 request (legacy
     // message sets) is answered with UNSUPPORTED_FOR_MESSAGE_FORMAT per partition.

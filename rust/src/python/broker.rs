@@ -1,4 +1,4 @@
-//! The `Broker` handle Python holds: start and stop a `broker::running::Running`, hand control
+//! The `Broker` handle Python holds: start and stop a `running::Running`, hand control
 //! requests to Python, and the topic calls the admin handlers make.
 //! Blocking work runs with the GIL released; async methods return Python awaitables whose work
 //! runs on the broker's own runtime.
@@ -14,13 +14,13 @@ use super::control::ControlRequest;
 use super::errors::{api_error, start_error};
 use super::group_store::GroupStore;
 use super::runtime::on_runtime;
-use crate::broker::running::Running;
 use crate::broker::Topic;
 use crate::config::BrokerConfig;
 use crate::metrics::{GroupSnapshot, GroupState};
+use crate::running::Running;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
-pub struct TopicInfo {
+pub(super) struct TopicInfo {
     name: String,
     topic_id: String,
     partitions: i32,

@@ -10,9 +10,9 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::auth::control::Screened;
-use crate::broker::control::{ControlBody, ControlCall, ControlReply};
+use crate::control::bridge::{ControlBody, ControlCall, ControlReply};
 use crate::control::control_apis;
+use crate::control::screen::Screened;
 use crate::protocol::header::encode_response;
 use crate::server::log_limit::LogLimit;
 

@@ -6,9 +6,9 @@ use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 
 use crate::analytics::error::ReadError;
-use crate::broker::running::StartError;
 use crate::error::ApiError;
 use crate::meta::kv::MetaError;
+use crate::running::StartError;
 
 pyo3::create_exception!(
     _core,

@@ -13,7 +13,7 @@ use super::runtime::on_runtime;
 use crate::meta::kv::{Compare, KeyValue, KvStore, Op};
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
-pub struct StoredEntry {
+pub(super) struct StoredEntry {
     key: String,
     value: Vec<u8>,
     mod_revision: i64,

@@ -9,7 +9,7 @@ use tracing_subscriber::fmt::time::UtcTime;
 use tracing_subscriber::EnvFilter;
 
 #[pyfunction]
-pub fn init_logging(level: &str, format: &str) -> PyResult<()> {
+pub(super) fn init_logging(level: &str, format: &str) -> PyResult<()> {
     let level = match level {
         "warning" => "warn",
         other => other,

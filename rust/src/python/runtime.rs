@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
 /// Runs `work` on `runtime` and hands Python an awaitable of its result.
-pub fn on_runtime<'py, T, F>(
+pub(super) fn on_runtime<'py, T, F>(
     runtime: &Runtime,
     py: Python<'py>,
     work: F,

@@ -415,7 +415,7 @@ impl ArrowBatch {
 
 /// No rows, in the schema of Spark's Kafka source (Python reads the schema off it).
 #[pyfunction]
-pub fn empty_kafka_batch(include_headers: bool) -> ArrowBatch {
+pub(super) fn empty_kafka_batch(include_headers: bool) -> ArrowBatch {
     ArrowBatch {
         batch: RecordBatch::new_empty(kafka_schema(include_headers)),
     }
@@ -432,7 +432,7 @@ fn bounds(snapshot: &TopicSnapshot) -> Vec<(i32, i64, i64)> {
 /// (partition, log start offset, committed end) of each partition of `topic`, from etcd
 /// (nothing for an unknown topic).
 #[pyfunction]
-pub fn committed_bounds(
+pub(super) fn committed_bounds(
     py: Python<'_>,
     endpoints: Vec<String>,
     namespace: &str,

@@ -30,6 +30,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Unit;
 use tokio::sync::watch;
 
 /// How long a connection holding less than its share waits for room in the broker's budget
@@ -55,6 +59,28 @@ pub(crate) struct ByteBudget {
     next_id: AtomicU64,
     /// When a drop was last logged, and how many were not logged since.
     drops_logged: Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+/// The budget's use, read at scrape time (`kafscale_request_budget_used`).
+pub(crate) struct BudgetGauge(pub(crate) Arc<ByteBudget>);
+
+impl std::fmt::Debug for BudgetGauge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BudgetGauge")
+    }
+}
+
+impl Collector for BudgetGauge {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let metric = ConstGauge::new(self.0.used_now() as i64);
+        metric.encode(encoder.encode_descriptor(
+            "kafscale_request_budget_used",
+            "Bytes charged to the broker's request budget (queued_max_request_bytes): requests \
+             being received or handled, responses not yet sent, produced bytes not yet durable",
+            Some(&Unit::Bytes),
+            metric.metric_type(),
+        )?)
+    }
 }
 
 impl ByteBudget {

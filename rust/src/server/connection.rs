@@ -710,8 +710,8 @@ mod tests {
         use tokio::net::TcpListener;
 
         use super::*;
-        use crate::broker::control::ControlCall;
         use crate::broker::tests::TestBroker;
+        use crate::control::bridge::ControlCall;
         use crate::control::group_admin;
         use crate::protocol::header::encode_response;
         use crate::server::handlers::testing::broker_with;
@@ -735,7 +735,8 @@ mod tests {
             };
             let (stop, stopped) = watch::channel(false);
             let bound = vec![BoundListener { listener, entry }];
-            tokio::spawn(serve(t.broker.clone(), bound, stopped));
+            let budget = Arc::new(ByteBudget::new(t.broker.config.queued_max_request_bytes));
+            tokio::spawn(serve(t.broker.clone(), bound, budget, stopped));
             Served {
                 t,
                 addr,

@@ -17,8 +17,8 @@ use super::budget::{Budgets, Charge};
 use super::handlers::{self, Reply};
 use super::order::Turn;
 use crate::auth::authorizer::Access;
-use crate::broker::control::ControlBody;
 use crate::broker::Broker;
+use crate::control::bridge::ControlBody;
 use crate::protocol::header::Request;
 use crate::server::handlers::api_versions::is_supported;
 

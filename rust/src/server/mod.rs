@@ -2,10 +2,10 @@
 
 mod admission;
 pub(crate) mod budget;
-pub mod connection;
-pub mod dispatch;
+pub(crate) mod connection;
+pub(crate) mod dispatch;
 mod fd_limit;
-pub mod handlers;
+pub(crate) mod handlers;
 pub(crate) mod log_limit;
 mod low_water;
 pub(crate) mod ops_endpoint;
@@ -45,9 +45,13 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 ///
 /// Connections past `max_connections` (lowered to what the open-file limit allows) or
 /// `max_connections_per_ip` (all listeners together) are closed as soon as they are accepted.
+///
+/// `broker_budget` is the broker's request budget (`queued_max_request_bytes`), which every
+/// connection's requests and responses are charged to.
 pub(crate) async fn serve(
     broker: Arc<Broker>,
     listeners: Vec<BoundListener>,
+    broker_budget: Arc<budget::ByteBudget>,
     mut stop: watch::Receiver<bool>,
 ) {
     let config = &broker.config;
@@ -64,7 +68,6 @@ pub(crate) async fn serve(
         config.max_connections_per_ip,
     );
     let mut refusals = RefusalLog::new(REFUSAL_LOG_INTERVAL);
-    let broker_budget = broker.request_budget.clone();
     let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, Entry)>(fd_limit::ACCEPT_QUEUE);
     let mut acceptors = JoinSet::new();
     for bound in listeners {

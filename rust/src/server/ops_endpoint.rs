@@ -36,6 +36,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::budget::{BudgetGauge, ByteBudget};
 use crate::broker::gauges::BrokerGauges;
 use crate::broker::traffic::TopicTrafficCollector;
 use crate::broker::Broker;
@@ -66,9 +67,10 @@ struct Endpoint {
 }
 
 /// Serves until the runtime stops; over TLS when `tls` is given.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
+    request_budget: Arc<ByteBudget>,
     tls: Option<Arc<Tls>>,
     token_file: Option<PathBuf>,
 ) {
@@ -81,6 +83,7 @@ pub async fn serve(
     );
     registry.register_collector(Box::new(TopicTrafficCollector::new(broker.clone())));
     registry.register_collector(Box::new(BrokerGauges::new(broker.clone())));
+    registry.register_collector(Box::new(BudgetGauge(request_budget)));
     registry.register_collector(Box::new(ProcessCollector));
     let config = &broker.config;
     let timeouts = Timeouts {

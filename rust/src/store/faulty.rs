@@ -20,7 +20,7 @@ use object_store::{
 use tokio::sync::Semaphore;
 
 #[derive(Debug, Default)]
-pub struct FaultyStore {
+pub(crate) struct FaultyStore {
     inner: Arc<InMemory>,
     /// Uploads under this prefix wait for a permit.
     gate: Mutex<Option<(String, Arc<Semaphore>)>>,
@@ -37,33 +37,33 @@ pub struct FaultyStore {
 
 /// Listings held until released, and how many are waiting.
 #[derive(Debug)]
-pub struct ListGate {
+pub(crate) struct ListGate {
     pub permits: Semaphore,
     waiting: AtomicUsize,
 }
 
 impl ListGate {
     /// How many listings are waiting at the gate right now.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::SeqCst)
     }
 }
 
 impl FaultyStore {
     /// Holds every upload whose path starts with `prefix` until `release` lets it through.
-    pub fn hold_puts(&self, prefix: &str) -> Arc<Semaphore> {
+    pub(crate) fn hold_puts(&self, prefix: &str) -> Arc<Semaphore> {
         let permits = Arc::new(Semaphore::new(0));
         *self.gate.lock().unwrap() = Some((prefix.to_string(), permits.clone()));
         permits
     }
 
     /// Makes the next `count` uploads fail with a generic (retriable-looking) error.
-    pub fn fail_next_puts(&self, count: usize) {
+    pub(crate) fn fail_next_puts(&self, count: usize) {
         self.failing_puts.store(count, Ordering::SeqCst);
     }
 
     /// Holds every listing until the gate's `permits` let it through.
-    pub fn hold_lists(&self) -> Arc<ListGate> {
+    pub(crate) fn hold_lists(&self) -> Arc<ListGate> {
         let gate = Arc::new(ListGate {
             permits: Semaphore::new(0),
             waiting: AtomicUsize::new(0),
@@ -74,24 +74,24 @@ impl FaultyStore {
 
     /// Holds every read of an object whose path ends with `suffix` until `release` lets it
     /// through.
-    pub fn hold_gets(&self, suffix: &str) -> Arc<Semaphore> {
+    pub(crate) fn hold_gets(&self, suffix: &str) -> Arc<Semaphore> {
         let permits = Arc::new(Semaphore::new(0));
         *self.get_gate.lock().unwrap() = Some((suffix.to_string(), permits.clone()));
         permits
     }
 
     /// How many reads are waiting at the gate right now.
-    pub fn held_gets(&self) -> usize {
+    pub(crate) fn held_gets(&self) -> usize {
         self.held_gets.load(Ordering::SeqCst)
     }
 
     /// How many uploads are waiting at the gate right now.
-    pub fn held_puts(&self) -> usize {
+    pub(crate) fn held_puts(&self) -> usize {
         self.held_puts.load(Ordering::SeqCst)
     }
 
     /// How many reads asked for an object whose path ends with `suffix`.
-    pub fn reads_of(&self, suffix: &str) -> usize {
+    pub(crate) fn reads_of(&self, suffix: &str) -> usize {
         let reads = self.reads.lock().unwrap();
         reads.iter().filter(|path| path.ends_with(suffix)).count()
     }

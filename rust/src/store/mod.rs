@@ -16,18 +16,18 @@ use object_store::{
 };
 
 #[cfg(test)]
-pub mod faulty;
+pub(crate) mod faulty;
 mod memory;
 mod problems;
 mod published;
 mod requests;
 
 pub(crate) use problems::has_configured_credentials;
-pub use problems::{concise, one_line, OpenError, Unusable};
-pub use requests::RequestCounts;
+pub(crate) use problems::{concise, one_line, OpenError, Unusable};
+pub(crate) use requests::RequestCounts;
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error("object {0} already exists")]
     AlreadyExists(String),
     #[error("object {0} not found")]
@@ -76,11 +76,11 @@ fn without_slack(chunk: Bytes) -> Bytes {
 }
 
 /// How long a probe of the store waits for its answer.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Where segments live, as configured.
 #[derive(Debug, Clone)]
-pub enum StorageLocation {
+pub(crate) enum StorageLocation {
     LocalDir(std::path::PathBuf),
     Memory,
     S3 {
@@ -93,7 +93,7 @@ pub enum StorageLocation {
 }
 
 #[derive(Debug, Clone)]
-pub struct S3Credentials {
+pub(crate) struct S3Credentials {
     pub access_key_id: String,
     pub secret_access_key: String,
     pub session_token: Option<String>,
@@ -102,7 +102,7 @@ pub struct S3Credentials {
 /// Which of a partition's objects: a segment's two, or the idempotent producers' state as of
 /// an offset (`log::partition::idempotence`), which readers of segments skip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum SegmentObject {
+pub(crate) enum SegmentObject {
     Data,
     Index,
     ProducerSnapshot,
@@ -121,16 +121,16 @@ impl SegmentObject {
 
 /// A segment object found by listing a partition's prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedSegment {
+pub(crate) struct ListedSegment {
     pub base_offset: i64,
     pub kind: SegmentObject,
     pub size: u64,
 }
 
 /// The folder of write-ahead objects under the namespace.
-pub const WAL_FOLDER: &str = "!wal";
+pub(crate) const WAL_FOLDER: &str = "!wal";
 
-pub struct SegmentStore {
+pub(crate) struct SegmentStore {
     store: Arc<dyn ObjectStore>,
     namespace: String,
     description: String,
@@ -141,7 +141,10 @@ pub struct SegmentStore {
 }
 
 impl SegmentStore {
-    pub fn open(location: &StorageLocation, namespace: &str) -> Result<SegmentStore, OpenError> {
+    pub(crate) fn open(
+        location: &StorageLocation,
+        namespace: &str,
+    ) -> Result<SegmentStore, OpenError> {
         let local_root = match location {
             StorageLocation::LocalDir(dir) => Some(dir.clone()),
             _ => None,
@@ -239,7 +242,7 @@ impl SegmentStore {
 
     /// A store over any `object_store` implementation (tests inject faults this way).
     #[cfg(test)]
-    pub fn over(store: Arc<dyn ObjectStore>, namespace: &str) -> SegmentStore {
+    pub(crate) fn over(store: Arc<dyn ObjectStore>, namespace: &str) -> SegmentStore {
         SegmentStore::counted(store, namespace, "test store".to_string(), None)
     }
 
@@ -260,16 +263,16 @@ impl SegmentStore {
     }
 
     /// The requests made of the store so far, by operation and kind of object.
-    pub fn requests(&self) -> &RequestCounts {
+    pub(crate) fn requests(&self) -> &RequestCounts {
         &self.requests
     }
 
-    pub fn describe(&self) -> &str {
+    pub(crate) fn describe(&self) -> &str {
         &self.description
     }
 
     /// Checks the store answers (start-up must fail loudly, not at the first produce).
-    pub async fn probe(&self) -> Result<(), StoreError> {
+    pub(crate) async fn probe(&self) -> Result<(), StoreError> {
         let prefix = Path::from(self.namespace.as_str());
         let listing = self.store.list_with_delimiter(Some(&prefix));
         match tokio::time::timeout(PROBE_TIMEOUT, listing).await {
@@ -283,7 +286,7 @@ impl SegmentStore {
 
     /// Like `probe`, for start-up: what is wrong, classified so the message can say what to
     /// do about it.
-    pub async fn check(&self) -> Result<(), Unusable> {
+    pub(crate) async fn check(&self) -> Result<(), Unusable> {
         let prefix = Path::from(self.namespace.as_str());
         let listing = self.store.list_with_delimiter(Some(&prefix));
         match tokio::time::timeout(PROBE_TIMEOUT, listing).await {
@@ -293,7 +296,7 @@ impl SegmentStore {
         }
     }
 
-    pub fn segment_path(
+    pub(crate) fn segment_path(
         &self,
         topic: &str,
         partition: i32,
@@ -309,7 +312,7 @@ impl SegmentStore {
 
     /// Where a write-ahead object lives. `!` is no topic name's character, so the folder
     /// never meets a topic's.
-    pub fn wal_path(&self, broker: i32, name: &str) -> Path {
+    pub(crate) fn wal_path(&self, broker: i32, name: &str) -> Path {
         Path::from(format!(
             "{}/{WAL_FOLDER}/{broker}/{name}.wal",
             self.namespace
@@ -317,7 +320,7 @@ impl SegmentStore {
     }
 
     /// The broker that wrote the write-ahead object at `path` (`wal_path`).
-    pub fn wal_broker(&self, path: &Path) -> Option<i32> {
+    pub(crate) fn wal_broker(&self, path: &Path) -> Option<i32> {
         let mut parts = path
             .parts()
             .skip_while(|p| p.as_ref() != WAL_FOLDER)
@@ -327,7 +330,7 @@ impl SegmentStore {
 
     /// Every write-ahead object, with when it was written (unix ms; for the sweep of
     /// uncommitted ones).
-    pub async fn list_wal(&self) -> Result<Vec<(Path, i64)>, StoreError> {
+    pub(crate) async fn list_wal(&self) -> Result<Vec<(Path, i64)>, StoreError> {
         let prefix = Path::from(format!("{}/{WAL_FOLDER}", self.namespace));
         let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
         Ok(objects
@@ -342,7 +345,7 @@ impl SegmentStore {
 
     /// Writes an object that must not exist yet (If-None-Match: *), so nothing committed is
     /// ever overwritten.
-    pub async fn put_new(
+    pub(crate) async fn put_new(
         &self,
         path: &Path,
         object: impl Into<PutPayload>,
@@ -352,7 +355,7 @@ impl SegmentStore {
         Ok(())
     }
 
-    pub async fn get(&self, path: &Path) -> Result<Bytes, StoreError> {
+    pub(crate) async fn get(&self, path: &Path) -> Result<Bytes, StoreError> {
         Ok(self.store.get(path).await?.bytes().await?)
     }
 
@@ -360,7 +363,7 @@ impl SegmentStore {
     /// (its pages come straight from the page cache, faulted in here, on the caller's task).
     /// Objects are written to a staging name and linked into place complete, and a committed
     /// object is never changed, only unlinked, which leaves an existing mapping intact.
-    pub async fn get_mapped(&self, path: &Path) -> Result<Bytes, StoreError> {
+    pub(crate) async fn get_mapped(&self, path: &Path) -> Result<Bytes, StoreError> {
         let Some(root) = &self.local_root else {
             return self.get(path).await;
         };
@@ -378,13 +381,17 @@ impl SegmentStore {
         Ok(Bytes::from_owner(map))
     }
 
-    pub async fn get_range(&self, path: &Path, range: Range<u64>) -> Result<Bytes, StoreError> {
+    pub(crate) async fn get_range(
+        &self,
+        path: &Path,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
         Ok(self.store.get_range(path, range).await?)
     }
 
     /// Bytes `range` of an object as the chunks its body arrived in, not copied together. A
     /// local file is read in one piece (its store would hand it over in 8 KiB chunks).
-    pub async fn get_range_pieces(
+    pub(crate) async fn get_range_pieces(
         &self,
         path: &Path,
         range: Range<u64>,
@@ -413,7 +420,7 @@ impl SegmentStore {
         Ok(pieces)
     }
 
-    pub async fn delete(&self, path: &Path) -> Result<(), StoreError> {
+    pub(crate) async fn delete(&self, path: &Path) -> Result<(), StoreError> {
         match self.store.delete(path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
@@ -421,7 +428,7 @@ impl SegmentStore {
     }
 
     /// Names of the folders right under `{namespace}/{below}` (topics, or a topic's partitions).
-    pub async fn list_folders(&self, below: &str) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn list_folders(&self, below: &str) -> Result<Vec<String>, StoreError> {
         let parts = self.namespace.split('/').chain(below.split('/'));
         let prefix = Path::from_iter(parts.filter(|part| !part.is_empty()));
         let listing = self.store.list_with_delimiter(Some(&prefix)).await?;
@@ -435,7 +442,7 @@ impl SegmentStore {
     }
 
     /// The objects of one partition, sorted by base offset (data, index, producer snapshot).
-    pub async fn list_partition(
+    pub(crate) async fn list_partition(
         &self,
         topic: &str,
         partition: i32,
@@ -466,7 +473,7 @@ impl SegmentStore {
     }
 
     /// Deletes every object of a topic; returns how many went.
-    pub async fn delete_topic_objects(&self, topic: &str) -> Result<usize, StoreError> {
+    pub(crate) async fn delete_topic_objects(&self, topic: &str) -> Result<usize, StoreError> {
         let prefix = self.topic_prefix(topic);
         let paths: Vec<Path> = self
             .store

@@ -6,7 +6,7 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
 /// Why a store could not be opened; callers name the setting at fault.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("directory {}: {error}", dir.display())]
     Directory {
         dir: std::path::PathBuf,
@@ -24,7 +24,7 @@ pub enum OpenError {
 
 /// Why object storage answered a start-up probe with an error, from what S3 said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unusable {
+pub(crate) enum Unusable {
     /// 404 on the bucket itself.
     NoBucket,
     /// 403: the credentials are unknown, wrong, or not allowed to list the bucket
@@ -136,7 +136,7 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// One line for an object_store error: its first line, with what an S3 error body says
 /// (code and message) in place of the XML.
-pub fn concise(text: &str) -> String {
+pub(crate) fn concise(text: &str) -> String {
     let line = one_line(text);
     match (xml_field(text, "Code"), xml_field(text, "Message")) {
         (Some(code), Some(message)) => format!("{line} ({code}: {message})"),
@@ -146,7 +146,7 @@ pub fn concise(text: &str) -> String {
 }
 
 /// The first line of a message, without a response body appended to it.
-pub fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let text = text.split("<?xml").next().unwrap_or(text);
     let line = text.lines().next().unwrap_or("").trim();
     line.trim_end_matches(':').trim().to_string()

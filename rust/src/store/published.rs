@@ -72,7 +72,7 @@ impl SegmentStore {
     }
 
     /// Where the single-node broker publishes its metadata in this store.
-    pub fn published_shelf(&self) -> Box<dyn Shelf> {
+    pub(crate) fn published_shelf(&self) -> Box<dyn Shelf> {
         Box::new(ObjectShelf {
             store: self.store.clone(),
             folder: self.published_folder(),
@@ -80,14 +80,14 @@ impl SegmentStore {
     }
 
     /// The published names below `prefix` (e.g. `wal/`), relative to the shelf.
-    pub async fn published_names(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn published_names(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         let folder = self.published_folder();
         let below = Path::from(format!("{folder}/{}", prefix.trim_end_matches('/')));
         Ok(names_below(&self.store, &folder, &below).await?)
     }
 
     /// A published key's value; None if it is not (or no longer) published.
-    pub async fn published(&self, name: &str) -> Result<Option<Bytes>, StoreError> {
+    pub(crate) async fn published(&self, name: &str) -> Result<Option<Bytes>, StoreError> {
         let path = Path::from(format!("{}/{name}", self.published_folder()));
         match self.get(&path).await {
             Ok(value) => Ok(Some(value)),
@@ -97,7 +97,7 @@ impl SegmentStore {
     }
 
     /// Whether a broker publishes its metadata here (a single-node broker's storage).
-    pub async fn has_published(&self) -> Result<bool, StoreError> {
+    pub(crate) async fn has_published(&self) -> Result<bool, StoreError> {
         let folders = self.list_folders("").await?;
         Ok(folders.iter().any(|f| f == PUBLISHED_FOLDER))
     }

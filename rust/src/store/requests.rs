@@ -22,7 +22,7 @@ use super::WAL_FOLDER;
 use crate::meta::published::PUBLISHED_FOLDER;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     /// `put`, `get` (whole or ranged, and heads), `list` or `delete` (copies count as `put`:
     /// S3 bills them so).
     pub operation: &'static str,
@@ -31,7 +31,7 @@ pub struct RequestLabels {
 }
 
 /// Requests made so far, shared with the metrics registry.
-pub type RequestCounts = Family<RequestLabels, Counter>;
+pub(crate) type RequestCounts = Family<RequestLabels, Counter>;
 
 /// The kind of object at `path`, from the layout (`store` and `meta::published`).
 fn object_kind(path: &str) -> &'static str {

@@ -20,14 +20,14 @@ use crate::control::text::{wire as text, wire_opt as optional};
 use crate::protocol::topic_name;
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct JoinGroupMember {
+pub(crate) struct JoinGroupMember {
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub metadata: Vec<u8>,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct JoinGroupResponse {
+pub(crate) struct JoinGroupResponse {
     pub error_code: i16,
     pub generation_id: i32,
     pub protocol_type: Option<String>,
@@ -39,7 +39,7 @@ pub struct JoinGroupResponse {
     pub throttle_time_ms: i32,
 }
 
-pub fn join_group(answer: JoinGroupResponse, version: i16) -> wire::JoinGroupResponse {
+pub(crate) fn join_group(answer: JoinGroupResponse, version: i16) -> wire::JoinGroupResponse {
     // The protocol name may be null only from v7; before, "no protocol" is "".
     let protocol_name = match answer.protocol_name {
         None if version < 7 => Some(StrBytes::default()),
@@ -65,7 +65,7 @@ pub fn join_group(answer: JoinGroupResponse, version: i16) -> wire::JoinGroupRes
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct SyncGroupResponse {
+pub(crate) struct SyncGroupResponse {
     pub error_code: i16,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -74,7 +74,7 @@ pub struct SyncGroupResponse {
 }
 
 /// The protocol type and name exist from v5; the codec leaves them out before.
-pub fn sync_group(answer: SyncGroupResponse) -> wire::SyncGroupResponse {
+pub(crate) fn sync_group(answer: SyncGroupResponse) -> wire::SyncGroupResponse {
     wire::SyncGroupResponse::default()
         .with_throttle_time_ms(answer.throttle_time_ms)
         .with_error_code(answer.error_code)
@@ -84,32 +84,32 @@ pub fn sync_group(answer: SyncGroupResponse) -> wire::SyncGroupResponse {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct HeartbeatResponse {
+pub(crate) struct HeartbeatResponse {
     pub error_code: i16,
     pub throttle_time_ms: i32,
 }
 
-pub fn heartbeat(answer: HeartbeatResponse) -> wire::HeartbeatResponse {
+pub(crate) fn heartbeat(answer: HeartbeatResponse) -> wire::HeartbeatResponse {
     wire::HeartbeatResponse::default()
         .with_throttle_time_ms(answer.throttle_time_ms)
         .with_error_code(answer.error_code)
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct LeaveGroupMemberResult {
+pub(crate) struct LeaveGroupMemberResult {
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub error_code: i16,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct LeaveGroupResponse {
+pub(crate) struct LeaveGroupResponse {
     pub error_code: i16,
     pub members: Vec<LeaveGroupMemberResult>,
     pub throttle_time_ms: i32,
 }
 
-pub fn leave_group(answer: LeaveGroupResponse, version: i16) -> wire::LeaveGroupResponse {
+pub(crate) fn leave_group(answer: LeaveGroupResponse, version: i16) -> wire::LeaveGroupResponse {
     let response =
         wire::LeaveGroupResponse::default().with_throttle_time_ms(answer.throttle_time_ms);
     if version <= 2 {
@@ -134,24 +134,24 @@ pub fn leave_group(answer: LeaveGroupResponse, version: i16) -> wire::LeaveGroup
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetCommitPartitionResult {
+pub(crate) struct OffsetCommitPartitionResult {
     pub partition_index: i32,
     pub error_code: i16,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetCommitTopicResult {
+pub(crate) struct OffsetCommitTopicResult {
     pub name: String,
     pub partitions: Vec<OffsetCommitPartitionResult>,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetCommitResponse {
+pub(crate) struct OffsetCommitResponse {
     pub topics: Vec<OffsetCommitTopicResult>,
     pub throttle_time_ms: i32,
 }
 
-pub fn offset_commit(answer: OffsetCommitResponse) -> wire::OffsetCommitResponse {
+pub(crate) fn offset_commit(answer: OffsetCommitResponse) -> wire::OffsetCommitResponse {
     let topics = answer.topics.into_iter().map(|t| {
         let partitions = t.partitions.into_iter().map(|p| {
             OffsetCommitResponsePartition::default()
@@ -168,7 +168,7 @@ pub fn offset_commit(answer: OffsetCommitResponse) -> wire::OffsetCommitResponse
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetFetchPartitionResult {
+pub(crate) struct OffsetFetchPartitionResult {
     pub partition_index: i32,
     pub committed_offset: i64,
     pub committed_leader_epoch: i32,
@@ -177,13 +177,13 @@ pub struct OffsetFetchPartitionResult {
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetFetchTopicResult {
+pub(crate) struct OffsetFetchTopicResult {
     pub name: String,
     pub partitions: Vec<OffsetFetchPartitionResult>,
 }
 
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetFetchGroupResult {
+pub(crate) struct OffsetFetchGroupResult {
     pub group_id: String,
     pub error_code: i16,
     pub topics: Vec<OffsetFetchTopicResult>,
@@ -191,7 +191,7 @@ pub struct OffsetFetchGroupResult {
 
 /// One result per requested group, in the request's order.
 #[derive(Debug, Clone, FromPyObject)]
-pub struct OffsetFetchResponse {
+pub(crate) struct OffsetFetchResponse {
     pub groups: Vec<OffsetFetchGroupResult>,
     pub throttle_time_ms: i32,
 }
@@ -213,7 +213,7 @@ macro_rules! fetched_partition {
 /// `request` is what was asked. From v8 each group has its own result; before, the one group's
 /// result is the response. v0–1 have no group-level error field, so a group error goes into
 /// every partition result, and into one per requested partition if the answer has none.
-pub fn offset_fetch(
+pub(crate) fn offset_fetch(
     answer: OffsetFetchResponse,
     request: &WireFetchRequest,
     version: i16,

@@ -13,14 +13,14 @@ use crate::control::text::{read as text, read_opt as optional};
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct JoinGroupProtocol {
+pub(crate) struct JoinGroupProtocol {
     name: String,
     metadata: Vec<u8>,
 }
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct JoinGroupRequest {
+pub(crate) struct JoinGroupRequest {
     group_id: String,
     session_timeout_ms: i32,
     rebalance_timeout_ms: i32,
@@ -32,7 +32,7 @@ pub struct JoinGroupRequest {
 }
 
 impl JoinGroupRequest {
-    pub fn new(wire: &WireJoin, version: i16) -> Self {
+    pub(crate) fn new(wire: &WireJoin, version: i16) -> Self {
         JoinGroupRequest {
             group_id: text(&wire.group_id),
             session_timeout_ms: wire.session_timeout_ms,
@@ -60,14 +60,14 @@ impl JoinGroupRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct SyncGroupAssignment {
+pub(crate) struct SyncGroupAssignment {
     member_id: String,
     assignment: Vec<u8>,
 }
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct SyncGroupRequest {
+pub(crate) struct SyncGroupRequest {
     group_id: String,
     generation_id: i32,
     member_id: String,
@@ -78,7 +78,7 @@ pub struct SyncGroupRequest {
 }
 
 impl SyncGroupRequest {
-    pub fn new(wire: &WireSync) -> Self {
+    pub(crate) fn new(wire: &WireSync) -> Self {
         SyncGroupRequest {
             group_id: text(&wire.group_id),
             generation_id: wire.generation_id,
@@ -100,7 +100,7 @@ impl SyncGroupRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct HeartbeatRequest {
+pub(crate) struct HeartbeatRequest {
     group_id: String,
     generation_id: i32,
     member_id: String,
@@ -108,7 +108,7 @@ pub struct HeartbeatRequest {
 }
 
 impl HeartbeatRequest {
-    pub fn new(wire: &WireHeartbeat) -> Self {
+    pub(crate) fn new(wire: &WireHeartbeat) -> Self {
         HeartbeatRequest {
             group_id: text(&wire.group_id),
             generation_id: wire.generation_id,
@@ -120,7 +120,7 @@ impl HeartbeatRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct LeavingMember {
+pub(crate) struct LeavingMember {
     member_id: String,
     group_instance_id: Option<String>,
     reason: Option<String>,
@@ -128,13 +128,13 @@ pub struct LeavingMember {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct LeaveGroupRequest {
+pub(crate) struct LeaveGroupRequest {
     group_id: String,
     members: Vec<LeavingMember>,
 }
 
 impl LeaveGroupRequest {
-    pub fn new(wire: &WireLeave, version: i16) -> Self {
+    pub(crate) fn new(wire: &WireLeave, version: i16) -> Self {
         // v0–2 name the one leaving member; v3+ (KIP-345) a batch of them.
         let members = if version <= 2 {
             vec![LeavingMember {
@@ -161,7 +161,7 @@ impl LeaveGroupRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct OffsetCommitPartition {
+pub(crate) struct OffsetCommitPartition {
     partition_index: i32,
     committed_offset: i64,
     committed_leader_epoch: i32,
@@ -171,14 +171,14 @@ pub struct OffsetCommitPartition {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct OffsetCommitTopic {
+pub(crate) struct OffsetCommitTopic {
     name: String,
     partitions: Vec<OffsetCommitPartition>,
 }
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct OffsetCommitRequest {
+pub(crate) struct OffsetCommitRequest {
     group_id: String,
     generation_id: i32,
     member_id: String,
@@ -190,7 +190,7 @@ pub struct OffsetCommitRequest {
 impl OffsetCommitRequest {
     /// The codec already fills what a version lacks as Kafka does: generation -1 and no member
     /// (v0), commit timestamp -1 (all but v1), retention -1 (all but v2–4), epoch -1 (< v6).
-    pub fn new(wire: &WireCommit) -> Self {
+    pub(crate) fn new(wire: &WireCommit) -> Self {
         OffsetCommitRequest {
             group_id: text(&wire.group_id),
             generation_id: wire.generation_id_or_member_epoch,
@@ -221,7 +221,7 @@ impl OffsetCommitRequest {
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct OffsetFetchTopic {
+pub(crate) struct OffsetFetchTopic {
     name: String,
     partition_indexes: Vec<i32>,
 }
@@ -229,7 +229,7 @@ pub struct OffsetFetchTopic {
 /// One group's part of an OffsetFetch (v8+ ask for several groups in one request).
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone, PartialEq)]
-pub struct OffsetFetchGroup {
+pub(crate) struct OffsetFetchGroup {
     group_id: String,
     topics: Option<Vec<OffsetFetchTopic>>,
 }
@@ -238,13 +238,13 @@ pub struct OffsetFetchGroup {
 /// members, and a classic group, the only kind here, ignores them as Kafka's does.
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
-pub struct OffsetFetchRequest {
+pub(crate) struct OffsetFetchRequest {
     groups: Vec<OffsetFetchGroup>,
     require_stable: bool,
 }
 
 impl OffsetFetchRequest {
-    pub fn new(wire: &WireFetch, version: i16) -> Self {
+    pub(crate) fn new(wire: &WireFetch, version: i16) -> Self {
         let topic = |name: &TopicName, partition_indexes: &Vec<i32>| OffsetFetchTopic {
             name: text(name),
             partition_indexes: partition_indexes.clone(),
@@ -299,7 +299,7 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
-    use crate::broker::control::ControlBody;
+    use crate::control::bridge::ControlBody;
     use crate::control::testing::decoded;
     use crate::protocol::header::testing::request;
     use crate::protocol::topic_name;

@@ -32,7 +32,7 @@ use crate::meta::catalog::{PartitionRecord, VersionedPartition};
 use crate::store::SegmentObject;
 
 /// A segment uploaded and ready to be committed, with the record lock still held.
-pub struct Compacted {
+pub(crate) struct Compacted {
     pub owned: VersionedPartition,
     /// The record with `segment_end` moved past the segments.
     pub record: PartitionRecord,
@@ -70,13 +70,13 @@ const BYTES_PER_COMPACTION: u64 = 64 << 20;
 
 impl Compacted {
     /// Whether the partition has more due once this is committed.
-    pub fn more_due(&self) -> bool {
+    pub(crate) fn more_due(&self) -> bool {
         self.more_due
     }
 
     /// Commits the switch alone (the compaction loop batches it with others): its revision.
     #[cfg(test)]
-    pub async fn commit_alone(&self, ctx: &LogContext, topic: &str, partition: i32) -> i64 {
+    pub(crate) async fn commit_alone(&self, ctx: &LogContext, topic: &str, partition: i32) -> i64 {
         let change = (topic, partition, &self.owned, &self.record);
         let committed = ctx.catalog.commit_owned_records(&[change]).await;
         committed.unwrap().expect("committed")
@@ -85,7 +85,7 @@ impl Compacted {
 
 /// Partitions whose committed runs hold a segment's worth, waiting for the compaction loop.
 #[derive(Default)]
-pub struct CompactionDue {
+pub(crate) struct CompactionDue {
     partitions: Mutex<Vec<Arc<Partition>>>,
     added: Notify,
     /// Nothing is put on the list: a test compacts when it says so.
@@ -100,7 +100,7 @@ impl CompactionDue {
 
     /// Counts a run of `bytes` just committed for `partition`, and puts the partition on the
     /// list if its runs now hold a segment's worth.
-    pub fn note_committed_run(&self, partition: &Arc<Partition>, bytes: u64) {
+    pub(crate) fn note_committed_run(&self, partition: &Arc<Partition>, bytes: u64) {
         #[cfg(test)]
         if self.held.load(Ordering::Acquire) {
             return;
@@ -116,7 +116,7 @@ impl CompactionDue {
     }
 
     /// The partitions put on the list since the last call (each may be put on it again).
-    pub fn take(&self) -> Vec<Arc<Partition>> {
+    pub(crate) fn take(&self) -> Vec<Arc<Partition>> {
         let taken = std::mem::take(&mut *self.partitions());
         for partition in &taken {
             partition.compaction_queued.store(false, Ordering::Release);
@@ -125,13 +125,13 @@ impl CompactionDue {
     }
 
     /// Returns once a partition was put on the list (at once if one was since the last wait).
-    pub async fn added(&self) {
+    pub(crate) async fn added(&self) {
         self.added.notified().await;
     }
 
     /// From now on nothing is put on the list (the compaction loop would race a test's own).
     #[cfg(test)]
-    pub fn hold(&self) {
+    pub(crate) fn hold(&self) {
         self.held.store(true, Ordering::Release);
     }
 }
@@ -139,7 +139,7 @@ impl CompactionDue {
 impl Partition {
     /// Uploads the next segments while the write-ahead runs above the segment end are due
     /// (at most `SEGMENTS_PER_COMPACTION`); None if none is (or the log takes no writes here).
-    pub async fn compact(&self, ctx: &LogContext, now_ms: i64) -> Option<Compacted> {
+    pub(crate) async fn compact(&self, ctx: &LogContext, now_ms: i64) -> Option<Compacted> {
         let lock = self.record_lock.clone().lock_owned().await;
         // A log that stopped taking writes (handed off, shutting down) is no longer this
         // broker's to compact, even while its owner key is; nor one whose producer state is
@@ -313,7 +313,7 @@ impl Partition {
     }
 
     /// The committed switch to the new segments: the record as written and its revision.
-    pub fn compacted(&self, ctx: &LogContext, compacted: Compacted, revision: i64) {
+    pub(crate) fn compacted(&self, ctx: &LogContext, compacted: Compacted, revision: i64) {
         let Compacted {
             owned,
             record,
@@ -359,7 +359,7 @@ impl Partition {
 
     /// The record was written again as it was, at `revision` (settling a compaction commit
     /// whose answer was lost): only its revision moved, which later changes are conditioned on.
-    pub fn record_rewritten(&self, before: &VersionedPartition, revision: i64) {
+    pub(crate) fn record_rewritten(&self, before: &VersionedPartition, revision: i64) {
         let mut state = self.state();
         if state.committed.owner_revision == before.owner_revision
             && state.committed.revision == before.revision

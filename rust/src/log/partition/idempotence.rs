@@ -40,7 +40,7 @@ pub(super) struct Idempotence {
 /// An idempotent producer's batch as appended, taken into the committed state once its flush
 /// commits.
 #[derive(Debug, Clone, Copy)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     batch: ProducerBatch,
     base_offset: i64,
     last_offset: i64,
@@ -168,7 +168,7 @@ impl Idempotence {
 
 /// One producer as DescribeProducers lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ActiveProducer {
+pub(crate) struct ActiveProducer {
     pub producer_id: i64,
     pub epoch: i16,
     pub last_sequence: i32,
@@ -177,7 +177,7 @@ pub struct ActiveProducer {
 
 impl Partition {
     /// The producers this partition remembers, as its owner (DescribeProducers).
-    pub fn active_producers(&self) -> Result<Vec<ActiveProducer>, ResponseError> {
+    pub(crate) fn active_producers(&self) -> Result<Vec<ActiveProducer>, ResponseError> {
         let state = self.state();
         if state.committed.owner_revision == 0 || !state.producers.loaded {
             return Err(ResponseError::NotLeaderOrFollower);
@@ -202,7 +202,7 @@ impl Partition {
 
     /// Rebuilds the producer state after a claim, retrying (with backoff) until it succeeds or
     /// the partition stops taking writes here.
-    pub async fn load_producers(&self, ctx: &LogContext) {
+    pub(crate) async fn load_producers(&self, ctx: &LogContext) {
         let mut backoff = std::time::Duration::from_millis(100);
         loop {
             if !self.is_leader() || self.state().producers.loaded {

@@ -12,8 +12,8 @@ pub(crate) mod compaction;
 mod idempotence;
 mod roles;
 
-pub use compaction::Compacted;
-pub use idempotence::Recorded;
+pub(crate) use compaction::Compacted;
+pub(crate) use idempotence::Recorded;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -32,13 +32,13 @@ use crate::store::SegmentObject;
 use idempotence::{Admission, Idempotence};
 
 /// Result of a produce once its flush finished: the base offset of its first batch.
-pub type AppendResult = Result<i64, ResponseError>;
+pub(crate) type AppendResult = Result<i64, ResponseError>;
 
 /// Who to answer about a produce request, and the base offset it got.
-pub type Reply = (oneshot::Sender<AppendResult>, i64);
+pub(crate) type Reply = (oneshot::Sender<AppendResult>, i64);
 
 /// Buffered batches a flush took, in offset order, and what is owed for them.
-pub struct Taken {
+pub(crate) struct Taken {
     /// Given up to the object built of them.
     pub batches: Vec<StoredBatch>,
     pub bytes: usize,
@@ -48,7 +48,7 @@ pub struct Taken {
 }
 
 /// What a flush owes for the batches it took, once their object is committed or failed.
-pub struct Owed {
+pub(crate) struct Owed {
     replies: Vec<Reply>,
     /// The idempotent producers' batches among them.
     recorded: Vec<Recorded>,
@@ -65,7 +65,7 @@ struct Chunk {
 }
 
 /// What an append did.
-pub enum Appended {
+pub(crate) enum Appended {
     /// Buffered: the receiver completes once the batches are durable; the bytes buffered.
     Buffered(oneshot::Receiver<AppendResult>, usize),
     /// A producer's retry of batches stored already, at this base offset.
@@ -75,7 +75,7 @@ pub enum Appended {
 #[cfg(test)]
 impl Appended {
     /// What a batch without producer id gets: buffered.
-    pub fn buffered(self) -> (oneshot::Receiver<AppendResult>, usize) {
+    pub(crate) fn buffered(self) -> (oneshot::Receiver<AppendResult>, usize) {
         match self {
             Appended::Buffered(ack, bytes) => (ack, bytes),
             Appended::Stored(at) => panic!("a retry answered with offset {at}"),
@@ -96,7 +96,7 @@ struct State {
     producers: Idempotence,
 }
 
-pub struct Partition {
+pub(crate) struct Partition {
     pub topic: Arc<str>,
     pub topic_id: Uuid,
     pub id: i32,
@@ -121,18 +121,17 @@ pub struct Partition {
 }
 
 /// What a fetch needs to know, taken under the lock in one go.
-pub struct ReadView {
+pub(crate) struct ReadView {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     /// Where the committed segments end and the write-ahead runs take over.
     pub segment_end: i64,
-    pub leader_epoch: i32,
     /// Committed segments from the one holding the requested offset onward.
     pub segments: Vec<SegmentMeta>,
 }
 
 impl Partition {
-    pub fn new(
+    pub(crate) fn new(
         topic: Arc<str>,
         topic_id: Uuid,
         id: i32,
@@ -181,7 +180,7 @@ impl Partition {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn high_watermark(&self) -> i64 {
+    pub(crate) fn high_watermark(&self) -> i64 {
         *self.high_watermark.borrow()
     }
 
@@ -195,41 +194,42 @@ impl Partition {
     }
 
     /// The largest record batch a produce may carry now (the topic's `max.message.bytes`).
-    pub fn max_message_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn max_message_bytes(&self) -> usize {
         self.limits.max_message_bytes()
     }
 
     /// What a produce arriving now is checked against (the topic's current limits).
-    pub fn produce_rules(&self) -> crate::log::validate::ProduceRules {
+    pub(crate) fn produce_rules(&self) -> crate::log::validate::ProduceRules {
         self.limits.produce_rules(now_ms())
     }
 
     /// The size segments are cut at now (the topic's `segment.bytes`): each flush writes
     /// segments of about this size, and a buffer that reaches it is flushed at once.
-    pub fn segment_bytes(&self) -> usize {
+    pub(crate) fn segment_bytes(&self) -> usize {
         self.limits.segment_bytes()
     }
 
     /// Wakes every fetch waiting for this log to grow (it is being replaced).
-    pub fn wake_readers(&self) {
+    pub(crate) fn wake_readers(&self) {
         self.high_watermark.send_modify(|_| {});
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<i64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<i64> {
         self.high_watermark.subscribe()
     }
 
     /// How many readers follow the committed end (tests wait for a fetch to reach its wait).
     #[cfg(test)]
-    pub fn readers(&self) -> usize {
+    pub(crate) fn readers(&self) -> usize {
         self.high_watermark.receiver_count()
     }
 
-    pub fn leader_epoch(&self) -> i32 {
+    pub(crate) fn leader_epoch(&self) -> i32 {
         self.state().committed.record.leader_epoch
     }
 
-    pub fn log_start_offset(&self) -> i64 {
+    pub(crate) fn log_start_offset(&self) -> i64 {
         self.state().committed.record.log_start_offset
     }
 
@@ -238,7 +238,7 @@ impl Partition {
     /// and the bytes appended, for the write-ahead writer's accounting; or, for a retry of
     /// stored batches, where they are (without `want_ack`, acks=0, also for a retry of
     /// batches still buffered).
-    pub fn append(
+    pub(crate) fn append(
         &self,
         batches: Vec<IncomingBatch>,
         want_ack: bool,
@@ -295,20 +295,20 @@ impl Partition {
     }
 
     /// Puts the partition on the writer's list; true if it was not on it (the caller adds it).
-    pub fn enqueue(&self) -> bool {
+    pub(crate) fn enqueue(&self) -> bool {
         !self.queued.swap(true, Ordering::AcqRel)
     }
 
     /// Takes the partition off the writer's list (before its buffer is taken, so an append
     /// that comes after puts it back).
-    pub fn dequeue(&self) {
+    pub(crate) fn dequeue(&self) {
         self.queued.store(false, Ordering::Release);
     }
 
     /// Retention: moves the log start to `log_start` (a segment boundary) and forgets the
     /// segments below it. Runs under the flush lock, so it never races a commit. Returns the
     /// segments that are no longer part of the log (their objects can go).
-    pub async fn advance_log_start(
+    pub(crate) async fn advance_log_start(
         &self,
         ctx: &LogContext,
         log_start: i64,
@@ -333,12 +333,12 @@ impl Partition {
     }
 
     /// Stops taking writes; buffered data is still flushed by a later `flush`.
-    pub fn close(&self, error: ResponseError) {
+    pub(crate) fn close(&self, error: ResponseError) {
         self.state().closed = Some(error);
     }
 
     /// Fails every buffered write without flushing it (the topic is gone).
-    pub fn abandon(&self, error: ResponseError) {
+    pub(crate) fn abandon(&self, error: ResponseError) {
         let chunks = {
             let mut state = self.state();
             state.closed = Some(error);
@@ -352,19 +352,19 @@ impl Partition {
     }
 
     /// True while appended batches wait for a flush.
-    pub fn has_pending(&self) -> bool {
+    pub(crate) fn has_pending(&self) -> bool {
         !self.state().pending.is_empty()
     }
 
     /// Bytes appended and not yet taken by a flush.
-    pub fn pending_bytes(&self) -> usize {
+    pub(crate) fn pending_bytes(&self) -> usize {
         self.state().pending_bytes
     }
 
     /// Takes buffered produce requests for a write-ahead object, oldest first, while the total
     /// is below `budget` (the one that reaches it included, so an object the size cap brought
     /// holds at least the cap). None if nothing is buffered.
-    pub fn take_for_flush(&self, budget: usize) -> Option<Taken> {
+    pub(crate) fn take_for_flush(&self, budget: usize) -> Option<Taken> {
         let mut state = self.state();
         let mut bytes = 0;
         let count = state
@@ -399,7 +399,7 @@ impl Partition {
     }
 
     /// The taken batches are committed: the log ends after them now; answers their producers.
-    pub fn complete_flush(&self, owed: Owed, end: i64) {
+    pub(crate) fn complete_flush(&self, owed: Owed, end: i64) {
         // Settled after the partition was given up (its session ended while the commit's
         // outcome was unknown): the log that replaced this one learns the end first, so a
         // reader shown it here finds it there too.
@@ -420,7 +420,7 @@ impl Partition {
 
     /// The taken batches were not committed: their producers get `error`, and what was
     /// appended meanwhile moves down to the committed end (or, `fenced`, is failed too).
-    pub fn fail_flush(&self, owed: Owed, error: ResponseError, fenced: bool) {
+    pub(crate) fn fail_flush(&self, owed: Owed, error: ResponseError, fenced: bool) {
         for (waiter, _) in owed.replies {
             let _ = waiter.send(Err(error));
         }
@@ -459,7 +459,7 @@ impl Partition {
     }
 
     /// Where one of this partition's segment objects lives.
-    pub fn segment_path(
+    pub(crate) fn segment_path(
         &self,
         ctx: &LogContext,
         base_offset: i64,
@@ -471,13 +471,13 @@ impl Partition {
 
     /// The segment's cache key; the topic id keeps a re-created topic from seeing the old one's
     /// cached bytes.
-    pub fn object_key(&self, base_offset: i64) -> String {
+    pub(crate) fn object_key(&self, base_offset: i64) -> String {
         format!("{}/{}/{}/{base_offset}", self.topic, self.topic_id, self.id)
     }
 
     /// Committed segments starting with the one that holds `offset`, or the reason the offset
     /// cannot be read.
-    pub fn read_view(&self, offset: i64) -> Result<ReadView, ResponseError> {
+    pub(crate) fn read_view(&self, offset: i64) -> Result<ReadView, ResponseError> {
         let state = self.state();
         let record = &state.committed.record;
         let high_watermark = self.high_watermark();
@@ -490,23 +490,22 @@ impl Partition {
             high_watermark,
             log_start_offset: record.log_start_offset,
             segment_end: record.segment_end(),
-            leader_epoch: record.leader_epoch,
             segments: segments[first..].to_vec(),
         })
     }
 
     /// Where the committed segments end, as this broker knows it now.
-    pub fn segment_end(&self) -> i64 {
+    pub(crate) fn segment_end(&self) -> i64 {
         self.state().committed.record.segment_end()
     }
 
     /// Every committed segment (for timestamp searches).
-    pub fn segments(&self) -> Vec<SegmentMeta> {
+    pub(crate) fn segments(&self) -> Vec<SegmentMeta> {
         self.state().segments.clone().unwrap_or_default()
     }
 
     /// Remembers a segment's max timestamp once a search has read it.
-    pub fn learn_max_timestamp(&self, base_offset: i64, max_timestamp: i64) {
+    pub(crate) fn learn_max_timestamp(&self, base_offset: i64, max_timestamp: i64) {
         let mut state = self.state();
         if let Some(segment) = state
             .segments
@@ -519,7 +518,7 @@ impl Partition {
     }
 }
 
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -528,7 +527,7 @@ pub fn now_ms() -> i64 {
 
 impl Partition {
     /// Returns once no retention or compaction change of this partition is under way.
-    pub async fn wait_for_record_changes(&self) {
+    pub(crate) async fn wait_for_record_changes(&self) {
         let _ = self.record_lock.lock().await;
     }
 }

@@ -12,24 +12,24 @@ use crate::store::{ListedSegment, SegmentObject};
 
 impl Partition {
     /// True while this broker owns the partition and takes writes for it.
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         let state = self.state();
         state.committed.owner_revision != 0 && state.closed.is_none()
     }
 
     /// The committed state this broker owns the partition under (None on a follower).
-    pub fn owned(&self) -> Option<VersionedPartition> {
+    pub(crate) fn owned(&self) -> Option<VersionedPartition> {
         let state = self.state();
         (state.committed.owner_revision != 0).then(|| state.committed.clone())
     }
 
     /// The metadata session this broker owns the partition in (0 on a follower).
-    pub fn owner_session(&self) -> u64 {
+    pub(crate) fn owner_session(&self) -> u64 {
         self.state().committed.session
     }
 
     /// The committed partition record as this broker has it, and its store revision.
-    pub fn committed_record(&self) -> (PartitionRecord, i64) {
+    pub(crate) fn committed_record(&self) -> (PartitionRecord, i64) {
         let state = self.state();
         (state.committed.record.clone(), state.committed.revision)
     }
@@ -39,7 +39,7 @@ impl Partition {
     /// index knows) if that is further. A commit of this log whose outcome was still unknown
     /// reaches the copy when it is settled (`complete_flush`): its end never lies below what
     /// a reader of this log was shown.
-    pub fn to_follower(&self, committed_end: i64) -> Arc<Partition> {
+    pub(crate) fn to_follower(&self, committed_end: i64) -> Arc<Partition> {
         let follower = {
             let state = self.state();
             let mut committed = state.committed.clone();
@@ -60,7 +60,7 @@ impl Partition {
     }
 
     /// A follower takes in what the owner committed (as the metadata store reports it).
-    pub fn follow(&self, record: &PartitionRecord, revision: i64) {
+    pub(crate) fn follow(&self, record: &PartitionRecord, revision: i64) {
         {
             let mut state = self.state();
             if state.committed.owner_revision != 0 || revision <= state.committed.revision {
@@ -83,7 +83,7 @@ impl Partition {
     /// the change compacted are deleted, reads would miss the segments it added. The segment
     /// list is made again from a fresh listing (`list_owned`, which also removes a producer
     /// snapshot the record no longer names).
-    pub async fn adopt_landed_record(&self, record: &PartitionRecord, revision: i64) {
+    pub(crate) async fn adopt_landed_record(&self, record: &PartitionRecord, revision: i64) {
         let _one_at_a_time = self.record_lock.lock().await;
         let mut state = self.state();
         let committed = &state.committed;
@@ -101,7 +101,7 @@ impl Partition {
 
     /// A follower learns that the log is committed up to `end` (a write-ahead manifest of its
     /// owner); an owner's end moves only with its own commits.
-    pub fn observe_end(&self, end: i64) {
+    pub(crate) fn observe_end(&self, end: i64) {
         let mut state = self.state();
         if state.committed.owner_revision != 0 {
             return;
@@ -114,7 +114,7 @@ impl Partition {
     /// Lists the partition's objects when the segment list is behind. A follower's trails the
     /// owner's commits: it lists again when the committed end lies beyond the last segment it
     /// knows. An owner's is unknown until first needed (claims do not list; see `list_owned`).
-    pub async fn sync_segments(&self, ctx: &LogContext) -> Result<(), ResponseError> {
+    pub(crate) async fn sync_segments(&self, ctx: &LogContext) -> Result<(), ResponseError> {
         let behind = {
             let state = self.state();
             let owned = state.committed.owner_revision != 0;
@@ -139,7 +139,7 @@ impl Partition {
     /// unless the segment end moved meanwhile (a newer list is then on its way). Deletes
     /// nothing, so it is safe for an owner too: a read that finds a hole in its view of the
     /// log calls it.
-    pub async fn relist_segments(
+    pub(crate) async fn relist_segments(
         &self,
         ctx: &LogContext,
         record: &PartitionRecord,
@@ -159,7 +159,7 @@ impl Partition {
 
     /// Bytes the log occupies in object storage: its committed segments and the write-ahead
     /// runs above them (a run shared with other data counts whole).
-    pub async fn stored_bytes(&self, ctx: &LogContext) -> Result<u64, ResponseError> {
+    pub(crate) async fn stored_bytes(&self, ctx: &LogContext) -> Result<u64, ResponseError> {
         self.sync_segments(ctx).await?;
         let segments: u64 = self.segments().iter().map(|s| s.size).sum();
         let runs = ctx

@@ -12,7 +12,7 @@ use crate::meta::wal::{WalManifest, WalRun};
 
 /// A run and the object it lives in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexedRun {
+pub(crate) struct IndexedRun {
     pub object: Arc<str>,
     pub created_ms: i64,
     pub run: WalRun,
@@ -20,7 +20,7 @@ pub struct IndexedRun {
 
 impl IndexedRun {
     /// The cache key of the run's bytes.
-    pub fn cache_key(&self) -> String {
+    pub(crate) fn cache_key(&self) -> String {
         run_cache_key(&self.object, self.run.position)
     }
 }
@@ -32,7 +32,7 @@ pub(crate) fn run_cache_key(object: &str, position: u64) -> String {
 }
 
 /// A partition of a topic incarnation.
-pub type PartitionKey = (Uuid, i32);
+pub(crate) type PartitionKey = (Uuid, i32);
 
 #[derive(Default)]
 struct Inner {
@@ -97,7 +97,7 @@ impl Inner {
 
 /// A partition whose committed end moved with a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Extended {
+pub(crate) struct Extended {
     pub topic: String,
     pub topic_id: Uuid,
     pub partition: i32,
@@ -105,7 +105,7 @@ pub struct Extended {
 }
 
 #[derive(Default)]
-pub struct WalIndex {
+pub(crate) struct WalIndex {
     inner: RwLock<Inner>,
 }
 
@@ -119,19 +119,19 @@ impl WalIndex {
     }
 
     /// Takes in a committed manifest (again: a no-op). Returns the partitions it extends.
-    pub fn insert(&self, key: &str, manifest: WalManifest) -> Vec<Extended> {
+    pub(crate) fn insert(&self, key: &str, manifest: WalManifest) -> Vec<Extended> {
         self.write().insert(key, manifest)
     }
 
     /// Forgets a manifest that was deleted (its runs live in segments by now).
-    pub fn remove(&self, key: &str) {
+    pub(crate) fn remove(&self, key: &str) {
         self.write().remove(key);
     }
 
     /// Replaces everything with the manifests listed now (the mirror was read afresh). The
     /// new index is built aside and swapped in whole: a reader in between (a claim taking a
     /// partition's committed end) sees the old index or the new one, never a part of it.
-    pub fn replace_all(&self, manifests: impl IntoIterator<Item = (String, WalManifest)>) {
+    pub(crate) fn replace_all(&self, manifests: impl IntoIterator<Item = (String, WalManifest)>) {
         let mut replaced = Inner::default();
         for (key, manifest) in manifests {
             replaced.insert(&key, manifest);
@@ -140,19 +140,19 @@ impl WalIndex {
     }
 
     /// One past the last offset of the partition's last committed run, if it has any.
-    pub fn committed_end(&self, partition: PartitionKey) -> Option<i64> {
+    pub(crate) fn committed_end(&self, partition: PartitionKey) -> Option<i64> {
         let inner = self.read();
         let runs = inner.partitions.get(&partition)?;
         runs.values().next_back().map(|r| r.run.last_offset + 1)
     }
 
     /// The partitions with runs in the index: the only ones compaction has anything to do for.
-    pub fn partitions_with_runs(&self) -> Vec<PartitionKey> {
+    pub(crate) fn partitions_with_runs(&self) -> Vec<PartitionKey> {
         self.read().partitions.keys().copied().collect()
     }
 
     /// The partition's runs that hold offsets at or above `offset`, in offset order.
-    pub fn runs_from(&self, partition: PartitionKey, offset: i64) -> Vec<IndexedRun> {
+    pub(crate) fn runs_from(&self, partition: PartitionKey, offset: i64) -> Vec<IndexedRun> {
         let inner = self.read();
         let Some(runs) = inner.partitions.get(&partition) else {
             return Vec::new();
@@ -166,7 +166,7 @@ impl WalIndex {
     }
 
     /// Every committed manifest, by key.
-    pub fn manifests(&self) -> Vec<(String, Arc<WalManifest>)> {
+    pub(crate) fn manifests(&self) -> Vec<(String, Arc<WalManifest>)> {
         let inner = self.read();
         let all = inner.manifests.iter();
         all.map(|(k, m)| (k.clone(), m.clone())).collect()

@@ -4,7 +4,7 @@
 //! sweep deletes objects nothing needs any more.
 
 mod commit;
-pub mod index;
+pub(crate) mod index;
 pub(crate) mod object;
-pub mod pace;
-pub mod writer;
+pub(crate) mod pace;
+pub(crate) mod writer;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 const WRITES_PER_INTERVAL: usize = 2;
 
 #[derive(Default)]
-pub struct MetaWritePace {
+pub(crate) struct MetaWritePace {
     /// When the latest writes started, oldest first.
     recent: Mutex<VecDeque<Instant>>,
 }
@@ -46,7 +46,7 @@ impl MetaWritePace {
     /// Waits for the pace, then starts a write (background writes, which can wait) – but for
     /// one interval at most: commits taking every turn must not starve compaction, or the
     /// write-ahead data it would collect grows without end.
-    pub async fn start(&self, interval: Duration) {
+    pub(crate) async fn start(&self, interval: Duration) {
         let deadline = Instant::now() + interval;
         while let Err(allowed) = self.try_start(interval) {
             if Instant::now() >= deadline {

@@ -131,7 +131,7 @@ pub(super) struct Settled {
     pub failures: u64,
 }
 
-pub struct WalWriter {
+pub(crate) struct WalWriter {
     pub(super) ctx: Arc<LogContext>,
     pub(super) index: Arc<WalIndex>,
     pub(super) broker: i32,
@@ -155,7 +155,7 @@ pub struct WalWriter {
 /// hold their owner keys: the ownership reconciler looks at each again, gives it up and
 /// claims it afresh. Nothing else would wake it.
 #[derive(Default)]
-pub struct FencedWriters {
+pub(crate) struct FencedWriters {
     partitions: Mutex<Vec<(Arc<str>, i32)>>,
     reported: Notify,
 }
@@ -168,12 +168,12 @@ impl FencedWriters {
     }
 
     /// The partitions reported since the last call.
-    pub fn take(&self) -> Vec<(Arc<str>, i32)> {
+    pub(crate) fn take(&self) -> Vec<(Arc<str>, i32)> {
         std::mem::take(&mut *self.partitions.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Returns once a partition was reported (since the last wait).
-    pub async fn reported(&self) {
+    pub(crate) async fn reported(&self) {
         self.reported.notified().await;
     }
 }
@@ -181,7 +181,7 @@ impl FencedWriters {
 impl WalWriter {
     /// The writer, and its flush and commit loops running in the background; `sweep_mark` is
     /// the broker's sweep mark as the store has it now.
-    pub fn start(
+    pub(crate) fn start(
         ctx: Arc<LogContext>,
         index: Arc<WalIndex>,
         broker: i32,
@@ -207,7 +207,7 @@ impl WalWriter {
     }
 
     /// Where partitions left unwritable by a fenced flush are reported.
-    pub fn fenced(&self) -> &FencedWriters {
+    pub(crate) fn fenced(&self) -> &FencedWriters {
         &self.fenced
     }
 
@@ -220,7 +220,7 @@ impl WalWriter {
     }
 
     /// Called after every append with the bytes it added.
-    pub fn note_append(&self, partition: &Arc<Partition>, appended: usize) {
+    pub(crate) fn note_append(&self, partition: &Arc<Partition>, appended: usize) {
         let mut queue = self.queue();
         if partition.enqueue() {
             queue.partitions.push(partition.clone());
@@ -234,7 +234,7 @@ impl WalWriter {
     }
 
     /// Makes the buffered batches due now (a producer waits for them with its window full).
-    pub fn flush_soon(&self) {
+    pub(crate) fn flush_soon(&self) {
         let mut queue = self.queue();
         if queue.since.is_some() && !queue.urgent {
             queue.urgent = true;
@@ -245,7 +245,7 @@ impl WalWriter {
     /// Flushes until none of `partitions` has buffered batches and no object on its way holds
     /// any of theirs (hand-off and shutdown; they take no more writes). Gives up after a
     /// bounded number of failed flushes.
-    pub async fn drain(&self, partitions: &[Arc<Partition>]) {
+    pub(crate) async fn drain(&self, partitions: &[Arc<Partition>]) {
         let mut backoff = self
             .ctx
             .settings
@@ -293,7 +293,7 @@ impl WalWriter {
     /// Takes what is queued now (at most one object's worth; what is left stays queued and due
     /// at once), then waits until it and every object taken before it are committed or
     /// failed. False if one of them failed.
-    pub async fn flush(&self) -> bool {
+    pub(crate) async fn flush(&self) -> bool {
         let failures = self.settled.borrow().failures;
         self.launch(false).await;
         let target = self.pipeline().next_seq;

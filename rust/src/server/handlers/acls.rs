@@ -83,7 +83,7 @@ fn filter(
     }
 }
 
-pub async fn describe(
+pub(crate) async fn describe(
     broker: &Broker,
     request: &Request,
     access: &Access,
@@ -152,7 +152,7 @@ async fn described(
     Ok(resources)
 }
 
-pub async fn create(
+pub(crate) async fn create(
     broker: &Broker,
     request: &Request,
     access: &Access,
@@ -231,7 +231,7 @@ fn binding(c: &AclCreation) -> Result<AclBinding, String> {
     }
 }
 
-pub async fn delete(
+pub(crate) async fn delete(
     broker: &Broker,
     request: &Request,
     access: &Access,

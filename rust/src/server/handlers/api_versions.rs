@@ -23,7 +23,7 @@ pub(crate) fn is_supported(key: ApiKey, version: i16) -> bool {
     supported(key).is_some_and(|s| (s.min..=s.max).contains(&version))
 }
 
-pub fn handle(request: &Request) -> Result<bytes::Bytes, WireError> {
+pub(crate) fn handle(request: &Request) -> Result<bytes::Bytes, WireError> {
     let listed = |key: ApiKey, min, max| {
         ApiVersion::default()
             .with_api_key(key as i16)

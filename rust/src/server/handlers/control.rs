@@ -8,14 +8,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::auth::authorizer::Access;
-use crate::auth::control;
-use crate::broker::control::{ControlBody, ControlCall};
 use crate::broker::Broker;
+use crate::control::bridge::{ControlBody, ControlCall};
+use crate::control::screen;
 use crate::protocol::header::{Request, WireError};
 
 /// `(peer, connection_id)`: the client's connection, which the control plane reports (the
 /// peer's address) and serves in order (the id).
-pub async fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: Request,
     (peer, connection_id): (SocketAddr, u64),
@@ -24,10 +24,12 @@ pub async fn handle(
     let mut body = ControlBody::decode(&request)?;
     crate::control::repeats::merge(&mut body);
     let (correlation_id, version) = (request.correlation_id, request.api_version);
-    if let Some(answer) = control::refused_answer(&body, access, correlation_id, version) {
+    if let Some(answer) = screen::refused_answer(&body, access, correlation_id, version) {
         return answer;
     }
-    let screened = control::screen(&mut body, access, broker);
+    let screened = screen::screen(&mut body, access, |id| {
+        broker.topic_by_id(id).map(|t| t.record.name.to_string())
+    });
     broker
         .control
         .call(|reply| ControlCall {

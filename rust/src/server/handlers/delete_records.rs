@@ -22,7 +22,7 @@ use crate::log::retention::delete_records;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_topics;
 
-pub async fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,

@@ -26,7 +26,7 @@ const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 
 /// `listener`: the one the client came in on; every broker is listed with its endpoint there.
-pub fn handle(
+pub(crate) fn handle(
     broker: &Broker,
     request: &Request,
     listener: &str,

@@ -21,7 +21,7 @@ use crate::broker::{Broker, Topic};
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_topics;
 
-pub async fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,

@@ -21,7 +21,7 @@ use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_topics;
 
-pub fn handle(
+pub(crate) fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,

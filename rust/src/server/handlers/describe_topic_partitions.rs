@@ -36,7 +36,7 @@ use crate::protocol::topic_name;
 /// Kafka's `max.request.partition.size.limit` default: the most partitions one answer holds.
 const MAX_PARTITIONS: i32 = 2000;
 
-pub fn handle(
+pub(crate) fn handle(
     broker: &Broker,
     request: &Request,
     access: &Access,

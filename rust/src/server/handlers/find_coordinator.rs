@@ -26,7 +26,7 @@ const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
 /// `listener`: the one the client came in on, whose endpoint it is given.
-pub fn handle(
+pub(crate) fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     listener: &str,

@@ -19,7 +19,7 @@ use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 
-pub async fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,

@@ -29,7 +29,7 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const EARLIEST_PENDING_UPLOAD: i64 = -5;
 
-pub async fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: Request,
     access: &Access,

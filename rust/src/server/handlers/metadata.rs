@@ -37,7 +37,7 @@ use crate::protocol::topic_name;
 use crate::server::log_limit::LogLimit;
 
 /// "Authorized operations not requested/known" in Kafka's encoding.
-pub const OPERATIONS_UNKNOWN: i32 = i32::MIN;
+pub(crate) const OPERATIONS_UNKNOWN: i32 = i32::MIN;
 
 /// The most topics one Metadata request auto-creates: far more than a producer names at once.
 const MAX_AUTO_CREATED_PER_REQUEST: usize = 100;
@@ -75,7 +75,7 @@ impl AutoCreation {
 }
 
 /// `listener`: the one the client came in on; every broker is listed with its endpoint there.
-pub async fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: Request,
     listener: &str,
@@ -169,7 +169,7 @@ async fn answer(
 }
 
 /// A broker as Metadata and DescribeCluster list it.
-pub struct ListedBroker {
+pub(crate) struct ListedBroker {
     pub id: i32,
     pub host: String,
     pub port: i32,
@@ -177,7 +177,7 @@ pub struct ListedBroker {
 
 /// The live brokers of this broker's cluster view that have `listener`, in id order, with
 /// their endpoints there, and the id to name as the controller.
-pub fn live_brokers(broker: &Broker, listener: &str) -> (Vec<ListedBroker>, i32) {
+pub(crate) fn live_brokers(broker: &Broker, listener: &str) -> (Vec<ListedBroker>, i32) {
     let cluster = broker.cluster();
     let own = broker.config.broker_id;
     let own_record = broker.config.broker_record();
@@ -205,7 +205,7 @@ pub fn live_brokers(broker: &Broker, listener: &str) -> (Vec<ListedBroker>, i32)
 
 /// The leader of one partition in a cluster view (the owner, or the broker about to claim
 /// it), or LEADER_NOT_AVAILABLE; and its leader epoch.
-pub fn partition_leader(
+pub(crate) fn partition_leader(
     cluster: &ClusterState,
     topic: &str,
     partition: i32,

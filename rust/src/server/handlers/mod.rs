@@ -1,22 +1,22 @@
 //! One module per API; the control-plane APIs, which Python decides, share `control`.
 
-pub mod acls;
-pub mod api_versions;
-pub mod control;
-pub mod delete_records;
-pub mod describe_cluster;
-pub mod describe_log_dirs;
-pub mod describe_producers;
-pub mod describe_topic_partitions;
-pub mod fetch;
-pub mod find_coordinator;
-pub mod init_producer_id;
-pub mod list_offsets;
-pub mod metadata;
-pub mod offset_for_leader_epoch;
-pub mod produce;
-pub mod scram_credentials;
-pub mod unsupported;
+pub(crate) mod acls;
+pub(crate) mod api_versions;
+pub(crate) mod control;
+pub(crate) mod delete_records;
+pub(crate) mod describe_cluster;
+pub(crate) mod describe_log_dirs;
+pub(crate) mod describe_producers;
+pub(crate) mod describe_topic_partitions;
+pub(crate) mod fetch;
+pub(crate) mod find_coordinator;
+pub(crate) mod init_producer_id;
+pub(crate) mod list_offsets;
+pub(crate) mod metadata;
+pub(crate) mod offset_for_leader_epoch;
+pub(crate) mod produce;
+pub(crate) mod scram_credentials;
+pub(crate) mod unsupported;
 
 use std::sync::Arc;
 
@@ -31,7 +31,7 @@ use crate::protocol::header::WireError;
 use crate::protocol::splice::ResponseFrame;
 
 /// What goes back on the wire for one request.
-pub enum Reply {
+pub(crate) enum Reply {
     Response(ResponseFrame),
     /// acks=0 produce: no response at all.
     None,
@@ -50,12 +50,12 @@ impl<T: Into<ResponseFrame>> From<Result<T, WireError>> for Reply {
     }
 }
 
-pub fn code(error: Option<ResponseError>) -> i16 {
+pub(crate) fn code(error: Option<ResponseError>) -> i16 {
     error.map_or(0, |e| e.code())
 }
 
 /// The partition `index` of `topic`, or the error a client gets for it.
-pub fn find_partition(
+pub(crate) fn find_partition(
     broker: &Broker,
     topic: &str,
     index: i32,
@@ -73,7 +73,7 @@ pub fn find_partition(
 /// Kafka's leader-epoch check for requests that carry the client's view of it (KIP-320). The
 /// epoch is the newer of this broker's log and the cluster view: a broker handing a partition
 /// off must fence clients that already know the next owner's epoch.
-pub fn check_leader_epoch(
+pub(crate) fn check_leader_epoch(
     broker: &Broker,
     partition: &Partition,
     client_epoch: i32,

@@ -22,7 +22,7 @@ use crate::protocol::header::{encode_response, Request, WireError};
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: (i32, i64) = (-1, -1);
 
-pub async fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
@@ -101,7 +101,7 @@ fn end_offset(
 /// epoch ends at the high watermark; an older one where the next epoch after it begins,
 /// answered with the largest epoch at or below the one asked for; an epoch above the latest,
 /// below the first, or undefined has no end: (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET).
-pub fn end_offset_for(record: &PartitionRecord, requested: i32) -> (i32, i64) {
+pub(crate) fn end_offset_for(record: &PartitionRecord, requested: i32) -> (i32, i64) {
     let history = &record.epoch_history;
     let (Some(first), Some(latest)) = (history.first(), history.last()) else {
         return UNDEFINED;

@@ -96,7 +96,7 @@ impl Drop for Waiting {
 /// id is not checked: transactional batches are refused anyway. `held`: where the request's
 /// bytes stay charged until they are durable once its answer no longer holds them (acks=0,
 /// answered at once; or answered REQUEST_TIMED_OUT before its flush).
-pub fn start(
+pub(crate) fn start(
     broker: &Arc<Broker>,
     request: Request,
     (window, held): (&Arc<ProduceWindow>, Charge),

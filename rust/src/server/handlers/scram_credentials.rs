@@ -43,7 +43,7 @@ fn text(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
 
-pub async fn describe(
+pub(crate) async fn describe(
     broker: &Broker,
     request: &Request,
     access: &Access,
@@ -109,7 +109,7 @@ fn described(
     DescribeUserScramCredentialsResponse::default().with_results(results)
 }
 
-pub async fn alter(
+pub(crate) async fn alter(
     broker: &Broker,
     request: &Request,
     access: &Access,

@@ -23,7 +23,7 @@ where
     encode_response(request.correlation_id, version, &response).into()
 }
 
-pub fn handle(request: &Request) -> Reply {
+pub(crate) fn handle(request: &Request) -> Reply {
     tracing::debug!(api = ?request.api_key, version = request.api_version, "unsupported request");
     let r = request;
     match request.api_key {

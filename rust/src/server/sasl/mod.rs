@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use super::handlers::Reply;
 use super::log_limit::LogLimit;
+use crate::config::BrokerConfig;
 use crate::meta::catalog::Catalog;
 use crate::protocol::header::{encode_response, Request};
 use scram::{ClientFirst, ScramMechanism, ServerFirst};
@@ -47,6 +48,27 @@ pub(crate) struct SaslSettings {
     pub(crate) catalog: Arc<Catalog>,
     /// Where logins hash passwords: off the async workers, a few at once.
     pub(crate) hashing: hashing::PasswordHashing,
+}
+
+impl SaslSettings {
+    /// The settings of `config`'s SASL listeners; credentials live in `catalog`.
+    pub(crate) fn new(config: &BrokerConfig, catalog: Arc<Catalog>) -> SaslSettings {
+        SaslSettings {
+            mechanisms: config
+                .sasl_enabled_mechanisms
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            users_file: config.sasl_users_file.clone(),
+            session_lifetime: (config.connections_max_reauth_ms > 0)
+                .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
+            failure_delay: Duration::from_millis(config.connection_failed_authentication_delay_ms),
+            max_receive_size: config.sasl_server_max_receive_size,
+            catalog,
+            hashing: hashing::PasswordHashing::for_this_machine(),
+        }
+    }
 }
 
 pub(crate) fn random_bytes(n: usize) -> Vec<u8> {

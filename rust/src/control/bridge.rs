@@ -42,7 +42,7 @@ macro_rules! control_body {
 control_apis!(control_body);
 
 /// The encoded response frame, or why the answer could not be encoded (the connection closes).
-pub type ControlReply = Result<Bytes, WireError>;
+pub(crate) type ControlReply = Result<Bytes, WireError>;
 
 pub struct ControlCall {
     pub api_key: i16,
@@ -56,11 +56,11 @@ pub struct ControlCall {
     pub connection_id: u64,
     pub body: ControlBody,
     /// What the authorizer took out of `body`: added to Python's answer with its errors.
-    pub(crate) screened: crate::auth::control::Screened,
+    pub(crate) screened: crate::control::screen::Screened,
     pub reply: oneshot::Sender<ControlReply>,
 }
 
-pub struct ControlBridge {
+pub(crate) struct ControlBridge {
     calls: std::sync::Mutex<Option<mpsc::Sender<ControlCall>>>,
     receiver: Mutex<mpsc::Receiver<ControlCall>>,
 }
@@ -81,7 +81,7 @@ impl Default for ControlBridge {
 impl ControlBridge {
     /// Hands a request to Python; `None` if the control plane is gone (shutting down) or
     /// dropped the request without answering.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         call: impl FnOnce(oneshot::Sender<ControlReply>) -> ControlCall,
     ) -> Option<ControlReply> {
@@ -96,11 +96,11 @@ impl ControlBridge {
     }
 
     /// The next request for Python; `None` once the bridge is closed.
-    pub async fn next(&self) -> Option<ControlCall> {
+    pub(crate) async fn next(&self) -> Option<ControlCall> {
         self.receiver.lock().await.recv().await
     }
 
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.calls.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 }

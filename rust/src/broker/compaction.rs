@@ -35,7 +35,7 @@ const UNCOMMITTED_OBJECT_AGE: Duration = Duration::from_secs(600);
 /// The sweep of uncommitted objects lists the bucket this often.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 
-pub fn spawn(broker: &Arc<Broker>) {
+pub(crate) fn spawn(broker: &Arc<Broker>) {
     let broker = broker.clone();
     tokio::spawn(async move {
         let every = broker.log.settings.wal_compaction_interval;

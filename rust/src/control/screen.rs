@@ -34,10 +34,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::acl::Operation;
-use super::authorizer::Access;
-use crate::broker::control::ControlBody;
-use crate::broker::Broker;
+use super::bridge::ControlBody;
+use crate::auth::acl::Operation;
+use crate::auth::authorizer::Access;
 use crate::protocol::header::{encode_response as enc, WireError};
 use crate::protocol::repeats::merge_by;
 
@@ -147,7 +146,13 @@ pub(crate) fn refused_answer(
 }
 
 /// Takes out of `body` what the principal may not touch; the rest goes to Python.
-pub(crate) fn screen(body: &mut ControlBody, access: &Arc<Access>, broker: &Broker) -> Screened {
+///
+/// `topic_name` names a topic by its id (DeleteTopics v6 may name topics only by id).
+pub(crate) fn screen(
+    body: &mut ControlBody,
+    access: &Arc<Access>,
+    topic_name: impl Fn(Uuid) -> Option<String>,
+) -> Screened {
     let mut out = Screened::default();
     let topic = |op: Operation, name: &str| denied(access.allows_topic(op, name));
     let group = |op: Operation, name: &str| denied(access.allows_group(op, name));
@@ -171,9 +176,7 @@ pub(crate) fn screen(body: &mut ControlBody, access: &Arc<Access>, broker: &Brok
                 |t| {
                     let name = match &t.name {
                         Some(name) => Some(name.to_string()),
-                        None => broker
-                            .topic_by_id(t.topic_id)
-                            .map(|t| t.record.name.to_string()),
+                        None => topic_name(t.topic_id),
                     };
                     // An id no topic has is left to Python (UNKNOWN_TOPIC_ID).
                     topic(Operation::Delete, name.as_deref()?)
@@ -590,6 +593,11 @@ mod tests {
         allow(ResourceType::Group, name, op)
     }
 
+    /// The broker's topic names by id, as the control handler gives them to `screen`.
+    fn topic_names(broker: &crate::broker::Broker) -> impl Fn(Uuid) -> Option<String> + '_ {
+        |id| broker.topic_by_id(id).map(|t| t.record.name.to_string())
+    }
+
     #[tokio::test]
     async fn topics_the_principal_may_not_create_are_answered_with_their_error() {
         let t = crate::broker::tests::broker(1 << 20).await;
@@ -603,7 +611,7 @@ mod tests {
             ),
         );
         assert!(refused_answer(&body, &access, 7, 5).is_none());
-        let screened = screen(&mut body, &access, &t.broker);
+        let screened = screen(&mut body, &access, topic_names(&t.broker));
         let ControlBody::CreateTopics(asked) = &body else {
             unreachable!()
         };
@@ -626,7 +634,9 @@ mod tests {
             ControlBody::CreateTopics(wire::CreateTopicsRequest::default().with_topics(vec![
                 CreatableTopic::default().with_name(topic_name("theirs")),
             ]));
-        assert!(screen(&mut body, &admin, &t.broker).topics.is_empty());
+        assert!(screen(&mut body, &admin, topic_names(&t.broker))
+            .topics
+            .is_empty());
     }
 
     #[test]
@@ -655,7 +665,7 @@ mod tests {
         assert!(refused_answer(&body, &access, 7, 5).is_none());
         let t = tokio::runtime::Runtime::new().unwrap();
         let broker = t.block_on(crate::broker::tests::broker(1 << 20));
-        let screened = screen(&mut body, &access, &broker.broker);
+        let screened = screen(&mut body, &access, topic_names(&broker.broker));
         let answer = screened.complete(wire::OffsetCommitResponse::default());
         assert_eq!(answer.topics[0].partitions[0].partition_index, 3);
         assert_eq!(answer.topics[0].partitions[0].error_code, 29);
@@ -666,7 +676,7 @@ mod tests {
         let t = crate::broker::tests::broker(1 << 20).await;
         let access = alice(vec![group_acl("g", Describe), topic_acl("seen", Read)]);
         let mut body = ControlBody::ListGroups(wire::ListGroupsRequest::default());
-        let screened = screen(&mut body, &access, &t.broker);
+        let screened = screen(&mut body, &access, topic_names(&t.broker));
         let groups = ["g", "other"].map(|g| ListedGroup::default().with_group_id(group_id(g)));
         let listed =
             screened.complete(wire::ListGroupsResponse::default().with_groups(groups.to_vec()));
@@ -678,7 +688,7 @@ mod tests {
                 .with_group_id(group_id("g"))
                 .with_topics(None),
         );
-        let screened = screen(&mut body, &access, &t.broker);
+        let screened = screen(&mut body, &access, topic_names(&t.broker));
         let topics = ["seen", "hidden"]
             .map(|n| OffsetFetchResponseTopic::default().with_name(topic_name(n)));
         let fetched =
@@ -693,7 +703,7 @@ mod tests {
                     .with_name(topic_name("hidden"))
                     .with_partition_indexes(vec![0, 1])])),
         );
-        let screened = screen(&mut body, &access, &t.broker);
+        let screened = screen(&mut body, &access, topic_names(&t.broker));
         let fetched = screened.complete(wire::OffsetFetchResponse::default());
         let codes: Vec<i16> = fetched.topics[0]
             .partitions
@@ -715,7 +725,7 @@ mod tests {
         let mut body = ControlBody::DescribeConfigs(
             wire::DescribeConfigsRequest::default().with_resources(resources.to_vec()),
         );
-        let screened = screen(&mut body, &access, &t.broker);
+        let screened = screen(&mut body, &access, topic_names(&t.broker));
         let answer = screened.complete(wire::DescribeConfigsResponse::default());
         let refused: Vec<(&str, i16)> = answer
             .results

@@ -20,9 +20,9 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 
 use super::claims::ClaimQueue;
-use super::events::{Change, OwnershipEvents};
-use super::state::{ClusterState, Touched};
+use super::ownership_events::{Change, OwnershipEvents};
 use crate::broker::{Broker, Slot, Topic};
+use crate::cluster::state::{ClusterState, Touched};
 use crate::log::follower_partition;
 use crate::log::limits::TopicLimits;
 use crate::log::partition::Partition;
@@ -116,7 +116,7 @@ fn follower_slots(
 }
 
 /// Starts the reconciliation loop and the claimer.
-pub fn spawn(broker: &Arc<Broker>) {
+pub(crate) fn spawn(broker: &Arc<Broker>) {
     super::claims::spawn(broker);
     let broker = broker.clone();
     tokio::spawn(async move {
@@ -166,7 +166,7 @@ struct Visits {
 impl Broker {
     /// Brings topics and partition roles in line with the metadata store as mirrored now:
     /// applies the keys changed since the last pass and looks at what they concern.
-    pub async fn reconcile(self: &Arc<Self>) {
+    pub(crate) async fn reconcile(self: &Arc<Self>) {
         let mut pass = self.ownership.pass.lock().await;
         if self.stopping.load(Ordering::Acquire) {
             return;

@@ -8,20 +8,22 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::Broker;
+use crate::broker::{startup, Broker};
 use crate::config::BrokerConfig;
+use crate::server::budget::ByteBudget;
 use crate::server::connection::Entry;
+use crate::server::sasl::SaslSettings;
 use crate::server::tls::Tls;
-use crate::server::BoundListener;
+use crate::server::{self, BoundListener};
 
 /// Why a broker did not start: one line in the user's terms (see `startup`).
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     #[error("{0}")]
     Open(String),
 }
 
-pub struct Running {
+pub(crate) struct Running {
     pub core: Arc<Broker>,
     /// Where each listener of `core.config.listener_specs` is bound, in their order.
     pub listen_addrs: Vec<SocketAddr>,
@@ -37,7 +39,7 @@ async fn listen(
     addr: &str,
 ) -> Result<(TcpListener, SocketAddr), StartError> {
     let failed =
-        |e: std::io::Error| StartError::Open(super::startup::cannot_listen(config, name, addr, &e));
+        |e: std::io::Error| StartError::Open(startup::cannot_listen(config, name, addr, &e));
     let listener = TcpListener::bind(addr).await.map_err(failed)?;
     let bound = listener.local_addr().map_err(failed)?;
     Ok((listener, bound))
@@ -87,14 +89,14 @@ async fn bind_listeners(
 impl Running {
     /// Binds the Kafka listeners (and the operations endpoint's, if configured) before opening
     /// the core, so a taken port fails fast; an ephemeral port (0) is advertised as bound.
-    pub async fn start(mut config: BrokerConfig) -> Result<Running, StartError> {
+    pub(crate) async fn start(mut config: BrokerConfig) -> Result<Running, StartError> {
         let tls = match &config.tls {
             Some(files)
                 if config.metrics_tls || config.listener_specs.iter().any(|l| l.is_tls()) =>
             {
-                super::startup::check_tls_files(&config).map_err(StartError::Open)?;
+                startup::check_tls_files(&config).map_err(StartError::Open)?;
                 let tls = Tls::load(files.clone())
-                    .map_err(|e| StartError::Open(super::startup::tls_unusable(&config, &e)))?;
+                    .map_err(|e| StartError::Open(startup::tls_unusable(&config, &e)))?;
                 tls.spawn_reloads();
                 Some(tls)
             }
@@ -118,18 +120,25 @@ impl Running {
         let token_file = config.metrics_token_file.clone();
         let core = Broker::open(config).await.map_err(StartError::Open)?;
         let mut listeners = listeners;
-        let sasl = Arc::new(core.config.sasl_settings(core.log.catalog.clone()));
+        let sasl = Arc::new(SaslSettings::new(&core.config, core.log.catalog.clone()));
         for (bound, spec) in listeners.iter_mut().zip(&core.config.listener_specs) {
             if spec.is_sasl() {
                 bound.entry.sasl = Some(sasl.clone());
             }
         }
         let (stop, stopped) = watch::channel(false);
-        let server = tokio::spawn(crate::server::serve(core.clone(), listeners, stopped));
+        let budget = Arc::new(ByteBudget::new(core.config.queued_max_request_bytes));
+        let server = tokio::spawn(server::serve(
+            core.clone(),
+            listeners,
+            budget.clone(),
+            stopped,
+        ));
         if let Some(ops_listener) = ops_listener {
-            tokio::spawn(crate::server::ops_endpoint::serve(
+            tokio::spawn(server::ops_endpoint::serve(
                 ops_listener,
                 core.clone(),
+                budget,
                 ops_tls,
                 token_file,
             ));
@@ -144,7 +153,7 @@ impl Running {
 
     /// Stops accepting, flushes and hands off what this broker holds, waits for every
     /// connection to get what it is owed, then leaves the cluster.
-    pub async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         let _ = self.stop.send(true);
         self.core.shutdown().await;
         let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();

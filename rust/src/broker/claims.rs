@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::Notify;
 
-use super::events::Change;
+use super::ownership_events::Change;
 use crate::broker::{Broker, Topic};
 use crate::log::claimed_partition;
 use crate::meta::catalog::{CatalogError, ClaimTarget, PartitionRecord, VersionedPartition};

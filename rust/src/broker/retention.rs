@@ -12,7 +12,7 @@ use crate::log::partition::now_ms;
 use crate::log::retention::{self, RetentionLimits};
 
 /// Applies retention to the partitions this broker owns, every retention check interval.
-pub fn spawn(broker: &Arc<Broker>) {
+pub(super) fn spawn(broker: &Arc<Broker>) {
     let broker = broker.clone();
     tokio::spawn(async move {
         // Like Kafka, the first check comes one interval after start-up, not at once.
