@@ -140,7 +140,7 @@ mod tests {
             .with_replica_id(BrokerId(-1))
             .with_topics(vec![topic]);
         let asked = request(ApiKey::ListOffsets, 7, &body);
-        let frame = list_offsets::handle(broker, asked, &open()).await.unwrap();
+        let frame = list_offsets::answer(broker, asked, &open()).await.unwrap();
         let (_, answer): (_, ListOffsetsResponse) = read_response(frame, 7);
         answer.topics[0].partitions[0].offset
     }

@@ -5,8 +5,8 @@
 //! it), the versions served, how its decoded request becomes the object Python receives, the
 //! answer Python gives and how that is encoded at the request's version, and the classes the
 //! extension registers for it. Everything else is derived from the rows by the macro each user
-//! passes in (the "x-macro" pattern): ApiVersions (`protocol::versions`), routing
-//! (`server::dispatch`), the request body carried to Python (`bridge::ControlBody`),
+//! passes in (the "x-macro" pattern): ApiVersions and routing (`SERVED`, read by
+//! `server::apis`), the request body carried to Python (`bridge::ControlBody`),
 //! the bridge's `body`/`respond`, class registration and `CONTROL_API_KEYS`
 //! (`python::control`).
 //!

@@ -9,7 +9,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use crate::control::bridge::ControlBody;
 use crate::protocol::header::encode_response;
 use crate::protocol::header::testing::{read_response, request};
-use crate::server::handlers::api_versions::supported;
+use crate::server::apis::supported;
 
 /// The versions this broker advertises for `key`.
 pub(crate) fn advertised(key: ApiKey) -> RangeInclusive<i16> {

@@ -37,7 +37,8 @@ use tokio_rustls::server::TlsStream;
 
 use super::admission::Admitted;
 use super::budget::{Budgets, ByteBudget, Charge};
-use super::dispatch::{dispatch, Answer, ConnectionContext};
+use super::dispatch::{dispatch, Answer};
+use super::handlers::ConnectionContext;
 use super::handlers::Reply;
 use super::log_limit::LogLimit;
 use super::low_water::LowWater;
@@ -214,7 +215,7 @@ struct Serving {
     auth: Option<Authenticator>,
     /// Who the client is without SASL: its certificate's subject, or ANONYMOUS.
     principal: Arc<str>,
-    connection: ConnectionContext,
+    connection: Arc<ConnectionContext>,
     stop: watch::Receiver<bool>,
     /// The connection's place under the connection caps, held until it ends.
     admitted: Admitted,
@@ -287,8 +288,8 @@ fn context(
     peer: std::net::SocketAddr,
     broker_budget: &Arc<ByteBudget>,
     listener: Arc<str>,
-) -> ConnectionContext {
-    ConnectionContext {
+) -> Arc<ConnectionContext> {
+    Arc::new(ConnectionContext {
         peer,
         id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
         budgets: Budgets::new(
@@ -298,13 +299,13 @@ fn context(
         fetch_turns: Arc::new(Semaphore::new(1)),
         produce_window: Arc::default(),
         listener,
-    }
+    })
 }
 
 /// What `principal`, connected from the connection's address, may do.
 fn connection_access(
     broker: &Broker,
-    connection: &ConnectionContext,
+    connection: &Arc<ConnectionContext>,
     principal: Arc<str>,
 ) -> Arc<Access> {
     let host = connection.peer.ip().to_canonical().to_string();
@@ -315,7 +316,7 @@ async fn read_requests<R: ReadSide>(
     broker: &Arc<Broker>,
     read_half: &mut R,
     (auth, transport_principal): (&mut Option<Authenticator>, Arc<str>),
-    connection: &ConnectionContext,
+    connection: &Arc<ConnectionContext>,
     queue: &mpsc::Sender<Pending>,
     mut stop: watch::Receiver<bool>,
 ) -> ReadEnd {

@@ -1,6 +1,7 @@
 //! The network side: accept loop, connections, dispatch to API handlers.
 
 mod admission;
+pub(crate) mod apis;
 pub(crate) mod budget;
 pub(crate) mod connection;
 pub(crate) mod dispatch;

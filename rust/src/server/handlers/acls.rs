@@ -4,6 +4,7 @@
 //! change is in force on this broker when the answer goes out, and on the others as soon as
 //! their copy of the store has it.
 
+use futures::FutureExt;
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
@@ -18,6 +19,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::{Handling, RequestContext};
 use crate::auth::acl::{AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType};
 use crate::auth::authorizer::Access;
 use crate::auth::store;
@@ -329,6 +331,24 @@ fn matching_acl(acl: AclBinding) -> DeleteAclsMatchingAcl {
         .with_host(text(acl.host))
         .with_operation(acl.operation.code())
         .with_permission_type(acl.permission.code())
+}
+
+/// Dispatch's entry for DescribeAcls (a [`super::Handler`]).
+pub(crate) fn handle_describe(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { describe(&cx.broker, &request, &cx.access).await.into() }.boxed()
+}
+
+/// Dispatch's entry for CreateAcls (a [`super::Handler`]).
+pub(crate) fn handle_create(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { create(&cx.broker, &request, &cx.access).await.into() }.boxed()
+}
+
+/// Dispatch's entry for DeleteAcls (a [`super::Handler`]).
+pub(crate) fn handle_delete(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { delete(&cx.broker, &request, &cx.access).await.into() }.boxed()
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::FutureExt;
 
+use super::{Handling, RequestContext};
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::control::bridge::{ControlBody, ControlCall};
@@ -15,7 +17,7 @@ use crate::protocol::header::{Request, WireError};
 
 /// `(peer, connection_id)`: the client's connection, which the control plane reports (the
 /// peer's address) and serves in order (the id).
-pub(crate) async fn handle(
+pub(crate) async fn answer(
     broker: &Arc<Broker>,
     request: Request,
     (peer, connection_id): (SocketAddr, u64),
@@ -46,6 +48,18 @@ pub(crate) async fn handle(
         })
         .await
         .ok_or(WireError::NoControlAnswer)?
+}
+
+/// Dispatch's entry for every control-plane API (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    let connection = (cx.connection.peer, cx.connection.id);
+    async move {
+        answer(&cx.broker, request, connection, &cx.access)
+            .await
+            .into()
+    }
+    .boxed()
 }
 
 #[cfg(test)]
@@ -111,7 +125,7 @@ mod tests {
                 v,
                 &ListGroupsRequest::default().with_states_filter(filter),
             );
-            let frame = handle(&t.broker, asked, (peer, 1), &open_access(&t.broker))
+            let frame = answer(&t.broker, asked, (peer, 1), &open_access(&t.broker))
                 .await
                 .unwrap();
             let (_, read): (_, ListGroupsResponse) = read_response(frame, v);

@@ -8,13 +8,14 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use kafka_protocol::ResponseError;
 
-use super::find_partition;
+use super::{find_partition, Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -22,7 +23,7 @@ use crate::log::retention::delete_records;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_topics;
 
-pub(crate) async fn handle(
+pub(crate) async fn answer(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
@@ -60,6 +61,12 @@ pub(crate) async fn handle(
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
+/// Dispatch's entry for DeleteRecords (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, &request, &cx.access).await.into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::delete_records_request::{
@@ -91,7 +98,7 @@ mod tests {
             (Operation::Delete, (0, 2)),
         ] {
             let access = alice(vec![allow(Topic, "t", operation)]);
-            let frame = handle(&t.broker, &asked, &access).await.unwrap();
+            let frame = answer(&t.broker, &asked, &access).await.unwrap();
             let (_, answer): (_, DeleteRecordsResponse) = read_response(frame, 2);
             let p = &answer.topics[0].partitions[0];
             assert_eq!((p.error_code, p.low_watermark), want, "{operation:?}");
@@ -116,7 +123,7 @@ mod tests {
             .with_timeout_ms(10_000)
             .with_topics(vec![topic(&[2, 1]), topic(&[3])]);
         let asked = request(ApiKey::DeleteRecords, 2, &body);
-        let frame = handle(&t.broker, &asked, &open()).await.unwrap();
+        let frame = answer(&t.broker, &asked, &open()).await.unwrap();
         let (_, answer): (_, DeleteRecordsResponse) = read_response(frame, 2);
         let answered: Vec<(&str, i32, i64)> = answer
             .topics

@@ -6,12 +6,14 @@
 //! authorized operations, when asked for, are those it may do with DESCRIBE on the cluster
 //! and none (0) without.
 
+use futures::FutureExt;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::cluster_operations;
 use super::metadata::{live_brokers, OPERATIONS_UNKNOWN};
+use super::{Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -26,7 +28,7 @@ const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
 
 /// `listener`: the one the client came in on; every broker is listed with its endpoint there.
-pub(crate) fn handle(
+pub(crate) fn answer(
     broker: &Broker,
     request: &Request,
     listener: &str,
@@ -71,6 +73,12 @@ pub(crate) fn handle(
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
+/// Dispatch's entry for DescribeCluster (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, &request, &cx.connection.listener, &cx.access).into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::ApiKey;
@@ -107,7 +115,7 @@ mod tests {
             .with_include_cluster_authorized_operations(operations)
             .with_endpoint_type(endpoint_type);
         let request = request(ApiKey::DescribeCluster, version, &body);
-        read_response(handle(broker, &request, listener, access).unwrap(), version).1
+        read_response(answer(broker, &request, listener, access).unwrap(), version).1
     }
 
     fn ask(broker: &Broker, version: i16, endpoint_type: i8) -> DescribeClusterResponse {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
@@ -15,13 +16,14 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, 
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::{Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Topic};
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_topics;
 
-pub(crate) async fn handle(
+pub(crate) async fn answer(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
@@ -96,6 +98,12 @@ pub(crate) async fn handle(
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
+/// Dispatch's entry for DescribeLogDirs (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, &request, &cx.access).await.into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
@@ -116,14 +124,14 @@ mod tests {
         let denied = ResponseError::ClusterAuthorizationFailed.code();
         for (version, code) in [(2, 0), (3, denied), (4, denied)] {
             let asked = request(ApiKey::DescribeLogDirs, version, &body);
-            let frame = handle(&t.broker, &asked, &reader).await.unwrap();
+            let frame = answer(&t.broker, &asked, &reader).await.unwrap();
             let (_, answer): (_, DescribeLogDirsResponse) = read_response(frame, version);
             assert_eq!(answer.error_code, code, "v{version}");
             assert!(answer.results.is_empty(), "v{version}");
         }
         let admin = alice(vec![allow(Cluster, CLUSTER_NAME, Operation::Describe)]);
         let asked = request(ApiKey::DescribeLogDirs, 4, &body);
-        let frame = handle(&t.broker, &asked, &admin).await.unwrap();
+        let frame = answer(&t.broker, &asked, &admin).await.unwrap();
         let (_, answer): (_, DescribeLogDirsResponse) = read_response(frame, 4);
         assert_eq!(answer.error_code, 0);
         assert_eq!(answer.results[0].topics.len(), 1);
@@ -140,7 +148,7 @@ mod tests {
         let topics = vec![topic(vec![0, 1, 0]), topic(vec![0])];
         let body = DescribeLogDirsRequest::default().with_topics(Some(topics));
         let asked = request(ApiKey::DescribeLogDirs, 4, &body);
-        let frame = handle(&t.broker, &asked, &open()).await.unwrap();
+        let frame = answer(&t.broker, &asked, &open()).await.unwrap();
         let (_, answer): (_, DescribeLogDirsResponse) = read_response(frame, 4);
         let reported: Vec<(&str, i32)> = answer.results[0]
             .topics

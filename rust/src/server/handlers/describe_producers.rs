@@ -8,20 +8,21 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
-use super::find_partition;
+use super::{find_partition, Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_topics;
 
-pub(crate) fn handle(
+pub(crate) fn answer(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
@@ -63,6 +64,12 @@ pub(crate) fn handle(
     encode_response(request.correlation_id, request.api_version, &response)
 }
 
+/// Dispatch's entry for DescribeProducers (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, &request, &cx.access).into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
@@ -88,7 +95,7 @@ mod tests {
             allow(Topic, "u", Operation::Read),
         ]);
         let asked = request(ApiKey::DescribeProducers, 0, &body);
-        let frame = handle(&t.broker, &asked, &access).unwrap();
+        let frame = answer(&t.broker, &asked, &access).unwrap();
         let (_, answer): (_, DescribeProducersResponse) = read_response(frame, 0);
         let codes: Vec<i16> = answer
             .topics
@@ -109,7 +116,7 @@ mod tests {
         let topics = vec![topic(vec![0, 1, 0]), topic(vec![1, 0])];
         let body = DescribeProducersRequest::default().with_topics(topics);
         let asked = request(ApiKey::DescribeProducers, 0, &body);
-        let frame = handle(&t.broker, &asked, &open()).unwrap();
+        let frame = answer(&t.broker, &asked, &open()).unwrap();
         let (_, answer): (_, DescribeProducersResponse) = read_response(frame, 0);
         let answered: Vec<(&str, i32)> = answer
             .topics

@@ -13,6 +13,7 @@
 
 use std::collections::BTreeSet;
 
+use futures::FutureExt;
 use kafka_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition as WirePartition,
     DescribeTopicPartitionsResponseTopic as WireTopic,
@@ -24,7 +25,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::metadata::{partition_leader, OPERATIONS_UNKNOWN};
-use super::{code, topic_operations};
+use super::{code, topic_operations, Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::topic_rules::validate_topic_name;
@@ -36,7 +37,7 @@ use crate::protocol::topic_name;
 /// Kafka's `max.request.partition.size.limit` default: the most partitions one answer holds.
 const MAX_PARTITIONS: i32 = 2000;
 
-pub(crate) fn handle(
+pub(crate) fn answer(
     broker: &Broker,
     request: &Request,
     access: &Access,
@@ -172,6 +173,12 @@ fn refused(
     DescribeTopicPartitionsResponse::default().with_topics(topics.collect())
 }
 
+/// Dispatch's entry for DescribeTopicPartitions (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, &request, &cx.access).into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -217,7 +224,7 @@ mod tests {
                     .with_partition_index(p)
             }));
         let asked = request(ApiKey::DescribeTopicPartitions, 0, &body);
-        read_response(handle(broker, &asked, access).unwrap(), 0).1
+        read_response(answer(broker, &asked, access).unwrap(), 0).1
     }
 
     /// (topic, error, [partition indexes]) of each topic answered, and the next cursor.

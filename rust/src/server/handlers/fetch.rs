@@ -22,13 +22,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::select_all;
+use futures::FutureExt;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::check_leader_epoch;
+use super::{check_leader_epoch, Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Slot};
@@ -67,7 +68,7 @@ struct Wanted {
 
 /// `room` charges the records read while the request holds them (the encoded response is
 /// charged by the caller once it exists).
-pub(crate) async fn handle(
+pub(crate) async fn answer(
     broker: &Arc<Broker>,
     request: Request,
     mut room: Charge,
@@ -403,6 +404,14 @@ fn group(
     topics
 }
 
+/// Dispatch's entry for Fetch (a [`super::Handler`]): the response's bytes are charged to the
+/// connection's budget as they are read.
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    let room = Charge::new(&cx.connection.budgets);
+    async move { answer(&cx.broker, request, room, &cx.access).await.into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
@@ -469,7 +478,7 @@ mod tests {
         }
         let budgets = Budgets::new(1 << 24, Arc::new(ByteBudget::new(1 << 24)));
         let asked = request(ApiKey::Fetch, version, &body);
-        let frame = handle(broker, asked, Charge::new(&budgets), access).await;
+        let frame = answer(broker, asked, Charge::new(&budgets), access).await;
         let (_, response): (_, FetchResponse) = read_response(frame.unwrap(), version);
         let partitions = response.responses.into_iter().flat_map(|t| t.partitions);
         partitions.collect()

@@ -10,11 +10,13 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::{Handling, RequestContext};
 use crate::auth::acl::{Operation, ResourceType};
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -26,7 +28,7 @@ const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
 /// `listener`: the one the client came in on, whose endpoint it is given.
-pub(crate) fn handle(
+pub(crate) fn respond(
     broker: &Arc<Broker>,
     request: &Request,
     listener: &str,
@@ -137,13 +139,19 @@ fn lookup(
     }
 }
 
+/// Dispatch's entry for FindCoordinator (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { respond(&cx.broker, &request, &cx.connection.listener, &cx.access).into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::auth::acl::ResourceType::Group;
     use crate::meta::catalog::BrokerRecord;
     use crate::protocol::header::testing::read_response;
-    use crate::server::handlers::api_versions::supported;
+    use crate::server::apis::supported;
     use crate::server::handlers::testing::{alice, allow, open};
 
     fn cluster(brokers: &[i32]) -> ClusterState {

@@ -11,15 +11,17 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
+use super::{Handling, RequestContext};
 use crate::auth::acl::{Operation, ResourceType};
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::{encode_response, Request, WireError};
 
-pub(crate) async fn handle(
+pub(crate) async fn answer(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
@@ -53,6 +55,12 @@ fn failure(error: ResponseError) -> InitProducerIdResponse {
         .with_producer_epoch(-1)
 }
 
+/// Dispatch's entry for InitProducerId (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, &request, &cx.access).await.into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::{ApiKey, TransactionalId};
@@ -81,7 +89,7 @@ mod tests {
         access: &Access,
     ) -> InitProducerIdResponse {
         let asked = request(ApiKey::InitProducerId, version, &body);
-        read_response(handle(broker, &asked, access).await.unwrap(), version).1
+        read_response(answer(broker, &asked, access).await.unwrap(), version).1
     }
 
     #[tokio::test]

@@ -9,13 +9,14 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 
-use super::{check_leader_epoch, find_partition};
+use super::{check_leader_epoch, find_partition, Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -29,7 +30,7 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const EARLIEST_PENDING_UPLOAD: i64 = -5;
 
-pub(crate) async fn handle(
+pub(crate) async fn answer(
     broker: &Arc<Broker>,
     request: Request,
     access: &Access,
@@ -134,6 +135,12 @@ async fn lookup(
     }
 }
 
+/// Dispatch's entry for ListOffsets (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, request, &cx.access).await.into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -162,7 +169,7 @@ mod tests {
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
             .with_topics(vec![topic]);
         let asked = request(ApiKey::ListOffsets, version, &body);
-        let frame = handle(broker, asked, &open()).await.unwrap();
+        let frame = answer(broker, asked, &open()).await.unwrap();
         let (_, answer): (_, ListOffsetsResponse) = read_response(frame, version);
         let got = &answer.topics[0].partitions[0];
         let offset = match version {
@@ -256,7 +263,7 @@ mod tests {
         access: &Access,
     ) -> Vec<(String, i32, i16, i64)> {
         let asked = request(ApiKey::ListOffsets, 9, body);
-        let frame = handle(broker, asked, access).await.unwrap();
+        let frame = answer(broker, asked, access).await.unwrap();
         let (_, answer): (_, ListOffsetsResponse) = read_response(frame, 9);
         let partitions = answer.topics.iter().flat_map(|t| {
             let name = t.name.to_string();

@@ -16,6 +16,7 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -25,7 +26,7 @@ use kafka_protocol::ResponseError;
 use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
-use super::{cluster_operations, code, topic_operations};
+use super::{cluster_operations, code, topic_operations, Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Topic};
@@ -75,7 +76,7 @@ impl AutoCreation {
 }
 
 /// `listener`: the one the client came in on; every broker is listed with its endpoint there.
-pub(crate) async fn handle(
+pub(crate) async fn respond(
     broker: &Arc<Broker>,
     request: Request,
     listener: &str,
@@ -307,6 +308,17 @@ fn describe(topic: &Topic, broker: &Broker) -> MetadataResponseTopic {
         .with_topic_id(topic.record.id)
         .with_partitions(partitions)
         .with_topic_authorized_operations(OPERATIONS_UNKNOWN)
+}
+
+/// Dispatch's entry for Metadata (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move {
+        respond(&cx.broker, request, &cx.connection.listener, &cx.access)
+            .await
+            .into()
+    }
+    .boxed()
 }
 
 #[cfg(test)]

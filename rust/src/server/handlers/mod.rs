@@ -1,4 +1,6 @@
-//! One module per API; the control-plane APIs, which Python decides, share `control`.
+//! One module per API (the table of data-plane APIs is `server::apis`); the control-plane
+//! APIs, which Python decides, share `control`. Each module's `handle` (or `handle_*` for a
+//! module of several APIs) is what dispatch calls: `fn(&RequestContext, Request) -> Handling`.
 
 pub(crate) mod acls;
 pub(crate) mod api_versions;
@@ -18,17 +20,55 @@ pub(crate) mod produce;
 pub(crate) mod scram_credentials;
 pub(crate) mod unsupported;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use kafka_protocol::ResponseError;
+use tokio::sync::Semaphore;
 
+use super::budget::Budgets;
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::Partition;
-use crate::protocol::header::WireError;
+use crate::protocol::header::{Request, WireError};
 use crate::protocol::splice::ResponseFrame;
+
+/// What every request of one connection shares.
+pub(crate) struct ConnectionContext {
+    /// The client's address, which the control plane reports for group members.
+    pub(crate) peer: SocketAddr,
+    /// Names the connection to the control plane, which serves its requests in order.
+    pub(crate) id: u64,
+    pub(crate) budgets: Arc<Budgets>,
+    /// One permit: a connection's Fetch starts once the Fetch before it has been written, not
+    /// only answered (its turn, order.rs). A client pipelining Fetches it does not read then
+    /// holds one response, not one per request.
+    pub(crate) fetch_turns: Arc<Semaphore>,
+    /// The connection's produce requests waiting for their flush.
+    pub(crate) produce_window: Arc<produce::ProduceWindow>,
+    /// The listener the client came in on: Metadata gives it every broker's endpoint there.
+    pub(crate) listener: Arc<str>,
+}
+
+/// What a handler gets besides its request: the broker, what the connection's principal may
+/// do, and what the connection's requests share.
+#[derive(Clone)]
+pub(crate) struct RequestContext {
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) access: Arc<Access>,
+    pub(crate) connection: Arc<ConnectionContext>,
+}
+
+/// A request being handled: the answer, once its turn has come and it is worked out. A
+/// handler does at once only what must happen in the connection's request order (a Produce
+/// appends); the rest waits in the future it returns.
+pub(crate) type Handling = BoxFuture<'static, Reply>;
+
+/// Every handler's shape: what dispatch calls for a request of its API.
+pub(crate) type Handler = fn(&RequestContext, Request) -> Handling;
 
 /// What goes back on the wire for one request.
 pub(crate) enum Reply {

@@ -6,13 +6,14 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use kafka_protocol::ResponseError;
 
-use super::{check_leader_epoch, find_partition};
+use super::{check_leader_epoch, find_partition, Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -22,7 +23,7 @@ use crate::protocol::header::{encode_response, Request, WireError};
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: (i32, i64) = (-1, -1);
 
-pub(crate) async fn handle(
+pub(crate) async fn answer(
     broker: &Arc<Broker>,
     request: &Request,
     access: &Access,
@@ -117,6 +118,12 @@ pub(crate) fn end_offset_for(record: &PartitionRecord, requested: i32) -> (i32, 
     (history[next - 1].epoch, history[next].start_offset)
 }
 
+/// Dispatch's entry for OffsetForLeaderEpoch (a [`super::Handler`]).
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { answer(&cx.broker, &request, &cx.access).await.into() }.boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -133,7 +140,7 @@ mod tests {
     use crate::meta::catalog::EpochStart;
     use crate::protocol::header::testing::{read_response, request};
     use crate::protocol::topic_name;
-    use crate::server::handlers::api_versions::supported;
+    use crate::server::apis::supported;
     use crate::server::handlers::testing::{alice, allow, open};
 
     /// (topic, partition, error, epoch, end offset) of every answer to the asked partitions
@@ -167,7 +174,7 @@ mod tests {
                 -1
             }))
             .with_topics(topics.collect());
-        let frame = handle(
+        let frame = answer(
             broker,
             &request(ApiKey::OffsetForLeaderEpoch, version, &body),
             access,

@@ -17,7 +17,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
 
 use super::find_partition;
-use super::Reply;
+use super::{Handling, Reply, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -330,6 +330,14 @@ async fn outcome(
                 .with_error_message(Some(StrBytes::from_string(rejection.message)))
         }
     }
+}
+
+/// Dispatch's entry for Produce (a [`super::Handler`]): appends now, in the connection's
+/// request order; the future only waits for the flush.
+pub(crate) fn handle(cx: &RequestContext, request: Request) -> Handling {
+    let held = Charge::new(&cx.connection.budgets);
+    let window = (&cx.connection.produce_window, held);
+    start(&cx.broker, request, window, &cx.access)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use futures::FutureExt;
 use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
@@ -23,6 +24,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::{Handling, RequestContext};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -324,6 +326,18 @@ fn altered(results: Vec<(String, Result<(), Refusal>)>) -> AlterUserScramCredent
         }
     });
     AlterUserScramCredentialsResponse::default().with_results(results.collect())
+}
+
+/// Dispatch's entry for DescribeUserScramCredentials (a [`super::Handler`]).
+pub(crate) fn handle_describe(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { describe(&cx.broker, &request, &cx.access).await.into() }.boxed()
+}
+
+/// Dispatch's entry for AlterUserScramCredentials (a [`super::Handler`]).
+pub(crate) fn handle_alter(cx: &RequestContext, request: Request) -> Handling {
+    let cx = cx.clone();
+    async move { alter(&cx.broker, &request, &cx.access).await.into() }.boxed()
 }
 
 #[cfg(test)]
