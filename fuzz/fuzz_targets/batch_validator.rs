@@ -53,7 +53,6 @@ fuzz_target!(|data: &[u8]| {
         let codec = Codec::from_attributes(header.attributes).expect("accepted codec");
         let section = &batch.bytes[BATCH_HEADER_LEN..];
         Decompressed::new(codec, section, RULES.max_uncompressed_bytes)
-            .map_err(|e| e.to_string())
             .and_then(|stream| stream.read_all(&mut scratch))
             .expect("an accepted batch decompresses");
         let mut columns = Columns::new("fuzz", 0, true);

@@ -8,19 +8,29 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::broker::{startup, Broker};
+use std::io::ErrorKind;
+
+use crate::broker::startup::{plain, OpenFailure};
+use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::server::budget::ByteBudget;
 use crate::server::connection::Entry;
 use crate::server::sasl::SaslSettings;
-use crate::server::tls::Tls;
+use crate::server::tls::{Tls, TlsError};
 use crate::server::{self, BoundListener};
 
-/// Why a broker did not start: one line in the user's terms (see `startup`).
+/// Why a broker did not start: one line in the user's terms, naming the setting at fault.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StartError {
+    /// Its storage, metadata store or data directory (`broker::startup`).
+    #[error(transparent)]
+    Open(#[from] OpenFailure),
+    /// A listener's address cannot be bound.
     #[error("{0}")]
-    Open(String),
+    Listen(String),
+    /// The TLS files cannot be read or do not make a configuration.
+    #[error("{0}")]
+    Tls(String),
 }
 
 pub(crate) struct Running {
@@ -38,8 +48,7 @@ async fn listen(
     name: &str,
     addr: &str,
 ) -> Result<(TcpListener, SocketAddr), StartError> {
-    let failed =
-        |e: std::io::Error| StartError::Open(startup::cannot_listen(config, name, addr, &e));
+    let failed = |e: std::io::Error| StartError::Listen(cannot_listen(config, name, addr, &e));
     let listener = TcpListener::bind(addr).await.map_err(failed)?;
     let bound = listener.local_addr().map_err(failed)?;
     Ok((listener, bound))
@@ -70,7 +79,7 @@ async fn bind_listeners(
             (false, _) => None,
             (true, Some(tls)) => Some(tls.clone()),
             (true, None) => {
-                return Err(StartError::Open(format!(
+                return Err(StartError::Tls(format!(
                     "{setting} needs a certificate: set --ssl-certfile and --ssl-keyfile"
                 )))
             }
@@ -94,9 +103,9 @@ impl Running {
             Some(files)
                 if config.metrics_tls || config.listener_specs.iter().any(|l| l.is_tls()) =>
             {
-                startup::check_tls_files(&config).map_err(StartError::Open)?;
+                check_tls_files(&config)?;
                 let tls = Tls::load(files.clone())
-                    .map_err(|e| StartError::Open(startup::tls_unusable(&config, &e)))?;
+                    .map_err(|e| StartError::Tls(tls_unusable(&config, &e)))?;
                 tls.spawn_reloads();
                 Some(tls)
             }
@@ -107,7 +116,7 @@ impl Running {
             .iter()
             .map(|l| l.listener.local_addr())
             .collect::<Result<_, _>>()
-            .map_err(|e| StartError::Open(e.to_string()))?;
+            .map_err(|e| StartError::Listen(e.to_string()))?;
         let ops_listener = match &config.metrics_addr {
             Some(addr) => Some(listen(&config, "metrics_addr", addr).await?.0),
             None => None,
@@ -118,7 +127,7 @@ impl Running {
             None
         };
         let token_file = config.metrics_token_file.clone();
-        let core = Broker::open(config).await.map_err(StartError::Open)?;
+        let core = Broker::open(config).await?;
         let mut listeners = listeners;
         let sasl = Arc::new(SaslSettings::new(&core.config, core.log.catalog.clone()));
         for (bound, spec) in listeners.iter_mut().zip(&core.config.listener_specs) {
@@ -162,4 +171,70 @@ impl Running {
         }
         self.core.leave().await;
     }
+}
+
+/// A listener's address could not be bound. `name` is the setting the address came from
+/// (`broker_addr`, `listeners`, `metrics_addr`).
+fn cannot_listen(config: &BrokerConfig, name: &str, addr: &str, e: &std::io::Error) -> String {
+    let setting = config.setting(name);
+    let other = if name == "listeners" {
+        format!("change its port in {setting}")
+    } else {
+        config.how_to_set(name, "HOST:PORT")
+    };
+    match e.kind() {
+        ErrorKind::AddrInUse => {
+            format!("{addr} is in use by another process: stop it or {other}")
+        }
+        ErrorKind::PermissionDenied => format!(
+            "{addr} ({setting}) may not be bound by this user (ports below 1024 need root or \
+             CAP_NET_BIND_SERVICE): {other} with a port above 1023"
+        ),
+        ErrorKind::AddrNotAvailable => format!(
+            "{addr} ({setting}) is not an address of this host: {other} with one of its \
+             addresses (0.0.0.0 for all of them)"
+        ),
+        _ => format!("cannot listen on {addr} ({setting}): {}: {other}", plain(e)),
+    }
+}
+
+/// A TLS file that cannot be read, or does not hold what it should.
+fn check_tls_files(config: &BrokerConfig) -> Result<(), StartError> {
+    let Some(files) = &config.tls else {
+        return Ok(());
+    };
+    let named = [
+        ("ssl_certfile", Some(&files.certfile)),
+        ("ssl_keyfile", Some(&files.keyfile)),
+        ("ssl_cafile", files.cafile.as_ref()),
+    ];
+    for (name, path) in named {
+        let Some(path) = path else { continue };
+        if let Err(e) = std::fs::File::open(path) {
+            return Err(StartError::Tls(format!(
+                "{} {} cannot be read ({}): {} naming a readable PEM file",
+                config.setting(name),
+                path.display(),
+                plain(&e),
+                config.how_to_set(name, "PATH")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A TLS loading error of `server::tls` (which names the files by their flags) in the user's
+/// terms.
+fn tls_unusable(config: &BrokerConfig, error: &TlsError) -> String {
+    let mut message = error.to_string();
+    for name in [
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_cafile",
+        "ssl_client_auth",
+    ] {
+        let flag = format!("--{}", name.replace('_', "-"));
+        message = message.replace(&flag, &config.setting(name));
+    }
+    message.replace(" (os error 2)", "")
 }

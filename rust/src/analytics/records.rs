@@ -1,8 +1,4 @@
 //! The records inside a v2 batch (after decompression), decoded straight into Arrow columns.
-//!
-//! Record: length varint | attributes i8 | timestamp delta varlong | offset delta varint |
-//! key length varint (-1 = null) | key | value length varint | value | header count varint |
-//! headers (key length varint | key | value length varint | value). Varints are zigzag.
 
 use std::ops::Range;
 
@@ -11,68 +7,72 @@ use arrow_array::types::{Int64Type, TimestampMillisecondType};
 
 use super::columns::{Columns, TimestampType};
 use crate::log::batch::BatchHeader;
+use crate::log::record_reader::{walk_decompressed, RecordVisitor};
+use crate::log::validate::{invalid_record, Rejection};
 
 const CONTROL_BATCH: i16 = 0x20;
 
-/// Reads zigzag varints and length-prefixed fields from a record, never past its end.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// Puts the records whose offsets fall in `wanted` into `columns`.
+struct IntoColumns<'a> {
+    header: &'a BatchHeader,
+    wanted: &'a Range<i64>,
+    timestamp_type: TimestampType,
+    columns: &'a mut Columns,
 }
 
-impl<'a> Cursor<'a> {
-    fn varlong(&mut self) -> Result<i64, String> {
-        let mut raw: u64 = 0;
-        for shift in (0..70).step_by(7) {
-            let byte = *self
-                .buf
-                .get(self.pos)
-                .ok_or("varint runs past the record")?;
-            self.pos += 1;
-            raw |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
-            }
+impl RecordVisitor for IntoColumns<'_> {
+    fn wants(&mut self, index: i32, timestamp: i64) -> Result<bool, Rejection> {
+        let offset = self
+            .header
+            .base_offset
+            .checked_add(i64::from(index))
+            .ok_or_else(|| {
+                invalid_record(
+                    Some(index),
+                    format!("the offset of record {index} is past the largest offset"),
+                )
+            })?;
+        let wanted = self.wanted.contains(&offset);
+        if wanted {
+            self.columns
+                .push_record(offset, timestamp, self.timestamp_type);
         }
-        Err("varint longer than 10 bytes".into())
+        Ok(wanted)
     }
 
-    fn varint(&mut self) -> Result<i32, String> {
-        i32::try_from(self.varlong()?).map_err(|_| "varint out of the int32 range".into())
+    fn key(&mut self, key: Option<&[u8]>) {
+        self.columns.push_key(key);
     }
 
-    fn skip(&mut self, n: usize) -> Result<(), String> {
-        self.take(n).map(drop)
+    fn value(&mut self, value: Option<&[u8]>) {
+        self.columns.push_value(value);
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let bytes = self
-            .buf
-            .get(self.pos..self.pos + n)
-            .ok_or("field runs past the record")?;
-        self.pos += n;
-        Ok(bytes)
+    fn header(&mut self, key: &str, value: Option<&[u8]>) {
+        self.columns.push_header(key, value);
     }
 
-    /// A length-prefixed field; a negative length is null.
-    fn nullable_bytes(&mut self) -> Result<Option<&'a [u8]>, String> {
-        let len = self.varint()?;
-        if len < 0 {
-            return Ok(None);
+    fn done(&mut self, index: i32, _: i64) -> Result<(), Rejection> {
+        if self
+            .wanted
+            .contains(&(self.header.base_offset + i64::from(index)))
+        {
+            self.columns.end_headers();
         }
-        self.take(len as usize).map(Some)
+        Ok(())
     }
 }
 
-/// Decodes the records of one batch whose offsets fall in `wanted` into `columns`.
-/// `records` is the batch's records section, decompressed. Control batches hold transaction
-/// markers, not data, so they yield no rows (as a consumer sees it).
+/// Decodes the records of one batch whose offsets fall in `wanted` into `columns`, with the
+/// decoder the produce validator uses (`log::record_reader`). `records` is the batch's
+/// records section, decompressed. Control batches hold transaction markers, not data, so
+/// they yield no rows (as a consumer sees it).
 pub fn decode_records(
     header: &BatchHeader,
     records: &[u8],
     wanted: &Range<i64>,
     columns: &mut Columns,
-) -> Result<(), String> {
+) -> Result<(), Rejection> {
     if header.attributes & CONTROL_BATCH != 0 {
         return Ok(());
     }
@@ -81,52 +81,13 @@ pub fn decode_records(
     } else {
         TimestampType::CreateTime
     };
-    let mut cursor = Cursor {
-        buf: records,
-        pos: 0,
+    let mut into = IntoColumns {
+        header,
+        wanted,
+        timestamp_type,
+        columns,
     };
-    for n in 0..header.record_count {
-        let length = cursor.varint()?;
-        if length < 0 {
-            return Err(format!("record {n} has negative length {length}"));
-        }
-        let body = cursor
-            .take(length as usize)
-            .map_err(|_| format!("record {n} runs past the batch"))?;
-        let mut record = Cursor { buf: body, pos: 0 };
-        record.skip(1)?; // attributes: unused in v2
-        let timestamp_delta = record.varlong()?;
-        let offset = header
-            .base_offset
-            .checked_add(i64::from(record.varint()?))
-            .ok_or_else(|| format!("the offset of record {n} is past the largest offset"))?;
-        if !wanted.contains(&offset) {
-            continue;
-        }
-        let timestamp = header.record_timestamp(timestamp_delta);
-        let key = record.nullable_bytes()?;
-        let value = record.nullable_bytes()?;
-        columns.push_record(offset, timestamp, timestamp_type, key, value);
-        if columns.wants_headers() {
-            let count = record.varint()?;
-            for _ in 0..count.max(0) {
-                let key = record.nullable_bytes()?.unwrap_or_default();
-                let key = std::str::from_utf8(key)
-                    .map_err(|_| format!("header key of offset {offset} is not UTF-8"))?;
-                let value = record.nullable_bytes()?;
-                columns.push_header(key, value);
-            }
-        }
-        columns.end_headers();
-    }
-    if cursor.pos != records.len() {
-        return Err(format!(
-            "{} bytes follow the batch's {} records",
-            records.len() - cursor.pos,
-            header.record_count
-        ));
-    }
-    Ok(())
+    walk_decompressed(header, records, &mut into)
 }
 
 /// The offset of the first record whose timestamp is at or after `from_timestamp`.
@@ -135,7 +96,7 @@ pub(crate) fn first_offset_at_or_after(
     records: &[u8],
     offsets: &Range<i64>,
     from_timestamp: i64,
-) -> Result<Option<i64>, String> {
+) -> Result<Option<i64>, Rejection> {
     let mut columns = Columns::new("", 0, false);
     decode_records(header, records, offsets, &mut columns)?;
     let batch = columns.finish();
@@ -167,6 +128,9 @@ mod tests {
         let mut columns = Columns::new("t", 0, false);
         let records = &batch[BATCH_HEADER_LEN..];
         let error = decode_records(&header, records, &(0..i64::MAX), &mut columns).unwrap_err();
-        assert!(error.contains("past the largest offset"), "{error}");
+        assert!(
+            error.message.contains("past the largest offset"),
+            "{error:?}"
+        );
     }
 }

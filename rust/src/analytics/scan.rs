@@ -18,7 +18,7 @@ use super::reader::{PartitionLog, TopicReader, MOVED_RETRIES};
 use super::records::decode_records;
 use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use crate::log::checksum::crc32c;
-use crate::log::decompress::{describe, Codec, Decompressed};
+use crate::log::decompress::{Codec, Decompressed};
 use crate::log::index::SparseIndex;
 use crate::log::segment::{ParsedSegment, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use crate::store::{SegmentObject, SegmentStore, StoreError};
@@ -272,12 +272,11 @@ impl BatchCursor {
         let span = batch.start + BATCH_HEADER_LEN..batch.start + batch.header.size;
         let raw = &self.fetched.area[span];
         let codec = Codec::from_attributes(batch.header.attributes)
-            .map_err(|r| self.corrupt_at(batch, &r))?;
+            .map_err(|r| self.corrupt_at(batch, &r.to_string()))?;
         if codec == Codec::None {
             return Ok(raw);
         }
         Decompressed::new(codec, raw, self.max_uncompressed)
-            .map_err(|e| describe(codec, &e))
             .and_then(|stream| stream.read_all(scratch))
             .map_err(|reason| {
                 self.corrupt_at(
@@ -436,7 +435,7 @@ impl PartitionScan {
             }
             let records = cursor.records_of(&batch, &mut self.scratch)?;
             decode_records(&batch.header, records, &self.wanted, &mut self.columns)
-                .map_err(|reason| cursor.corrupt_at(&batch, &reason))?;
+                .map_err(|rejected| cursor.corrupt_at(&batch, &rejected.message))?;
             self.wanted.start = batch.header.last_offset() + 1;
             self.retakes = 0;
         }

@@ -48,6 +48,7 @@ use crate::metrics::Metrics;
 use crate::store::SegmentStore;
 use ownership::Ownership;
 pub(crate) use served_topic::{Slot, Topic};
+use startup::OpenFailure;
 
 pub(crate) struct Broker {
     pub config: BrokerConfig,
@@ -88,8 +89,8 @@ const OWNERSHIP_CHANGES_WAIT: Duration = Duration::from_secs(15);
 impl Broker {
     /// Opens storage and metadata, joins the cluster and takes over this broker's share of
     /// the partitions. Errors name the setting at fault.
-    pub(crate) async fn open(config: BrokerConfig) -> Result<Arc<Broker>, String> {
-        let location = config.storage()?;
+    pub(crate) async fn open(config: BrokerConfig) -> Result<Arc<Broker>, OpenFailure> {
+        let location = config.storage().map_err(OpenFailure::Storage)?;
         // The data directory holds the embedded metadata store, or the segments.
         let uses_data_dir = config.etcd_endpoints.is_none()
             || matches!(location, crate::store::StorageLocation::LocalDir(_));
@@ -97,23 +98,23 @@ impl Broker {
             startup::check_data_dir(&config)?;
         }
         let store = SegmentStore::open(&location, &config.s3_namespace)
-            .map_err(|e| startup::store_not_opened(&config, e))?;
+            .map_err(|e| OpenFailure::Storage(startup::store_not_opened(&config, e)))?;
         store
             .check()
             .await
-            .map_err(|e| startup::store_unusable(&config, e))?;
+            .map_err(|e| OpenFailure::Storage(startup::store_unusable(&config, e)))?;
         let metrics = Arc::new(Metrics::default());
         let kv: Arc<dyn KvStore> = match config.etcd_endpoints() {
             Some(endpoints) => Arc::new(MeteredKv::new(
                 EtcdStore::connect(&endpoints, config.etcd_credentials(), config.lease_ttl())
                     .await
-                    .map_err(|e| startup::etcd_unusable(&config, e))?,
+                    .map_err(|e| OpenFailure::Metadata(startup::etcd_unusable(&config, e)))?,
                 "etcd",
                 metrics.clone(),
             )),
             None => {
                 let embedded = EmbeddedStore::open(&config.metadata_path())
-                    .map_err(|e| startup::embedded_unusable(&config, &e))?;
+                    .map_err(|e| OpenFailure::Metadata(startup::embedded_unusable(&config, &e)))?;
                 let root = Catalog::root_of(&config.s3_namespace);
                 let published = PublishedKv::open(embedded, &root, store.published_shelf()).await;
                 Arc::new(MeteredKv::new(published, "embedded", metrics.clone()))
@@ -128,17 +129,17 @@ impl Broker {
         store: SegmentStore,
         kv: Arc<dyn KvStore>,
         metrics: Arc<Metrics>,
-    ) -> Result<Arc<Broker>, String> {
+    ) -> Result<Arc<Broker>, OpenFailure> {
         let catalog = Arc::new(Catalog::new(kv.clone(), &config.s3_namespace));
         // The first request that needs a login (etcd grants a lease without one).
         let cluster_id = catalog
             .cluster_id()
             .await
-            .map_err(|e| startup::metadata_unusable(&config, &e))?;
+            .map_err(|e| OpenFailure::Metadata(startup::metadata_unusable(&config, &e)))?;
         let sweep_mark = catalog
             .sweep_mark(config.broker_id)
             .await
-            .map_err(|e| startup::metadata_unusable(&config, &e))?;
+            .map_err(|e| OpenFailure::Metadata(startup::metadata_unusable(&config, &e)))?;
         // Group records change with every offset commit and only the Python coordinator
         // reads them: mirroring them would rebuild the cluster view on each commit.
         let mirror = Mirror::start(
@@ -147,7 +148,7 @@ impl Broker {
             &[catalog.groups_root()],
         )
         .await
-        .map_err(|e| format!("metadata store: {e}"))?;
+        .map_err(|e| OpenFailure::Metadata(format!("metadata store: {e}")))?;
         let description = format!(
             "storage: {}; metadata: {}",
             store.describe(),
@@ -251,7 +252,7 @@ impl Broker {
 
     /// Announces this broker under its session. A restarted broker may find its previous
     /// registration until that session's lease runs out, so it waits that long before giving up.
-    pub(crate) async fn register(&self) -> Result<(), String> {
+    pub(crate) async fn register(&self) -> Result<(), OpenFailure> {
         let record = self.config.broker_record();
         let deadline = tokio::time::Instant::now() + self.config.lease_ttl() * 2;
         loop {
@@ -260,7 +261,7 @@ impl Broker {
                 Err(CatalogError::BrokerIdTaken(..)) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                Err(e) => return Err(format!("joining the cluster: {e}")),
+                Err(e) => return Err(OpenFailure::Joining(e)),
             }
         }
     }
@@ -521,21 +522,11 @@ impl Broker {
     }
 
     /// The partition keys, the objects (how many), then the deletion marker.
-    async fn remove_deleted_topic(&self, topic: &str) -> Result<usize, String> {
+    async fn remove_deleted_topic(&self, topic: &str) -> Result<usize, DeletionError> {
         let catalog = &self.log.catalog;
-        catalog
-            .remove_partition_keys(topic)
-            .await
-            .map_err(|e| e.to_string())?;
-        let store = &self.log.store;
-        let count = store
-            .delete_topic_objects(topic)
-            .await
-            .map_err(|e| e.to_string())?;
-        catalog
-            .finish_deletion(topic)
-            .await
-            .map_err(|e| e.to_string())?;
+        catalog.remove_partition_keys(topic).await?;
+        let count = self.log.store.delete_topic_objects(topic).await?;
+        catalog.finish_deletion(topic).await?;
         Ok(count)
     }
 
@@ -595,6 +586,15 @@ impl Broker {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// Why a deleted topic's keys and objects are not all removed yet (retried).
+#[derive(Debug, thiserror::Error)]
+enum DeletionError {
+    #[error("metadata store: {0}")]
+    Metadata(#[from] MetaError),
+    #[error("object store: {0}")]
+    Store(#[from] crate::store::StoreError),
 }
 
 fn deleted_meanwhile() -> ApiError {

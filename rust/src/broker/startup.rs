@@ -2,13 +2,31 @@
 //! what is wrong, names the setting as the user gave it (`--s3-bucket` or
 //! `KAFSCALE_S3_BUCKET`, see `BrokerConfig::setting`) and what to do about it.
 
-use std::io::ErrorKind;
 use std::path::Path;
 
 use crate::config::BrokerConfig;
+use crate::meta::catalog::CatalogError;
+use crate::meta::embedded::EmbeddedOpenError;
 use crate::meta::etcd::{login_refused, ConnectError};
 use crate::meta::kv::MetaError;
 use crate::store::{OpenError, Unusable, PROBE_TIMEOUT};
+
+/// Why the broker did not open. Each message is the whole line for the user.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenFailure {
+    /// The data directory cannot be created or written.
+    #[error("{0}")]
+    DataDir(String),
+    /// The object store cannot be set up, or does not answer as it should.
+    #[error("{0}")]
+    Storage(String),
+    /// The metadata store cannot be opened or read.
+    #[error("{0}")]
+    Metadata(String),
+    /// This broker could not register in the cluster.
+    #[error("joining the cluster: {0}")]
+    Joining(CatalogError),
+}
 
 /// What to do when no S3 credentials are configured.
 const GIVE_CREDENTIALS: &str = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
@@ -127,9 +145,10 @@ pub(crate) fn data_dir_unusable(config: &BrokerConfig, dir: &Path, error: &str) 
 
 /// Creates the data directory if needed and checks that files can be written in it, so a
 /// wrong one fails the start with its setting's name rather than deep in a store.
-pub(crate) fn check_data_dir(config: &BrokerConfig) -> Result<(), String> {
+pub(crate) fn check_data_dir(config: &BrokerConfig) -> Result<(), OpenFailure> {
     let dir = Path::new(&config.data_dir);
-    let failed = |e: std::io::Error| data_dir_unusable(config, dir, &plain(&e));
+    let failed =
+        |e: std::io::Error| OpenFailure::DataDir(data_dir_unusable(config, dir, &plain(&e)));
     std::fs::create_dir_all(dir).map_err(failed)?;
     let probe = dir.join(".kafscale-write-check");
     std::fs::write(&probe, b"").map_err(failed)?;
@@ -139,7 +158,8 @@ pub(crate) fn check_data_dir(config: &BrokerConfig) -> Result<(), String> {
 
 /// The embedded metadata store in the data directory cannot be opened (most often: another
 /// broker holds it).
-pub(crate) fn embedded_unusable(config: &BrokerConfig, message: &str) -> String {
+pub(crate) fn embedded_unusable(config: &BrokerConfig, error: &EmbeddedOpenError) -> String {
+    let message = error.to_string();
     let message = message.trim_end_matches('.');
     format!(
         "{message}: stop the other broker using {} {}, or {} naming a directory of its own",
@@ -208,75 +228,4 @@ pub(crate) fn metadata_unusable(config: &BrokerConfig, e: &MetaError) -> String 
             config.data_dir
         ),
     }
-}
-
-/// A listener's address could not be bound. `name` is the setting the address came from
-/// (`broker_addr`, `listeners`, `metrics_addr`).
-pub(crate) fn cannot_listen(
-    config: &BrokerConfig,
-    name: &str,
-    addr: &str,
-    e: &std::io::Error,
-) -> String {
-    let setting = config.setting(name);
-    let other = if name == "listeners" {
-        format!("change its port in {setting}")
-    } else {
-        config.how_to_set(name, "HOST:PORT")
-    };
-    match e.kind() {
-        ErrorKind::AddrInUse => {
-            format!("{addr} is in use by another process: stop it or {other}")
-        }
-        ErrorKind::PermissionDenied => format!(
-            "{addr} ({setting}) may not be bound by this user (ports below 1024 need root or \
-             CAP_NET_BIND_SERVICE): {other} with a port above 1023"
-        ),
-        ErrorKind::AddrNotAvailable => format!(
-            "{addr} ({setting}) is not an address of this host: {other} with one of its \
-             addresses (0.0.0.0 for all of them)"
-        ),
-        _ => format!("cannot listen on {addr} ({setting}): {}: {other}", plain(e)),
-    }
-}
-
-/// A TLS file that cannot be read, or does not hold what it should.
-pub(crate) fn check_tls_files(config: &BrokerConfig) -> Result<(), String> {
-    let Some(files) = &config.tls else {
-        return Ok(());
-    };
-    let named = [
-        ("ssl_certfile", Some(&files.certfile)),
-        ("ssl_keyfile", Some(&files.keyfile)),
-        ("ssl_cafile", files.cafile.as_ref()),
-    ];
-    for (name, path) in named {
-        let Some(path) = path else { continue };
-        if let Err(e) = std::fs::File::open(path) {
-            return Err(format!(
-                "{} {} cannot be read ({}): {} naming a readable PEM file",
-                config.setting(name),
-                path.display(),
-                plain(&e),
-                config.how_to_set(name, "PATH")
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A TLS loading error of `server::tls` (which names the files by their flags) in the user's
-/// terms.
-pub(crate) fn tls_unusable(config: &BrokerConfig, message: &str) -> String {
-    let mut message = message.to_string();
-    for name in [
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_cafile",
-        "ssl_client_auth",
-    ] {
-        let flag = format!("--{}", name.replace('_', "-"));
-        message = message.replace(&flag, &config.setting(name));
-    }
-    message.replace(" (os error 2)", "")
 }

@@ -19,17 +19,37 @@ pub enum Codec {
     Zstd,
 }
 
+/// Why a records section could not be decompressed.
+#[derive(Debug, thiserror::Error)]
+pub enum DecompressError {
+    #[error("unknown compression codec {0} (Kafka's are 0 to 4)")]
+    UnknownCodec(i16),
+    #[error("{codec:?} records cannot be decompressed: {source}")]
+    Corrupt {
+        codec: Codec,
+        #[source]
+        source: io::Error,
+    },
+}
+
 impl Codec {
-    pub fn from_attributes(attributes: i16) -> Result<Codec, String> {
+    /// The codec a batch's attributes name.
+    pub fn from_attributes(attributes: i16) -> Result<Codec, DecompressError> {
         match attributes & 0x07 {
             0 => Ok(Codec::None),
             1 => Ok(Codec::Gzip),
             2 => Ok(Codec::Snappy),
             3 => Ok(Codec::Lz4),
             4 => Ok(Codec::Zstd),
-            other => Err(format!(
-                "unknown compression codec {other} (Kafka's are 0 to 4)"
-            )),
+            other => Err(DecompressError::UnknownCodec(other)),
+        }
+    }
+
+    /// What went wrong reading a records section of this codec.
+    pub(crate) fn failed(self, source: io::Error) -> DecompressError {
+        DecompressError::Corrupt {
+            codec: self,
+            source,
         }
     }
 }
@@ -52,17 +72,24 @@ pub struct Decompressed<'a> {
 }
 
 impl<'a> Decompressed<'a> {
-    pub fn new(codec: Codec, input: &'a [u8], limit: usize) -> io::Result<Decompressed<'a>> {
-        let inner: Box<dyn Read + 'a> = match codec {
-            Codec::None => Box::new(input),
-            Codec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(input)),
-            Codec::Snappy => Box::new(SnappyBlocks::new(input, limit)?),
-            Codec::Lz4 => Box::new(lz4::Decoder::new(input)?),
-            // zstd refuses frames asking for a window over 2^27 bytes (its default limit,
-            // which Kafka's own reader shares); the window's pages are touched only as far
-            // as output is written, so the output bound bounds memory too.
-            Codec::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(input)?),
+    pub fn new(
+        codec: Codec,
+        input: &'a [u8],
+        limit: usize,
+    ) -> Result<Decompressed<'a>, DecompressError> {
+        let opened = || -> io::Result<Box<dyn Read + 'a>> {
+            Ok(match codec {
+                Codec::None => Box::new(input),
+                Codec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(input)),
+                Codec::Snappy => Box::new(SnappyBlocks::new(input, limit)?),
+                Codec::Lz4 => Box::new(lz4::Decoder::new(input)?),
+                // zstd refuses frames asking for a window over 2^27 bytes (its default limit,
+                // which Kafka's own reader shares); the window's pages are touched only as far
+                // as output is written, so the output bound bounds memory too.
+                Codec::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(input)?),
+            })
         };
+        let inner = opened().map_err(|e| codec.failed(e))?;
         Ok(Decompressed {
             inner,
             codec,
@@ -72,12 +99,10 @@ impl<'a> Decompressed<'a> {
     }
 
     /// Reads everything into `out` (cleared first, so one buffer serves a whole scan).
-    pub fn read_all(mut self, out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn read_all(mut self, out: &mut Vec<u8>) -> Result<(), DecompressError> {
         out.clear();
         let codec = self.codec;
-        self.read_to_end(out)
-            .map(drop)
-            .map_err(|e| describe(codec, &e))
+        self.read_to_end(out).map(drop).map_err(|e| codec.failed(e))
     }
 }
 
@@ -90,11 +115,6 @@ impl Read for Decompressed<'_> {
         self.remaining -= n;
         Ok(n)
     }
-}
-
-/// Says what went wrong with a records section of `codec`.
-pub(crate) fn describe(codec: Codec, error: &io::Error) -> String {
-    format!("{codec:?} records cannot be decompressed: {error}")
 }
 
 fn too_large(limit: usize) -> io::Error {
@@ -227,11 +247,9 @@ pub(crate) mod tests {
         Codec::Zstd,
     ];
 
-    fn decompress(codec: Codec, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    fn decompress(codec: Codec, input: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
         let mut out = Vec::new();
-        Decompressed::new(codec, input, limit)
-            .map_err(|e| describe(codec, &e))?
-            .read_all(&mut out)?;
+        Decompressed::new(codec, input, limit)?.read_all(&mut out)?;
         Ok(out)
     }
 
@@ -275,7 +293,7 @@ pub(crate) mod tests {
             assert_eq!(decompress(codec, &input, 1 << 20).unwrap().len(), 1 << 20);
             let error = decompress(codec, &input, (1 << 20) - 1).unwrap_err();
             assert!(
-                error.contains("expand past the limit"),
+                error.to_string().contains("expand past the limit"),
                 "{codec:?}: {error}"
             );
         }
@@ -293,7 +311,10 @@ pub(crate) mod tests {
         bomb.push(len as u8);
         bomb.extend_from_slice(&[0u8; 60]);
         let error = decompress(Codec::Snappy, &bomb, 128 << 20).unwrap_err();
-        assert!(error.contains("expand past the limit"), "{error}");
+        assert!(
+            error.to_string().contains("expand past the limit"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -308,7 +329,10 @@ pub(crate) mod tests {
         block.push(len as u8);
         block.resize(64, 0);
         let error = decompress(Codec::Snappy, &block, 128 << 20).unwrap_err();
-        assert!(error.contains("more than snappy can encode"), "{error}");
+        assert!(
+            error.to_string().contains("more than snappy can encode"),
+            "{error}"
+        );
         // what snappy really makes of 1 MiB of zeros is within the bound
         let zeros = vec![0u8; 1 << 20];
         let packed = compress(Codec::Snappy, &zeros);
@@ -325,6 +349,9 @@ pub(crate) mod tests {
         let bomb = frame.repeat(2048);
         assert!(bomb.len() < 128 * 1024, "{}", bomb.len());
         let error = decompress(Codec::Zstd, &bomb, 4 << 20).unwrap_err();
-        assert!(error.contains("expand past the limit"), "{error}");
+        assert!(
+            error.to_string().contains("expand past the limit"),
+            "{error}"
+        );
     }
 }

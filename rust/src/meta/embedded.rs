@@ -65,6 +65,24 @@ struct Shared {
     writer: Mutex<()>,
 }
 
+/// Why the embedded metadata store did not open.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EmbeddedOpenError {
+    #[error("cannot create the directory {}: {source}", dir.display())]
+    Directory {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// Another process holds it, or the file is not a store.
+    #[error("the embedded metadata store {} cannot be opened: {source}", path.display())]
+    Database {
+        path: PathBuf,
+        source: redb::DatabaseError,
+    },
+    #[error("embedded metadata store: {0}")]
+    Unusable(#[from] MetaError),
+}
+
 pub(crate) struct EmbeddedStore {
     shared: Arc<Shared>,
     session: watch::Sender<u64>,
@@ -72,28 +90,32 @@ pub(crate) struct EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    pub(crate) fn open(path: &Path) -> Result<EmbeddedStore, String> {
+    pub(crate) fn open(path: &Path) -> Result<EmbeddedStore, EmbeddedOpenError> {
         EmbeddedStore::open_with(path, HISTORY_REVISIONS, LIVE_BUFFER)
     }
 
     /// `open` with the watch limits chosen (tests use small ones).
-    fn open_with(path: &Path, history: usize, live: usize) -> Result<EmbeddedStore, String> {
+    fn open_with(
+        path: &Path,
+        history: usize,
+        live: usize,
+    ) -> Result<EmbeddedStore, EmbeddedOpenError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| EmbeddedOpenError::Directory {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
         }
-        let db = Database::create(path).map_err(|e| {
-            format!(
-                "the embedded metadata store {} cannot be opened: {e}",
-                path.display()
-            )
+        let db = Database::create(path).map_err(|source| EmbeddedOpenError::Database {
+            path: path.to_path_buf(),
+            source,
         })?;
-        let txn = db.begin_write().map_err(unavailable_str)?;
-        txn.open_table(KV).map_err(unavailable_str)?;
-        txn.open_table(EPHEMERAL).map_err(unavailable_str)?;
-        let revision = current_revision(&txn.open_table(REVISION).map_err(unavailable_str)?)
-            .map_err(unavailable_str)?;
-        txn.commit().map_err(unavailable_str)?;
+        let txn = db.begin_write().map_err(unavailable)?;
+        txn.open_table(KV).map_err(unavailable)?;
+        txn.open_table(EPHEMERAL).map_err(unavailable)?;
+        let revision = current_revision(&txn.open_table(REVISION).map_err(unavailable)?)
+            .map_err(unavailable)?;
+        txn.commit().map_err(unavailable)?;
         let shared = Arc::new(Shared {
             db,
             hub: Mutex::new(Hub {
@@ -107,7 +129,7 @@ impl EmbeddedStore {
         // The previous process's session ended with it.
         shared
             .commit(vec![], ephemeral_deletes)
-            .map_err(unavailable_str)?;
+            .map_err(unavailable)?;
         Ok(EmbeddedStore {
             shared,
             session: watch::channel(1).0,
@@ -261,10 +283,6 @@ fn current_revision(
 /// history, or nothing) stays usable.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn unavailable_str(e: impl std::fmt::Display) -> String {
-    format!("embedded metadata store: {e}")
 }
 
 fn unavailable(e: impl std::fmt::Display) -> MetaError {

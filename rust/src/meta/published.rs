@@ -38,13 +38,40 @@ const PUBLISHED_PREFIXES: [&str; 3] = ["topics/", "partitions/", "wal/"];
 /// Changes of one transaction published at once, at most.
 const PUBLISHED_AT_ONCE: usize = 16;
 
+/// Why publishing failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PublishError {
+    /// The shelf refused a write, a delete or a listing (`doing`: e.g. "writing wal/0/ab").
+    #[error("{doing}: {source}")]
+    Shelf {
+        doing: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// What to publish could not be read from the metadata store.
+    #[error("reading what to publish: {0}")]
+    Store(#[from] MetaError),
+}
+
+impl PublishError {
+    pub(crate) fn shelf(
+        doing: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> PublishError {
+        PublishError::Shelf {
+            doing: doing.into(),
+            source: source.into(),
+        }
+    }
+}
+
 /// Where published keys are written: names relative to the cluster root (`wal/0/ab-…`).
 #[async_trait]
 pub(crate) trait Shelf: Send + Sync {
-    async fn put(&self, name: &str, value: Bytes) -> Result<(), String>;
-    async fn delete(&self, name: &str) -> Result<(), String>;
+    async fn put(&self, name: &str, value: Bytes) -> Result<(), PublishError>;
+    async fn delete(&self, name: &str) -> Result<(), PublishError>;
     /// Every name on the shelf.
-    async fn names(&self) -> Result<Vec<String>, String>;
+    async fn names(&self) -> Result<Vec<String>, PublishError>;
 }
 
 pub(crate) struct PublishedKv<S> {
@@ -91,14 +118,10 @@ impl<S: KvStore> PublishedKv<S> {
         self.stale.store(false, Ordering::SeqCst);
     }
 
-    async fn try_publish_all(&self) -> Result<(), String> {
+    async fn try_publish_all(&self) -> Result<(), PublishError> {
         let mut stored = BTreeSet::new();
         for prefix in PUBLISHED_PREFIXES {
-            let listing = self
-                .inner
-                .range(&format!("{}{prefix}", self.root))
-                .await
-                .map_err(|e| e.to_string())?;
+            let listing = self.inner.range(&format!("{}{prefix}", self.root)).await?;
             for kv in listing.kvs {
                 if let Some(name) = self.name_of(&kv.key) {
                     self.shelf.put(name, kv.value).await?;
@@ -118,7 +141,7 @@ impl<S: KvStore> PublishedKv<S> {
     /// at once (a transaction's names are distinct once reduced so, so their order does not
     /// matter, and the lock that keeps transactions in order is held for one round trip to
     /// the store, not one per key – a compaction commit changes dozens of records).
-    async fn publish(&self, ops: &[Op]) -> Result<(), String> {
+    async fn publish(&self, ops: &[Op]) -> Result<(), PublishError> {
         let mut last: BTreeMap<String, Option<Bytes>> = BTreeMap::new();
         for op in ops {
             match op {
@@ -229,9 +252,9 @@ mod tests {
             names.iter().map(|(k, v)| (k.clone(), text(v))).collect()
         }
 
-        fn check(&self) -> Result<(), String> {
+        fn check(&self) -> Result<(), PublishError> {
             match self.failing.load(Ordering::SeqCst) {
-                true => Err("disk full".into()),
+                true => Err(PublishError::shelf("writing", "disk full")),
                 false => Ok(()),
             }
         }
@@ -239,19 +262,19 @@ mod tests {
 
     #[async_trait]
     impl Shelf for MemoryShelf {
-        async fn put(&self, name: &str, value: Bytes) -> Result<(), String> {
+        async fn put(&self, name: &str, value: Bytes) -> Result<(), PublishError> {
             self.check()?;
             self.names.lock().unwrap().insert(name.to_string(), value);
             Ok(())
         }
 
-        async fn delete(&self, name: &str) -> Result<(), String> {
+        async fn delete(&self, name: &str) -> Result<(), PublishError> {
             self.check()?;
             self.names.lock().unwrap().remove(name);
             Ok(())
         }
 
-        async fn names(&self) -> Result<Vec<String>, String> {
+        async fn names(&self) -> Result<Vec<String>, PublishError> {
             self.check()?;
             Ok(self.names.lock().unwrap().keys().cloned().collect())
         }

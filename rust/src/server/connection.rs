@@ -618,13 +618,14 @@ async fn write_answers(
                 let closing = match reply {
                     Reply::Response(frame) => write_response(&mut socket, frame.chunks(), idle)
                         .await
-                        .err(),
+                        .err()
+                        .map(|e| e.to_string()),
                     Reply::None => None,
                     Reply::Close(reason) => Some(reason.to_string()),
                     Reply::Final(bytes) => {
                         Some(match write_response(&mut socket, &[bytes], idle).await {
                             Ok(()) => "authentication failed".to_string(),
-                            Err(error) => error,
+                            Err(error) => error.to_string(),
                         })
                     }
                 };
@@ -663,7 +664,7 @@ async fn write_response(
     socket: &mut (impl AsyncWrite + Unpin),
     chunks: &[Bytes],
     idle: Duration,
-) -> Result<(), String> {
+) -> Result<(), WriteError> {
     let mut slices: Vec<IoSlice<'_>> = chunks
         .iter()
         .filter(|c| !c.is_empty())
@@ -673,10 +674,10 @@ async fn write_response(
     while !rest.is_empty() {
         let gathered = rest.len().min(IOVECS_PER_WRITE);
         match tokio::time::timeout(idle, socket.write_vectored(&rest[..gathered])).await {
-            Ok(Ok(0)) => return Err("the client closed the connection".into()),
+            Ok(Ok(0)) => return Err(WriteError::Closed),
             Ok(Ok(written)) => IoSlice::advance_slices(&mut rest, written),
-            Ok(Err(error)) => return Err(error.to_string()),
-            Err(_) => return Err(unread(idle)),
+            Ok(Err(error)) => return Err(WriteError::Io(error)),
+            Err(_) => return Err(WriteError::Unread(idle)),
         }
     }
     // A TLS stream may keep the end of the response in its buffer when the socket was full
@@ -684,16 +685,23 @@ async fn write_response(
     // response, and a consumer's only Fetch for the next request timeout. (No-op over TCP.)
     match tokio::time::timeout(idle, socket.flush()).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(unread(idle)),
+        Ok(Err(error)) => Err(WriteError::Io(error)),
+        Err(_) => Err(WriteError::Unread(idle)),
     }
 }
 
-fn unread(idle: Duration) -> String {
-    format!(
+/// Why a response could not be written (the connection is closed).
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("the client closed the connection")]
+    Closed,
+    #[error("{0}")]
+    Io(io::Error),
+    #[error(
         "the client read nothing of its response for {} ms (connections_max_idle_ms)",
-        idle.as_millis()
-    )
+        .0.as_millis()
+    )]
+    Unread(Duration),
 }
 
 #[cfg(test)]

@@ -4,13 +4,13 @@
 //! A client certificate's subject is the connection's principal, as Kafka names it (`x500`).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
@@ -49,9 +49,49 @@ struct Loaded {
     stamps: Vec<Option<SystemTime>>,
 }
 
+/// Why the certificate files do not make a TLS configuration; each names the file by its flag.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TlsError {
+    #[error("{setting} {}: {source}", path.display())]
+    Unreadable {
+        setting: &'static str,
+        path: PathBuf,
+        source: pem::Error,
+    },
+    #[error("{setting} {}: no certificate in it; give a PEM file", path.display())]
+    NoCertificate {
+        setting: &'static str,
+        path: PathBuf,
+    },
+    #[error(
+        "--ssl-keyfile {}: no private key read ({source}); give a PEM file with a PKCS#8, \
+         PKCS#1 or SEC1 key",
+        path.display()
+    )]
+    NoKey { path: PathBuf, source: pem::Error },
+    #[error("--ssl-cafile {}: {source}", path.display())]
+    Authorities {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(
+        "--ssl-client-auth {mode} needs --ssl-cafile: the CAs client certificates must be \
+         signed by"
+    )]
+    NoAuthorities { mode: String },
+    #[error("--ssl-certfile {} and --ssl-keyfile {}: {source}", certfile.display(), keyfile.display())]
+    Mismatch {
+        certfile: PathBuf,
+        keyfile: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("{0}")]
+    Protocols(rustls::Error),
+}
+
 impl Tls {
     /// Reads the files; an error says which file is wrong and how.
-    pub(crate) fn load(files: TlsFiles) -> Result<Arc<Tls>, String> {
+    pub(crate) fn load(files: TlsFiles) -> Result<Arc<Tls>, TlsError> {
         let loaded = load(&files)?;
         Ok(Arc::new(Tls {
             files,
@@ -224,7 +264,7 @@ fn stamps(files: &TlsFiles) -> Vec<Option<SystemTime>> {
         .collect()
 }
 
-fn load(files: &TlsFiles) -> Result<Loaded, String> {
+fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
     // Taken before reading: a change while reading is seen by the next check.
     let stamps = stamps(files);
     let acceptor = |side| server_config(files, side).map(|c| Arc::new(c).into());
@@ -235,14 +275,11 @@ fn load(files: &TlsFiles) -> Result<Loaded, String> {
     })
 }
 
-fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, String> {
+fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, TlsError> {
     let certs = read_certs(&files.certfile, "--ssl-certfile")?;
-    let key = PrivateKeyDer::from_pem_file(&files.keyfile).map_err(|e| {
-        format!(
-            "--ssl-keyfile {}: no private key read ({e}); give a PEM file with a PKCS#8, \
-             PKCS#1 or SEC1 key",
-            files.keyfile.display()
-        )
+    let key = PrivateKeyDer::from_pem_file(&files.keyfile).map_err(|source| TlsError::NoKey {
+        path: files.keyfile.clone(),
+        source,
     })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let client_auth = match side {
@@ -252,11 +289,13 @@ fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, String> {
     let verifier = match (client_auth, &files.cafile) {
         ("none", _) => WebPkiClientVerifier::no_client_auth(),
         (mode, Some(cafile)) => {
+            let refused = |e: Box<dyn std::error::Error + Send + Sync>| TlsError::Authorities {
+                path: cafile.clone(),
+                source: e,
+            };
             let mut roots = RootCertStore::empty();
             for cert in read_certs(cafile, "--ssl-cafile")? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("--ssl-cafile {}: {e}", cafile.display()))?;
+                roots.add(cert).map_err(|e| refused(e.into()))?;
             }
             let builder =
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
@@ -265,40 +304,42 @@ fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, String> {
             } else {
                 builder
             };
-            builder
-                .build()
-                .map_err(|e| format!("--ssl-cafile {}: {e}", cafile.display()))?
+            builder.build().map_err(|e| refused(e.into()))?
         }
         (mode, None) => {
-            return Err(format!(
-                "--ssl-client-auth {mode} needs --ssl-cafile: the CAs client certificates \
-                 must be signed by"
-            ))
+            return Err(TlsError::NoAuthorities {
+                mode: mode.to_string(),
+            })
         }
     };
     ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(TlsError::Protocols)?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .map_err(|e| {
-            format!(
-                "--ssl-certfile {} and --ssl-keyfile {}: {e}",
-                files.certfile.display(),
-                files.keyfile.display()
-            )
+        .map_err(|source| TlsError::Mismatch {
+            certfile: files.certfile.clone(),
+            keyfile: files.keyfile.clone(),
+            source,
         })
 }
 
-fn read_certs(path: &Path, setting: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certs(
+    path: &Path,
+    setting: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{setting} {}: {e}", path.display()))?;
+        .map_err(|source| TlsError::Unreadable {
+            setting,
+            path: path.to_path_buf(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "{setting} {}: no certificate in it; give a PEM file",
-            path.display()
-        ));
+        return Err(TlsError::NoCertificate {
+            setting,
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
@@ -317,11 +358,11 @@ mod tests {
             client_auth: "none".into(),
             reload_interval_ms: 1000,
         };
-        let missing = Tls::load(files.clone()).err().unwrap();
+        let missing = Tls::load(files.clone()).err().unwrap().to_string();
         assert!(missing.starts_with("--ssl-certfile"), "{missing}");
         assert!(missing.contains("server.pem"), "{missing}");
         std::fs::write(&files.certfile, "no PEM blocks here").unwrap();
-        let empty = Tls::load(files).err().unwrap();
+        let empty = Tls::load(files).err().unwrap().to_string();
         assert!(empty.contains("no certificate in it"), "{empty}");
     }
 }

@@ -11,7 +11,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 
 use super::{SegmentStore, StoreError};
-use crate::meta::published::{Shelf, PUBLISHED_FOLDER};
+use crate::meta::published::{PublishError, Shelf, PUBLISHED_FOLDER};
 
 struct ObjectShelf {
     store: Arc<dyn ObjectStore>,
@@ -26,24 +26,25 @@ impl ObjectShelf {
 
 #[async_trait]
 impl Shelf for ObjectShelf {
-    async fn put(&self, name: &str, value: Bytes) -> Result<(), String> {
+    async fn put(&self, name: &str, value: Bytes) -> Result<(), PublishError> {
         let path = self.path(name);
         let put = self.store.put(&path, value.into()).await;
-        put.map(drop).map_err(|e| format!("writing {path}: {e}"))
+        put.map(drop)
+            .map_err(|e| PublishError::shelf(format!("writing {path}"), e))
     }
 
-    async fn delete(&self, name: &str) -> Result<(), String> {
+    async fn delete(&self, name: &str) -> Result<(), PublishError> {
         let path = self.path(name);
         match self.store.delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(format!("deleting {path}: {e}")),
+            Err(e) => Err(PublishError::shelf(format!("deleting {path}"), e)),
         }
     }
 
-    async fn names(&self) -> Result<Vec<String>, String> {
+    async fn names(&self) -> Result<Vec<String>, PublishError> {
         names_below(&self.store, &self.folder, &self.folder)
             .await
-            .map_err(|e| format!("listing {}: {e}", self.folder))
+            .map_err(|e| PublishError::shelf(format!("listing {}", self.folder), e))
     }
 }
 

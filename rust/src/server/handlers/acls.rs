@@ -53,8 +53,24 @@ async fn apply(broker: &Broker, revision: i64) {
     broker.reload_acls();
 }
 
-fn unknown_code(what: &str, code: i8) -> String {
-    format!("{code} is not a Kafka {what} code")
+/// Why an ACL or a filter of a request is refused (INVALID_REQUEST, with this message).
+#[derive(Debug, thiserror::Error)]
+enum InvalidAcl {
+    #[error("{code} is not a Kafka {what} code")]
+    UnknownCode { what: &'static str, code: i8 },
+    /// Its fields do not go together (`AclBinding::problem`, `AclFilter::problem`).
+    #[error("{0}")]
+    Inconsistent(String),
+}
+
+impl InvalidAcl {
+    fn refusal(self) -> Refusal {
+        (ResponseError::InvalidRequest, self.to_string())
+    }
+}
+
+fn unknown_code(what: &'static str, code: i8) -> InvalidAcl {
+    InvalidAcl::UnknownCode { what, code }
 }
 
 fn filter(
@@ -65,7 +81,7 @@ fn filter(
     host: Option<&StrBytes>,
     operation: i8,
     permission: i8,
-) -> Result<AclFilter, String> {
+) -> Result<AclFilter, InvalidAcl> {
     let filter = AclFilter {
         resource_type: ResourceType::from_code(resource_type)
             .ok_or_else(|| unknown_code("resource type", resource_type))?,
@@ -80,7 +96,7 @@ fn filter(
             .ok_or_else(|| unknown_code("permission type", permission))?,
     };
     match filter.problem() {
-        Some(problem) => Err(problem),
+        Some(problem) => Err(InvalidAcl::Inconsistent(problem)),
         None => Ok(filter),
     }
 }
@@ -117,7 +133,7 @@ async fn described(
         body.operation,
         body.permission_type,
     )
-    .map_err(|reason| (ResponseError::InvalidRequest, reason))?;
+    .map_err(InvalidAcl::refusal)?;
     let mut found = store::matching(&broker.log.catalog, &[asked])
         .await
         .map_err(|e| {
@@ -185,7 +201,7 @@ async fn created(
     }
     let parsed: Vec<Result<AclBinding, Refusal>> = creations
         .iter()
-        .map(|c| binding(c).map_err(|reason| (ResponseError::InvalidRequest, reason)))
+        .map(|c| binding(c).map_err(InvalidAcl::refusal))
         .collect();
     let valid: Vec<AclBinding> = parsed
         .iter()
@@ -213,7 +229,7 @@ async fn created(
         .collect()
 }
 
-fn binding(c: &AclCreation) -> Result<AclBinding, String> {
+fn binding(c: &AclCreation) -> Result<AclBinding, InvalidAcl> {
     let acl = AclBinding {
         resource_type: ResourceType::from_code(c.resource_type)
             .ok_or_else(|| unknown_code("resource type", c.resource_type))?,
@@ -228,7 +244,7 @@ fn binding(c: &AclCreation) -> Result<AclBinding, String> {
             .ok_or_else(|| unknown_code("permission type", c.permission_type))?,
     };
     match acl.problem() {
-        Some(problem) => Err(problem),
+        Some(problem) => Err(InvalidAcl::Inconsistent(problem)),
         None => Ok(acl),
     }
 }
@@ -259,7 +275,7 @@ async fn deleted(
     if let Some(refused) = refusal(broker, access, Operation::Alter) {
         return filters.iter().map(|_| failed(refused.clone())).collect();
     }
-    let parsed: Vec<Result<AclFilter, String>> = filters
+    let parsed: Vec<Result<AclFilter, InvalidAcl>> = filters
         .iter()
         .map(|f| {
             filter(
@@ -307,7 +323,7 @@ async fn deleted(
     parsed
         .into_iter()
         .map(|p| match p {
-            Err(reason) => failed((ResponseError::InvalidRequest, reason)),
+            Err(reason) => failed(reason.refusal()),
             Ok(_) => {
                 let acls = matched.next().unwrap_or_default();
                 if !acls.is_empty() {
