@@ -75,6 +75,10 @@ ruff format --check "${lint_paths[@]}"
 # What it checks and how strictly: [tool.mypy] in pyproject.toml (found from the repo root).
 step "mypy --strict (python package)"
 "$PY" -m mypy
+# The stub against the built extension: every name, signature and class it declares exists
+# as declared (mypy_path in [tool.mypy] makes it this tree's stub).
+step "stubtest kafscale._core"
+"$PY" -m mypy.stubtest kafscale._core --mypy-config-file pyproject.toml
 
 # --- pytest ---------------------------------------------------------------------------------
 step "pytest"

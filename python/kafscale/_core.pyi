@@ -5,14 +5,65 @@ Requests for control-plane APIs are decoded in Rust and handed to Python as type
 through `Broker.next_control_request()`; Python answers with `ControlRequest.respond()` and
 Rust encodes the response at the request's version.
 
-The request classes are frozen pyclasses: their attributes can be read, not assigned.
+The extension's classes cannot be subclassed (``@final``), and their attributes can be read,
+not assigned (``Final``: the pyclasses are frozen). ``stubtest`` (tests/run.sh) holds this stub
+to the built module.
 """
 
 import asyncio
 import builtins
-from typing import Protocol
+from typing import Final, Protocol, Self, final, type_check_only
 
 from kafscale.listeners import ListenerSpec, TlsFiles
+
+# What the extension exports (stubtest holds the two equal); BrokerSettings is the type
+# checker's only.
+__all__ = [
+    "CONTROL_API_KEYS",
+    "AlterConfigsRequest",
+    "AlterConfigsResource",
+    "AlterableConfig",
+    "ArrowBatch",
+    "Broker",
+    "ControlRequest",
+    "CreatableTopic",
+    "CreatePartitionsRequest",
+    "CreatePartitionsTopic",
+    "CreateTopicsRequest",
+    "DeletableTopic",
+    "DeleteGroupsRequest",
+    "DeleteTopicsRequest",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResource",
+    "DescribeGroupsRequest",
+    "GroupStore",
+    "HeartbeatRequest",
+    "JoinGroupProtocol",
+    "JoinGroupRequest",
+    "KafkaApiError",
+    "LeaveGroupRequest",
+    "LeavingMember",
+    "ListGroupsRequest",
+    "MetadataStoreError",
+    "OffsetCommitPartition",
+    "OffsetCommitRequest",
+    "OffsetCommitTopic",
+    "OffsetDeleteRequest",
+    "OffsetDeleteTopic",
+    "OffsetFetchGroup",
+    "OffsetFetchRequest",
+    "OffsetFetchTopic",
+    "RecordBatchStream",
+    "SegmentError",
+    "SegmentSource",
+    "StoredEntry",
+    "SyncGroupAssignment",
+    "SyncGroupRequest",
+    "TopicInfo",
+    "committed_bounds",
+    "empty_kafka_batch",
+    "init_logging",
+]
 
 class KafkaApiError(Exception):
     """A failure that maps onto a Kafka error code (`code`) with a human message."""
@@ -24,6 +75,7 @@ class KafkaApiError(Exception):
     @property
     def message(self) -> str: ...
 
+@type_check_only
 class BrokerSettings(Protocol):
     """What the core reads from the Python settings object (attribute names must match; the
     fields of ``BrokerConfig`` in rust/src/config.rs). Read-only: the core only reads them, and
@@ -144,128 +196,148 @@ class BrokerSettings(Protocol):
     @property
     def setting_names(self) -> dict[str, str]: ...
 
+@final
 class TopicInfo:
-    name: str
-    topic_id: str
-    partitions: int
-    configs: dict[str, str]
+    name: Final[str]
+    topic_id: Final[str]
+    partitions: Final[int]
+    configs: Final[dict[str, str]]
 
 # --- topic admin: requests as the core decodes them (answers: see ControlRequest.respond) -----
 
+@final
 class CreatableTopic:
-    name: str
-    num_partitions: int
-    replication_factor: int
-    assignments: list[tuple[int, list[int]]]
-    configs: dict[str, str | None]
+    name: Final[str]
+    num_partitions: Final[int]
+    replication_factor: Final[int]
+    assignments: Final[list[tuple[int, list[int]]]]
+    configs: Final[dict[str, str | None]]
 
+@final
 class CreateTopicsRequest:
-    topics: list[CreatableTopic]
-    timeout_ms: int
-    validate_only: bool
+    topics: Final[list[CreatableTopic]]
+    timeout_ms: Final[int]
+    validate_only: Final[bool]
     """v1+; False before."""
 
+@final
 class DeletableTopic:
     """v0-5 name every topic; v6 names each by name or by id (one of the two, when valid)."""
 
-    name: str | None
-    topic_id: str | None
+    name: Final[str | None]
+    topic_id: Final[str | None]
     """The text of a ``TopicInfo.topic_id``; None for the nil id."""
 
+@final
 class DeleteTopicsRequest:
-    topics: list[DeletableTopic]
-    timeout_ms: int
+    topics: Final[list[DeletableTopic]]
+    timeout_ms: Final[int]
 
 # --- consumer groups: requests as the core decodes them (answers: kafscale.groups.protocol) ----
 
+@final
 class JoinGroupProtocol:
-    name: str
-    metadata: bytes
+    name: Final[str]
+    metadata: Final[bytes]
 
+@final
 class JoinGroupRequest:
-    group_id: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
+    group_id: Final[str]
+    session_timeout_ms: Final[int]
+    rebalance_timeout_ms: Final[int]
     """v0 has none: the session timeout, as Kafka uses it then."""
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str
-    protocols: list[JoinGroupProtocol]
-    reason: str | None
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    protocol_type: Final[str]
+    protocols: Final[list[JoinGroupProtocol]]
+    reason: Final[str | None]
 
+@final
 class SyncGroupAssignment:
-    member_id: str
-    assignment: bytes
+    member_id: Final[str]
+    assignment: Final[bytes]
 
+@final
 class SyncGroupRequest:
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str | None
-    protocol_name: str | None
-    assignments: list[SyncGroupAssignment]
+    group_id: Final[str]
+    generation_id: Final[int]
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    protocol_type: Final[str | None]
+    protocol_name: Final[str | None]
+    assignments: Final[list[SyncGroupAssignment]]
 
+@final
 class HeartbeatRequest:
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
+    group_id: Final[str]
+    generation_id: Final[int]
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
 
+@final
 class LeavingMember:
-    member_id: str
-    group_instance_id: str | None
-    reason: str | None
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    reason: Final[str | None]
 
+@final
 class LeaveGroupRequest:
-    group_id: str
-    members: list[LeavingMember]
+    group_id: Final[str]
+    members: Final[list[LeavingMember]]
     """v0-2 name one member (its member_id); v3+ carry a list."""
 
+@final
 class OffsetCommitPartition:
-    partition_index: int
-    committed_offset: int
-    committed_leader_epoch: int
-    committed_metadata: str | None
-    commit_timestamp: int
+    partition_index: Final[int]
+    committed_offset: Final[int]
+    committed_leader_epoch: Final[int]
+    committed_metadata: Final[str | None]
+    commit_timestamp: Final[int]
     """Only v1 carries it; -1 otherwise."""
 
+@final
 class OffsetCommitTopic:
-    name: str
-    partitions: list[OffsetCommitPartition]
+    name: Final[str]
+    partitions: Final[list[OffsetCommitPartition]]
 
+@final
 class OffsetCommitRequest:
-    group_id: str
-    generation_id: int
+    group_id: Final[str]
+    generation_id: Final[int]
     """-1 for v0 (and for simple consumers using assign())."""
-    member_id: str
-    group_instance_id: str | None
-    retention_time_ms: int
-    topics: list[OffsetCommitTopic]
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    retention_time_ms: Final[int]
+    topics: Final[list[OffsetCommitTopic]]
 
+@final
 class OffsetFetchTopic:
-    name: str
-    partition_indexes: list[int]
+    name: Final[str]
+    partition_indexes: Final[list[int]]
 
+@final
 class OffsetFetchGroup:
-    group_id: str
-    topics: list[OffsetFetchTopic] | None
+    group_id: Final[str]
+    topics: Final[list[OffsetFetchTopic] | None]
     """None (v2+): every partition the group has committed."""
 
+@final
 class OffsetFetchRequest:
-    groups: list[OffsetFetchGroup]
+    groups: Final[list[OffsetFetchGroup]]
     """One group before v8; v8+ may ask for several."""
-    require_stable: bool
+    require_stable: Final[bool]
 
+@final
 class StoredEntry:
-    key: str
+    key: Final[str]
     """Relative to the group store's root."""
-    value: bytes
-    mod_revision: int
+    value: Final[bytes]
+    mod_revision: Final[int]
 
 class MetadataStoreError(Exception):
     """The metadata store could not be reached or answered with an error."""
 
+@final
 class GroupStore:
     """The metadata store under ``/kafscale/{namespace}/groups/`` (etcd in a cluster, the
     embedded store on a single node). Keys are relative to that root.
@@ -292,101 +364,114 @@ class GroupStore:
 # --- ops APIs: requests as the core decodes them (answers: kafscale.groups.protocol for groups,
 # kafscale.admin.protocol for configs and partitions) ------------------------------------------
 
+@final
 class DescribeGroupsRequest:
-    groups: list[str]
-    include_authorized_operations: bool
+    groups: Final[list[str]]
+    include_authorized_operations: Final[bool]
 
+@final
 class ListGroupsRequest:
-    states_filter: list[str]
+    states_filter: Final[list[str]]
     """v4+; empty: every state."""
-    types_filter: list[str]
+    types_filter: Final[list[str]]
     """v5+; empty: every type."""
 
+@final
 class DeleteGroupsRequest:
-    groups_names: list[str]
+    groups_names: Final[list[str]]
 
+@final
 class OffsetDeleteTopic:
-    name: str
-    partitions: list[int]
+    name: Final[str]
+    partitions: Final[list[int]]
 
+@final
 class OffsetDeleteRequest:
-    group_id: str
-    topics: list[OffsetDeleteTopic]
+    group_id: Final[str]
+    topics: Final[list[OffsetDeleteTopic]]
 
+@final
 class DescribeConfigsResource:
-    resource_type: int
-    resource_name: str
-    configuration_keys: list[str] | None
+    resource_type: Final[int]
+    resource_name: Final[str]
+    configuration_keys: Final[list[str] | None]
     """None: every config of the resource."""
 
+@final
 class DescribeConfigsRequest:
-    resources: list[DescribeConfigsResource]
-    include_synonyms: bool
-    include_documentation: bool
+    resources: Final[list[DescribeConfigsResource]]
+    include_synonyms: Final[bool]
+    include_documentation: Final[bool]
 
+@final
 class AlterableConfig:
-    name: str
-    value: str | None
-    config_operation: int
+    name: Final[str]
+    value: Final[str | None]
+    config_operation: Final[int]
     """IncrementalAlterConfigs: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT; AlterConfigs: always 0."""
 
+@final
 class AlterConfigsResource:
-    resource_type: int
-    resource_name: str
-    configs: list[AlterableConfig]
+    resource_type: Final[int]
+    resource_name: Final[str]
+    configs: Final[list[AlterableConfig]]
 
+@final
 class AlterConfigsRequest:
     """AlterConfigs (``incremental`` False: the given configs replace the resource's whole set)
     and IncrementalAlterConfigs (``incremental`` True: each config is one operation)."""
 
-    resources: list[AlterConfigsResource]
-    validate_only: bool
-    incremental: bool
+    resources: Final[list[AlterConfigsResource]]
+    validate_only: Final[bool]
+    incremental: Final[bool]
 
+@final
 class CreatePartitionsTopic:
-    name: str
-    count: int
-    assignments: list[list[int]] | None
+    name: Final[str]
+    count: Final[int]
+    assignments: Final[list[list[int]] | None]
 
+@final
 class CreatePartitionsRequest:
-    topics: list[CreatePartitionsTopic]
-    timeout_ms: int
-    validate_only: bool
+    topics: Final[list[CreatePartitionsTopic]]
+    timeout_ms: Final[int]
+    validate_only: Final[bool]
 
-OpsRequest = (
-    DescribeGroupsRequest
-    | ListGroupsRequest
-    | DeleteGroupsRequest
-    | OffsetDeleteRequest
-    | DescribeConfigsRequest
-    | AlterConfigsRequest
-    | CreatePartitionsRequest
-)
-
-GroupRequest = (
-    JoinGroupRequest
-    | SyncGroupRequest
-    | HeartbeatRequest
-    | LeaveGroupRequest
-    | OffsetCommitRequest
-    | OffsetFetchRequest
-)
-
-CONTROL_API_KEYS: list[int]
+CONTROL_API_KEYS: Final[list[int]]
 """The API keys of every control-plane request the core hands to Python, one per API."""
 
+@final
 class ControlRequest:
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    client_host: str
+    api_key: Final[int]
+    api_version: Final[int]
+    correlation_id: Final[int]
+    client_id: Final[str | None]
+    client_host: Final[str]
     """The client's IP address, as the connection's peer."""
-    connection_id: int
+    connection_id: Final[int]
     """The client's connection, unique in the process. A connection's requests are handed over
     one at a time, in the order it sent them, each once the one before is answered; the control
     plane serves them in that order too (``kafscale.control.ConnectionOrder``)."""
-    body: CreateTopicsRequest | DeleteTopicsRequest | GroupRequest | OpsRequest
+    body: Final[
+        CreateTopicsRequest
+        | DeleteTopicsRequest
+        # the group APIs
+        | JoinGroupRequest
+        | SyncGroupRequest
+        | HeartbeatRequest
+        | LeaveGroupRequest
+        | OffsetCommitRequest
+        | OffsetFetchRequest
+        # the ops APIs
+        | DescribeGroupsRequest
+        | ListGroupsRequest
+        | DeleteGroupsRequest
+        | OffsetDeleteRequest
+        | DescribeConfigsRequest
+        | AlterConfigsRequest
+        | CreatePartitionsRequest
+    ]
+    """The request's API's class (``api_key`` says which)."""
     def respond(self, response: object) -> None:
         """Encode the response at the request's version and send it. Every answer is read by
         attribute name: the group APIs take the matching answer of ``kafscale.groups.protocol``,
@@ -394,11 +479,12 @@ class ControlRequest:
         Raises TypeError naming what is missing, RuntimeError when already answered. A request
         dropped without a response closes its connection."""
 
+@final
 class Broker:
     """The methods returning ``asyncio.Future`` need a running event loop: the work runs on the
     broker's own Tokio runtime and the future of the calling loop completes with its result."""
 
-    def __init__(self, settings: BrokerSettings) -> None:
+    def __new__(cls, settings: BrokerSettings) -> Self:
         """Validate settings; raises ValueError naming the bad setting (KAFSCALE_* name)."""
     def start(self) -> None:
         """Open metadata and object stores, recover partitions, bind the listener.
@@ -455,6 +541,7 @@ class SegmentError(Exception):
     """A segment object is corrupt or truncated: no row of it is returned. The message names the
     object and offset."""
 
+@final
 class ArrowBatch:
     """One record batch; pyarrow and polars take it through ``__arrow_c_array__``."""
     @property
@@ -463,17 +550,19 @@ class ArrowBatch:
         self, requested_schema: object | None = None
     ) -> tuple[object, object]: ...
 
+@final
 class RecordBatchStream:
     """The record batches of one partition range, in offset order."""
     def __iter__(self) -> RecordBatchStream: ...
     def __next__(self) -> ArrowBatch: ...
 
+@final
 class SegmentSource:
     """A topic's log in ``s3://bucket/namespace`` or ``<data dir>/<namespace>``: committed
     segments and the write-ahead runs after them. Every call blocks with the GIL released;
     storage and metadata failures raise OSError."""
-    def __init__(
-        self,
+    def __new__(
+        cls,
         location: str,
         *,
         region: str,
@@ -483,7 +572,7 @@ class SegmentSource:
         secret_access_key: str | None = None,
         session_token: str | None = None,
         etcd_endpoints: list[str] | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def location(self) -> str: ...
     @property
