@@ -1,6 +1,6 @@
 """Control-plane admin handlers: topics (:mod:`kafscale.admin.topics`), configs and partitions.
 
-The topic handlers work on plain request-shaped values and return
+The topic handlers read the core's request objects and return
 :class:`~kafscale.admin.topics.TopicResult` and :class:`~kafscale.admin.topics.DeletedTopic`
 lists (unit-tested without the extension); the functions here turn those into the CreateTopics
 and DeleteTopics answers, plain dataclasses of :mod:`kafscale.admin.protocol` that the core
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.admin import topics
 from kafscale.admin.configs import topic_configs
@@ -22,14 +22,11 @@ from kafscale.admin.protocol import (
     DeleteTopicsResponse,
 )
 from kafscale.admin.topic_configs import BrokerDefaults
-from kafscale.admin.topics import (
-    CreateTopicsRequestLike,
-    DeletedTopic,
-    DeleteTopicsRequestLike,
-    TopicResult,
-    TopicStore,
-)
+from kafscale.admin.topics import DeletedTopic, TopicResult, TopicStore
 from kafscale.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 __all__ = ["create_topics", "create_topics_failure", "delete_topics", "delete_topics_failure"]
 
@@ -72,7 +69,7 @@ def _deleted(results: Iterable[DeletedTopic]) -> DeleteTopicsResponse:
 async def create_topics(
     core: TopicStore,
     settings: AdminSettings,
-    body: CreateTopicsRequestLike,
+    body: _core.CreateTopicsRequest,
     api_error: type[BaseException],
 ) -> CreateTopicsResponse:
     results = await topics.create_topics(
@@ -82,7 +79,7 @@ async def create_topics(
 
 
 async def delete_topics(
-    core: TopicStore, body: DeleteTopicsRequestLike, api_error: type[BaseException]
+    core: TopicStore, body: _core.DeleteTopicsRequest, api_error: type[BaseException]
 ) -> DeleteTopicsResponse:
     results = await topics.delete_topics(core, body, api_error=api_error)
     for r in results:
@@ -99,14 +96,14 @@ async def delete_topics(
 
 
 def create_topics_failure(
-    body: CreateTopicsRequestLike, code: int, message: str
+    body: _core.CreateTopicsRequest, code: int, message: str
 ) -> CreateTopicsResponse:
     """``code`` for every topic named in the request (each name once)."""
     names = dict.fromkeys(t.name for t in body.topics)
     return CreateTopicsResponse([CreatableTopicResult(n, code, message) for n in names])
 
 
-def delete_topics_failure(body: DeleteTopicsRequestLike, code: int) -> DeleteTopicsResponse:
+def delete_topics_failure(body: _core.DeleteTopicsRequest, code: int) -> DeleteTopicsResponse:
     """``code`` for every entry of the request (each distinct entry once)."""
     entries = dict.fromkeys((t.name, t.topic_id) for t in body.topics)
     return _deleted(DeletedTopic(name, topic_id, code) for name, topic_id in entries)

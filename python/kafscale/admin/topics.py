@@ -1,8 +1,9 @@
 """CreateTopics (v0-7) and DeleteTopics (v0-6) with KIP-4 semantics.
 
-The handlers work on plain request-shaped objects and return :class:`TopicResult` values;
-:mod:`kafscale.admin` turns those into the CreateTopics and DeleteTopics answers. That keeps
-this module free of the Rust extension, so it is unit-tested with fakes.
+The handlers read the core's request objects (typed by ``_core.pyi``) and return
+:class:`TopicResult` values; :mod:`kafscale.admin` turns those into the CreateTopics and
+DeleteTopics answers. The extension is imported for the type checker only, so unit tests pass
+fakes of the same shape.
 
 Semantics (KIP-4, adapted to KafScale):
 - Every topic gets its own result; one topic's failure never stops another.
@@ -28,12 +29,15 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafscale.admin.topic_configs import Rejected, normalise
 from kafscale.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 __all__ = [
     "UNBOUNDED_WAIT_S",
@@ -53,71 +57,15 @@ UNBOUNDED_WAIT_S = 30.0
 _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
-# --- shapes of what the handlers read and call (the .pyi types satisfy them) -------------------
-
-
-class TopicInfoLike(Protocol):
-    """What the handlers read of ``_core.TopicInfo``."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def topic_id(self) -> str: ...
-    @property
-    def partitions(self) -> int: ...
-    @property
-    def configs(self) -> Mapping[str, str]: ...
-
-
 class TopicStore(Protocol):
     """The part of ``_core.Broker`` the topic handlers use."""
 
     def create_topic(
         self, name: str, partitions: int, configs: dict[str, str]
-    ) -> Awaitable[TopicInfoLike]: ...
+    ) -> Awaitable[_core.TopicInfo]: ...
     def delete_topic(self, name: str, topic_id: str | None = None) -> Awaitable[None]: ...
-    def topic(self, name: str) -> Awaitable[TopicInfoLike | None]: ...
-    def topic_by_id(self, topic_id: str) -> Awaitable[TopicInfoLike | None]: ...
-
-
-class CreatableTopicLike(Protocol):
-    """Read-only, like the core's request objects (``_core.CreatableTopic``)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def num_partitions(self) -> int: ...
-    @property
-    def replication_factor(self) -> int: ...
-    @property
-    def assignments(self) -> Sequence[tuple[int, Sequence[int]]]: ...
-    @property
-    def configs(self) -> Mapping[str, str | None]: ...
-
-
-class CreateTopicsRequestLike(Protocol):
-    @property
-    def topics(self) -> Sequence[CreatableTopicLike]: ...
-    @property
-    def timeout_ms(self) -> int: ...
-    @property
-    def validate_only(self) -> bool: ...
-
-
-class DeletableTopicLike(Protocol):
-    """``_core.DeletableTopic``: a name (v0-5 always) or, v6, a topic id."""
-
-    @property
-    def name(self) -> str | None: ...
-    @property
-    def topic_id(self) -> str | None: ...
-
-
-class DeleteTopicsRequestLike(Protocol):
-    @property
-    def topics(self) -> Sequence[DeletableTopicLike]: ...
-    @property
-    def timeout_ms(self) -> int: ...
+    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
+    def topic_by_id(self, topic_id: str) -> Awaitable[_core.TopicInfo | None]: ...
 
 
 @dataclass(frozen=True)
@@ -191,7 +139,7 @@ def _check_replication_factor(replication_factor: int) -> None:
     )
 
 
-def _plan(topic: CreatableTopicLike, default_partitions: int) -> _Plan:
+def _plan(topic: _core.CreatableTopic, default_partitions: int) -> _Plan:
     validate_topic_name(topic.name)
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -299,7 +247,7 @@ async def run_bounded(
 
 async def create_topics(
     core: TopicStore,
-    req: CreateTopicsRequestLike,
+    req: _core.CreateTopicsRequest,
     *,
     default_partitions: int,
     api_error: type[BaseException],
@@ -369,7 +317,7 @@ async def _target(
 
 
 async def delete_topics(
-    core: TopicStore, req: DeleteTopicsRequestLike, *, api_error: type[BaseException]
+    core: TopicStore, req: _core.DeleteTopicsRequest, *, api_error: type[BaseException]
 ) -> list[DeletedTopic]:
     """Handle DeleteTopics; one result per distinct entry, in request order. A topic named
     more than once (by name or id) is deleted once and each entry reports the outcome."""
