@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from kafscale.api_keys import ApiKey
 from kafscale.errors import ErrorCode
@@ -35,8 +35,8 @@ from kafscale.groups.limits import (
 )
 from kafscale.groups.membership import Client, Membership
 from kafscale.groups.model import Group, GroupState, WallClock, wall_clock_ms
-from kafscale.groups.offset_delete import OffsetDeleteRequestLike, delete_offsets
-from kafscale.groups.offsets import Offsets, TopicLike, commit_error_answer
+from kafscale.groups.offset_delete import delete_offsets
+from kafscale.groups.offsets import Offsets, commit_error_answer
 from kafscale.groups.protocol import (
     DeletableGroupResult,
     DeleteGroupsResponse,
@@ -48,14 +48,35 @@ from kafscale.groups.protocol import (
     LeaveGroupResponse,
     ListedGroup,
     ListGroupsResponse,
+    OffsetCommitResponse,
     OffsetDeleteResponse,
     OffsetFetchGroupResult,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
 from kafscale.groups.retention import expired_offsets, removable
-from kafscale.groups.store import Fenced, GroupStorage, GroupStoreLike, StoreUnavailable
+from kafscale.groups.store import Fenced, GroupStorage, StoreUnavailable
 from kafscale.log_limit import LogLimit
+
+if TYPE_CHECKING:
+    from kafscale import _core
+
+    # The bodies of the requests ``handle`` answers (GROUP_APIS).
+    GroupRequest = (
+        _core.JoinGroupRequest
+        | _core.SyncGroupRequest
+        | _core.HeartbeatRequest
+        | _core.LeaveGroupRequest
+        | _core.OffsetCommitRequest
+    )
+    # What ``handle`` answers.
+    GroupAnswer = (
+        JoinGroupResponse
+        | SyncGroupResponse
+        | HeartbeatResponse
+        | LeaveGroupResponse
+        | OffsetCommitResponse
+    )
 
 __all__ = ["GROUP_APIS", "CoordinatorCore", "GroupCoordinator", "GroupSettings"]
 
@@ -87,8 +108,8 @@ class CoordinatorCore(Protocol):
     """The part of ``_core.Broker`` the coordinator uses."""
 
     def coordinator_for(self, group_id: str) -> int | None: ...
-    def group_store(self) -> GroupStoreLike: ...
-    def topic(self, name: str) -> Awaitable[TopicLike | None]: ...
+    def group_store(self) -> _core.GroupStore: ...
+    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
 
 
 class GroupSettings(LimitSettings, Protocol):
@@ -106,20 +127,20 @@ class GroupSettings(LimitSettings, Protocol):
     def offsets_retention_check_interval_ms(self) -> int: ...
 
 
-def error_answer(api_key: ApiKey, body: Any, code: int) -> Any:
+def error_answer(api_key: ApiKey, body: GroupRequest, code: int) -> GroupAnswer:
     """``code`` as the answer to a group request, whatever its API."""
     if api_key == ApiKey.JOIN_GROUP:
-        return JoinGroupResponse(code, member_id=body.member_id)
+        return JoinGroupResponse(code, member_id=cast("_core.JoinGroupRequest", body).member_id)
     if api_key == ApiKey.SYNC_GROUP:
         return SyncGroupResponse(code)
     if api_key == ApiKey.HEARTBEAT:
         return HeartbeatResponse(code)
     if api_key == ApiKey.LEAVE_GROUP:
         return LeaveGroupResponse(code)
-    return commit_error_answer(body, code)
+    return commit_error_answer(cast("_core.OffsetCommitRequest", body), code)
 
 
-def fetch_offsets_failure(body: Any, code: int) -> OffsetFetchResponse:
+def fetch_offsets_failure(body: _core.OffsetFetchRequest, code: int) -> OffsetFetchResponse:
     """``code`` for every group of an OffsetFetch."""
     return OffsetFetchResponse([OffsetFetchGroupResult(g.group_id, code) for g in body.groups])
 
@@ -151,7 +172,9 @@ class GroupCoordinator:
             self._storage, core.topic, self._membership.touch, self._lose, self._limits, wall_clock
         )
 
-    async def handle(self, api_key: ApiKey, version: int, body: Any, client: Client) -> Any:
+    async def handle(
+        self, api_key: ApiKey, version: int, body: GroupRequest, client: Client
+    ) -> GroupAnswer:
         """The answer to one group request (never raises for a Kafka-level error)."""
         refusal = self._validate(api_key, body)
         if refusal is not None:
@@ -164,17 +187,21 @@ class GroupCoordinator:
         if refusal is not None:
             log_refusal(body.group_id, client.client_id, refusal.reason)
             return error_answer(api_key, body, refusal.code)
+        # The body is the class of its API (``api_key``).
         if api_key == ApiKey.JOIN_GROUP:
-            return await self._membership.join(group, body, client, version)
+            join = cast("_core.JoinGroupRequest", body)
+            return await self._membership.join(group, join, client, version)
         if api_key == ApiKey.SYNC_GROUP:
-            return await self._membership.sync(group, body, client)
+            return await self._membership.sync(group, cast("_core.SyncGroupRequest", body), client)
         if api_key == ApiKey.HEARTBEAT:
-            return self._membership.heartbeat(group, body)
+            return self._membership.heartbeat(group, cast("_core.HeartbeatRequest", body))
         if api_key == ApiKey.LEAVE_GROUP:
-            return await self._membership.leave(group, body.members)
-        return await self._offsets.commit(group, body, client)
+            return await self._membership.leave(
+                group, cast("_core.LeaveGroupRequest", body).members
+            )
+        return await self._offsets.commit(group, cast("_core.OffsetCommitRequest", body), client)
 
-    async def fetch_offsets(self, req: Any) -> OffsetFetchResponse:
+    async def fetch_offsets(self, req: _core.OffsetFetchRequest) -> OffsetFetchResponse:
         """OffsetFetch: each group's committed offsets, or the error that says why this
         broker cannot serve that group (v8+ name several groups, each answered on its own)."""
         results = []
@@ -233,7 +260,7 @@ class GroupCoordinator:
             results.append(DeletableGroupResult(group_id, await self._delete_one(group_id)))
         return DeleteGroupsResponse(results)
 
-    async def delete_offsets(self, req: OffsetDeleteRequestLike) -> OffsetDeleteResponse:
+    async def delete_offsets(self, req: _core.OffsetDeleteRequest) -> OffsetDeleteResponse:
         """OffsetDelete: see :mod:`kafscale.groups.offset_delete`."""
         group = await self._acquire(req.group_id)
         if isinstance(group, int):
@@ -266,10 +293,11 @@ class GroupCoordinator:
         log.info("deleted group %r and its committed offsets", group_id)
         return ErrorCode.NONE
 
-    def _validate(self, api_key: ApiKey, body: Any) -> Refusal | None:
+    def _validate(self, api_key: ApiKey, body: GroupRequest) -> Refusal | None:
         if api_key != ApiKey.JOIN_GROUP:
             return None
-        timeout = body.session_timeout_ms
+        join = cast("_core.JoinGroupRequest", body)
+        timeout = join.session_timeout_ms
         s = self._settings
         if not s.group_min_session_timeout_ms <= timeout <= s.group_max_session_timeout_ms:
             return Refusal(
@@ -278,7 +306,7 @@ class GroupCoordinator:
                 f"{s.group_min_session_timeout_ms} to group_max_session_timeout_ms = "
                 f"{s.group_max_session_timeout_ms}",
             )
-        return join_refusal(body, self._limits)
+        return join_refusal(join, self._limits)
 
     def _creation_refusal(self, api_key: ApiKey, group: Group) -> Refusal | None:
         """Whether a request that would create ``group`` must be refused: this broker holds

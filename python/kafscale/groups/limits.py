@@ -22,12 +22,15 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.api_keys import ApiKey
 from kafscale.config import env_var, flag
 from kafscale.errors import ErrorCode
 from kafscale.log_limit import LogLimit
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 __all__ = [
     "MAX_WIRE_STRING_BYTES",
@@ -145,7 +148,7 @@ def protocols_bytes(protocols: Iterable[tuple[str, bytes]]) -> int:
     return sum(len(name.encode()) + len(metadata) for name, metadata in protocols)
 
 
-def join_refusal(req: Any, limits: GroupLimits) -> Refusal | None:
+def join_refusal(req: _core.JoinGroupRequest, limits: GroupLimits) -> Refusal | None:
     """What makes a JoinGroup unacceptable whatever the group's state, if anything."""
     problem = oversized_name(
         [

@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.limits import GroupLimits, log_refusal, new_member_id, setting_name
@@ -36,6 +36,9 @@ from kafscale.groups.store import (
     group_record_bytes,
     member_record_bytes,
 )
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 __all__ = ["Client", "Membership"]
 
@@ -83,7 +86,9 @@ class Membership:
 
     # --- JoinGroup --------------------------------------------------------------------------
 
-    async def join(self, group: Group, req: Any, client: Client, version: int) -> JoinGroupResponse:
+    async def join(
+        self, group: Group, req: _core.JoinGroupRequest, client: Client, version: int
+    ) -> JoinGroupResponse:
         async with group.lock:
             outcome = await self._join(group, req, client, version)
         if isinstance(outcome, JoinGroupResponse):
@@ -91,7 +96,7 @@ class Membership:
         return await outcome
 
     async def _join(
-        self, group: Group, req: Any, client: Client, version: int
+        self, group: Group, req: _core.JoinGroupRequest, client: Client, version: int
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         def error(code: int) -> JoinGroupResponse:
             return JoinGroupResponse(code, member_id=req.member_id)
@@ -145,7 +150,7 @@ class Membership:
         self,
         group: Group,
         member_id: str,
-        req: Any,
+        req: _core.JoinGroupRequest,
         protocols: list[tuple[str, bytes]],
         client: Client,
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
@@ -176,7 +181,7 @@ class Membership:
         self,
         group: Group,
         member: Member,
-        req: Any,
+        req: _core.JoinGroupRequest,
         protocols: list[tuple[str, bytes]],
         client: Client,
     ) -> bool:
@@ -224,7 +229,7 @@ class Membership:
         self,
         group: Group,
         old: Member,
-        req: Any,
+        req: _core.JoinGroupRequest,
         protocols: list[tuple[str, bytes]],
         client: Client,
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
@@ -384,7 +389,9 @@ class Membership:
 
     # --- SyncGroup ----------------------------------------------------------------------------
 
-    async def sync(self, group: Group, req: Any, client: Client) -> SyncGroupResponse:
+    async def sync(
+        self, group: Group, req: _core.SyncGroupRequest, client: Client
+    ) -> SyncGroupResponse:
         async with group.lock:
             outcome = await self._sync(group, req, client)
         if isinstance(outcome, SyncGroupResponse):
@@ -392,7 +399,7 @@ class Membership:
         return await outcome
 
     async def _sync(
-        self, group: Group, req: Any, client: Client
+        self, group: Group, req: _core.SyncGroupRequest, client: Client
     ) -> SyncGroupResponse | asyncio.Future[SyncGroupResponse]:
         code = self._check_member(group, req.member_id, req.group_instance_id, req.generation_id)
         if code == ErrorCode.NONE and (
@@ -480,7 +487,7 @@ class Membership:
 
     # --- Heartbeat, LeaveGroup, expiry -----------------------------------------------------------
 
-    def heartbeat(self, group: Group, req: Any) -> HeartbeatResponse:
+    def heartbeat(self, group: Group, req: _core.HeartbeatRequest) -> HeartbeatResponse:
         code = self._check_member(group, req.member_id, req.group_instance_id, req.generation_id)
         if code != ErrorCode.NONE:
             return HeartbeatResponse(code)
@@ -495,7 +502,7 @@ class Membership:
         if member is not None:
             member.last_heartbeat = self._clock()
 
-    async def leave(self, group: Group, leaving: list[Any]) -> LeaveGroupResponse:
+    async def leave(self, group: Group, leaving: list[_core.LeavingMember]) -> LeaveGroupResponse:
         async with group.lock:
             if group.is_(DEAD):
                 return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -504,7 +511,7 @@ class Membership:
                 await self._membership_changed(group)
         return LeaveGroupResponse(ErrorCode.NONE, results)
 
-    def _leave_one(self, group: Group, leaving: Any) -> LeaveGroupMemberResult:
+    def _leave_one(self, group: Group, leaving: _core.LeavingMember) -> LeaveGroupMemberResult:
         def result(code: int) -> LeaveGroupMemberResult:
             return LeaveGroupMemberResult(leaving.member_id, leaving.group_instance_id, code)
 

@@ -14,8 +14,7 @@ An offset that was never committed is deleted without complaint, as in Kafka.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.model import Group, GroupState
@@ -26,29 +25,17 @@ from kafscale.groups.protocol import (
     OffsetDeleteTopicResult,
 )
 
+if TYPE_CHECKING:
+    from kafscale import _core
+
 __all__ = [
     "CONSUMER_PROTOCOL",
-    "OffsetDeleteRequestLike",
     "delete_offsets",
     "group_subscriptions",
     "subscribed_topics",
 ]
 
 CONSUMER_PROTOCOL = "consumer"
-
-
-class OffsetDeleteTopicLike(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def partitions(self) -> Sequence[int]: ...
-
-
-class OffsetDeleteRequestLike(Protocol):
-    @property
-    def group_id(self) -> str: ...
-    @property
-    def topics(self) -> Sequence[OffsetDeleteTopicLike]: ...
 
 
 class OffsetDeleter(Protocol):
@@ -96,7 +83,7 @@ def _group_error(group: Group) -> int:
 
 
 async def delete_offsets(
-    group: Group, req: OffsetDeleteRequestLike, topics: TopicLookup, storage: OffsetDeleter
+    group: Group, req: _core.OffsetDeleteRequest, topics: TopicLookup, storage: OffsetDeleter
 ) -> OffsetDeleteResponse:
     """Deletes what may go (fenced on the group record, like every group write) and says
     per partition what happened. Raises the storage's Fenced and StoreUnavailable."""

@@ -14,7 +14,7 @@ future is taken as now: a client can make its offsets expire sooner, never later
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.limits import GroupLimits, log_refusal, offsets_cap_reason
@@ -30,14 +30,13 @@ from kafscale.groups.protocol import (
 )
 from kafscale.groups.store import Fenced, StoreUnavailable
 
+if TYPE_CHECKING:
+    from kafscale import _core
+
 __all__ = ["MAX_METADATA_BYTES", "Offsets", "commit_error_answer"]
 
 # Kafka's offset.metadata.max.bytes default.
 MAX_METADATA_BYTES = 4096
-
-
-class TopicLike(Protocol):
-    partitions: int
 
 
 class OffsetWriter(Protocol):
@@ -46,10 +45,10 @@ class OffsetWriter(Protocol):
     ) -> None: ...
 
 
-TopicLookup = Callable[[str], Awaitable[TopicLike | None]]
+TopicLookup = Callable[[str], Awaitable["_core.TopicInfo | None"]]
 
 
-def commit_error_answer(req: Any, code: int) -> OffsetCommitResponse:
+def commit_error_answer(req: _core.OffsetCommitRequest, code: int) -> OffsetCommitResponse:
     """The same error for every partition of the request."""
     return OffsetCommitResponse(
         [
@@ -78,7 +77,7 @@ class Offsets:
         self._limits = limits
         self._wall_clock = wall_clock
 
-    def _may_commit(self, group: Group, req: Any) -> int:
+    def _may_commit(self, group: Group, req: _core.OffsetCommitRequest) -> int:
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         simple = req.generation_id < 0 and req.member_id == "" and req.group_instance_id is None
@@ -94,7 +93,9 @@ class Offsets:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    async def commit(self, group: Group, req: Any, client: Client) -> OffsetCommitResponse:
+    async def commit(
+        self, group: Group, req: _core.OffsetCommitRequest, client: Client
+    ) -> OffsetCommitResponse:
         async with group.lock:
             code = self._may_commit(group, req)
             if code != ErrorCode.NONE:
@@ -152,7 +153,7 @@ class Offsets:
         )
 
     @staticmethod
-    def fetch(group: Group, req: Any) -> OffsetFetchGroupResult:
+    def fetch(group: Group, req: _core.OffsetFetchGroup) -> OffsetFetchGroupResult:
         """The offsets one group of an OffsetFetch asks for (``req.topics``; None: every
         partition the group committed)."""
         if req.topics is None:
@@ -178,7 +179,7 @@ class Offsets:
         return OffsetFetchGroupResult(group.group_id, ErrorCode.NONE, topics)
 
 
-def _partition_error(topic: TopicLike | None, p: Any) -> int:
+def _partition_error(topic: _core.TopicInfo | None, p: _core.OffsetCommitPartition) -> int:
     if topic is None or not 0 <= p.partition_index < topic.partitions:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     metadata = p.committed_metadata or ""
@@ -187,7 +188,7 @@ def _partition_error(topic: TopicLike | None, p: Any) -> int:
     return ErrorCode.NONE
 
 
-def _committed(p: Any, now_ms: int) -> CommittedOffset:
+def _committed(p: _core.OffsetCommitPartition, now_ms: int) -> CommittedOffset:
     timestamp = min(p.commit_timestamp, now_ms) if p.commit_timestamp >= 0 else now_ms
     # Kafka stores a null metadata as "" (and OffsetFetch answers "" for it).
     metadata = p.committed_metadata or ""

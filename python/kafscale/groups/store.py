@@ -15,14 +15,16 @@ gives the group up. Heartbeats are never written.
 from __future__ import annotations
 
 import base64
-import builtins
 import json
 import time
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, unquote
 
 from kafscale.groups.model import CommittedOffset, Group, GroupState, Member
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 __all__ = ["Fenced", "GroupStorage", "StoreUnavailable"]
 
@@ -32,29 +34,6 @@ __all__ = ["Fenced", "GroupStorage", "StoreUnavailable"]
 # fencing comparison a transaction stays well below 1.5 MiB.
 _MAX_OPS_PER_TXN = 100
 _MAX_TXN_BYTES = 1024 * 1024
-
-
-class StoredEntryLike(Protocol):
-    key: str
-    value: bytes
-    mod_revision: int
-
-
-class GroupStoreLike(Protocol):
-    """The part of ``_core.GroupStore`` used here. Awaitables rather than coroutines: the core
-    returns asyncio futures (a test double's ``async def`` fits as well)."""
-
-    def get(self, key: str) -> Awaitable[StoredEntryLike | None]: ...
-    # Sequence, which is covariant: the core's list of StoredEntry fits, a list would not.
-    def list(self, prefix: str) -> Awaitable[Sequence[StoredEntryLike]]: ...
-    # ``builtins.list``: in this class body, ``list`` is the method above.
-    def commit(
-        self,
-        expect: builtins.list[tuple[str, int]],
-        put: builtins.list[tuple[str, bytes]],
-        delete: builtins.list[str],
-        delete_prefixes: builtins.list[str],
-    ) -> Awaitable[int | None]: ...
 
 
 _T = TypeVar("_T")
@@ -208,7 +187,7 @@ def _transactions(puts: list[tuple[str, bytes]]) -> Iterable[list[tuple[str, byt
 class GroupStorage:
     """Reads and fenced writes of groups and offsets for one coordinating broker."""
 
-    def __init__(self, store: GroupStoreLike, broker_id: int, store_error: type[Exception]):
+    def __init__(self, store: _core.GroupStore, broker_id: int, store_error: type[Exception]):
         self._store = store
         self._broker_id = broker_id
         self._store_error = store_error
