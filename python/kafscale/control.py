@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 from kafscale import admin, replies
 from kafscale.admin.configs import alter_configs, describe_configs
@@ -46,33 +46,14 @@ from kafscale.groups.protocol import (
 
 if TYPE_CHECKING:
     from kafscale import _core
+    from kafscale.config import Settings
+    from kafscale.groups.coordinator import GroupRequest
 
-__all__ = ["ConnectionOrder", "ControlPlane", "ControlRequestLike"]
+__all__ = ["ConnectionOrder", "ControlPlane"]
 
 log = logging.getLogger(__name__)
 
 _INTERNAL = "internal error; see the broker log"
-
-
-class ControlRequestLike(Protocol):
-    """What the control plane reads of ``_core.ControlRequest``."""
-
-    @property
-    def api_key(self) -> int: ...
-    @property
-    def api_version(self) -> int: ...
-    @property
-    def correlation_id(self) -> int: ...
-    @property
-    def client_id(self) -> str | None: ...
-    @property
-    def client_host(self) -> str: ...
-    @property
-    def connection_id(self) -> int: ...
-    @property
-    def body(self) -> Any: ...
-
-    def respond(self, response: Any) -> None: ...
 
 
 class ConnectionOrder:
@@ -91,7 +72,7 @@ class ConnectionOrder:
         self._unfinished: dict[int, set[asyncio.Task[None]]] = {}
 
     def start(
-        self, req: ControlRequestLike, serve: Callable[[ControlRequestLike], Awaitable[None]]
+        self, req: _core.ControlRequest, serve: Callable[[_core.ControlRequest], Awaitable[None]]
     ) -> asyncio.Task[None]:
         """A task that runs ``serve(req)`` once every request of its connection started before
         it has finished, however it ended (answered, failed, cancelled)."""
@@ -117,8 +98,8 @@ class ConnectionOrder:
 
 async def _after(
     before: set[asyncio.Task[None]],
-    serve: Callable[[ControlRequestLike], Awaitable[None]],
-    req: ControlRequestLike,
+    serve: Callable[[_core.ControlRequest], Awaitable[None]],
+    req: _core.ControlRequest,
 ) -> None:
     if before:
         # wait() neither raises what they raised nor passes their cancellation on.
@@ -128,16 +109,16 @@ async def _after(
 
 @dataclass(frozen=True)
 class _Route:
-    serve: Callable[[ControlRequestLike], Awaitable[Any]]
+    serve: Callable[[_core.ControlRequest], Awaitable[object]]
     # The answer that reports ``code`` for every item of the request.
-    failure: Callable[[ControlRequestLike, int], Any]
+    failure: Callable[[_core.ControlRequest, int], object]
 
 
 class ControlPlane:
     def __init__(
         self,
-        core: Any,
-        settings: Any,
+        core: _core.Broker,
+        settings: Settings,
         groups: GroupCoordinator,
         api_error: type[BaseException],
     ) -> None:
@@ -146,8 +127,10 @@ class ControlPlane:
 
         def group_route(key: ApiKey) -> _Route:
             return _Route(
-                lambda req: groups.handle(key, req.api_version, req.body, req),
-                lambda req, code: error_answer(key, req.body, code),
+                lambda req: groups.handle(
+                    key, req.api_version, cast("GroupRequest", req.body), req
+                ),
+                lambda req, code: error_answer(key, cast("GroupRequest", req.body), code),
             )
 
         def alter_configs_route() -> _Route:
@@ -160,7 +143,7 @@ class ControlPlane:
                         AlterConfigsResourceResult(
                             code, _INTERNAL, r.resource_type, r.resource_name
                         )
-                        for r in req.body.resources
+                        for r in cast("_core.AlterConfigsRequest", req.body).resources
                     ]
                 ),
             )
@@ -186,24 +169,37 @@ class ControlPlane:
                 ),
                 ApiKey.OFFSET_FETCH: _Route(
                     lambda req: groups.fetch_offsets(cast("_core.OffsetFetchRequest", req.body)),
-                    lambda req, code: fetch_offsets_failure(req.body, code),
+                    lambda req, code: fetch_offsets_failure(
+                        cast("_core.OffsetFetchRequest", req.body), code
+                    ),
                 ),
                 ApiKey.DESCRIBE_GROUPS: _Route(
-                    lambda req: groups.describe(list(req.body.groups)),
+                    lambda req: groups.describe(
+                        list(cast("_core.DescribeGroupsRequest", req.body).groups)
+                    ),
                     lambda req, code: DescribeGroupsResponse(
-                        [DescribedGroup(code, g) for g in req.body.groups]
+                        [
+                            DescribedGroup(code, g)
+                            for g in cast("_core.DescribeGroupsRequest", req.body).groups
+                        ]
                     ),
                 ),
                 ApiKey.LIST_GROUPS: _Route(
                     lambda req: groups.list_groups(
-                        list(req.body.states_filter), list(req.body.types_filter)
+                        list(cast("_core.ListGroupsRequest", req.body).states_filter),
+                        list(cast("_core.ListGroupsRequest", req.body).types_filter),
                     ),
                     lambda req, code: ListGroupsResponse(code),
                 ),
                 ApiKey.DELETE_GROUPS: _Route(
-                    lambda req: groups.delete(list(req.body.groups_names)),
+                    lambda req: groups.delete(
+                        list(cast("_core.DeleteGroupsRequest", req.body).groups_names)
+                    ),
                     lambda req, code: DeleteGroupsResponse(
-                        [DeletableGroupResult(g, code) for g in req.body.groups_names]
+                        [
+                            DeletableGroupResult(g, code)
+                            for g in cast("_core.DeleteGroupsRequest", req.body).groups_names
+                        ]
                     ),
                 ),
                 ApiKey.OFFSET_DELETE: _Route(
@@ -217,7 +213,7 @@ class ControlPlane:
                     lambda req, code: DescribeConfigsResponse(
                         [
                             DescribeConfigsResult(code, _INTERNAL, r.resource_type, r.resource_name)
-                            for r in req.body.resources
+                            for r in cast("_core.DescribeConfigsRequest", req.body).resources
                         ]
                     ),
                 ),
@@ -230,7 +226,7 @@ class ControlPlane:
                     lambda req, code: CreatePartitionsResponse(
                         [
                             CreatePartitionsTopicResult(t.name, code, _INTERNAL)
-                            for t in req.body.topics
+                            for t in cast("_core.CreatePartitionsRequest", req.body).topics
                         ]
                     ),
                 ),
@@ -241,12 +237,12 @@ class ControlPlane:
         """The API keys among ``served`` (the core's ``CONTROL_API_KEYS``) with no route here."""
         return sorted(k for k in served if k not in self._routes)
 
-    def start(self, req: ControlRequestLike) -> asyncio.Task[None]:
+    def start(self, req: _core.ControlRequest) -> asyncio.Task[None]:
         """A task that serves ``req`` once the requests of its connection started before it
         have been served (:class:`ConnectionOrder`)."""
         return self._order.start(req, self.dispatch)
 
-    async def dispatch(self, req: ControlRequestLike) -> None:
+    async def dispatch(self, req: _core.ControlRequest) -> None:
         """Serves one request and responds to it. Never raises (except cancellation)."""
         try:
             key = ApiKey(req.api_key)

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 log = logging.getLogger("kafscale.control")
 
 
-class Respondable(Protocol):
-    @property
-    def correlation_id(self) -> int: ...
-
-    def respond(self, response: Any) -> None: ...
-
-
-def send(req: Respondable, response: Any, api_name: str) -> None:
+def send(req: _core.ControlRequest, response: object, api_name: str) -> None:
     """Responds; a failure (typically the client went away) is logged, never raised - there is
     nobody left to tell."""
     try:
