@@ -17,13 +17,17 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from kafscale import log as kafscale_log
 from kafscale.config import Settings, SettingsError, load_settings
 from kafscale.control import ControlPlane
 from kafscale.groups import GroupCoordinator
+
+if TYPE_CHECKING:
+    from kafscale import _core
 
 log = logging.getLogger("kafscale.broker")
 
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     _exit_without_finalizing(code)
 
 
-async def serve(core: Any, settings: Settings, extension: ModuleType) -> int:
+async def serve(core: _core.Broker, settings: Settings, extension: ModuleType) -> int:
     """Serve control-plane requests until a signal or the core stops; then shut the core down.
     ``extension`` is ``kafscale._core`` (its error types and the API keys it hands over).
     Returns the process exit code."""
@@ -133,7 +137,7 @@ async def serve(core: Any, settings: Settings, extension: ModuleType) -> int:
     return exit_code
 
 
-async def _report_group_metrics(core: Any, groups: GroupCoordinator) -> None:
+async def _report_group_metrics(core: _core.Broker, groups: GroupCoordinator) -> None:
     while True:
         core.publish_group_metrics(groups.metrics_report())
         await asyncio.sleep(GROUP_METRICS_INTERVAL_S)
@@ -160,7 +164,9 @@ def _on_signal(signum: int, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def _control_loop(core: Any, plane: ControlPlane, in_flight: set[asyncio.Task[None]]) -> None:
+async def _control_loop(
+    core: _core.Broker, plane: ControlPlane, in_flight: set[asyncio.Task[None]]
+) -> None:
     # One task per request so a slow handler (a JoinGroup waiting for its group) never holds
     # up another connection's requests; the requests of one connection run one at a time, in
     # order (docs/requests.md). The set keeps references (the loop only holds weak ones) until
@@ -171,7 +177,7 @@ async def _control_loop(core: Any, plane: ControlPlane, in_flight: set[asyncio.T
         task.add_done_callback(_forget(in_flight))
 
 
-def _forget(in_flight: set[asyncio.Task[None]]) -> Any:
+def _forget(in_flight: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
     def done(task: asyncio.Task[None]) -> None:
         in_flight.discard(task)
         if not task.cancelled() and task.exception() is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.admin.protocol import (
     AlterConfigsResourceResult,
@@ -37,6 +37,9 @@ from kafscale.admin.topic_configs import (
 from kafscale.config import Settings, env_var, flag
 from kafscale.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from kafscale import _core
+
 __all__ = ["alter_configs", "describe_configs", "topic_configs"]
 
 
@@ -44,8 +47,10 @@ class ConfigCore(Protocol):
     """The part of ``_core.Broker`` the config handlers use (its methods return asyncio
     futures, so awaitables rather than coroutines)."""
 
-    def topic(self, name: str) -> Awaitable[Any | None]: ...
-    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> Awaitable[Any]: ...
+    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
+    def alter_topic_configs(
+        self, name: str, configs: dict[str, str]
+    ) -> Awaitable[_core.TopicInfo]: ...
 
 
 # Kafka's broker configs this broker has, under Kafka's names (clients look settings up by
@@ -196,7 +201,10 @@ def topic_configs(
 
 
 async def _describe_topic(
-    core: ConfigCore, settings: Settings, resource: Any, req: Any
+    core: ConfigCore,
+    settings: Settings,
+    resource: _core.DescribeConfigsResource,
+    req: _core.DescribeConfigsRequest,
 ) -> list[DescribedConfig]:
     topic = await core.topic(resource.resource_name)
     if topic is None:
@@ -212,7 +220,9 @@ async def _describe_topic(
     )
 
 
-def _describe_broker(settings: Settings, resource: Any, req: Any) -> list[DescribedConfig]:
+def _describe_broker(
+    settings: Settings, resource: _core.DescribeConfigsResource, req: _core.DescribeConfigsRequest
+) -> list[DescribedConfig]:
     if resource.resource_name not in ("", str(settings.broker_id)):
         raise Rejected(
             ErrorCode.INVALID_REQUEST,
@@ -240,7 +250,7 @@ def _describe_broker(settings: Settings, resource: Any, req: Any) -> list[Descri
 
 
 async def describe_configs(
-    core: ConfigCore, settings: Settings, req: Any
+    core: ConfigCore, settings: Settings, req: _core.DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     results = []
     for resource in req.resources:
@@ -273,7 +283,9 @@ async def describe_configs(
 # --- alter -------------------------------------------------------------------------------------
 
 
-def _new_topic_configs(current: dict[str, str], resource: Any, incremental: bool) -> dict[str, str]:
+def _new_topic_configs(
+    current: dict[str, str], resource: _core.AlterConfigsResource, incremental: bool
+) -> dict[str, str]:
     """The topic's configs after the request: AlterConfigs replaces the whole set (what it
     leaves out returns to the default), IncrementalAlterConfigs applies one operation per key."""
     names = Counter(c.name for c in resource.configs)
@@ -302,7 +314,7 @@ def _new_topic_configs(current: dict[str, str], resource: Any, incremental: bool
 
 
 async def _alter_one(
-    core: ConfigCore, resource: Any, validate_only: bool, incremental: bool
+    core: ConfigCore, resource: _core.AlterConfigsResource, validate_only: bool, incremental: bool
 ) -> None:
     if resource.resource_type in (ResourceType.BROKER, _BROKER_LOGGER):
         raise Rejected(
@@ -330,7 +342,7 @@ _BROKER_LOGGER = 8
 
 
 async def alter_configs(
-    core: ConfigCore, req: Any, *, api_error: type[BaseException]
+    core: ConfigCore, req: _core.AlterConfigsRequest, *, api_error: type[BaseException]
 ) -> AlterConfigsResponse:
     """AlterConfigs and IncrementalAlterConfigs (``req.incremental``)."""
     seen = Counter((r.resource_type, r.resource_name) for r in req.resources)

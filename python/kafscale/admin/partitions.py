@@ -10,8 +10,8 @@ broker right after the response. ``timeout_ms`` bounds the wait as in CreateTopi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Coroutine
-from typing import Any, Protocol
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.admin.protocol import CreatePartitionsResponse, CreatePartitionsTopicResult
 from kafscale.admin.topic_configs import Rejected
@@ -24,6 +24,9 @@ from kafscale.admin.topics import (
 )
 from kafscale.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from kafscale import _core
+
 __all__ = ["create_partitions"]
 
 
@@ -31,11 +34,11 @@ class PartitionCore(Protocol):
     """The part of ``_core.Broker`` the partition handler uses (its methods return asyncio
     futures, so awaitables rather than coroutines)."""
 
-    def topic(self, name: str) -> Awaitable[Any | None]: ...
-    def create_partitions(self, name: str, count: int) -> Awaitable[Any]: ...
+    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
+    def create_partitions(self, name: str, count: int) -> Awaitable[_core.TopicInfo]: ...
 
 
-async def _check(core: PartitionCore, item: Any) -> None:
+async def _check(core: PartitionCore, item: _core.CreatePartitionsTopic) -> None:
     if item.assignments is not None:
         raise Rejected(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -54,7 +57,10 @@ async def _check(core: PartitionCore, item: Any) -> None:
 
 
 async def _grow(
-    core: PartitionCore, item: Any, validate_only: bool, api_error: type[BaseException]
+    core: PartitionCore,
+    item: _core.CreatePartitionsTopic,
+    validate_only: bool,
+    api_error: type[BaseException],
 ) -> TopicResult:
     try:
         await _check(core, item)
@@ -70,11 +76,11 @@ async def _grow(
 
 
 async def create_partitions(
-    core: PartitionCore, req: Any, *, api_error: type[BaseException]
+    core: PartitionCore, req: _core.CreatePartitionsRequest, *, api_error: type[BaseException]
 ) -> CreatePartitionsResponse:
     counts = Counter(t.name for t in req.topics)
     results: dict[str, TopicResult] = {}
-    jobs: dict[str, Coroutine[Any, Any, TopicResult]] = {}
+    jobs: dict[str, Awaitable[TopicResult]] = {}
     for item in req.topics:
         if item.name in results or item.name in jobs:
             continue

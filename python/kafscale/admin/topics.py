@@ -29,9 +29,9 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Awaitable, Coroutine, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale.admin.topic_configs import Rejected, normalise
 from kafscale.errors import ErrorCode
@@ -217,7 +217,7 @@ def wait_seconds(timeout_ms: int) -> float:
 
 
 async def run_bounded(
-    jobs: dict[str, Coroutine[Any, Any, TopicResult]], timeout_s: float, op: str
+    jobs: Mapping[str, Awaitable[TopicResult]], timeout_s: float, op: str
 ) -> dict[str, TopicResult]:
     """Run per-topic jobs concurrently; those unfinished after ``timeout_s`` report
     REQUEST_TIMED_OUT and keep running in the background."""
@@ -258,7 +258,7 @@ async def create_topics(
     (``_core.KafkaApiError``); it is a parameter so this runs without the extension."""
     counts = Counter(t.name for t in req.topics)
     results: dict[str, TopicResult] = {}
-    jobs: dict[str, Coroutine[Any, Any, TopicResult]] = {}
+    jobs: dict[str, Awaitable[TopicResult]] = {}
     for topic in req.topics:
         name = topic.name
         if name in results or name in jobs:
