@@ -18,7 +18,7 @@ import base64
 import json
 import time
 from collections.abc import Awaitable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, NotRequired, TypedDict, TypeVar
 from urllib.parse import quote, unquote
 
 from kafscale.groups.model import CommittedOffset, Group, GroupState, Member
@@ -67,12 +67,56 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"))
 
 
-def _json(record: Any) -> bytes:
+# --- the stored records (JSON) --------------------------------------------------------------
+
+
+class _ProtocolRecord(TypedDict):
+    name: str
+    metadata: str  # base64
+
+
+class _MemberRecord(TypedDict):
+    """A ``Member`` as stored: the format on disk, kept apart from the class in memory (no
+    session state; bytes as base64) so that changing one does not silently change the other."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[_ProtocolRecord]
+    assignment: str  # base64
+
+
+class _GroupRecord(TypedDict):
+    group_id: str
+    state: str
+    generation: int
+    protocol_type: str | None
+    protocol: str | None
+    leader: str | None
+    coordinator: int
+    coordinator_epoch: int
+    # Absent from records stored before it was kept.
+    empty_since_ms: NotRequired[int | None]
+    members: list[_MemberRecord]
+
+
+class _OffsetRecord(TypedDict):
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    commit_timestamp_ms: int
+
+
+def _json(record: _GroupRecord | _OffsetRecord | _MemberRecord) -> bytes:
     # UTF-8 rather than \uXXXX escapes: a non-ASCII name takes its own size, not up to 3 times it.
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _member_record(m: Member) -> dict[str, Any]:
+def _member_record(m: Member) -> _MemberRecord:
     return {
         "member_id": m.member_id,
         "group_instance_id": m.group_instance_id,
@@ -86,7 +130,7 @@ def _member_record(m: Member) -> dict[str, Any]:
     }
 
 
-def _group_record(group: Group, coordinator: int, members: list[dict[str, Any]]) -> bytes:
+def _group_record(group: Group, coordinator: int, members: list[_MemberRecord]) -> bytes:
     return _json(
         {
             "group_id": group.group_id,
@@ -120,7 +164,7 @@ def group_record_bytes(group: Group) -> int:
 
 
 def decode_group(group_id: str, value: bytes, revision: int, now: float) -> Group:
-    record: dict[str, Any] = json.loads(value)
+    record: _GroupRecord = json.loads(value)
     group = Group(
         group_id,
         state=GroupState(record["state"]),
@@ -130,7 +174,6 @@ def decode_group(group_id: str, value: bytes, revision: int, now: float) -> Grou
         leader_id=record["leader"],
         revision=revision,
         coordinator_epoch=record["coordinator_epoch"],
-        # Absent from records stored before it was kept.
         empty_since_ms=record.get("empty_since_ms"),
     )
     for m in record["members"]:
@@ -164,7 +207,7 @@ def encode_offset(offset: CommittedOffset) -> bytes:
 
 
 def decode_offset(value: bytes) -> CommittedOffset:
-    record = json.loads(value)
+    record: _OffsetRecord = json.loads(value)
     return CommittedOffset(
         record["offset"], record["leader_epoch"], record["metadata"], record["commit_timestamp_ms"]
     )
