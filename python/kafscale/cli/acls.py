@@ -14,13 +14,28 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from . import output
 from .args import plain
 from .errors import EXIT_FAILED, EXIT_OK, CliError, print_error
 from .kafka import Kafka, add_connection_flags
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from .args import Subcommands
+
+# AclBinding or AclBindingFilter: what ``_combinations`` makes
+_Acl = TypeVar("_Acl")
 
 # Kafka error codes of these APIs (kafscale.errors.ErrorCode names the data plane's)
 CLUSTER_AUTHORIZATION_FAILED = 31
@@ -107,15 +122,23 @@ def host_name(value: str) -> str:
 def _repeatable(
     p: argparse.ArgumentParser,
     flag: str,
-    kind: Any,
+    kind: Callable[[str], str],
     metavar: str,
     help: str,
     *,
     required: bool = False,
 ) -> None:
     """A flag that may be given many times, its values in a list (empty when not given)."""
-    default: dict[str, Any] = {"required": True} if required else {"default": []}
-    p.add_argument(flag, action="append", type=kind, metavar=metavar, help=help, **default)
+    # Not given: an empty list, unless required (argparse's default, None, is never seen then).
+    p.add_argument(
+        flag,
+        action="append",
+        type=kind,
+        metavar=metavar,
+        help=help,
+        required=required,
+        default=None if required else [],
+    )
 
 
 def _resource_flags(p: argparse.ArgumentParser, patterns: list[str], default: str) -> None:
@@ -175,7 +198,7 @@ def _filter_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register(commands: Any) -> None:
+def register(commands: Subcommands) -> None:
     acls = commands.add_parser(
         "acls",
         help="list, add and remove ACLs",
@@ -259,18 +282,18 @@ def resources(args: argparse.Namespace) -> list[tuple[str, str]]:
     return list(dict.fromkeys(named))
 
 
-def _resource_type(name: str) -> Any:
+def _resource_type(name: str) -> ResourceType:
     from confluent_kafka.admin import ResourceType
 
     # librdkafka calls the cluster resource BROKER (code 4, Kafka's CLUSTER)
     return ResourceType.BROKER if name == "CLUSTER" else ResourceType[name]
 
 
-def _resource_type_name(restype: Any) -> str:
+def _resource_type_name(restype: ResourceType) -> str:
     return "CLUSTER" if restype.name == "BROKER" else str(restype.name)
 
 
-def _operation(name: str | None) -> Any:
+def _operation(name: str | None) -> AclOperation:
     from confluent_kafka.admin import AclOperation
 
     if name is None:
@@ -279,26 +302,26 @@ def _operation(name: str | None) -> Any:
     return AclOperation[upper]
 
 
-def _permission(name: str | None) -> Any:
+def _permission(name: str | None) -> AclPermissionType:
     from confluent_kafka.admin import AclPermissionType
 
     return AclPermissionType[name or "ANY"]
 
 
-def _pattern(name: str) -> Any:
+def _pattern(name: str) -> ResourcePatternType:
     from confluent_kafka.admin import ResourcePatternType
 
     return ResourcePatternType[name.upper()]
 
 
 def _combinations(
-    make: Any,
+    make: Callable[..., _Acl],
     args: argparse.Namespace,
-    named: Sequence[tuple[Any, str | None]],
+    named: Sequence[tuple[ResourceType, str | None]],
     principals: Sequence[str | None],
     hosts: Sequence[str | None],
     operations: Sequence[str | None],
-) -> list[Any]:
+) -> list[_Acl]:
     """``make`` (AclBinding or AclBindingFilter) of every combination of a (resource type,
     name), principal, host and operation, each list without repeats, in the order given;
     pattern type and permission from the flags."""
@@ -318,7 +341,7 @@ def _combinations(
     ]
 
 
-def bindings(args: argparse.Namespace) -> list[Any]:
+def bindings(args: argparse.Namespace) -> list[AclBinding]:
     """One AclBinding per principal, host, operation and resource."""
     from confluent_kafka.admin import AclBinding
 
@@ -327,11 +350,11 @@ def bindings(args: argparse.Namespace) -> list[Any]:
     return _combinations(AclBinding, args, named, args.principal, hosts, args.operation)
 
 
-def filters(args: argparse.Namespace) -> list[Any]:
+def filters(args: argparse.Namespace) -> list[AclBindingFilter]:
     """AclBindingFilters for every combination the flags give (a flag not given: any)."""
     from confluent_kafka.admin import AclBindingFilter, ResourceType
 
-    named: list[tuple[Any, str | None]] = [
+    named: list[tuple[ResourceType, str | None]] = [
         (_resource_type(kind), name) for kind, name in resources(args)
     ]
     return _combinations(
@@ -344,7 +367,7 @@ def filters(args: argparse.Namespace) -> list[Any]:
     )
 
 
-def row(binding: Any) -> dict[str, str]:
+def row(binding: AclBinding) -> dict[str, str]:
     """An AclBinding as a row of the listing (Kafka's upper-case names)."""
     return {
         "principal": str(binding.principal),
@@ -357,7 +380,7 @@ def row(binding: Any) -> dict[str, str]:
     }
 
 
-def sentence(binding: Any) -> str:
+def sentence(binding: AclBinding) -> str:
     """``ALLOW READ on TOPIC orders (LITERAL) for User:alice from *``."""
     r = row(binding)
     return (
@@ -510,7 +533,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     kafka = _connect(args, needs_resource=True)
     wanted = filters(args)
     futures = kafka.admin.delete_acls(wanted, request_timeout=kafka.timeout)
-    removed: dict[tuple[str, ...], Any] = {}
+    removed: dict[tuple[str, ...], AclBinding] = {}
     for acl_filter in wanted:
         try:
             deleted = kafka.result(futures[acl_filter], "removing ACLs")

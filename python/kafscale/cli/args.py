@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # What add_subparsers returns: each command registers its parser there (argparse does not
+    # name the class publicly; typeshed does).
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def key_value(value: str) -> tuple[str, str]:

@@ -7,14 +7,19 @@ the set of live brokers, and each partition's leader is the broker that owns it.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import output
 from .errors import EXIT_OK
 from .kafka import Kafka, add_connection_flags
 
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata
 
-def register(commands: Any) -> None:
+    from .args import Subcommands
+
+
+def register(commands: Subcommands) -> None:
     brokers = commands.add_parser("brokers", help="the brokers of the cluster")
     sub = brokers.add_subparsers(dest="action", metavar="ACTION", title="actions")
     p = sub.add_parser("list", help="broker ids, addresses and the partitions each leads")
@@ -23,7 +28,7 @@ def register(commands: Any) -> None:
     p.set_defaults(func=cmd_list)
 
 
-def led_partitions(metadata: Any) -> dict[int, dict[str, list[int]]]:
+def led_partitions(metadata: ClusterMetadata) -> dict[int, dict[str, list[int]]]:
     """{broker id: {topic: [partitions it leads]}}."""
     led: dict[int, dict[str, list[int]]] = {b: {} for b in metadata.brokers}
     for name, topic in sorted(metadata.topics.items()):

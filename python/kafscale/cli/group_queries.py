@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .kafka import Kafka
+
+if TYPE_CHECKING:
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import ConsumerGroupDescription
 
 # confluent-kafka's ConsumerGroupState names -> Kafka's state names
 STATES = {
@@ -19,11 +23,11 @@ STATES = {
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 
 
-def state_name(state: Any) -> str:
+def state_name(state: ConsumerGroupState | None) -> str:
     return STATES.get(state.name, state.name.title()) if state is not None else "Unknown"
 
 
-def describe_group(kafka: Kafka, group: str) -> Any:
+def describe_group(kafka: Kafka, group: str) -> ConsumerGroupDescription:
     """confluent-kafka's ConsumerGroupDescription (an unknown group comes back Dead)."""
     future = kafka.admin.describe_consumer_groups([group], request_timeout=kafka.timeout)[group]
     return kafka.result(future, "describing group", group)

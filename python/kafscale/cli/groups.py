@@ -9,7 +9,7 @@ then the members with their client ids, hosts and assignments.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kafscale.errors import ErrorCode
 
@@ -19,8 +19,55 @@ from .errors import EXIT_FAILED, EXIT_OK, CliError, print_error
 from .group_queries import STATES, committed_offsets, describe_group, end_offsets, state_name
 from .kafka import Kafka, add_connection_flags
 
+if TYPE_CHECKING:
+    from confluent_kafka.admin import MemberDescription
 
-def register(commands: Any) -> None:
+    from .args import Subcommands
+
+
+# --- what ``describe`` shows (and prints as JSON) ---------------------------------------------
+
+
+class PartitionView(TypedDict):
+    topic: str
+    partition: int
+
+
+class MemberView(TypedDict):
+    member_id: str
+    client_id: str
+    host: str
+    instance_id: str | None
+    assignment: list[PartitionView]
+
+
+class OffsetView(TypedDict):
+    topic: str
+    partition: int
+    committed_offset: int | None
+    log_end_offset: int | None
+    lag: int | None
+    member_id: str | None
+    host: str | None
+    client_id: str | None
+
+
+class CoordinatorView(TypedDict):
+    id: int
+    address: str
+
+
+class GroupView(TypedDict):
+    group: str
+    state: str
+    type: str | None
+    assignor: str | None
+    coordinator: CoordinatorView | None
+    members: list[MemberView]
+    offsets: list[OffsetView]
+
+
+def register(commands: Subcommands) -> None:
     groups = commands.add_parser(
         "groups",
         help="list, describe and delete consumer groups; reset offsets",
@@ -58,7 +105,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     kafka = Kafka.from_args(args)
     kafka.metadata()
-    kwargs: dict[str, Any] = {"request_timeout": kafka.timeout}
+    kwargs: dict[str, object] = {"request_timeout": kafka.timeout}
     if args.state:
         by_name = {v: k for k, v in STATES.items()}
         kwargs["states"] = {ConsumerGroupState[by_name[s]] for s in args.state}
@@ -89,11 +136,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 # describe
 
 
-def group_view(kafka: Kafka, group: str) -> dict[str, Any]:
+def group_view(kafka: Kafka, group: str) -> GroupView:
     desc = describe_group(kafka, group)
     committed = committed_offsets(kafka, group)
-    owner: dict[tuple[str, int], Any] = {}
-    members = []
+    owner: dict[tuple[str, int], MemberDescription] = {}
+    members: list[MemberView] = []
     for m in desc.members:
         assigned = sorted(
             (tp.topic, tp.partition)
@@ -119,7 +166,7 @@ def group_view(kafka: Kafka, group: str) -> dict[str, Any]:
         )
     tps = sorted(set(committed) | set(owner))
     ends = end_offsets(kafka, tps)
-    offsets = []
+    offsets: list[OffsetView] = []
     for tp in tps:
         current, end, m = committed.get(tp), ends.get(tp), owner.get(tp)
         offsets.append(
@@ -150,7 +197,7 @@ def group_view(kafka: Kafka, group: str) -> dict[str, Any]:
     }
 
 
-def print_group(view: dict[str, Any]) -> None:
+def print_group(view: GroupView) -> None:
     coordinator = view["coordinator"]
     where = f"{coordinator['id']} ({coordinator['address']})" if coordinator else "-"
     print(
@@ -200,7 +247,7 @@ def print_group(view: dict[str, Any]) -> None:
         )
 
 
-def assignment_text(assignment: list[dict[str, Any]]) -> str:
+def assignment_text(assignment: list[PartitionView]) -> str:
     by_topic: dict[str, list[int]] = {}
     for a in assignment:
         by_topic.setdefault(a["topic"], []).append(a["partition"])

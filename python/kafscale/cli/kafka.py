@@ -16,15 +16,19 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kafscale.errors import ErrorCode
 
 from .errors import CliError
 
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 30.0
 K = TypeVar("K")
+T = TypeVar("T")
 
 # librdkafka's local error codes (negative); broker codes are kafscale.errors.ErrorCode
 _TRANSPORT = -195
@@ -212,7 +216,7 @@ class Kafka:
                 return err.str().split(": ", 1)[-1]
         return self._log.lines[-1] if self._log.lines else None
 
-    def metadata(self) -> Any:
+    def metadata(self) -> ClusterMetadata:
         """ClusterMetadata of every topic and broker (Metadata request without topic names, so
         nothing gets auto-created). Fails fast when no bootstrap broker can be connected."""
         from confluent_kafka import KafkaException
@@ -264,7 +268,7 @@ class Kafka:
             )
         return CliError(f"{doing}{about} failed: {err.str()}", _HINTS.get(code), code=code)
 
-    def result(self, future: Future[Any], doing: str, subject: str | None = None) -> Any:
+    def result(self, future: Future[T], doing: str, subject: str | None = None) -> T:
         """The future's result, or a CliError that explains librdkafka's failure."""
         from confluent_kafka import KafkaException
 
@@ -276,10 +280,10 @@ class Kafka:
             raise self.failure(_Timeout(), doing, subject) from None
 
     def results(
-        self, futures: Mapping[K, Future[Any]], doing: str
-    ) -> dict[K, tuple[Any, CliError | None]]:
+        self, futures: Mapping[K, Future[T]], doing: str
+    ) -> dict[K, tuple[T | None, CliError | None]]:
         """{key: (result, None) or (None, error)} for independent per-item futures."""
-        out: dict[K, tuple[Any, CliError | None]] = {}
+        out: dict[K, tuple[T | None, CliError | None]] = {}
         for key, future in futures.items():
             try:
                 out[key] = (self.result(future, doing, str(key)), None)

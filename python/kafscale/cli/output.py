@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 TABLE = "table"
 JSON = "json"
@@ -27,7 +27,7 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -36,7 +36,7 @@ def cell(value: Any) -> str:
 
 
 def print_table(
-    headers: Sequence[str], rows: Sequence[Sequence[Any]], file: TextIO | None = None
+    headers: Sequence[str], rows: Sequence[Sequence[object]], file: TextIO | None = None
 ) -> None:
     """Left-aligned columns; the last column is not padded (no trailing blanks)."""
     out = file or sys.stdout
@@ -50,11 +50,11 @@ def print_table(
         print("  ".join([*padded, row[-1]]).rstrip(), file=out)
 
 
-def print_json(document: Any, file: TextIO | None = None) -> None:
+def print_json(document: object, file: TextIO | None = None) -> None:
     print(json.dumps(document, indent=2, ensure_ascii=False), file=file or sys.stdout)
 
 
-def print_json_line(document: Any, file: TextIO | None = None) -> None:
+def print_json_line(document: object, file: TextIO | None = None) -> None:
     print(json.dumps(document, ensure_ascii=False), file=file or sys.stdout)
 
 

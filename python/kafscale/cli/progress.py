@@ -16,9 +16,12 @@ import os
 import sys
 import time
 from functools import cache
-from typing import Any, TextIO, TypedDict
+from typing import TYPE_CHECKING, Never, TextIO, TypedDict
 
 from .output import human_bytes, plural
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 LINE_EVERY_S = 2.0
 
@@ -97,14 +100,14 @@ BAR_FORMAT = "{l_bar}{bar}| {done}/{size} [{elapsed}<{remaining}, {speed}{postfi
 
 
 @cache
-def _byte_bar() -> Any:
+def _byte_bar() -> type[tqdm[Never]]:
     """A tqdm bar class whose format has ``done``, ``size`` and ``speed`` in binary units
     (tqdm is imported only when a bar is drawn)."""
     from tqdm import tqdm
 
     class ByteBar(tqdm):  # type: ignore[type-arg]
         @property
-        def format_dict(self) -> dict[str, Any]:
+        def format_dict(self) -> dict[str, object]:
             info = dict(super().format_dict)
             n, elapsed = info["n"] or 0, info["elapsed"] or 0
             rate = info["rate"] or (n / elapsed if elapsed else None)

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import output
 from .args import non_negative_int, plain, signed_int, timestamp_ms, topic_partitions
 from .errors import EXIT_OK, CliError
 from .group_queries import committed_offsets, describe_group, state_name
 from .kafka import Kafka, add_connection_flags
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata, OffsetSpec
+
+    from .args import Subcommands
 
 TopicPartitionKey = tuple[str, int]
 
@@ -40,7 +45,7 @@ class Target:
     note: str | None = None  # why new_offset is not what was asked for
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "reset-offsets",
         help="move a group's committed offsets (dry run unless --execute)",
@@ -137,7 +142,7 @@ def plan(
 
 
 def chosen_partitions(
-    args: argparse.Namespace, metadata: Any, committed: dict[TopicPartitionKey, int]
+    args: argparse.Namespace, metadata: ClusterMetadata, committed: dict[TopicPartitionKey, int]
 ) -> list[TopicPartitionKey]:
     if args.all_topics:
         if not committed:
@@ -165,7 +170,7 @@ def chosen_partitions(
 
 
 def list_offsets(
-    kafka: Kafka, tps: list[TopicPartitionKey], spec: Any
+    kafka: Kafka, tps: list[TopicPartitionKey], spec: OffsetSpec
 ) -> dict[TopicPartitionKey, int]:
     from confluent_kafka import TopicPartition
 

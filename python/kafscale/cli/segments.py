@@ -16,7 +16,7 @@ import argparse
 import base64
 import datetime as dt
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from . import output, verify
 from .args import non_negative_int, plain, positive_int
@@ -33,10 +33,12 @@ from .storage import (
 if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
     from kafscale.segment import SegmentSource
 
+    from .args import Subcommands
+
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
 
-def register(commands: Any) -> None:
+def register(commands: Subcommands) -> None:
     segments = commands.add_parser(
         "segments",
         help="list, dump and verify segment objects (S3 or a data directory)",
@@ -87,19 +89,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.partition is not None and args.topic is None:
         args.parser.error("--partition needs --topic")
     source = open_source(args)
-    with storage(args.location):
-        rows = segment_rows(source, args) if args.topic else partition_rows(source)
-        if not rows and args.topic:  # partition folders without a single segment object
+    if args.topic:
+        with storage(args.location):
+            segments = segment_rows(source, args)
+        if not segments:  # partition folders without a single segment object
             raise CliError(
                 f"no segments of topic {args.topic} under {args.location}",
                 f"`kafscale segments verify {args.location} --topic {args.topic}` reports "
                 "what its partitions hold",
             )
-        if not rows:
-            raise nothing_stored(args.location)
-    if args.output == output.JSON:
-        output.print_json(rows)
-    elif args.topic:
+        if args.output == output.JSON:
+            output.print_json(segments)
+            return EXIT_OK
         output.print_table(
             ["TOPIC", "PARTITION", "BASE-OFFSET", "END-OFFSET", "SIZE", "OBJECT"],
             [
@@ -111,30 +112,56 @@ def cmd_ls(args: argparse.Namespace) -> int:
                     output.human_bytes(r["size"]),
                     r["object"],
                 ]
-                for r in rows
+                for r in segments
             ],
         )
-    else:
-        output.print_table(
-            ["TOPIC", "PARTITION", "SEGMENTS", "WAL-RUNS", "FIRST-OFFSET", "END-OFFSET", "SIZE"],
+        return EXIT_OK
+    with storage(args.location):
+        partitions = partition_rows(source)
+    if not partitions:
+        raise nothing_stored(args.location)
+    if args.output == output.JSON:
+        output.print_json(partitions)
+        return EXIT_OK
+    output.print_table(
+        ["TOPIC", "PARTITION", "SEGMENTS", "WAL-RUNS", "FIRST-OFFSET", "END-OFFSET", "SIZE"],
+        [
             [
-                [
-                    r["topic"],
-                    r["partition"],
-                    r["segments"],
-                    r["wal_runs"],
-                    r["first_offset"],
-                    r["end_offset"],
-                    output.human_bytes(r["size"]),
-                ]
-                for r in rows
-            ],
-        )
+                r["topic"],
+                r["partition"],
+                r["segments"],
+                r["wal_runs"],
+                r["first_offset"],
+                r["end_offset"],
+                output.human_bytes(r["size"]),
+            ]
+            for r in partitions
+        ],
+    )
     return EXIT_OK
 
 
-def partition_rows(source: SegmentSource) -> list[dict[str, Any]]:
-    rows = []
+class PartitionRow(TypedDict):
+    topic: str
+    partition: int
+    segments: int
+    wal_runs: int
+    first_offset: int
+    end_offset: int
+    size: int
+
+
+class SegmentRow(TypedDict):
+    topic: str
+    partition: int
+    base_offset: int
+    end_offset: int
+    size: int
+    object: str
+
+
+def partition_rows(source: SegmentSource) -> list[PartitionRow]:
+    rows: list[PartitionRow] = []
     for topic in source.topics():
         for p in source.partitions(topic):
             log = source.log(topic, p)
@@ -153,10 +180,10 @@ def partition_rows(source: SegmentSource) -> list[dict[str, Any]]:
     return rows
 
 
-def segment_rows(source: SegmentSource, args: argparse.Namespace) -> list[dict[str, Any]]:
+def segment_rows(source: SegmentSource, args: argparse.Namespace) -> list[SegmentRow]:
     """The segments of each chosen partition, then its committed write-ahead runs (object:
     the write-ahead object's key)."""
-    rows = []
+    rows: list[SegmentRow] = []
     for p in partitions_of(source, args.topic, args.partition):
         log = source.log(args.topic, p)
         pieces = [
@@ -236,7 +263,7 @@ def text_bytes(raw: bytes | None) -> str:
     return json.dumps(text, ensure_ascii=False) if text is not None else f"hex:{raw.hex()}"
 
 
-def json_bytes(raw: bytes | None, name: str) -> dict[str, Any]:
+def json_bytes(raw: bytes | None, name: str) -> dict[str, str | None]:
     """For scripts: {name: text} for UTF-8, {name: base64, name_encoding: "base64"} else."""
     if raw is None:
         return {name: None}
@@ -250,16 +277,34 @@ def iso_ms(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def print_record(row: dict[str, Any], mode: str) -> None:
+class Header(TypedDict):
+    key: str
+    value: bytes | None
+
+
+class Record(TypedDict):
+    """A row of ``kafka_schema(include_headers=True)``, as pyarrow's ``to_pylist`` gives it."""
+
+    key: bytes | None
+    value: bytes | None
+    topic: str
+    partition: int
+    offset: int
+    timestamp: dt.datetime
+    timestampType: int
+    headers: NotRequired[list[Header] | None]
+
+
+def print_record(row: Record, mode: str) -> None:
     headers = row.get("headers") or []
     if mode == "json":
-        record: dict[str, Any] = {
+        record: dict[str, object] = {
             "offset": row["offset"],
             "timestamp": iso_ms(row["timestamp"]),
             "timestamp_type": TIMESTAMP_TYPES.get(row["timestampType"], row["timestampType"]),
         }
         record |= json_bytes(row["key"], "key") | json_bytes(row["value"], "value")
-        record["headers"] = [{"key": h["key"]} | json_bytes(h["value"], "value") for h in headers]
+        record["headers"] = [{"key": h["key"], **json_bytes(h["value"], "value")} for h in headers]
         output.print_json_line(record)
         return
     parts = [

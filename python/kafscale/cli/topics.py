@@ -8,7 +8,7 @@ for any name, so neither can tell whether a topic exists.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kafscale.errors import ErrorCode
 
@@ -16,6 +16,11 @@ from . import output
 from .args import key_value, positive_int
 from .errors import EXIT_FAILED, EXIT_OK, CliError, print_error
 from .kafka import Kafka, add_connection_flags
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata, ConfigEntry
+
+    from .args import Subcommands
 
 # DescribeConfigs' config sources, as a person reads them
 SOURCES = {
@@ -27,7 +32,7 @@ SOURCES = {
 }
 
 
-def register(commands: Any) -> None:
+def register(commands: Subcommands) -> None:
     topics = commands.add_parser(
         "topics",
         help="list, create, describe, alter and delete topics",
@@ -113,11 +118,11 @@ def register(commands: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def partition_counts(metadata: Any) -> dict[str, int]:
+def partition_counts(metadata: ClusterMetadata) -> dict[str, int]:
     return {name: len(t.partitions) for name, t in sorted(metadata.topics.items())}
 
 
-def require_topics(metadata: Any, names: list[str]) -> None:
+def require_topics(metadata: ClusterMetadata, names: list[str]) -> None:
     missing = [n for n in names if n not in metadata.topics]
     if missing:
         raise CliError(
@@ -206,6 +211,29 @@ def cmd_describe(args: argparse.Namespace) -> int:
 LogBounds = dict[tuple[str, int], tuple[int | None, int | None]]
 
 
+# --- what ``describe`` shows (and prints as JSON) ---------------------------------------------
+
+
+class PartitionView(TypedDict):
+    partition: int
+    leader: int | None
+    leader_address: str | None
+    start_offset: int | None
+    end_offset: int | None
+    error: str | None
+
+
+class ConfigView(TypedDict):
+    value: str | None
+    source: str
+
+
+class TopicView(TypedDict):
+    topic: str
+    partitions: list[PartitionView]
+    configs: dict[str, ConfigView]
+
+
 def log_bounds(kafka: Kafka, partitions: dict[str, list[int]]) -> LogBounds:
     """{(topic, partition): (log start offset, log end offset)} through ListOffsets; (None,
     None) for a partition whose leader cannot answer."""
@@ -237,10 +265,10 @@ def log_bounds(kafka: Kafka, partitions: dict[str, list[int]]) -> LogBounds:
 
 
 def describe_one(
-    metadata: Any, name: str, configs: dict[str, Any], ends: LogBounds
-) -> dict[str, Any]:
+    metadata: ClusterMetadata, name: str, configs: dict[str, ConfigEntry], ends: LogBounds
+) -> TopicView:
     brokers = metadata.brokers
-    partitions = []
+    partitions: list[PartitionView] = []
     for pid, part in sorted(metadata.topics[name].partitions.items()):
         leader = brokers.get(part.leader)
         start, end = ends[(name, pid)]
@@ -271,7 +299,7 @@ def source_name(source: int) -> str:
     return SOURCES.get(name, name.lower())
 
 
-def print_topic(topic: dict[str, Any]) -> None:
+def print_topic(topic: TopicView) -> None:
     overrides = [f"{k}={c['value']}" for k, c in topic["configs"].items() if c["source"] == "topic"]
     print(
         f"Topic: {topic['topic']}  Partitions: {len(topic['partitions'])}  "

@@ -14,12 +14,17 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from . import output
 from .args import plain, positive_int
 from .errors import EXIT_OK, CliError
 from .kafka import Kafka, add_connection_flags
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ScramMechanism, UserScramCredentialsDescription
+
+    from .args import Subcommands
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 DEFAULT_ITERATIONS = 8192
@@ -50,7 +55,7 @@ def user_name(value: str) -> str:
     return value
 
 
-def register(commands: Any) -> None:
+def register(commands: Subcommands) -> None:
     users = commands.add_parser(
         "users",
         help="list, set and delete SASL/SCRAM users",
@@ -145,12 +150,12 @@ def password_from_pipe(text: str) -> str:
 # the commands
 
 
-def mechanism_name(mechanism: Any) -> str:
+def mechanism_name(mechanism: ScramMechanism) -> str:
     """confluent-kafka's ScramMechanism.SCRAM_SHA_256 -> "SCRAM-SHA-256"."""
     return str(mechanism.name).replace("_", "-")
 
 
-def scram_mechanism(name: str) -> Any:
+def scram_mechanism(name: str) -> ScramMechanism:
     from confluent_kafka.admin import ScramMechanism
 
     return ScramMechanism[name.replace("-", "_")]
@@ -164,9 +169,17 @@ def explained(err: CliError) -> CliError:
     return CliError(err.what, hint, code=err.code)
 
 
-def credential_rows(described: dict[str, Any]) -> list[dict[str, Any]]:
+class CredentialRow(TypedDict):
+    user: str
+    mechanism: str
+    iterations: int
+
+
+def credential_rows(
+    described: dict[str, UserScramCredentialsDescription],
+) -> list[CredentialRow]:
     """DescribeUserScramCredentials' answer as one row per user and mechanism."""
-    rows = [
+    rows: list[CredentialRow] = [
         {
             "user": name,
             "mechanism": mechanism_name(info.mechanism),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import output
 from .args import non_negative_int, plain
@@ -32,6 +32,8 @@ from .storage import (
 
 if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
     from kafscale.segment import SegmentCheck, SegmentObject, SegmentSource
+
+    from .args import Subcommands
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Totals:
     bytes: int = 0
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "verify",
         help="check every segment (CRCs, index, gaps between segments); exit 1 on any problem",
