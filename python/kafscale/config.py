@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 from kafscale import listeners as _listeners
 
@@ -348,14 +348,28 @@ def _check_namespace(value: str) -> str | None:
 @dataclass(frozen=True)
 class _Meta:
     help: str
-    parse: Callable[[str], Any]
+    parse: Callable[[str], object]
     check: Check | None = None
     default_doc: str | None = None  # shown in --help when repr(default) would mislead
     metavar: str = "VALUE"
 
 
-def _setting(default: Any, help: str, parse: Callable[[str], Any], **meta: Any) -> Any:
-    return field(default=default, metadata={"kafscale": _Meta(help, parse, **meta)})
+_T = TypeVar("_T")
+
+
+def _setting(
+    default: _T,
+    help: str,
+    parse: Callable[[str], _T],
+    *,
+    check: Check | None = None,
+    default_doc: str | None = None,
+    metavar: str = "VALUE",
+) -> _T:
+    """A field of :class:`Settings`: its default, and what ``parse`` makes of a flag's or
+    variable's text, have the field's type."""
+    meta = _Meta(help, parse, check, default_doc, metavar)
+    return field(default=default, metadata={"kafscale": meta})
 
 
 def _size_doc(n: int) -> str:
@@ -1094,11 +1108,11 @@ class Settings:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would print usage and exit(2)
+    def error(self, message: str) -> NoReturn:  # argparse would print usage and exit(2)
         raise SettingsError(f"{message}; run with --help to list every setting")
 
 
-def _help_text(f: dataclasses.Field[Any], meta: _Meta) -> str:
+def _help_text(f: dataclasses.Field[object], meta: _Meta) -> str:
     default = meta.default_doc
     if default is None:
         default = str(f.default).lower() if isinstance(f.default, bool) else str(f.default)
