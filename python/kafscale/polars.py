@@ -26,7 +26,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import polars as pl
 from polars.io.plugins import register_io_source
@@ -36,6 +36,9 @@ from kafscale.segment import (
     SegmentSource,
     kafka_schema,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["scan_topic"]
 
@@ -184,7 +187,7 @@ def predicate_bounds(predicate: pl.Expr | None) -> Bounds:
     return node_bounds(tree)
 
 
-def node_bounds(node: Any) -> Bounds:
+def node_bounds(node: object) -> Bounds:
     if not isinstance(node, dict):
         return {}
     if "BinaryExpr" in node:
@@ -195,7 +198,7 @@ def node_bounds(node: Any) -> Bounds:
     return {}
 
 
-def binary_bounds(left: Any, op: str, right: Any) -> Bounds:
+def binary_bounds(left: object, op: str, right: object) -> Bounds:
     if op in ("And", "LogicalAnd"):
         return meet(node_bounds(left), node_bounds(right))
     if op in ("Or", "LogicalOr"):
@@ -228,7 +231,7 @@ def function_bounds(function: dict[str, Any]) -> Bounds:
     return {}
 
 
-def in_bounds(column: str, values: Any) -> Bounds:
+def in_bounds(column: str, values: object) -> Bounds:
     if isinstance(values, pl.Series):
         values = values.to_list()
     if not isinstance(values, list) or any(v is None for v in values):
@@ -245,7 +248,7 @@ def in_bounds(column: str, values: Any) -> Bounds:
     return {column: Span(values=frozenset(keys))}
 
 
-def between_bounds(column: str, low: Any, high: Any, closed: str | None) -> Bounds:
+def between_bounds(column: str, low: object, high: object, closed: str | None) -> Bounds:
     low_value, high_value = constant(low), constant(high)
     if low_value is None or high_value is None:
         return {}
@@ -256,7 +259,7 @@ def between_bounds(column: str, low: Any, high: Any, closed: str | None) -> Boun
     return meet(*({column: s} if s is not None else {} for s in spans))
 
 
-def comparison_span(column: str, op: str, value: Any) -> Span | None:
+def comparison_span(column: str, op: str, value: object) -> Span | None:
     """The span of ``column op value``. Timestamps are not ordered along the log, so only
     their lower limits help (as the first offset with such a timestamp)."""
     if column == "timestamp":
@@ -297,7 +300,7 @@ def integer(value: object) -> int | None:
     return value
 
 
-def column_name(node: Any) -> str | None:
+def column_name(node: object) -> str | None:
     """The prunable column ``node`` reads, directly or widened to Int64 (a lossless cast of
     partition/offset that polars adds for ``is_in``)."""
     if not isinstance(node, dict):
@@ -312,7 +315,7 @@ def column_name(node: Any) -> str | None:
     return None
 
 
-def constant(node: Any) -> Any:
+def constant(node: object) -> object:
     """The value of a column-free sub-expression (evaluated by polars itself, so every literal
     form it has is understood); None when it reads a column or cannot be evaluated."""
     text = json.dumps(node)
@@ -438,7 +441,7 @@ class TopicScan:
         return end if found is None else max(start, found)
 
 
-def _frame(data: Any) -> pl.DataFrame:
+def _frame(data: pa.Table | pa.RecordBatch) -> pl.DataFrame:
     """``pl.from_arrow`` of a pyarrow table or record batch: always a DataFrame (a Series comes
     only from an array), but polars declares DataFrame | Series, since pyarrow has no types to
     overload on (polars' own note at ``from_arrow``)."""

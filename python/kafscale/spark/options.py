@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeGuard
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeGuard
 
 if TYPE_CHECKING:
     from kafscale.segment import SegmentSource
@@ -161,11 +161,14 @@ def _parse_subscription(opts: _Options) -> Subscription:
 
 def _parse_assignment(text: str) -> tuple[TopicPartition, ...]:
     parsed = _json_option("assign", text, _ASSIGN_EXAMPLE)
-    valid = isinstance(parsed, dict) and all(
-        isinstance(parts, list) and all(_is_int(p) and p >= 0 for p in parts)
-        for parts in parsed.values()
-    )
-    if not valid or not parsed:
+    if (
+        not isinstance(parsed, dict)
+        or not parsed
+        or not all(
+            isinstance(parts, list) and all(_is_int(p) and p >= 0 for p in parts)
+            for parts in parsed.values()
+        )
+    ):
         raise KafScaleOptionError(
             f"kafscale: option assign must map topics to partition lists, like "
             f"{_ASSIGN_EXAMPLE}; got {text!r}"
@@ -173,7 +176,7 @@ def _parse_assignment(text: str) -> tuple[TopicPartition, ...]:
     return tuple(sorted({(topic, p) for topic, parts in parsed.items() for p in parts}))
 
 
-def _json_option(name: str, text: str, example: str) -> Any:
+def _json_option(name: str, text: str, example: str) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
