@@ -22,7 +22,7 @@ from kafscale.admin.protocol import (
     DeleteTopicsResponse,
 )
 from kafscale.admin.topic_configs import BrokerDefaults
-from kafscale.admin.topics import DeletedTopic, TopicResult, TopicStore
+from kafscale.admin.topics import DeletedTopic, TopicResult
 from kafscale.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def _deleted(results: Iterable[DeletedTopic]) -> DeleteTopicsResponse:
 
 
 async def create_topics(
-    core: TopicStore,
+    core: _core.Broker,
     settings: AdminSettings,
     body: _core.CreateTopicsRequest,
     api_error: type[BaseException],
@@ -79,7 +79,7 @@ async def create_topics(
 
 
 async def delete_topics(
-    core: TopicStore, body: _core.DeleteTopicsRequest, api_error: type[BaseException]
+    core: _core.Broker, body: _core.DeleteTopicsRequest, api_error: type[BaseException]
 ) -> DeleteTopicsResponse:
     results = await topics.delete_topics(core, body, api_error=api_error)
     for r in results:

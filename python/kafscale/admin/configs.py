@@ -12,8 +12,8 @@ resource gets its own result; unknown keys are left out of a describe, refused i
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from kafscale.admin.protocol import (
     AlterConfigsResourceResult,
@@ -41,16 +41,6 @@ if TYPE_CHECKING:
     from kafscale import _core
 
 __all__ = ["alter_configs", "describe_configs", "topic_configs"]
-
-
-class ConfigCore(Protocol):
-    """The part of ``_core.Broker`` the config handlers use (its methods return asyncio
-    futures, so awaitables rather than coroutines)."""
-
-    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
-    def alter_topic_configs(
-        self, name: str, configs: dict[str, str]
-    ) -> Awaitable[_core.TopicInfo]: ...
 
 
 # Kafka's broker configs this broker has, under Kafka's names (clients look settings up by
@@ -201,7 +191,7 @@ def topic_configs(
 
 
 async def _describe_topic(
-    core: ConfigCore,
+    core: _core.Broker,
     settings: Settings,
     resource: _core.DescribeConfigsResource,
     req: _core.DescribeConfigsRequest,
@@ -250,7 +240,7 @@ def _describe_broker(
 
 
 async def describe_configs(
-    core: ConfigCore, settings: Settings, req: _core.DescribeConfigsRequest
+    core: _core.Broker, settings: Settings, req: _core.DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     results = []
     for resource in req.resources:
@@ -314,7 +304,7 @@ def _new_topic_configs(
 
 
 async def _alter_one(
-    core: ConfigCore, resource: _core.AlterConfigsResource, validate_only: bool, incremental: bool
+    core: _core.Broker, resource: _core.AlterConfigsResource, validate_only: bool, incremental: bool
 ) -> None:
     if resource.resource_type in (ResourceType.BROKER, _BROKER_LOGGER):
         raise Rejected(
@@ -342,7 +332,7 @@ _BROKER_LOGGER = 8
 
 
 async def alter_configs(
-    core: ConfigCore, req: _core.AlterConfigsRequest, *, api_error: type[BaseException]
+    core: _core.Broker, req: _core.AlterConfigsRequest, *, api_error: type[BaseException]
 ) -> AlterConfigsResponse:
     """AlterConfigs and IncrementalAlterConfigs (``req.incremental``)."""
     seen = Counter((r.resource_type, r.resource_name) for r in req.resources)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from kafscale.admin.protocol import CreatePartitionsResponse, CreatePartitionsTopicResult
 from kafscale.admin.topic_configs import Rejected
@@ -30,15 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["create_partitions"]
 
 
-class PartitionCore(Protocol):
-    """The part of ``_core.Broker`` the partition handler uses (its methods return asyncio
-    futures, so awaitables rather than coroutines)."""
-
-    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
-    def create_partitions(self, name: str, count: int) -> Awaitable[_core.TopicInfo]: ...
-
-
-async def _check(core: PartitionCore, item: _core.CreatePartitionsTopic) -> None:
+async def _check(core: _core.Broker, item: _core.CreatePartitionsTopic) -> None:
     if item.assignments is not None:
         raise Rejected(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -57,7 +49,7 @@ async def _check(core: PartitionCore, item: _core.CreatePartitionsTopic) -> None
 
 
 async def _grow(
-    core: PartitionCore,
+    core: _core.Broker,
     item: _core.CreatePartitionsTopic,
     validate_only: bool,
     api_error: type[BaseException],
@@ -76,7 +68,7 @@ async def _grow(
 
 
 async def create_partitions(
-    core: PartitionCore, req: _core.CreatePartitionsRequest, *, api_error: type[BaseException]
+    core: _core.Broker, req: _core.CreatePartitionsRequest, *, api_error: type[BaseException]
 ) -> CreatePartitionsResponse:
     counts = Counter(t.name for t in req.topics)
     results: dict[str, TopicResult] = {}

@@ -31,7 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from kafscale.admin.topic_configs import Rejected, normalise
 from kafscale.errors import ErrorCode
@@ -55,17 +55,6 @@ UNBOUNDED_WAIT_S = 30.0
 
 # Kafka's topic name rules (Topic.validate): 1-249 of [a-zA-Z0-9._-], not "." or "..".
 _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
-
-class TopicStore(Protocol):
-    """The part of ``_core.Broker`` the topic handlers use."""
-
-    def create_topic(
-        self, name: str, partitions: int, configs: dict[str, str]
-    ) -> Awaitable[_core.TopicInfo]: ...
-    def delete_topic(self, name: str, topic_id: str | None = None) -> Awaitable[None]: ...
-    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
-    def topic_by_id(self, topic_id: str) -> Awaitable[_core.TopicInfo | None]: ...
 
 
 @dataclass(frozen=True)
@@ -181,7 +170,7 @@ def internal_error_result(name: str, op: str) -> TopicResult:
 
 
 async def _create_one(
-    core: TopicStore, plan: _Plan, validate_only: bool, api_error: type[BaseException]
+    core: _core.Broker, plan: _Plan, validate_only: bool, api_error: type[BaseException]
 ) -> TopicResult:
     try:
         if validate_only:
@@ -201,7 +190,7 @@ async def _create_one(
 
 
 async def _delete_one(
-    core: TopicStore, name: str, topic_id: str | None, api_error: type[BaseException]
+    core: _core.Broker, name: str, topic_id: str | None, api_error: type[BaseException]
 ) -> TopicResult:
     try:
         await core.delete_topic(name, topic_id)
@@ -246,7 +235,7 @@ async def run_bounded(
 
 
 async def create_topics(
-    core: TopicStore,
+    core: _core.Broker,
     req: _core.CreateTopicsRequest,
     *,
     default_partitions: int,
@@ -290,7 +279,7 @@ class _Target:
 
 
 async def _target(
-    core: TopicStore, name: str | None, topic_id: str | None
+    core: _core.Broker, name: str | None, topic_id: str | None
 ) -> _Target | DeletedTopic:
     """The topic an entry names, or the outcome that refuses the entry. A name this broker
     does not know yet is still tried: the store decides."""
@@ -317,7 +306,7 @@ async def _target(
 
 
 async def delete_topics(
-    core: TopicStore, req: _core.DeleteTopicsRequest, *, api_error: type[BaseException]
+    core: _core.Broker, req: _core.DeleteTopicsRequest, *, api_error: type[BaseException]
 ) -> list[DeletedTopic]:
     """Handle DeleteTopics; one result per distinct entry, in request order. A topic named
     more than once (by name or id) is deleted once and each entry reports the outcome."""

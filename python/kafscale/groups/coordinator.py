@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, cast
 
 from kafscale.api_keys import ApiKey
@@ -33,7 +32,7 @@ from kafscale.groups.limits import (
     new_group_refusal,
     oversized_name,
 )
-from kafscale.groups.membership import Client, Membership
+from kafscale.groups.membership import Membership
 from kafscale.groups.model import Group, GroupState, WallClock, wall_clock_ms
 from kafscale.groups.offset_delete import delete_offsets
 from kafscale.groups.offsets import Offsets, commit_error_answer
@@ -78,7 +77,7 @@ if TYPE_CHECKING:
         | OffsetCommitResponse
     )
 
-__all__ = ["GROUP_APIS", "CoordinatorCore", "GroupCoordinator", "GroupSettings"]
+__all__ = ["GROUP_APIS", "GroupCoordinator", "GroupSettings"]
 
 log = logging.getLogger(__name__)
 # Any client can name a group id too long, as often as it likes.
@@ -102,14 +101,6 @@ SWEEP_INTERVAL_S = 0.25
 # time at start-up): a group whose consumers are down sends nothing, and its lag must still be
 # reported by its coordinator (after a restart or when coordinators move).
 ADOPT_INTERVAL_S = 30.0
-
-
-class CoordinatorCore(Protocol):
-    """The part of ``_core.Broker`` the coordinator uses."""
-
-    def coordinator_for(self, group_id: str) -> int | None: ...
-    def group_store(self) -> _core.GroupStore: ...
-    def topic(self, name: str) -> Awaitable[_core.TopicInfo | None]: ...
 
 
 class GroupSettings(LimitSettings, Protocol):
@@ -148,7 +139,7 @@ def fetch_offsets_failure(body: _core.OffsetFetchRequest, code: int) -> OffsetFe
 class GroupCoordinator:
     def __init__(
         self,
-        core: CoordinatorCore,
+        core: _core.Broker,
         settings: GroupSettings,
         store_error: type[Exception],
         wall_clock: WallClock = wall_clock_ms,
@@ -173,7 +164,7 @@ class GroupCoordinator:
         )
 
     async def handle(
-        self, api_key: ApiKey, version: int, body: GroupRequest, client: Client
+        self, api_key: ApiKey, version: int, body: GroupRequest, client: _core.ControlRequest
     ) -> GroupAnswer:
         """The answer to one group request (never raises for a Kafka-level error)."""
         refusal = self._validate(api_key, body)

@@ -40,7 +40,7 @@ from kafscale.groups.store import (
 if TYPE_CHECKING:
     from kafscale import _core
 
-__all__ = ["Client", "Membership"]
+__all__ = ["Membership"]
 
 EMPTY = GroupState.EMPTY
 PREPARING = GroupState.PREPARING_REBALANCE
@@ -50,15 +50,6 @@ DEAD = GroupState.DEAD
 
 # JoinGroup v4 introduced MEMBER_ID_REQUIRED: a new member first gets its id, then rejoins.
 _MEMBER_ID_REQUIRED_SINCE = 4
-
-
-class Client(Protocol):
-    """Who sent a request (read only: the core's ControlRequest is frozen)."""
-
-    @property
-    def client_id(self) -> str | None: ...
-    @property
-    def client_host(self) -> str: ...
 
 
 class Saver(Protocol):
@@ -87,7 +78,7 @@ class Membership:
     # --- JoinGroup --------------------------------------------------------------------------
 
     async def join(
-        self, group: Group, req: _core.JoinGroupRequest, client: Client, version: int
+        self, group: Group, req: _core.JoinGroupRequest, client: _core.ControlRequest, version: int
     ) -> JoinGroupResponse:
         async with group.lock:
             outcome = await self._join(group, req, client, version)
@@ -96,7 +87,7 @@ class Membership:
         return await outcome
 
     async def _join(
-        self, group: Group, req: _core.JoinGroupRequest, client: Client, version: int
+        self, group: Group, req: _core.JoinGroupRequest, client: _core.ControlRequest, version: int
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         def error(code: int) -> JoinGroupResponse:
             return JoinGroupResponse(code, member_id=req.member_id)
@@ -152,7 +143,7 @@ class Membership:
         member_id: str,
         req: _core.JoinGroupRequest,
         protocols: list[tuple[str, bytes]],
-        client: Client,
+        client: _core.ControlRequest,
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         member = Member(
             member_id=member_id,
@@ -183,7 +174,7 @@ class Membership:
         member: Member,
         req: _core.JoinGroupRequest,
         protocols: list[tuple[str, bytes]],
-        client: Client,
+        client: _core.ControlRequest,
     ) -> bool:
         """The member's new protocols and timeouts, unless the group's record would outgrow
         its limit (False: the member keeps what it had)."""
@@ -203,7 +194,7 @@ class Membership:
         member.record_bytes = size
         return True
 
-    def _record_fits(self, group: Group, client: Client, size: int) -> bool:
+    def _record_fits(self, group: Group, client: _core.ControlRequest, size: int) -> bool:
         if size <= self._limits.group_record_bytes:
             return True
         refused(
@@ -231,7 +222,7 @@ class Membership:
         old: Member,
         req: _core.JoinGroupRequest,
         protocols: list[tuple[str, bytes]],
-        client: Client,
+        client: _core.ControlRequest,
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         """A static member restarted (same group.instance.id, no member id): it takes over its
         old member's place under a new id; the old id is fenced. If nothing else changed in a
@@ -390,7 +381,7 @@ class Membership:
     # --- SyncGroup ----------------------------------------------------------------------------
 
     async def sync(
-        self, group: Group, req: _core.SyncGroupRequest, client: Client
+        self, group: Group, req: _core.SyncGroupRequest, client: _core.ControlRequest
     ) -> SyncGroupResponse:
         async with group.lock:
             outcome = await self._sync(group, req, client)
@@ -399,7 +390,7 @@ class Membership:
         return await outcome
 
     async def _sync(
-        self, group: Group, req: _core.SyncGroupRequest, client: Client
+        self, group: Group, req: _core.SyncGroupRequest, client: _core.ControlRequest
     ) -> SyncGroupResponse | asyncio.Future[SyncGroupResponse]:
         code = self._check_member(group, req.member_id, req.group_instance_id, req.generation_id)
         if code == ErrorCode.NONE and (
@@ -571,5 +562,5 @@ class Membership:
                 parked_sync.set_result(SyncGroupResponse(code))
 
 
-def refused(group: Group, client: Client, reason: str) -> None:
+def refused(group: Group, client: _core.ControlRequest, reason: str) -> None:
     log_refusal(group.group_id, client.client_id, reason)

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.limits import GroupLimits, log_refusal, offsets_cap_reason
-from kafscale.groups.membership import Client
 from kafscale.groups.model import CommittedOffset, Group, GroupState, WallClock, wall_clock_ms
 from kafscale.groups.protocol import (
     OffsetCommitPartitionResult,
@@ -94,7 +93,7 @@ class Offsets:
         return ErrorCode.NONE
 
     async def commit(
-        self, group: Group, req: _core.OffsetCommitRequest, client: Client
+        self, group: Group, req: _core.OffsetCommitRequest, client: _core.ControlRequest
     ) -> OffsetCommitResponse:
         async with group.lock:
             code = self._may_commit(group, req)
