@@ -155,22 +155,20 @@ impl Columns {
         self.values.bytes.reserve_exact(bytes);
     }
 
-    /// Starts a row: its offset and timestamp; its key and value follow
-    /// (`push_key`, `push_value`), then its headers.
-    pub fn push_record(&mut self, offset: i64, timestamp: i64, timestamp_type: TimestampType) {
+    pub fn push_record(
+        &mut self,
+        offset: i64,
+        timestamp: i64,
+        timestamp_type: TimestampType,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) {
+        self.keys.push(key);
+        self.values.push(value);
         self.offsets.push(offset);
         self.timestamps.push(timestamp);
         self.timestamp_types.push(timestamp_type as i32);
-    }
-
-    pub fn push_key(&mut self, key: Option<&[u8]>) {
-        self.keys.push(key);
-        self.payload_bytes += key.map_or(0, <[u8]>::len);
-    }
-
-    pub fn push_value(&mut self, value: Option<&[u8]>) {
-        self.values.push(value);
-        self.payload_bytes += value.map_or(0, <[u8]>::len);
+        self.payload_bytes += key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
     }
 
     /// Adds a header to the record pushed last; call `end_headers` after its last header.
@@ -236,15 +234,11 @@ mod tests {
     #[test]
     fn rows_and_headers_land_in_their_columns() {
         let mut columns = Columns::new("orders", 2, true);
-        columns.push_record(10, 1_000, TimestampType::CreateTime);
-        columns.push_key(None);
-        columns.push_value(Some(b"v0"));
+        columns.push_record(10, 1_000, TimestampType::CreateTime, None, Some(b"v0"));
         columns.push_header("h", Some(b"x"));
         columns.push_header("empty", None);
         columns.end_headers();
-        columns.push_record(11, 2_000, TimestampType::LogAppendTime);
-        columns.push_key(Some(b"k"));
-        columns.push_value(None);
+        columns.push_record(11, 2_000, TimestampType::LogAppendTime, Some(b"k"), None);
         columns.end_headers();
         assert_eq!(columns.payload_bytes(), 2 + 1 + 1 + 1 + 5);
         let batch = columns.finish();

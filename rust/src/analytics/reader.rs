@@ -267,7 +267,7 @@ impl TopicReader {
                 }
                 let records = cursor.records_of(&batch, &mut scratch)?;
                 let found = first_offset_at_or_after(&batch.header, records, &wanted, timestamp)
-                    .map_err(|rejected| cursor.corrupt_at(&batch, &rejected.message))?;
+                    .map_err(|e| cursor.corrupt_at(&batch, &e.to_string()))?;
                 if found.is_some() {
                     return Ok(found);
                 }

@@ -435,7 +435,7 @@ impl PartitionScan {
             }
             let records = cursor.records_of(&batch, &mut self.scratch)?;
             decode_records(&batch.header, records, &self.wanted, &mut self.columns)
-                .map_err(|rejected| cursor.corrupt_at(&batch, &rejected.message))?;
+                .map_err(|e| cursor.corrupt_at(&batch, &e.to_string()))?;
             self.wanted.start = batch.header.last_offset() + 1;
             self.retakes = 0;
         }

@@ -15,7 +15,7 @@ pub(crate) mod partition;
 mod pieces;
 pub(crate) mod producers;
 pub(crate) mod reader;
-pub(crate) mod record_reader;
+mod record_reader;
 pub(crate) mod retention;
 pub(crate) mod segment;
 #[cfg(test)]

@@ -1,10 +1,8 @@
-//! The one decoder of a batch's records, for the produce validator, timestamp searches and the
-//! analytics readers: every record is walked and checked, with zigzag varints no longer than
+//! Reading a batch's records from its (decompressed) stream, for the produce validator and
+//! timestamp searches: every record is walked and checked, with zigzag varints no longer than
 //! their type allows (timestamp deltas are varlongs), and length-prefixed fields that never run
-//! past the current record's length. A [`RecordVisitor`] gets each record; the key, value and
-//! headers of the records it wants are handed to it as slices (of the input where they lie in
-//! one piece, else of a buffer that holds one field). Header keys are checked to be UTF-8, as
-//! consumers decode them into strings.
+//! past the current record's length. Nothing is copied except one header key at a time (its
+//! UTF-8 is checked, as consumers decode it into a string).
 //!
 //! Record: length varint | attributes i8 | timestamp delta varlong | offset delta varint |
 //! key length varint (-1 = null) | key | value length varint | value | header count varint |
@@ -20,70 +18,32 @@ use super::validate::{corrupt, invalid_record, Rejection};
 /// Large enough that one read of a decompressor usually holds several records.
 const STREAM_BUFFER: usize = 32 * 1024;
 
-/// What a walk of a batch's records hands out, record by record, in order.
-pub(crate) trait RecordVisitor {
-    /// Whether the key, value and headers of record `index` (timestamp `timestamp`) are wanted;
-    /// those not wanted are checked and skipped.
-    fn wants(&mut self, index: i32, timestamp: i64) -> Result<bool, Rejection>;
-
-    /// A wanted record's key, then its value.
-    fn key(&mut self, _key: Option<&[u8]>) {}
-    fn value(&mut self, _value: Option<&[u8]>) {}
-
-    /// A header of a wanted record.
-    fn header(&mut self, _key: &str, _value: Option<&[u8]>) {}
-
-    /// Record `index` was read whole and is well-formed.
-    fn done(&mut self, index: i32, timestamp: i64) -> Result<(), Rejection>;
-}
-
-/// A visitor that wants no record's fields: it gets each record's index and timestamp once
-/// the record is checked.
-impl<F: FnMut(i32, i64) -> Result<(), Rejection>> RecordVisitor for F {
-    fn wants(&mut self, _: i32, _: i64) -> Result<bool, Rejection> {
-        Ok(false)
-    }
-
-    fn done(&mut self, index: i32, timestamp: i64) -> Result<(), Rejection> {
-        self(index, timestamp)
-    }
-}
-
 /// Walks the records of one batch (its bytes, whose header and CRC are checked): exactly
 /// `record_count` records, each exactly its length, numbered 0, 1, 2, ... in order, and
 /// nothing after them. Compressed records are read through a decompressor that fails past
-/// `max_uncompressed` bytes.
-pub(crate) fn walk_records(
+/// `max_uncompressed` bytes. `visit` gets each record's index and timestamp, in order.
+pub(super) fn walk_records(
     header: &BatchHeader,
     batch: &[u8],
     max_uncompressed: usize,
-    visitor: &mut impl RecordVisitor,
+    visit: impl FnMut(i32, i64) -> Result<(), Rejection>,
 ) -> Result<(), Rejection> {
     let codec = Codec::from_attributes(header.attributes).map_err(corrupt)?;
     let section = &batch[BATCH_HEADER_LEN..header.size];
     match codec {
-        Codec::None => walk(Records::new(section, codec), header, visitor),
+        Codec::None => walk(Records::new(section, codec), header, visit),
         _ => {
             let stream = Decompressed::new(codec, section, max_uncompressed).map_err(corrupt)?;
             let buffered = BufReader::with_capacity(STREAM_BUFFER, stream);
-            walk(Records::new(buffered, codec), header, visitor)
+            walk(Records::new(buffered, codec), header, visit)
         }
     }
-}
-
-/// Walks the records of a batch whose records section is `records`, already decompressed.
-pub(crate) fn walk_decompressed(
-    header: &BatchHeader,
-    records: &[u8],
-    visitor: &mut impl RecordVisitor,
-) -> Result<(), Rejection> {
-    walk(Records::new(records, Codec::None), header, visitor)
 }
 
 fn walk<R: BufRead>(
     mut records: Records<R>,
     header: &BatchHeader,
-    visitor: &mut impl RecordVisitor,
+    mut visit: impl FnMut(i32, i64) -> Result<(), Rejection>,
 ) -> Result<(), Rejection> {
     let declared = header.record_count;
     for index in 0..declared {
@@ -98,6 +58,22 @@ fn walk<R: BufRead>(
         records.byte()?; // attributes: unused in v2
         let timestamp_delta = records.varlong()?;
         let offset_delta = records.varint()?;
+        records.nullable_field("key")?;
+        records.nullable_field("value")?;
+        let headers = records.varint()?;
+        if headers < 0 {
+            return Err(records.malformed(format!("header count {headers}")));
+        }
+        for _ in 0..headers {
+            records.header_key()?;
+            records.nullable_field("header value")?;
+        }
+        if records.left != 0 {
+            return Err(records.malformed(format!(
+                "{} bytes of its length are left after its fields",
+                records.left
+            )));
+        }
         if offset_delta != index {
             return Err(invalid_record(
                 Some(index),
@@ -107,24 +83,7 @@ fn walk<R: BufRead>(
                 ),
             ));
         }
-        let timestamp = header.record_timestamp(timestamp_delta);
-        let wanted = visitor.wants(index, timestamp)?;
-        records.key_or_value(Field::Key, wanted, visitor)?;
-        records.key_or_value(Field::Value, wanted, visitor)?;
-        let headers = records.varint()?;
-        if headers < 0 {
-            return Err(records.malformed(format!("header count {headers}")));
-        }
-        for _ in 0..headers {
-            records.header(wanted, visitor)?;
-        }
-        if records.left != 0 {
-            return Err(records.malformed(format!(
-                "{} bytes of its length are left after its fields",
-                records.left
-            )));
-        }
-        visitor.done(index, timestamp)?;
+        visit(index, header.record_timestamp(timestamp_delta))?;
     }
     // Reading to the end also checks the compressed stream's own trailer and checksums.
     if records.next_byte()?.is_some() {
@@ -136,12 +95,6 @@ fn walk<R: BufRead>(
     Ok(())
 }
 
-#[derive(Clone, Copy)]
-enum Field {
-    Key,
-    Value,
-}
-
 /// Reads the records of one batch from its (decompressed) stream, never past the current
 /// record's length.
 struct Records<R> {
@@ -151,10 +104,8 @@ struct Records<R> {
     index: i32,
     /// Bytes of the current record not read yet.
     left: usize,
-    /// Holds one header key while its UTF-8 is checked (and its value is read).
+    /// Holds one header key while its UTF-8 is checked.
     key: Vec<u8>,
-    /// Holds a wanted field that does not lie in one piece of the stream's buffer.
-    field: Vec<u8>,
 }
 
 impl<R: BufRead> Records<R> {
@@ -165,7 +116,6 @@ impl<R: BufRead> Records<R> {
             index: 0,
             left: 0,
             key: Vec::new(),
-            field: Vec::new(),
         }
     }
 
@@ -242,84 +192,13 @@ impl<R: BufRead> Records<R> {
         i32::try_from(value).map_err(|_| self.malformed("a varint out of the int32 range"))
     }
 
-    /// The length of a field that may be null (-1: `None`).
-    fn nullable_length(&mut self, what: &str) -> Result<Option<usize>, Rejection> {
+    /// A length-prefixed field that may be null (-1).
+    fn nullable_field(&mut self, what: &str) -> Result<(), Rejection> {
         let len = self.varint()?;
         if len < -1 {
             return Err(self.malformed(format!("{what} length {len}")));
         }
-        Ok(usize::try_from(len).ok())
-    }
-
-    /// A record's key or value, handed to `visitor` if `wanted`.
-    fn key_or_value(
-        &mut self,
-        field: Field,
-        wanted: bool,
-        visitor: &mut impl RecordVisitor,
-    ) -> Result<(), Rejection> {
-        let what = match field {
-            Field::Key => "key",
-            Field::Value => "value",
-        };
-        let len = self.nullable_length(what)?;
-        if !wanted {
-            return self.skip(len.unwrap_or(0));
-        }
-        let mut hand = |bytes: Option<&[u8]>| match field {
-            Field::Key => visitor.key(bytes),
-            Field::Value => visitor.value(bytes),
-        };
-        match len {
-            None => {
-                hand(None);
-                Ok(())
-            }
-            Some(len) => self.field(len, |bytes| hand(Some(bytes))),
-        }
-    }
-
-    /// A header: its key present and UTF-8, its value nullable; handed to `visitor` if
-    /// `wanted`.
-    fn header(&mut self, wanted: bool, visitor: &mut impl RecordVisitor) -> Result<(), Rejection> {
-        self.header_key()?;
-        let len = self.nullable_length("header value")?;
-        if !wanted {
-            return self.skip(len.unwrap_or(0));
-        }
-        let key = std::mem::take(&mut self.key);
-        let name = std::str::from_utf8(&key).unwrap_or_default(); // checked by header_key
-        let read = match len {
-            None => {
-                visitor.header(name, None);
-                Ok(())
-            }
-            Some(len) => self.field(len, |value| visitor.header(name, Some(value))),
-        };
-        self.key = key;
-        read
-    }
-
-    /// `n` bytes of the current record as one slice: of the stream's buffer where they lie in
-    /// one piece of it (always, for records already in memory), else copied together.
-    fn field(&mut self, n: usize, visit: impl FnOnce(&[u8])) -> Result<(), Rejection> {
-        self.check_room(n)?;
-        let codec = self.codec;
-        let buf = self.src.fill_buf().map_err(|e| corrupt(codec.failed(e)))?;
-        if buf.len() >= n {
-            visit(&buf[..n]);
-            self.src.consume(n);
-            self.left -= n;
-            return Ok(());
-        }
-        let mut field = std::mem::take(&mut self.field);
-        field.clear();
-        let read = self.read_into(n, &mut field);
-        if read.is_ok() {
-            visit(&field);
-        }
-        self.field = field;
-        read
+        self.skip(len.max(0) as usize)
     }
 
     /// A header key: present and UTF-8, as consumers decode it into a string.
@@ -353,7 +232,12 @@ impl<R: BufRead> Records<R> {
 
     /// Consumes `n` bytes of the current record, handing each buffered chunk to `sink`.
     fn take(&mut self, n: usize, mut sink: impl FnMut(&[u8])) -> Result<(), Rejection> {
-        self.check_room(n)?;
+        if n > self.left {
+            return Err(self.malformed(format!(
+                "a field of {n} bytes runs past its length ({} bytes left)",
+                self.left
+            )));
+        }
         self.left -= n;
         let mut n = n;
         while n > 0 {
@@ -366,23 +250,6 @@ impl<R: BufRead> Records<R> {
             sink(&buf[..k]);
             self.src.consume(k);
             n -= k;
-        }
-        Ok(())
-    }
-}
-
-impl<R> Records<R> {
-    /// A field of `n` bytes fits in what is left of the current record.
-    fn check_room(&self, n: usize) -> Result<(), Rejection> {
-        if n > self.left {
-            return Err(invalid_record(
-                Some(self.index),
-                format!(
-                    "record {} is malformed: a field of {n} bytes runs past its length ({} \
-                     bytes left)",
-                    self.index, self.left
-                ),
-            ));
         }
         Ok(())
     }

@@ -188,15 +188,10 @@ fn record_timestamps(
 ) -> Result<Vec<(i64, i64)>, ()> {
     let mut records = Vec::new();
     let limit = ctx.settings.max_uncompressed_batch_bytes;
-    walk_records(
-        header,
-        &batch.joined(),
-        limit,
-        &mut |index: i32, timestamp: i64| {
-            records.push((header.base_offset + i64::from(index), timestamp));
-            Ok(())
-        },
-    )
+    walk_records(header, &batch.joined(), limit, |index, timestamp| {
+        records.push((header.base_offset + i64::from(index), timestamp));
+        Ok(())
+    })
     .map_err(|e| {
         tracing::error!(topic = %partition.topic, partition = partition.id, error = e.message,
             "batch could not be decoded for a timestamp search");

@@ -67,7 +67,7 @@ pub(super) fn corrupt(message: impl Display) -> Rejection {
     }
 }
 
-pub(crate) fn invalid_record(record: Option<i32>, message: impl Display) -> Rejection {
+pub(super) fn invalid_record(record: Option<i32>, message: impl Display) -> Rejection {
     Rejection {
         error: ResponseError::InvalidRecord,
         message: message.to_string(),
@@ -129,7 +129,7 @@ fn validate_records(
         header,
         batch,
         rules.max_uncompressed_bytes,
-        &mut |index: i32, timestamp: i64| {
+        |index, timestamp| {
             check_timestamp(index, timestamp, rules)?;
             max_timestamp = max_timestamp.max(timestamp);
             Ok(())
