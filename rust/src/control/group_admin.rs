@@ -200,7 +200,7 @@ mod tests {
     use kafka_protocol::ResponseError;
 
     use super::*;
-    use crate::control::bridge::ControlBody;
+    use crate::control::body::ControlBody;
     use crate::control::testing::{advertised, decoded, on_the_wire};
 
     fn s(text: &'static str) -> StrBytes {

@@ -6,7 +6,7 @@
 //! answer Python gives and how that is encoded at the request's version, and the classes the
 //! extension registers for it. Everything else is derived from the rows by the macro each user
 //! passes in (the "x-macro" pattern): ApiVersions and routing (`SERVED`, read by
-//! `server::apis`), the request body carried to Python (`bridge::ControlBody`),
+//! `server::apis`), the request body carried to Python (`body::ControlBody`),
 //! the bridge's `body`/`respond`, class registration and `CONTROL_API_KEYS`
 //! (`python::control`).
 //!
@@ -17,6 +17,7 @@
 //! Adding a control API: its row here, its request and answer types in a module below, its
 //! Python route (`kafscale.control`) and handler, its stub lines (`_core.pyi`) and its tests.
 
+pub(crate) mod body;
 pub(crate) mod bridge;
 pub(crate) mod configs;
 pub(crate) mod group_admin;
@@ -249,7 +250,7 @@ pub(crate) const SERVED: &[crate::protocol::versions::SupportedApi] = control_ap
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::bridge::ControlBody;
+    use crate::control::body::ControlBody;
 
     #[test]
     fn every_row_is_routed_to_the_control_plane_and_nothing_else_is() {

@@ -21,7 +21,7 @@
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 
-use crate::control::bridge::ControlBody;
+use crate::control::body::ControlBody;
 use crate::protocol::repeats::{dedup, merge_by, merge_topics};
 
 pub(crate) fn merge(body: &mut ControlBody) {

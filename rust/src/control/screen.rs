@@ -34,7 +34,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::bridge::ControlBody;
+use super::body::ControlBody;
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::protocol::header::{encode_response as enc, WireError};

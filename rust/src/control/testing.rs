@@ -6,7 +6,7 @@ use std::ops::RangeInclusive;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
-use crate::control::bridge::ControlBody;
+use crate::control::body::ControlBody;
 use crate::protocol::header::encode_response;
 use crate::protocol::header::testing::{read_response, request};
 use crate::server::apis::supported;

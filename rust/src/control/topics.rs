@@ -213,7 +213,7 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
-    use crate::control::bridge::ControlBody;
+    use crate::control::body::ControlBody;
     use crate::control::testing::{advertised, decoded, on_the_wire};
 
     const ID: &str = "5f1c0e2a-8a43-4d39-9b1e-0a6f3c2d7e11";

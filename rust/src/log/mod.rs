@@ -16,6 +16,7 @@ mod pieces;
 pub(crate) mod producers;
 pub(crate) mod reader;
 mod record_reader;
+mod rejection;
 pub(crate) mod retention;
 pub(crate) mod segment;
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader};
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN};
 use super::decompress::{Codec, Decompressed};
-use super::validate::{corrupt, invalid_record, Rejection};
+use super::rejection::{corrupt, invalid_record, Rejection};
 
 /// Large enough that one read of a decompressor usually holds several records.
 const STREAM_BUFFER: usize = 32 * 1024;

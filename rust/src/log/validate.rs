@@ -13,13 +13,13 @@
 //! record name it (ProduceResponse v8+ `record_errors`). A batch max timestamp that is not its
 //! records' largest is set to it, as Kafka does.
 
-use std::fmt::Display;
-
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::batch::{validate_batches, BatchHeader, IncomingBatch};
 use super::record_reader::walk_records;
+use super::rejection::invalid_record;
+pub(crate) use super::rejection::Rejection;
 
 const TRANSACTIONAL_BATCH: i16 = 0x10;
 const CONTROL_BATCH: i16 = 0x20;
@@ -38,41 +38,6 @@ pub struct ProduceRules {
     pub timestamp_after_max_ms: i64,
     /// The broker's clock at validation, in ms since the epoch.
     pub now_ms: i64,
-}
-
-/// Why a partition's records were refused: the Kafka error, a message for the producer and,
-/// when one record broke a rule, its index in its batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    pub error: ResponseError,
-    pub message: String,
-    pub record: Option<i32>,
-}
-
-impl From<ResponseError> for Rejection {
-    fn from(error: ResponseError) -> Rejection {
-        Rejection {
-            error,
-            message: error.to_string(),
-            record: None,
-        }
-    }
-}
-
-pub(super) fn corrupt(message: impl Display) -> Rejection {
-    Rejection {
-        error: ResponseError::CorruptMessage,
-        message: message.to_string(),
-        record: None,
-    }
-}
-
-pub(super) fn invalid_record(record: Option<i32>, message: impl Display) -> Rejection {
-    Rejection {
-        error: ResponseError::InvalidRecord,
-        message: message.to_string(),
-        record,
-    }
 }
 
 /// Splits a partition's records into batches and checks each batch and every record in it.

@@ -10,7 +10,8 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::control::bridge::{ControlBody, ControlCall, ControlReply};
+use crate::control::body::ControlBody;
+use crate::control::bridge::{ControlCall, ControlReply};
 use crate::control::control_apis;
 use crate::control::screen::Screened;
 use crate::protocol::header::encode_response;

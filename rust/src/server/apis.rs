@@ -16,7 +16,7 @@ use super::handlers::{
     describe_topic_partitions, fetch, find_coordinator, init_producer_id, list_offsets, metadata,
     offset_for_leader_epoch, produce, scram_credentials, Handler, Handling, RequestContext,
 };
-use crate::control::bridge::ControlBody;
+use crate::control::body::ControlBody;
 use crate::protocol::header::Request;
 use crate::protocol::versions::SupportedApi;
 

@@ -299,7 +299,7 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
-    use crate::control::bridge::ControlBody;
+    use crate::control::body::ControlBody;
     use crate::control::testing::decoded;
     use crate::protocol::header::testing::request;
     use crate::protocol::topic_name;

@@ -11,7 +11,8 @@ use futures::FutureExt;
 use super::{Handling, RequestContext};
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
-use crate::control::bridge::{ControlBody, ControlCall};
+use crate::control::body::ControlBody;
+use crate::control::bridge::ControlCall;
 use crate::control::screen;
 use crate::protocol::header::{Request, WireError};
 
