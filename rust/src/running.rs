@@ -1,14 +1,13 @@
 //! A broker started and serving: its listeners bound, the core open, the accept loop running;
 //! and its orderly stop. The Python handle (`python::broker`) only holds one of these.
 
+use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-use std::io::ErrorKind;
 
 use crate::broker::startup::{plain, OpenFailure};
 use crate::broker::Broker;

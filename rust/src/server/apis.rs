@@ -88,15 +88,21 @@ pub(crate) fn served() -> impl Iterator<Item = &'static SupportedApi> {
 }
 
 /// The served range of `key`, if this broker serves it at all.
+#[cfg(test)]
 pub(crate) fn supported(key: ApiKey) -> Option<&'static SupportedApi> {
     served().find(|s| s.key == key)
 }
 
-/// The handler of `key`'s requests, if it is served.
-pub(crate) fn route(key: ApiKey) -> Option<Handler> {
+/// The served versions and the handler of `key`'s requests, if it is served: one look-up
+/// per request.
+pub(crate) fn route(key: ApiKey) -> Option<(&'static SupportedApi, Handler)> {
     match DATA_PLANE.iter().find(|api| api.versions.key == key) {
-        Some(api) => Some(api.handler),
-        None => ControlBody::serves(key).then_some(handlers::control::handle as Handler),
+        Some(api) => Some((&api.versions, api.handler)),
+        None if ControlBody::serves(key) => {
+            let versions = crate::control::SERVED.iter().find(|s| s.key == key)?;
+            Some((versions, handlers::control::handle as Handler))
+        }
+        None => None,
     }
 }
 
@@ -104,9 +110,12 @@ pub(crate) fn route(key: ApiKey) -> Option<Handler> {
 /// version (KIP-511); anything else is answered as unsupported.
 pub(crate) fn handler_of(request: &Request) -> Handler {
     let (key, version) = (request.api_key, request.api_version);
-    let served = supported(key).is_some_and(|s| (s.min..=s.max).contains(&version));
     match route(key) {
-        Some(handler) if served || key == ApiKey::ApiVersions => handler,
+        Some((versions, handler))
+            if key == ApiKey::ApiVersions || (versions.min..=versions.max).contains(&version) =>
+        {
+            handler
+        }
         _ => unsupported,
     }
 }
