@@ -1,10 +1,10 @@
 //! The commit side of write-ahead flushes: one task per broker commits uploaded objects in the
 //! order they were taken. The objects uploaded by the time a commit starts go together, in one
 //! metadata transaction (within etcd's limits), and commits start no faster than `pace` allows
-//! unless the broker is busy with bytes or a producer waits with its window full (see
-//! `server::handlers::produce::ProduceWindow`; such an object holds at least a megabyte): the
-//! metadata writes per second do not grow with the partitions, and the objects of an interval
-//! share commits.
+//! unless the broker is busy with bytes or a producer waits for it with its window full (see
+//! `server::handlers::produce::window`; such objects come as fast as that producer's bytes ÷
+//! its window, no faster): the metadata writes per second do not grow with the partitions,
+//! and the objects of an interval share commits.
 //!
 //! A commit is conditioned on the broker's writer key (`meta::wal`). When the store's answer is
 //! lost (timeout, connection reset), the commit may or may not have landed: the writer moves

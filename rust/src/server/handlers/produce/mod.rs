@@ -3,7 +3,6 @@
 //! store's, there are no followers), at most the request's timeout. acks=0 gets no response
 //! but is flushed the same way, its bytes charged to the connection's budgets until then.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -27,68 +26,16 @@ use crate::log::wal::object::{sliced, slices_pay};
 use crate::protocol::header::{encode_response, Request};
 use crate::server::budget::Charge;
 
+mod window;
+pub(crate) use window::ProduceWindow;
+use window::{Load, Waiting};
+
 /// A partition's outcome: decided now (an error, or a retry of stored batches), or once its
 /// flush completes.
 enum Pending {
     Now(Rejection),
     Stored(Arc<Partition>, i64),
     Flush(Arc<Partition>, oneshot::Receiver<AppendResult>),
-}
-
-/// Produce requests a client keeps in flight per connection by default: Kafka's limit for an
-/// idempotent producer (librdkafka and the Java client enforce it with idempotence on) and the
-/// Java client's and kafka-python's default even without it.
-const CLIENT_WINDOW: usize = 5;
-
-/// A full window of at least this many bytes is flushed at once: an object that size costs
-/// about as little per byte as a scheduled one.
-const EARLY_FLUSH_BYTES: usize = 1 << 20;
-
-/// One connection's produce requests waiting for their flush. Once a producer has its whole
-/// window waiting it sends nothing more until one is answered: waiting out the flush interval
-/// would hold it to five requests per interval (about 20 MB/s at the default 250 ms, against
-/// hundreds with librdkafka's unbounded window). A connection that ever had more than five
-/// waiting has a larger window (librdkafka's default is a million): it is never blocked by
-/// five, goes on sending, and its data waits for the interval or the size cap like any other
-/// – flushing early for it would only cut the objects smaller.
-#[derive(Default)]
-pub(crate) struct ProduceWindow {
-    requests: AtomicUsize,
-    bytes: AtomicUsize,
-    /// The most requests that waited at once so far.
-    peak: AtomicUsize,
-}
-
-/// A request's place in its connection's window, given back when it is answered.
-struct Waiting {
-    window: Arc<ProduceWindow>,
-    bytes: usize,
-}
-
-impl Waiting {
-    /// Counts the request in; true if it filled a window of five, with at least
-    /// `EARLY_FLUSH_BYTES` waiting in it (the producer now waits for its answers).
-    fn enter(window: &Arc<ProduceWindow>, bytes: usize) -> (Waiting, bool) {
-        let requests = window.requests.fetch_add(1, Ordering::AcqRel) + 1;
-        let peak = window
-            .peak
-            .fetch_max(requests, Ordering::AcqRel)
-            .max(requests);
-        let total = window.bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        let waiting = Waiting {
-            window: window.clone(),
-            bytes,
-        };
-        let blocked = requests == CLIENT_WINDOW && peak == CLIENT_WINDOW;
-        (waiting, blocked && total >= EARLY_FLUSH_BYTES)
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.window.requests.fetch_sub(1, Ordering::AcqRel);
-        self.window.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
 }
 
 /// A topic needs WRITE (else TOPIC_AUTHORIZATION_FAILED for each of its partitions, nothing of
@@ -114,7 +61,7 @@ pub(crate) fn start(
     let records = records.filter_map(|p| p.records.as_deref());
     let slices_pay = slices_pay(records, request.body.len());
     let mut topics = Vec::with_capacity(body.topic_data.len());
-    let mut waiting_bytes = 0;
+    let mut load = Load::default();
     for topic in body.topic_data {
         let name = topic.name.0.to_string();
         let mut totals = TopicTotals::default();
@@ -131,7 +78,13 @@ pub(crate) fn start(
                         want_ack: acks != 0,
                         slices_pay,
                     };
-                    append(broker, &name, data.records, wanted, &mut totals)
+                    append(
+                        broker,
+                        &name,
+                        data.records,
+                        wanted,
+                        (&mut totals, &mut load),
+                    )
                 } else {
                     Pending::Now(ResponseError::InvalidRequiredAcks.into())
                 };
@@ -141,7 +94,6 @@ pub(crate) fn start(
         if allowed {
             broker.count_produce(&name, totals.records, totals.bytes);
         }
-        waiting_bytes += totals.bytes as usize;
         topics.push((name, partitions));
     }
     if acks == 0 {
@@ -150,7 +102,7 @@ pub(crate) fn start(
             Pending::Flush(_, receiver) => Some(receiver),
             _ => None,
         });
-        hold_until_flushed(held, waiting_bytes, flushes.collect());
+        hold_until_flushed(held, load.bytes, flushes.collect());
         return async { Reply::None }.boxed();
     }
     let waits = topics.iter().any(|(_, partitions)| {
@@ -159,8 +111,8 @@ pub(crate) fn start(
             .any(|(_, p)| matches!(p, Pending::Flush(..)))
     });
     let waiting = waits.then(|| {
-        let (waiting, full) = Waiting::enter(window, waiting_bytes);
-        if full {
+        let (waiting, due) = Waiting::enter(window, load);
+        if due {
             broker.wal.flush_soon();
         }
         waiting
@@ -185,7 +137,7 @@ pub(crate) fn start(
             );
         }
         // Answered REQUEST_TIMED_OUT, but still buffered: charged until flushed, as acks=0.
-        hold_until_flushed(held, waiting_bytes, unflushed);
+        hold_until_flushed(held, load.bytes, unflushed);
         let response = ProduceResponse::default().with_responses(responses);
         encode_response(correlation_id, api_version, &response).into()
     }
@@ -231,7 +183,7 @@ fn append(
     topic: &str,
     records: Option<bytes::Bytes>,
     wanted: Wanted,
-    totals: &mut TopicTotals,
+    (totals, load): (&mut TopicTotals, &mut Load),
 ) -> Pending {
     let Wanted {
         index,
@@ -258,17 +210,17 @@ fn append(
             batch.bytes = bytes::Bytes::copy_from_slice(&batch.bytes);
         }
     }
-    let (records, bytes) = batches.iter().fold((0u64, 0u64), |(r, b), batch| {
-        (
-            r + batch.header.record_count.max(0) as u64,
-            b + batch.bytes.len() as u64,
-        )
+    let mut batches_load = Load::default();
+    let records = batches.iter().fold(0u64, |records, batch| {
+        batches_load.add_batch(batch.bytes.len());
+        records + batch.header.record_count.max(0) as u64
     });
     match partition.append(batches, want_ack) {
         Ok(Appended::Buffered(receiver, buffered)) => {
             if buffered > 0 {
                 totals.records += records;
-                totals.bytes += bytes;
+                totals.bytes += batches_load.bytes as u64;
+                load.add(batches_load);
                 broker.wal.note_append(&partition, buffered);
             }
             Pending::Flush(partition, receiver)
@@ -356,48 +308,6 @@ mod tests {
     use crate::protocol::topic_name;
     use crate::server::budget::{Budgets, ByteBudget};
     use crate::server::handlers::testing::{alice, allow, broker_with, open};
-
-    #[test]
-    fn a_full_window_of_five_is_flushed_early_and_a_larger_window_never() {
-        let window = Arc::new(ProduceWindow::default());
-        let enter = |bytes| Waiting::enter(&window, bytes);
-        let mut waiting: Vec<Waiting> = Vec::new();
-        for _ in 0..4 {
-            let (entered, full) = enter(300_000);
-            assert!(!full);
-            waiting.push(entered);
-        }
-        let (entered, full) = enter(300_000);
-        assert!(
-            full,
-            "five wait with 1.5 MB: the producer sends nothing more"
-        );
-        waiting.push(entered);
-        // one answered, the next request fills the window again
-        waiting.pop();
-        let (entered, full) = enter(300_000);
-        assert!(full);
-        waiting.push(entered);
-        // a sixth: this producer's window is larger than five, it was never blocked
-        let (entered, full) = enter(300_000);
-        assert!(!full);
-        waiting.push(entered);
-        waiting.truncate(4);
-        assert!(!enter(300_000).1, "five again, but not its whole window");
-
-        let small = Arc::new(ProduceWindow::default());
-        let full: Vec<bool> = (0..5)
-            .map(|_| Waiting::enter(&small, 1_000))
-            .map(|(w, full)| {
-                std::mem::forget(w);
-                full
-            })
-            .collect();
-        assert_eq!(
-            full, [false; 5],
-            "five waiting with less than a megabyte wait for the interval"
-        );
-    }
 
     /// A charge to budgets without limits.
     fn uncharged() -> Charge {
