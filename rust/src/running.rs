@@ -15,7 +15,7 @@ use crate::config::BrokerConfig;
 use crate::server::budget::ByteBudget;
 use crate::server::connection::Entry;
 use crate::server::sasl::SaslSettings;
-use crate::server::tls::{Tls, TlsError};
+use crate::server::tls::Tls;
 use crate::server::{self, BoundListener};
 
 /// Why a broker did not start: one line in the user's terms, naming the setting at fault.
@@ -104,7 +104,7 @@ impl Running {
             {
                 check_tls_files(&config)?;
                 let tls = Tls::load(files.clone())
-                    .map_err(|e| StartError::Tls(tls_unusable(&config, &e)))?;
+                    .map_err(|e| StartError::Tls(e.describe(|s| config.setting(s.name()))))?;
                 tls.spawn_reloads();
                 Some(tls)
             }
@@ -220,20 +220,4 @@ fn check_tls_files(config: &BrokerConfig) -> Result<(), StartError> {
         }
     }
     Ok(())
-}
-
-/// A TLS loading error of `server::tls` (which names the files by their flags) in the user's
-/// terms.
-fn tls_unusable(config: &BrokerConfig, error: &TlsError) -> String {
-    let mut message = error.to_string();
-    for name in [
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_cafile",
-        "ssl_client_auth",
-    ] {
-        let flag = format!("--{}", name.replace('_', "-"));
-        message = message.replace(&flag, &config.setting(name));
-    }
-    message.replace(" (os error 2)", "")
 }

@@ -49,44 +49,142 @@ struct Loaded {
     stamps: Vec<Option<SystemTime>>,
 }
 
-/// Why the certificate files do not make a TLS configuration; each names the file by its flag.
-#[derive(Debug, thiserror::Error)]
+/// A TLS setting an error names, so that the message can spell it as the user gave it (a flag
+/// or an environment variable: `BrokerConfig::setting`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TlsSetting {
+    CertFile,
+    KeyFile,
+    CaFile,
+    ClientAuth,
+}
+
+impl TlsSetting {
+    /// The setting's name in the broker's configuration.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TlsSetting::CertFile => "ssl_certfile",
+            TlsSetting::KeyFile => "ssl_keyfile",
+            TlsSetting::CaFile => "ssl_cafile",
+            TlsSetting::ClientAuth => "ssl_client_auth",
+        }
+    }
+
+    /// The setting as a command-line flag (`--ssl-certfile`).
+    fn flag(self) -> String {
+        format!("--{}", self.name().replace('_', "-"))
+    }
+}
+
+/// Why the certificate files do not make a TLS configuration; each names the file by its
+/// setting.
+#[derive(Debug)]
 pub(crate) enum TlsError {
-    #[error("{setting} {}: {source}", path.display())]
     Unreadable {
-        setting: &'static str,
+        setting: TlsSetting,
         path: PathBuf,
         source: pem::Error,
     },
-    #[error("{setting} {}: no certificate in it; give a PEM file", path.display())]
     NoCertificate {
-        setting: &'static str,
+        setting: TlsSetting,
         path: PathBuf,
     },
-    #[error(
-        "--ssl-keyfile {}: no private key read ({source}); give a PEM file with a PKCS#8, \
-         PKCS#1 or SEC1 key",
-        path.display()
-    )]
-    NoKey { path: PathBuf, source: pem::Error },
-    #[error("--ssl-cafile {}: {source}", path.display())]
+    NoKey {
+        path: PathBuf,
+        source: pem::Error,
+    },
     Authorities {
         path: PathBuf,
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error(
-        "--ssl-client-auth {mode} needs --ssl-cafile: the CAs client certificates must be \
-         signed by"
-    )]
-    NoAuthorities { mode: String },
-    #[error("--ssl-certfile {} and --ssl-keyfile {}: {source}", certfile.display(), keyfile.display())]
+    NoAuthorities {
+        mode: String,
+    },
     Mismatch {
         certfile: PathBuf,
         keyfile: PathBuf,
         source: rustls::Error,
     },
-    #[error("{0}")]
     Protocols(rustls::Error),
+}
+
+/// A PEM reading error in a person's words: a missing file says so without the OS's number.
+fn unreadable(error: &pem::Error) -> String {
+    match error {
+        pem::Error::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            "No such file or directory".to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+impl TlsError {
+    /// What went wrong and what to do, naming each setting as `spell` gives it.
+    pub(crate) fn describe(&self, spell: impl Fn(TlsSetting) -> String) -> String {
+        use TlsSetting::*;
+        match self {
+            TlsError::Unreadable {
+                setting,
+                path,
+                source,
+            } => format!(
+                "{} {}: {}",
+                spell(*setting),
+                path.display(),
+                unreadable(source)
+            ),
+            TlsError::NoCertificate { setting, path } => format!(
+                "{} {}: no certificate in it; give a PEM file",
+                spell(*setting),
+                path.display()
+            ),
+            TlsError::NoKey { path, source } => format!(
+                "{} {}: no private key read ({}); give a PEM file with a PKCS#8, PKCS#1 or \
+                 SEC1 key",
+                spell(KeyFile),
+                path.display(),
+                unreadable(source)
+            ),
+            TlsError::Authorities { path, source } => {
+                format!("{} {}: {source}", spell(CaFile), path.display())
+            }
+            TlsError::NoAuthorities { mode } => format!(
+                "{} {mode} needs {}: the CAs client certificates must be signed by",
+                spell(ClientAuth),
+                spell(CaFile)
+            ),
+            TlsError::Mismatch {
+                certfile,
+                keyfile,
+                source,
+            } => format!(
+                "{} {} and {} {}: {source}",
+                spell(CertFile),
+                certfile.display(),
+                spell(KeyFile),
+                keyfile.display()
+            ),
+            TlsError::Protocols(source) => source.to_string(),
+        }
+    }
+}
+
+/// Names the settings by their flags.
+impl std::fmt::Display for TlsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe(TlsSetting::flag))
+    }
+}
+
+impl std::error::Error for TlsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TlsError::Unreadable { source, .. } | TlsError::NoKey { source, .. } => Some(source),
+            TlsError::Authorities { source, .. } => Some(source.as_ref()),
+            TlsError::Mismatch { source, .. } | TlsError::Protocols(source) => Some(source),
+            TlsError::NoCertificate { .. } | TlsError::NoAuthorities { .. } => None,
+        }
+    }
 }
 
 impl Tls {
@@ -276,7 +374,7 @@ fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
 }
 
 fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, TlsError> {
-    let certs = read_certs(&files.certfile, "--ssl-certfile")?;
+    let certs = read_certs(&files.certfile, TlsSetting::CertFile)?;
     let key = PrivateKeyDer::from_pem_file(&files.keyfile).map_err(|source| TlsError::NoKey {
         path: files.keyfile.clone(),
         source,
@@ -294,7 +392,7 @@ fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, TlsError>
                 source: e,
             };
             let mut roots = RootCertStore::empty();
-            for cert in read_certs(cafile, "--ssl-cafile")? {
+            for cert in read_certs(cafile, TlsSetting::CaFile)? {
                 roots.add(cert).map_err(|e| refused(e.into()))?;
             }
             let builder =
@@ -324,10 +422,7 @@ fn server_config(files: &TlsFiles, side: Side) -> Result<ServerConfig, TlsError>
         })
 }
 
-fn read_certs(
-    path: &Path,
-    setting: &'static str,
-) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+fn read_certs(path: &Path, setting: TlsSetting) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|source| TlsError::Unreadable {
@@ -362,7 +457,21 @@ mod tests {
         assert!(missing.starts_with("--ssl-certfile"), "{missing}");
         assert!(missing.contains("server.pem"), "{missing}");
         std::fs::write(&files.certfile, "no PEM blocks here").unwrap();
-        let empty = Tls::load(files).err().unwrap().to_string();
+        let empty = Tls::load(files.clone()).err().unwrap().to_string();
         assert!(empty.contains("no certificate in it"), "{empty}");
+        std::fs::write(&files.certfile, CERT).unwrap();
+        let env = |s: TlsSetting| format!("KAFSCALE_{}", s.name().to_ascii_uppercase());
+        let no_key = Tls::load(files).err().unwrap().describe(env);
+        assert_eq!(
+            no_key,
+            format!(
+                "KAFSCALE_SSL_KEYFILE {}: no private key read (No such file or directory); give \
+                 a PEM file with a PKCS#8, PKCS#1 or SEC1 key",
+                dir.path().join("server.key").display()
+            )
+        );
     }
+
+    /// A PEM certificate block: reading the file does not parse what it holds.
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
 }
