@@ -12,7 +12,7 @@ to the built module.
 
 import asyncio
 import builtins
-from typing import Final, Protocol, Self, final, type_check_only
+from typing import Final, Literal, Protocol, Self, final, type_check_only
 
 from kafscale.listeners import ListenerSpec, TlsFiles
 
@@ -59,10 +59,12 @@ __all__ = [
     "StoredEntry",
     "SyncGroupAssignment",
     "SyncGroupRequest",
+    "TopicConfig",
     "TopicInfo",
     "committed_bounds",
     "empty_kafka_batch",
     "init_logging",
+    "topic_configs",
 ]
 
 class KafkaApiError(Exception):
@@ -534,6 +536,31 @@ class Broker:
 
 def init_logging(level: str, format: str) -> None:
     """Install the tracing subscriber (text or json) used by the core."""
+@final
+class TopicConfig:
+    """One topic config KafScale honours (the core's table, declared once)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> Literal["int", "long", "list"]: ...
+    @property
+    def low(self) -> int:
+        """The smallest value accepted (numbers only)."""
+    @property
+    def high(self) -> int:
+        """The largest value accepted (numbers only)."""
+    @property
+    def expected(self) -> str:
+        """What a valid value looks like, for messages."""
+    @property
+    def broker_setting(self) -> str:
+        """The broker setting a topic without its own value follows ("" for cleanup.policy)."""
+    @property
+    def doc(self) -> str: ...
+
+def topic_configs() -> list[TopicConfig]:
+    """Every topic config KafScale honours, in the order the docs list them."""
 
 # --- analytics path: segments straight from object storage -----------------------------------
 

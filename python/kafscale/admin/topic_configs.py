@@ -1,11 +1,10 @@
 """The topic configs KafScale honours, their validation, and the broker defaults they fall
 back to.
 
-The ops spec's whitelist (retention.ms, retention.bytes, segment.bytes) plus max.message.bytes,
-the KIP-937 timestamp bounds message.timestamp.before.max.ms / after.max.ms, which the core
-enforces too, and cleanup.policy, whose one value here is delete (retention deletes old
-segments; there is no log compaction). Every other key is INVALID_CONFIG: a config that would be
-stored but not applied is worse than a clear refusal.
+The configs are declared once, in the core's table (``kafscale._core.topic_configs()``: name,
+type, bounds, broker default, doc), which the data plane reads topic records by too. Every
+other key is INVALID_CONFIG: a config that would be stored but not applied is worse than a
+clear refusal.
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from kafscale._core import TopicConfig, topic_configs
 from kafscale.admin.protocol import ConfigType
 from kafscale.errors import ErrorCode
 
 __all__ = ["CONFIG_RULES", "Rejected", "TopicConfigRule", "default_value", "normalise"]
-
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 
 
 class Rejected(Exception):
@@ -97,12 +94,9 @@ class _CleanupPolicy(TopicConfigRule):
     """Kafka's list of ``delete`` and ``compact``; only ``delete`` is implemented, so it is the
     one value accepted (and the default)."""
 
+    expected: str
+    doc: str
     config_type: ConfigType = ConfigType.LIST
-    expected: str = "delete"
-    doc: str = (
-        "delete: segments go by retention.ms and retention.bytes. KafScale has no log "
-        "compaction, so compact is refused."
-    )
 
     def normalise(self, key: str, value: str) -> str:
         policies = {p.strip() for p in value.split(",")}
@@ -123,59 +117,20 @@ class _CleanupPolicy(TopicConfigRule):
         return "delete"
 
 
-CONFIG_RULES: Mapping[str, TopicConfigRule] = {
-    "retention.ms": _Bounded(
-        -1,
-        _INT64_MAX,
-        "-1 (unlimited) or milliseconds >= 0",
-        ConfigType.LONG,
-        "retention_ms",
-        "Segments whose newest record is older than this are deleted (-1: keep forever).",
-    ),
-    "retention.bytes": _Bounded(
-        -1,
-        _INT64_MAX,
-        "-1 (unlimited) or bytes >= 0",
-        ConfigType.LONG,
-        "retention_bytes",
-        "Oldest segments are deleted while a partition is larger than this (-1: no limit).",
-    ),
-    "segment.bytes": _Bounded(
-        1,
-        _INT32_MAX,
-        "bytes > 0 (at most 2147483647)",
-        ConfigType.INT,
-        "segment_bytes",
-        "A partition's buffer is sealed into a segment object at this size.",
-    ),
-    "max.message.bytes": _Bounded(
-        0,
-        _INT32_MAX,
-        "bytes >= 0 (at most 2147483647)",
-        ConfigType.INT,
-        "max_message_bytes",
-        "Largest record batch the topic accepts.",
-    ),
-    "message.timestamp.before.max.ms": _Bounded(
-        0,
-        _INT64_MAX,
-        "milliseconds >= 0",
-        ConfigType.LONG,
-        "message_timestamp_before_max_ms",
-        "A produce whose CreateTime record timestamp is older than this (against the broker's "
-        "clock) is refused with INVALID_TIMESTAMP (KIP-937).",
-    ),
-    "message.timestamp.after.max.ms": _Bounded(
-        0,
-        _INT64_MAX,
-        "milliseconds >= 0",
-        ConfigType.LONG,
-        "message_timestamp_after_max_ms",
-        "A produce whose CreateTime record timestamp is further than this in the future "
-        "(against the broker's clock) is refused with INVALID_TIMESTAMP (KIP-937).",
-    ),
-    "cleanup.policy": _CleanupPolicy(),
-}
+def _rule(config: TopicConfig) -> TopicConfigRule:
+    if config.kind == "list":
+        return _CleanupPolicy(expected=config.expected, doc=config.doc)
+    return _Bounded(
+        config.low,
+        config.high,
+        config.expected,
+        ConfigType.INT if config.kind == "int" else ConfigType.LONG,
+        config.broker_setting,
+        config.doc,
+    )
+
+
+CONFIG_RULES: Mapping[str, TopicConfigRule] = {c.name: _rule(c) for c in topic_configs()}
 
 
 def normalise(key: str, value: str | None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TypedDict
 
+from kafscale._core import topic_configs
 from kafscale.errors import ErrorCode
 
 from . import output
@@ -30,6 +31,14 @@ SOURCES = {
     "DYNAMIC_BROKER_CONFIG": "broker",
     "DYNAMIC_DEFAULT_BROKER_CONFIG": "broker",
 }
+
+
+def _accepted_configs() -> str:
+    """The topic configs KafScale honours, as the help lists them (a list config with the one
+    value it accepts)."""
+    return ", ".join(
+        f"{c.name}={c.expected}" if c.kind == "list" else c.name for c in topic_configs()
+    )
 
 
 def register(commands: Subcommands) -> None:
@@ -68,9 +77,7 @@ def register(commands: Subcommands) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="topic config, repeatable (retention.ms, retention.bytes, segment.bytes, "
-        "max.message.bytes, message.timestamp.before.max.ms, message.timestamp.after.max.ms, "
-        "cleanup.policy=delete)",
+        help=f"topic config, repeatable ({_accepted_configs()})",
     )
     p.add_argument("--if-not-exists", action="store_true", help="succeed if it exists already")
     add_connection_flags(p)

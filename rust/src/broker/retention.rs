@@ -10,6 +10,7 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::log::partition::now_ms;
 use crate::log::retention::{self, RetentionLimits};
+use crate::log::topic_config::{topic_number, RETENTION_BYTES, RETENTION_MS};
 
 /// Applies retention to the partitions this broker owns, every retention check interval.
 pub(super) fn spawn(broker: &Arc<Broker>) {
@@ -39,14 +40,9 @@ pub(super) fn spawn(broker: &Arc<Broker>) {
 
 /// A topic's retention.ms / retention.bytes, falling back to the broker defaults.
 fn retention_limits(configs: &BTreeMap<String, String>, config: &BrokerConfig) -> RetentionLimits {
-    let value = |key: &str, default: i64| {
-        configs
-            .get(key)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let value = |key: &str, default: i64| topic_number(configs, key).unwrap_or(default);
     RetentionLimits {
-        retention_ms: value("retention.ms", config.retention_ms),
-        retention_bytes: value("retention.bytes", config.retention_bytes),
+        retention_ms: value(RETENTION_MS, config.retention_ms),
+        retention_bytes: value(RETENTION_BYTES, config.retention_bytes),
     }
 }

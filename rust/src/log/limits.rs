@@ -9,6 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
+use super::topic_config::{
+    topic_number, MAX_MESSAGE_BYTES, SEGMENT_BYTES, TIMESTAMP_AFTER_MAX_MS, TIMESTAMP_BEFORE_MAX_MS,
+};
 use super::validate::ProduceRules;
 use super::LogSettings;
 
@@ -23,41 +26,37 @@ pub(crate) struct TopicLimits {
     producer_id_expiration_ms: i64,
 }
 
-/// A positive size set in the topic's configs, or the broker default.
+/// A positive size set in the topic's configs, or the broker default (a `max.message.bytes`
+/// of 0 too: the broker default applies, as it always has here).
 fn size(configs: &BTreeMap<String, String>, key: &str, default: usize) -> usize {
-    configs
-        .get(key)
-        .and_then(|v| v.parse().ok())
-        .filter(|&v: &usize| v > 0)
+    topic_number(configs, key)
+        .and_then(|v| usize::try_from(v).ok())
+        .filter(|&v| v > 0)
         .unwrap_or(default)
 }
 
-/// A duration in ms (0 or more) set in the topic's configs, or the broker default.
+/// A duration in ms set in the topic's configs, or the broker default.
 fn millis(configs: &BTreeMap<String, String>, key: &str, default: i64) -> i64 {
-    configs
-        .get(key)
-        .and_then(|v| v.parse().ok())
-        .filter(|&v: &i64| v >= 0)
-        .unwrap_or(default)
+    topic_number(configs, key).unwrap_or(default)
 }
 
 impl TopicLimits {
     pub(crate) fn new(configs: &BTreeMap<String, String>, settings: &LogSettings) -> TopicLimits {
         TopicLimits {
-            segment_bytes: AtomicUsize::new(size(configs, "segment.bytes", settings.segment_bytes)),
+            segment_bytes: AtomicUsize::new(size(configs, SEGMENT_BYTES, settings.segment_bytes)),
             max_message_bytes: AtomicUsize::new(size(
                 configs,
-                "max.message.bytes",
+                MAX_MESSAGE_BYTES,
                 settings.max_message_bytes,
             )),
             timestamp_before_max_ms: AtomicI64::new(millis(
                 configs,
-                "message.timestamp.before.max.ms",
+                TIMESTAMP_BEFORE_MAX_MS,
                 settings.message_timestamp_before_max_ms,
             )),
             timestamp_after_max_ms: AtomicI64::new(millis(
                 configs,
-                "message.timestamp.after.max.ms",
+                TIMESTAMP_AFTER_MAX_MS,
                 settings.message_timestamp_after_max_ms,
             )),
             max_uncompressed_batch_bytes: settings.max_uncompressed_batch_bytes,

@@ -22,6 +22,7 @@ pub(crate) mod segment;
 #[cfg(test)]
 mod tests;
 pub(crate) mod timestamps;
+pub(crate) mod topic_config;
 pub(crate) mod validate;
 pub(crate) mod wal;
 

@@ -7,6 +7,7 @@ mod group_store;
 mod logging;
 mod runtime;
 mod segments;
+mod topic_configs;
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<segments::ArrowBatch>()?;
     m.add_function(wrap_pyfunction!(segments::committed_bounds, m)?)?;
     m.add_function(wrap_pyfunction!(segments::empty_kafka_batch, m)?)?;
+    m.add_class::<topic_configs::TopicConfig>()?;
+    m.add_function(wrap_pyfunction!(topic_configs::topic_configs, m)?)?;
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(logging::init_logging, m)?)?;
     Ok(())
