@@ -120,6 +120,11 @@ pub(crate) struct BrokerConfig {
     pub setting_names: HashMap<String, String>,
 }
 
+/// The command-line flag of the setting `name` (`ssl_certfile` → `--ssl-certfile`).
+pub(crate) fn flag(name: &str) -> String {
+    format!("--{}", name.replace('_', "-"))
+}
+
 impl BrokerConfig {
     /// The setting `name` (`s3_bucket`) as the user gave it: `--s3-bucket` or
     /// `KAFSCALE_S3_BUCKET`. One left at its default is named the way the user gave the
@@ -136,7 +141,7 @@ impl BrokerConfig {
         if variables {
             format!("KAFSCALE_{}", name.to_ascii_uppercase())
         } else {
-            format!("--{}", name.replace('_', "-"))
+            flag(name)
         }
     }
 

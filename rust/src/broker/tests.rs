@@ -14,6 +14,7 @@ use crate::config::{BrokerConfig, ListenerConfig};
 use crate::log::batch::tests::encoded_batch;
 use crate::log::batch::validate_batches;
 use crate::log::partition::{now_ms, AppendResult, Compacted, Partition};
+use crate::log::topic_config::tests::configs;
 use crate::meta::embedded::EmbeddedStore;
 use crate::meta::faulty_kv::FaultyKv;
 use crate::store::faulty::FaultyStore;
@@ -157,13 +158,6 @@ fn config(dir: &tempfile::TempDir, segment_bytes: usize) -> BrokerConfig {
         producer_id_expiration_ms: 86_400_000,
         setting_names: Default::default(),
     }
-}
-
-fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 /// Produces one batch of `records` to the partition the way Produce does; the base offset.

@@ -110,6 +110,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::log::topic_config::tests::configs;
 
     fn settings() -> LogSettings {
         LogSettings {
@@ -127,13 +128,6 @@ mod tests {
             wal_compaction_age: std::time::Duration::from_secs(60),
             wal_compaction_interval: std::time::Duration::from_secs(5),
         }
-    }
-
-    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]

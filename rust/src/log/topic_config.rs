@@ -158,10 +158,11 @@ pub(crate) fn topic_number(configs: &BTreeMap<String, String>, name: &str) -> Op
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    /// A topic's configs as its record holds them.
+    pub(crate) fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -72,7 +72,7 @@ impl TlsSetting {
 
     /// The setting as a command-line flag (`--ssl-certfile`).
     fn flag(self) -> String {
-        format!("--{}", self.name().replace('_', "-"))
+        crate::config::flag(self.name())
     }
 }
 
