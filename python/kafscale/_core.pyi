@@ -56,6 +56,7 @@ __all__ = [
     "RecordBatchStream",
     "SegmentError",
     "SegmentSource",
+    "StorageLocation",
     "StoredEntry",
     "SyncGroupAssignment",
     "SyncGroupRequest",
@@ -564,6 +565,29 @@ def topic_configs() -> list[TopicConfig]:
 
 # --- analytics path: segments straight from object storage -----------------------------------
 
+@final
+class StorageLocation:
+    """A storage URL parsed (the one parser the broker's settings, the CLI, polars and Spark
+    use): ``s3://BUCKET/NAMESPACE?region=REGION&endpoint=URL``, ``file:///DIR/NAMESPACE`` (or
+    the path ``DIR/NAMESPACE``) or ``memory://NAMESPACE``. ValueError says what is wrong."""
+
+    def __new__(cls, url: str) -> Self: ...
+    @property
+    def scheme(self) -> Literal["s3", "file", "memory"]: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def bucket(self) -> str | None: ...
+    @property
+    def region(self) -> str | None:
+        """The region the URL names, if any."""
+    @property
+    def endpoint(self) -> str | None:
+        """The S3-compatible server the URL names, if any."""
+    @property
+    def directory(self) -> str | None:
+        """A local location's data directory (the namespace directory is in it)."""
+
 class SegmentError(Exception):
     """A segment object is corrupt or truncated: no row of it is returned. The message names the
     object and offset."""
@@ -585,15 +609,16 @@ class RecordBatchStream:
 
 @final
 class SegmentSource:
-    """A topic's log in ``s3://bucket/namespace`` or ``<data dir>/<namespace>``: committed
-    segments and the write-ahead runs after them. Every call blocks with the GIL released;
-    storage and metadata failures raise OSError."""
+    """A topic's log at a storage location (see StorageLocation; not memory://): committed
+    segments and the write-ahead runs after them. S3 settings not given come from the URL,
+    else from the AWS environment variables (region: us-east-1). Every call blocks with the
+    GIL released; storage and metadata failures raise OSError."""
     def __new__(
         cls,
         location: str,
         *,
-        region: str,
         max_uncompressed_batch_bytes: int,
+        region: str | None = None,
         endpoint: str | None = None,
         access_key_id: str | None = None,
         secret_access_key: str | None = None,

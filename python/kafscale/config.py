@@ -35,6 +35,7 @@ __all__ = [
     "LISTENER_SETTINGS",
     "LOG_FORMATS",
     "LOG_LEVELS",
+    "SHORTHAND_SETTINGS",
     "Settings",
     "SettingsError",
     "load_settings",
@@ -70,6 +71,9 @@ LISTENER_SETTINGS = (
     "ssl_client_auth",
     "ssl_reload_interval_ms",
 )
+# Settings the core reads through the ones they set (``storage``: the storage parts, from
+# ``data_dir`` to ``use_memory_s3``); they come after the listener settings.
+SHORTHAND_SETTINGS = ("storage",)
 
 _KIB = 1024
 _MIB = 1024 * _KIB
@@ -465,6 +469,17 @@ class Settings:
         _parse_int,
         check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 10000"),
         metavar="MS",
+    )
+    storage: str | None = _setting(
+        None,
+        "Where segments go, as one URL: s3://BUCKET/NAMESPACE?region=REGION (add "
+        "&endpoint=URL for an S3-compatible server), file:///DIR/NAMESPACE (DIR is the data "
+        "directory) or memory://NAMESPACE (testing only: data is lost on exit). The --s3-*, "
+        "--data-dir and --use-memory-s3 settings say the same in parts; a part given as well "
+        "must agree with it.",
+        _parse_optional_str,
+        default_doc="unset: the parts' settings",
+        metavar="URL",
     )
     sasl_enabled_mechanisms: str = _setting(
         "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
@@ -993,6 +1008,7 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
+        self._apply_storage_url()
         for f in dataclasses.fields(self):
             meta: _Meta = f.metadata["kafscale"]
             problem = meta.check(getattr(self, f.name)) if meta.check else None
@@ -1070,6 +1086,38 @@ class Settings:
             self.ssl_reload_interval_ms,
         )
 
+    def _apply_storage_url(self) -> None:
+        """--storage, parsed by the core's one parser of storage URLs, sets the settings that
+        say the same in parts (frozen: set the way dataclasses do). A part given as well with
+        another value is an error, never a silent choice."""
+        if not self.storage:
+            return
+        from ._core import StorageLocation  # here: the Kafka CLI commands run without the core
+
+        try:
+            location = StorageLocation(self.storage)
+        except ValueError as exc:
+            raise SettingsError(f"{_both('storage')}: {exc}") from None
+        not_s3 = {"s3_bucket": None, "s3_region": None, "s3_endpoint": None}
+        says: dict[str, object] = {"s3_namespace": location.namespace}
+        if location.scheme == "s3":
+            says |= {"s3_bucket": location.bucket, "use_memory_s3": False}
+            says |= {"s3_region": location.region} if location.region else {}
+            says |= {"s3_endpoint": location.endpoint} if location.endpoint else {}
+        elif location.scheme == "file":
+            says |= not_s3 | {"data_dir": location.directory, "use_memory_s3": False}
+        else:
+            says |= not_s3 | {"use_memory_s3": True}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, value in says.items():
+            given = getattr(self, name)
+            if given not in (defaults[name], value):
+                raise SettingsError(
+                    f"{_both('storage')} {self.storage} and {_both(name)} {given} disagree about "
+                    f"where segments go; give only {_both('storage')}, or only the parts"
+                )
+            object.__setattr__(self, name, value)
+
     def _check_storage(self) -> None:
         # Contradictory storage choices are errors: silently preferring one would put data
         # somewhere the operator did not expect.
@@ -1081,8 +1129,9 @@ class Settings:
         if self.s3_bucket and not self.s3_region:
             raise SettingsError(
                 f"{_both('s3_bucket')} is set but {_both('s3_region')} is not; set the "
-                f"bucket's region, e.g. {_how_to_set('s3_region', 'us-east-1')} (S3-compatible "
-                "servers usually accept any value)"
+                f"bucket's region, e.g. {_how_to_set('s3_region', 'us-east-1')} or "
+                "s3://BUCKET/NAMESPACE?region=us-east-1 (S3-compatible servers usually accept any "
+                "value)"
             )
         if self.etcd_endpoints and not self.s3_bucket:
             raise SettingsError(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import polars as pl
 from polars.io.plugins import register_io_source
 
+from kafscale._core import StorageLocation
 from kafscale.segment import (
     DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
     SegmentSource,
@@ -78,7 +79,7 @@ def scan_topic(
     The S3 settings default to the usual AWS environment variables.
     ``max_uncompressed_batch_bytes`` bounds what one compressed batch may expand to (see
     :meth:`kafscale.segment.SegmentSource.open`): past it the scan raises SegmentError."""
-    location_namespace = path.rstrip("/").rsplit("/", 1)[-1]
+    location_namespace = StorageLocation(path).namespace
     if namespace is not None and namespace != location_namespace:
         raise ValueError(
             f"namespace {namespace!r} is not the namespace of {path} ({location_namespace!r}): "

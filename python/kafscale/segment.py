@@ -15,7 +15,6 @@ and decodes it; rows come out in the schema of Spark's Kafka source::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -26,7 +25,6 @@ from . import _core
 
 SegmentError = _core.SegmentError
 
-DEFAULT_REGION = "us-east-1"
 DEFAULT_BATCH_ROWS = 65_536
 # Below glibc's largest mmap threshold (32 MiB), so freed batches' memory is reused.
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
@@ -116,10 +114,6 @@ class RunInfo:
     """The write-ahead object's key in the storage (namespace included)."""
 
 
-def _first_set(*values: str | None) -> str | None:
-    return next((v for v in values if v), None)
-
-
 def _endpoint_list(endpoints: str | Iterable[str]) -> list[str]:
     if isinstance(endpoints, str):
         return [e.strip() for e in endpoints.split(",") if e.strip()]
@@ -127,8 +121,9 @@ def _endpoint_list(endpoints: str | Iterable[str]) -> list[str]:
 
 
 class SegmentSource:
-    """The topics under one location: ``s3://bucket/namespace`` or a local
-    ``<data dir>/<namespace>`` directory.
+    """The topics under one location: ``s3://bucket/namespace[?region=…&endpoint=…]`` or a
+    local ``<data dir>/<namespace>`` directory (``file://`` optional; see
+    :class:`kafscale._core.StorageLocation`).
 
     What is committed comes from the cluster's etcd when ``etcd_endpoints`` is given (its
     namespace is the location's last part), else from the metadata a single-node broker
@@ -153,9 +148,10 @@ class SegmentSource:
         max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
         etcd_endpoints: str | Iterable[str] | None = None,
     ) -> SegmentSource:
-        """S3 settings not given come from the standard AWS environment variables
-        (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION,
-        AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN).
+        """S3 settings not given here come from the location's URL, else from the standard AWS
+        environment variables (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION /
+        AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); the
+        region defaults to us-east-1.
 
         ``max_uncompressed_batch_bytes`` (default 128 MiB, the broker's default
         ``--max-uncompressed-batch-bytes``) bounds what one compressed Kafka batch may expand
@@ -166,13 +162,11 @@ class SegmentSource:
                 f"max_uncompressed_batch_bytes must be a positive number of bytes, "
                 f"not {max_uncompressed_batch_bytes}"
             )
-        env = os.environ.get
         core = _core.SegmentSource(
             location,
             max_uncompressed_batch_bytes=max_uncompressed_batch_bytes,
-            endpoint=_first_set(endpoint, env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL")),
-            region=_first_set(region, env("AWS_REGION"), env("AWS_DEFAULT_REGION"))
-            or DEFAULT_REGION,
+            endpoint=endpoint or None,
+            region=region or None,
             access_key_id=access_key_id,
             secret_access_key=secret_access_key,
             session_token=session_token,

@@ -224,6 +224,25 @@ def test_committed_bounds(cluster_analytics):
     assert after == {p: PartitionBounds(0, 6) for p in range(PARTITIONS)}
 
 
+def test_an_s3_url_carries_its_endpoint_and_region(cluster_analytics, monkeypatch):
+    """The location alone says where the objects are: ``?endpoint=…&region=…`` in the URL, no
+    keyword settings and no AWS_ENDPOINT_URL* or region variable (the keys come from the
+    environment, as they always do); the polars reader takes the same URL."""
+    data = cluster_analytics
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", data.options["accessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", data.options["secretAccessKey"])
+    url = data.store.moto.location(data.store.bucket, data.namespace)
+    url += f"&region={data.options['region']}"
+    source = SegmentSource.open(url, etcd_endpoints=data.etcd_endpoints)
+    for p, end in data.end_offsets().items():
+        rows = read_rows(source, data.topic, p, 0, end, include_headers=True)
+        assert rows == partition_rows(data, p), f"partition {p}"
+    frame = scan_topic(url, data.topic, etcd_endpoints=data.etcd_endpoints).collect()
+    assert frame.height == len(data.expected)
+
+
 # ---------------------------------------------------------------------------------------------
 # damaged objects (copies in a temporary directory)
 

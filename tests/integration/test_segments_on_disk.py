@@ -169,6 +169,8 @@ def test_s3_segments_are_valid(broker_factory, moto, s3_bucket, unsigned):
     )
     signing = "upload bodies not signed" if unsigned else "upload bodies signed)"
     assert signing in broker.log_text(), "the broker's start-up line names its store"
+    url = moto.location(s3_bucket, namespace, broker=True)
+    assert f"storage: {url} (" in broker.log_text(), "... by the URL --storage takes"
     topic = unique("seg-s3")
     kw.ensure_topic(broker.bootstrap, topic, 2)
     msgs = produce_rounds(broker.bootstrap, topic, 2)

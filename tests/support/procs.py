@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 STARTUP_TIMEOUT = 60.0
@@ -386,17 +387,17 @@ class MotoServer(ManagedProcess):
         return out
 
     def broker_args(self, bucket: str, namespace: str | None = None) -> list[str]:
-        args = [
-            "--s3-bucket",
-            bucket,
-            "--s3-region",
-            S3_ENV["AWS_REGION"],
-            "--s3-endpoint",
-            self.endpoint,
-        ]
-        if namespace is not None:
-            args += ["--s3-namespace", namespace]
-        return args
+        """A broker on ``bucket``, as one storage URL (the --s3-* flags say the same in parts;
+        test_startup_errors and the settings' unit tests use those)."""
+        return ["--storage", self.location(bucket, namespace or "default", broker=True)]
+
+    def location(self, bucket: str, namespace: str, *, broker: bool = False) -> str:
+        """The storage URL of ``namespace`` in ``bucket`` on this server (with the region a
+        broker needs; readers default it)."""
+        query = {"endpoint": self.endpoint}
+        if broker:
+            query = {"region": S3_ENV["AWS_REGION"], **query}
+        return f"s3://{bucket}/{namespace}?{urllib.parse.urlencode(query)}"
 
 
 class EtcdServer(ManagedProcess):

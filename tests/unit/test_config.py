@@ -12,6 +12,7 @@ import pytest
 from kafscale.config import (
     CONTROL_PLANE_SETTINGS,
     LISTENER_SETTINGS,
+    SHORTHAND_SETTINGS,
     Settings,
     SettingsError,
     env_var,
@@ -55,8 +56,9 @@ def test_defaults() -> None:
 
 def test_fields_match_core_contract() -> None:
     """Settings carry exactly the attributes _core.BrokerSettings declares, in its order: the
-    listener settings first (the core reads them as the derived listener_specs and tls), the
-    settings only the Python control plane reads last."""
+    listener settings first (the core reads them as the derived listener_specs and tls), then
+    the shorthands (read through the settings they set), the settings only the Python control
+    plane reads last."""
     tree = ast.parse(PYI.read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BrokerSettings")
     # read-only properties: the core only reads them (and Settings is frozen)
@@ -65,7 +67,8 @@ def test_fields_match_core_contract() -> None:
     # last: how the user named each setting they gave (for the core's messages)
     assert declared[-1] == "setting_names"
     names = [f.name for f in dataclasses.fields(Settings)]
-    assert names == list(LISTENER_SETTINGS) + declared[2:-1] + list(CONTROL_PLANE_SETTINGS)
+    core = declared[2:-1]
+    assert names == [*LISTENER_SETTINGS, *SHORTHAND_SETTINGS, *core, *CONTROL_PLANE_SETTINGS]
 
 
 def test_flag_beats_env_beats_default() -> None:

@@ -268,7 +268,7 @@ def test_namespace_and_storage_options(data_dir):
         "access_key_id": "AK",
         "secret_access_key": "SK",
     }
-    with pytest.raises(KafScaleOptionError, match=r"names no namespace"):
+    with pytest.raises(KafScaleOptionError, match=r"names a bucket and a namespace"):
         ReadOptions.parse(
             {"path": "s3://bucket", "subscribe": "o", "etcd.endpoints": "h:2379"},
             streaming=False,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .errors import CliError
 
 if TYPE_CHECKING:  # imported when used: the Kafka commands run without the Rust core
+    from kafscale._core import StorageLocation
     from kafscale.segment import SegmentSource
 
 
@@ -19,8 +20,8 @@ def add_location_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "location",
         metavar="LOCATION",
-        help="s3://BUCKET/NAMESPACE, or a broker's data directory joined with its namespace "
-        "(e.g. ./kafscale-data/default)",
+        help="s3://BUCKET/NAMESPACE[?region=REGION&endpoint=URL], or a broker's data "
+        "directory joined with its namespace (e.g. ./kafscale-data/default)",
     )
     parser.add_argument(
         "--s3-endpoint",
@@ -78,7 +79,7 @@ def storage(location: str) -> Iterator[None]:
     except BrokenPipeError:  # stdout closed by `| head`: not a storage problem
         raise
     except OSError as exc:
-        if location.startswith("s3://"):
+        if _parsed(location).scheme == "s3":
             hint = (
                 "check the bucket name, --s3-endpoint, --s3-region and the "
                 "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment variables"
@@ -110,9 +111,10 @@ def nothing_stored(location: str) -> CliError:
     directory of namespace directories (a broker's data directory itself is refused when the
     source is opened), or a namespace whose records are all still in write-ahead objects that
     no metadata says are committed."""
-    if location.startswith("s3://"):
+    parsed = _parsed(location)
+    if parsed.directory is None:
         return CliError(f"no segments under {location}", NAMESPACE_HINT)
-    root = Path(location.removeprefix("file://"))
+    root = Path(parsed.directory) / parsed.namespace
     try:
         namespaces = [d for d in sorted(root.iterdir()) if _namespace_dir(d)]
         if namespaces:
@@ -132,6 +134,13 @@ def nothing_stored(location: str) -> CliError:
     except OSError:  # unreadable: the generic message
         pass
     return CliError(f"no segments under {location}", NAMESPACE_HINT)
+
+
+def _parsed(location: str) -> StorageLocation:
+    """A location the source was opened at (so it parses)."""
+    from kafscale._core import StorageLocation
+
+    return StorageLocation(location)
 
 
 def _namespace_dir(path: Path) -> bool:

@@ -278,7 +278,7 @@ class ReadOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         opts = _Options(options)
-        location = _parse_location(opts)
+        location, namespace = _parse_location(opts)
         subscription = _parse_subscription(opts)
         # Spark's Kafka source defaults: a batch reads everything, a stream only what comes next
         starting = _parse_start_or_end(opts, "starting", EARLIEST if not streaming else LATEST)
@@ -290,12 +290,6 @@ class ReadOptions:
         for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
             _check_topics_subscribed(spec, name, subscription)
         etcd_endpoints = opts.get("etcd.endpoints")
-        namespace = _namespace_of(location)
-        if not namespace:
-            raise KafScaleOptionError(
-                f"kafscale: {location!r} names no namespace; load s3://bucket/<namespace> (the "
-                "brokers' --s3-namespace, default: default)"
-            )
         given = opts.get("namespace")
         if given and given != namespace:
             raise KafScaleOptionError(
@@ -327,20 +321,35 @@ def _storage_options(opts: _Options) -> StorageOptions:
     return storage
 
 
-def _parse_location(opts: _Options) -> str:
+def _parse_location(opts: _Options) -> tuple[str, str]:
+    """The location and its namespace (s3://bucket/a/b → "a/b"; <data_dir>/<namespace> → the
+    last path component), parsed by the core's one parser of storage URLs."""
     location = opts.get("path")
     if location is None:
         raise KafScaleOptionError(
             "kafscale: say where the segments are: .load('s3://bucket/namespace') or "
             ".load('<data_dir>/<namespace>') for a broker's local data directory"
         )
-    if "://" not in location and not os.path.isdir(location):
+    from kafscale._core import StorageLocation
+
+    try:
+        parsed = StorageLocation(location)
+    except ValueError as exc:
+        raise KafScaleOptionError(f"kafscale: {exc}") from None
+    local = parsed.directory is not None
+    if local and not os.path.isdir(os.path.join(parsed.directory or "", parsed.namespace)):
         raise KafScaleOptionError(
             f"kafscale: {location!r} is not a directory; load() takes s3://bucket/namespace or "
             "a broker's local data directory followed by the namespace, e.g. "
             "./kafscale-data/default"
         )
-    return location
+    if parsed.scheme == "memory":
+        raise KafScaleOptionError(
+            f"kafscale: {location!r} is a broker's own memory, which nothing else can read; "
+            "load() takes s3://bucket/namespace or a broker's data directory followed by the "
+            "namespace"
+        )
+    return location, parsed.namespace
 
 
 def _parse_start_or_end(opts: _Options, which: str, default: int) -> OffsetSpec:
@@ -366,10 +375,3 @@ def _check_topics_subscribed(spec: OffsetSpec, name: str, subscription: Subscrip
         raise KafScaleOptionError(
             f"kafscale: option {name} names topics the query does not read: {', '.join(strangers)}"
         )
-
-
-def _namespace_of(location: str) -> str:
-    """s3://bucket/a/b → "a/b"; a local <data_dir>/<namespace> → its last path component."""
-    if "://" in location:
-        return location.split("://", 1)[1].partition("/")[2].strip("/")
-    return os.path.basename(os.path.normpath(location))

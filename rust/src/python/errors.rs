@@ -2,13 +2,14 @@
 //! error maps onto one. Nothing else in the binding layer builds a Python exception from a
 //! Rust error.
 
-use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError};
+use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::analytics::error::ReadError;
 use crate::error::ApiError;
 use crate::meta::kv::MetaError;
 use crate::running::StartError;
+use crate::store::LocationError;
 
 pyo3::create_exception!(
     _core,
@@ -38,6 +39,11 @@ pub(super) fn api_error(e: ApiError) -> PyErr {
 
 pub(super) fn store_error(e: MetaError) -> PyErr {
     MetadataStoreError::new_err(e.to_string())
+}
+
+/// A storage URL that does not parse: the message says what one looks like.
+pub(super) fn location_error(e: LocationError) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }
 
 pub(super) fn start_error(e: StartError) -> PyErr {

@@ -4,6 +4,7 @@ mod broker;
 mod control;
 mod errors;
 mod group_store;
+mod location;
 mod logging;
 mod runtime;
 mod segments;
@@ -19,6 +20,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     control::register(m)?;
     m.add_class::<group_store::GroupStore>()?;
     m.add_class::<group_store::StoredEntry>()?;
+    m.add_class::<location::PyLocation>()?;
     m.add_class::<segments::SegmentSource>()?;
     m.add_class::<segments::RecordBatchStream>()?;
     m.add_class::<segments::ArrowBatch>()?;

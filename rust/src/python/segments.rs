@@ -13,14 +13,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use tokio::runtime::Runtime;
 
-use super::errors::read_error;
+use super::errors::{location_error, read_error};
 use crate::analytics::columns::kafka_schema;
 use crate::analytics::error::ReadError;
 use crate::analytics::metadata::{etcd_snapshot, Metadata, TopicSnapshot};
 use crate::analytics::reader::TopicReader;
 use crate::analytics::scan::{BatchLimits, PartitionScan};
 use crate::analytics::verify::{orphan_indexes, verify_segment};
-use crate::store::{S3Credentials, SegmentObject, SegmentStore, StorageLocation};
+use crate::store::{Location, S3Credentials, SegmentObject, SegmentStore, StorageLocation};
 
 /// A problem as Python gets it: (object, offset, byte, message).
 type ProblemRow = (String, Option<i64>, Option<u64>, String);
@@ -51,47 +51,65 @@ fn runtime() -> &'static Runtime {
     })
 }
 
-/// `s3://bucket/namespace` or a local `<data dir>/<namespace>` (optionally `file://`).
-fn storage_location(
+/// The region of a bucket no setting names (the AWS SDKs' default as well).
+const DEFAULT_REGION: &str = "us-east-1";
+
+/// The store behind `location` (a storage URL, `store::location`), with S3 settings taken from
+/// the arguments, else from the URL, else from the AWS environment variables. A local location
+/// must be a namespace directory that exists (a broker's data directory itself is refused,
+/// saying which directories in it to pass).
+fn open_location(
     location: &str,
     endpoint: Option<String>,
-    region: String,
+    region: Option<String>,
     credentials: Option<S3Credentials>,
-) -> PyResult<(StorageLocation, String)> {
-    if let Some(rest) = location.strip_prefix("s3://") {
-        let (bucket, namespace) = rest.split_once('/').unwrap_or((rest, ""));
-        let namespace = namespace.trim_matches('/');
-        if bucket.is_empty() || namespace.is_empty() {
-            return Err(PyValueError::new_err(format!(
-                "{location}: an S3 location names bucket and namespace: s3://<bucket>/<namespace>"
-            )));
+) -> PyResult<Location> {
+    let mut parsed = Location::parse(location).map_err(location_error)?;
+    let url_region = parsed.region().map(str::to_string);
+    match &mut parsed.store {
+        StorageLocation::S3 {
+            region: store_region,
+            endpoint: store_endpoint,
+            credentials: store_credentials,
+            ..
+        } => {
+            *store_region = region
+                .or(url_region)
+                .or_else(|| environment(&["AWS_REGION", "AWS_DEFAULT_REGION"]))
+                .unwrap_or_else(|| DEFAULT_REGION.to_string());
+            *store_endpoint = endpoint
+                .or(store_endpoint.take())
+                .or_else(|| environment(&["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]));
+            *store_credentials = credentials;
         }
-        let s3 = StorageLocation::S3 {
-            bucket: bucket.to_string(),
-            region,
-            endpoint,
-            credentials,
-        };
-        return Ok((s3, namespace.to_string()));
+        StorageLocation::LocalDir(dir) => {
+            let path = dir.join(&parsed.namespace);
+            if !path.is_dir() {
+                return Err(PyValueError::new_err(format!(
+                    "{location}: no such directory; give the broker's data directory joined \
+                     with its namespace (e.g. ./data/default), or an s3://<bucket>/<namespace> URL"
+                )));
+            }
+            if path.join("metadata.redb").is_file() {
+                return Err(PyValueError::new_err(data_dir_given(location, &path)));
+            }
+        }
+        StorageLocation::Memory => {
+            return Err(PyValueError::new_err(format!(
+                "{location}: a memory:// store lives inside the broker that runs it; read its \
+                 records through the broker, or run the broker on s3:// or a data directory"
+            )))
+        }
     }
-    let path = Path::new(location.strip_prefix("file://").unwrap_or(location));
-    let (Some(data_dir), Some(namespace)) = (path.parent(), path.file_name()) else {
-        return Err(PyValueError::new_err(format!(
-            "{location}: a local location is a broker's data directory joined with its \
-             namespace, e.g. ./data/default"
-        )));
-    };
-    if !path.is_dir() {
-        return Err(PyValueError::new_err(format!(
-            "{location}: no such directory; give the broker's data directory joined with its \
-             namespace (e.g. ./data/default), or an s3://<bucket>/<namespace> URL"
-        )));
-    }
-    if path.join("metadata.redb").is_file() {
-        return Err(PyValueError::new_err(data_dir_given(location, path)));
-    }
-    let namespace = namespace.to_string_lossy().into_owned();
-    Ok((StorageLocation::LocalDir(data_dir.to_path_buf()), namespace))
+    Ok(parsed)
+}
+
+/// The first of the environment variables `names` that is set and not empty.
+fn environment(names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .find(|value| !value.is_empty())
 }
 
 /// The error for a broker's data directory given without the namespace directory in it (where
@@ -134,13 +152,13 @@ impl SegmentSource {
 #[pymethods]
 impl SegmentSource {
     #[new]
-    #[pyo3(signature = (location, *, region, max_uncompressed_batch_bytes, endpoint=None,
+    #[pyo3(signature = (location, *, max_uncompressed_batch_bytes, region=None, endpoint=None,
         access_key_id=None, secret_access_key=None, session_token=None, etcd_endpoints=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         location: String,
-        region: String,
         max_uncompressed_batch_bytes: usize,
+        region: Option<String>,
         endpoint: Option<String>,
         access_key_id: Option<String>,
         secret_access_key: Option<String>,
@@ -161,8 +179,9 @@ impl SegmentSource {
                 ))
             }
         };
-        let (storage, namespace) = storage_location(&location, endpoint, region, credentials)?;
-        let store = SegmentStore::open(&storage, &namespace)
+        let Location { store, namespace } =
+            open_location(&location, endpoint, region, credentials)?;
+        let store = SegmentStore::open(&store, &namespace)
             .map_err(|e| PyValueError::new_err(format!("{location}: {e}")))?;
         let metadata = etcd_endpoints.map(|endpoints| Metadata::Etcd {
             endpoints,

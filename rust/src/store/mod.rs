@@ -17,11 +17,13 @@ use object_store::{
 
 #[cfg(test)]
 pub(crate) mod faulty;
+mod location;
 mod memory;
 mod problems;
 mod published;
 mod requests;
 
+pub(crate) use location::{Location, LocationError};
 pub(crate) use problems::has_configured_credentials;
 pub(crate) use problems::{concise, one_line, OpenError, Unusable};
 pub(crate) use requests::RequestCounts;
@@ -149,7 +151,8 @@ impl SegmentStore {
             StorageLocation::LocalDir(dir) => Some(dir.clone()),
             _ => None,
         };
-        let (store, description): (Arc<dyn ObjectStore>, String) = match location {
+        // The start-up line and DescribeLogDirs name the store by its URL (`store::location`).
+        let (store, note): (Arc<dyn ObjectStore>, String) = match location {
             StorageLocation::LocalDir(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| OpenError::Directory {
                     dir: dir.clone(),
@@ -160,11 +163,11 @@ impl SegmentStore {
                         dir: dir.clone(),
                         error: e.to_string(),
                     })?;
-                (Arc::new(fs), format!("local directory {}", dir.display()))
+                (Arc::new(fs), String::new())
             }
             StorageLocation::Memory => (
                 Arc::new(memory::MemoryStore::default()),
-                "memory (data is lost on exit)".to_string(),
+                " (data is lost on exit)".to_string(),
             ),
             StorageLocation::S3 {
                 bucket,
@@ -218,24 +221,17 @@ impl SegmentStore {
                     bucket: bucket.clone(),
                     message: one_line(&e.to_string()),
                 })?;
-                let at = endpoint.as_deref().unwrap_or("AWS");
-                (
-                    Arc::new(s3),
-                    format!(
-                        "s3://{bucket} (region {region}, endpoint {at}, {})",
-                        if sign_payload {
-                            "upload bodies signed"
-                        } else {
-                            "upload bodies not signed"
-                        }
-                    ),
-                )
+                let signed = match sign_payload {
+                    true => " (upload bodies signed)",
+                    false => " (upload bodies not signed)",
+                };
+                (Arc::new(s3), signed.to_string())
             }
         };
         Ok(SegmentStore::counted(
             store,
             namespace,
-            format!("{description}, namespace {namespace}"),
+            format!("{}{note}", Location::new(location.clone(), namespace)),
             local_root,
         ))
     }
