@@ -12,7 +12,7 @@ to the built module.
 
 import asyncio
 import builtins
-from typing import Final, Literal, Protocol, Self, final, type_check_only
+from typing import Final, Literal, Protocol, Self, TypeAlias, final, type_check_only
 
 from kafscale.listeners import ListenerSpec, TlsFiles
 
@@ -22,37 +22,71 @@ __all__ = [
     "CONTROL_API_KEYS",
     "AlterConfigsRequest",
     "AlterConfigsResource",
+    "AlterConfigsResourceResult",
+    "AlterConfigsResponse",
     "AlterableConfig",
     "ArrowBatch",
     "Broker",
+    "ConfigSynonym",
     "ControlRequest",
     "CreatableTopic",
+    "CreatableTopicResult",
     "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
     "CreatePartitionsTopic",
+    "CreatePartitionsTopicResult",
     "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "DeletableGroupResult",
     "DeletableTopic",
+    "DeletableTopicResult",
     "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
     "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
     "DescribeConfigsRequest",
     "DescribeConfigsResource",
+    "DescribeConfigsResponse",
+    "DescribeConfigsResult",
     "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "DescribedConfig",
+    "DescribedGroup",
+    "DescribedGroupMember",
     "GroupStore",
     "HeartbeatRequest",
+    "HeartbeatResponse",
+    "JoinGroupMember",
     "JoinGroupProtocol",
     "JoinGroupRequest",
+    "JoinGroupResponse",
     "KafkaApiError",
+    "LeaveGroupMemberResult",
     "LeaveGroupRequest",
+    "LeaveGroupResponse",
     "LeavingMember",
     "ListGroupsRequest",
+    "ListGroupsResponse",
+    "ListedGroup",
     "MetadataStoreError",
     "OffsetCommitPartition",
+    "OffsetCommitPartitionResult",
     "OffsetCommitRequest",
+    "OffsetCommitResponse",
     "OffsetCommitTopic",
+    "OffsetCommitTopicResult",
+    "OffsetDeletePartitionResult",
     "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
     "OffsetDeleteTopic",
+    "OffsetDeleteTopicResult",
     "OffsetFetchGroup",
+    "OffsetFetchGroupResult",
+    "OffsetFetchPartitionResult",
     "OffsetFetchRequest",
+    "OffsetFetchResponse",
     "OffsetFetchTopic",
+    "OffsetFetchTopicResult",
     "RecordBatchStream",
     "SegmentError",
     "SegmentSource",
@@ -60,6 +94,7 @@ __all__ = [
     "StoredEntry",
     "SyncGroupAssignment",
     "SyncGroupRequest",
+    "SyncGroupResponse",
     "TopicConfig",
     "TopicInfo",
     "committed_bounds",
@@ -206,7 +241,7 @@ class TopicInfo:
     partitions: Final[int]
     configs: Final[dict[str, str]]
 
-# --- topic admin: requests as the core decodes them (answers: see ControlRequest.respond) -----
+# --- topic admin: requests as the core decodes them (answers: below) ---------------------------
 
 @final
 class CreatableTopic:
@@ -236,7 +271,7 @@ class DeleteTopicsRequest:
     topics: Final[list[DeletableTopic]]
     timeout_ms: Final[int]
 
-# --- consumer groups: requests as the core decodes them (answers: kafscale.groups.protocol) ----
+# --- consumer groups: requests as the core decodes them (answers: below) -----------------------
 
 @final
 class JoinGroupProtocol:
@@ -364,8 +399,7 @@ class GroupStore:
         ``expect`` holds (revision 0: the key must not exist). Returns the new store revision,
         or None when an expectation failed (nothing written). Raises MetadataStoreError."""
 
-# --- ops APIs: requests as the core decodes them (answers: kafscale.groups.protocol for groups,
-# kafscale.admin.protocol for configs and partitions) ------------------------------------------
+# --- ops APIs: requests as the core decodes them (answers: below) ------------------------------
 
 @final
 class DescribeGroupsRequest:
@@ -475,12 +509,11 @@ class ControlRequest:
         | CreatePartitionsRequest
     ]
     """The request's API's class (``api_key`` says which)."""
-    def respond(self, response: object) -> None:
-        """Encode the response at the request's version and send it. Every answer is read by
-        attribute name: the group APIs take the matching answer of ``kafscale.groups.protocol``,
-        the topic, config and partition APIs that of ``kafscale.admin.protocol``.
-        Raises TypeError naming what is missing, RuntimeError when already answered. A request
-        dropped without a response closes its connection."""
+    def respond(self, response: ControlAnswer) -> None:
+        """Encode the answer at the request's version and send it: the request's own answer
+        class (JoinGroupResponse for JoinGroupRequest, AlterConfigsResponse for both config
+        alterations, ...). Raises TypeError naming the class expected, RuntimeError when
+        already answered. A request dropped without a response closes its connection."""
 
 @final
 class Broker:
@@ -562,6 +595,391 @@ class TopicConfig:
 
 def topic_configs() -> list[TopicConfig]:
     """Every topic config KafScale honours, in the order the docs list them."""
+
+# --- control-plane answers: what Python answers each request with; the core encodes it at the
+# request's version (fields a version lacks are dropped) ---------------------------------------
+
+@final
+class CreatePartitionsTopicResult:
+    def __new__(cls, name: str, error_code: int, error_message: str | None = None) -> Self: ...
+    name: Final[str]
+    error_code: Final[int]
+    error_message: Final[str | None]
+
+@final
+class CreatePartitionsResponse:
+    def __new__(
+        cls, results: list[CreatePartitionsTopicResult], throttle_time_ms: int = 0
+    ) -> Self: ...
+    results: Final[list[CreatePartitionsTopicResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class OffsetDeletePartitionResult:
+    def __new__(cls, partition_index: int, error_code: int) -> Self: ...
+    partition_index: Final[int]
+    error_code: Final[int]
+
+@final
+class OffsetDeleteTopicResult:
+    def __new__(cls, name: str, partitions: list[OffsetDeletePartitionResult]) -> Self: ...
+    name: Final[str]
+    partitions: Final[list[OffsetDeletePartitionResult]]
+
+@final
+class OffsetDeleteResponse:
+    """A group-level ``error_code`` comes with no topics, as Kafka answers it."""
+
+    def __new__(
+        cls, error_code: int, topics: list[OffsetDeleteTopicResult] = ..., throttle_time_ms: int = 0
+    ) -> Self: ...
+    error_code: Final[int]
+    topics: Final[list[OffsetDeleteTopicResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class DescribedGroupMember:
+    def __new__(
+        cls,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        member_metadata: bytes,
+        member_assignment: bytes,
+    ) -> Self: ...
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    client_id: Final[str]
+    client_host: Final[str]
+    member_metadata: Final[bytes]
+    member_assignment: Final[bytes]
+
+@final
+class DescribedGroup:
+    def __new__(
+        cls,
+        error_code: int,
+        group_id: str,
+        group_state: str = ...,
+        protocol_type: str = ...,
+        protocol_data: str = ...,
+        members: list[DescribedGroupMember] = ...,
+        authorized_operations: int = ...,
+    ) -> Self: ...
+    error_code: Final[int]
+    group_id: Final[str]
+    group_state: Final[str]
+    protocol_type: Final[str]
+    protocol_data: Final[str]
+    members: Final[list[DescribedGroupMember]]
+    authorized_operations: Final[int]
+
+@final
+class DescribeGroupsResponse:
+    def __new__(cls, groups: list[DescribedGroup], throttle_time_ms: int = 0) -> Self: ...
+    groups: Final[list[DescribedGroup]]
+    throttle_time_ms: Final[int]
+
+@final
+class ListedGroup:
+    def __new__(
+        cls, group_id: str, protocol_type: str, group_state: str, group_type: str = ...
+    ) -> Self: ...
+    group_id: Final[str]
+    protocol_type: Final[str]
+    group_state: Final[str]
+    group_type: Final[str]
+
+@final
+class ListGroupsResponse:
+    def __new__(
+        cls, error_code: int, groups: list[ListedGroup] = ..., throttle_time_ms: int = 0
+    ) -> Self: ...
+    error_code: Final[int]
+    groups: Final[list[ListedGroup]]
+    throttle_time_ms: Final[int]
+
+@final
+class DeletableGroupResult:
+    def __new__(cls, group_id: str, error_code: int) -> Self: ...
+    group_id: Final[str]
+    error_code: Final[int]
+
+@final
+class DeleteGroupsResponse:
+    def __new__(cls, results: list[DeletableGroupResult], throttle_time_ms: int = 0) -> Self: ...
+    results: Final[list[DeletableGroupResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class CreatableTopicResult:
+    """v5+ carry the topic as created (or as validate_only would create it): its partitions,
+    replication factor and every config as DescribeConfigs lists it (of each DescribedConfig
+    the name, value, read_only, config_source and is_sensitive); v7 its id. A topic that
+    failed keeps the defaults (no id, -1 partitions and replication factor, no configs)."""
+
+    def __new__(
+        cls,
+        name: str,
+        error_code: int,
+        error_message: str | None = None,
+        topic_id: str | None = ...,
+        num_partitions: int = ...,
+        replication_factor: int = ...,
+        configs: list[DescribedConfig] = ...,
+    ) -> Self: ...
+    name: Final[str]
+    error_code: Final[int]
+    error_message: Final[str | None]
+    topic_id: Final[str | None]
+    num_partitions: Final[int]
+    replication_factor: Final[int]
+    configs: Final[list[DescribedConfig]]
+
+@final
+class CreateTopicsResponse:
+    def __new__(cls, topics: list[CreatableTopicResult], throttle_time_ms: int = 0) -> Self: ...
+    topics: Final[list[CreatableTopicResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class DeletableTopicResult:
+    """``name`` is None only for an id no topic has (v6); the message is v5+, the id v6."""
+
+    def __new__(
+        cls,
+        name: str | None,
+        error_code: int,
+        error_message: str | None = None,
+        topic_id: str | None = ...,
+    ) -> Self: ...
+    name: Final[str | None]
+    error_code: Final[int]
+    error_message: Final[str | None]
+    topic_id: Final[str | None]
+
+@final
+class DeleteTopicsResponse:
+    def __new__(cls, responses: list[DeletableTopicResult], throttle_time_ms: int = 0) -> Self: ...
+    responses: Final[list[DeletableTopicResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class JoinGroupMember:
+    def __new__(cls, member_id: str, group_instance_id: str | None, metadata: bytes) -> Self: ...
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    metadata: Final[bytes]
+
+@final
+class JoinGroupResponse:
+    def __new__(
+        cls,
+        error_code: int,
+        generation_id: int = ...,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        leader: str = ...,
+        member_id: str = ...,
+        members: list[JoinGroupMember] = ...,
+        skip_assignment: bool = False,
+        throttle_time_ms: int = 0,
+    ) -> Self: ...
+    error_code: Final[int]
+    generation_id: Final[int]
+    protocol_type: Final[str | None]
+    protocol_name: Final[str | None]
+    leader: Final[str]
+    member_id: Final[str]
+    members: Final[list[JoinGroupMember]]
+    skip_assignment: Final[bool]
+    throttle_time_ms: Final[int]
+
+@final
+class SyncGroupResponse:
+    def __new__(
+        cls,
+        error_code: int,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignment: bytes = ...,
+        throttle_time_ms: int = 0,
+    ) -> Self: ...
+    error_code: Final[int]
+    protocol_type: Final[str | None]
+    protocol_name: Final[str | None]
+    assignment: Final[bytes]
+    throttle_time_ms: Final[int]
+
+@final
+class HeartbeatResponse:
+    def __new__(cls, error_code: int, throttle_time_ms: int = 0) -> Self: ...
+    error_code: Final[int]
+    throttle_time_ms: Final[int]
+
+@final
+class LeaveGroupMemberResult:
+    def __new__(cls, member_id: str, group_instance_id: str | None, error_code: int) -> Self: ...
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    error_code: Final[int]
+
+@final
+class LeaveGroupResponse:
+    def __new__(
+        cls, error_code: int, members: list[LeaveGroupMemberResult] = ..., throttle_time_ms: int = 0
+    ) -> Self: ...
+    error_code: Final[int]
+    members: Final[list[LeaveGroupMemberResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class OffsetCommitPartitionResult:
+    def __new__(cls, partition_index: int, error_code: int) -> Self: ...
+    partition_index: Final[int]
+    error_code: Final[int]
+
+@final
+class OffsetCommitTopicResult:
+    def __new__(cls, name: str, partitions: list[OffsetCommitPartitionResult]) -> Self: ...
+    name: Final[str]
+    partitions: Final[list[OffsetCommitPartitionResult]]
+
+@final
+class OffsetCommitResponse:
+    def __new__(cls, topics: list[OffsetCommitTopicResult], throttle_time_ms: int = 0) -> Self: ...
+    topics: Final[list[OffsetCommitTopicResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class OffsetFetchPartitionResult:
+    def __new__(
+        cls,
+        partition_index: int,
+        committed_offset: int = ...,
+        committed_leader_epoch: int = ...,
+        metadata: str | None = ...,
+        error_code: int = 0,
+    ) -> Self: ...
+    partition_index: Final[int]
+    committed_offset: Final[int]
+    committed_leader_epoch: Final[int]
+    metadata: Final[str | None]
+    error_code: Final[int]
+
+@final
+class OffsetFetchTopicResult:
+    def __new__(cls, name: str, partitions: list[OffsetFetchPartitionResult]) -> Self: ...
+    name: Final[str]
+    partitions: Final[list[OffsetFetchPartitionResult]]
+
+@final
+class OffsetFetchGroupResult:
+    def __new__(
+        cls, group_id: str, error_code: int, topics: list[OffsetFetchTopicResult] = ...
+    ) -> Self: ...
+    group_id: Final[str]
+    error_code: Final[int]
+    topics: Final[list[OffsetFetchTopicResult]]
+
+@final
+class OffsetFetchResponse:
+    """One result per requested group, in the request's order (v8+ ask for several)."""
+
+    def __new__(cls, groups: list[OffsetFetchGroupResult], throttle_time_ms: int = 0) -> Self: ...
+    groups: Final[list[OffsetFetchGroupResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class ConfigSynonym:
+    def __new__(cls, name: str, value: str | None, source: int) -> Self: ...
+    name: Final[str]
+    value: Final[str | None]
+    source: Final[int]
+
+@final
+class DescribedConfig:
+    def __new__(
+        cls,
+        name: str,
+        value: str | None,
+        read_only: bool,
+        config_source: int,
+        is_sensitive: bool = False,
+        synonyms: list[ConfigSynonym] = ...,
+        config_type: int = 0,
+        documentation: str | None = None,
+    ) -> Self: ...
+    name: Final[str]
+    value: Final[str | None]
+    read_only: Final[bool]
+    config_source: Final[int]
+    is_sensitive: Final[bool]
+    synonyms: Final[list[ConfigSynonym]]
+    config_type: Final[int]
+    documentation: Final[str | None]
+
+@final
+class DescribeConfigsResult:
+    def __new__(
+        cls,
+        error_code: int,
+        error_message: str | None,
+        resource_type: int,
+        resource_name: str,
+        configs: list[DescribedConfig] = ...,
+    ) -> Self: ...
+    error_code: Final[int]
+    error_message: Final[str | None]
+    resource_type: Final[int]
+    resource_name: Final[str]
+    configs: Final[list[DescribedConfig]]
+
+@final
+class DescribeConfigsResponse:
+    def __new__(cls, results: list[DescribeConfigsResult], throttle_time_ms: int = 0) -> Self: ...
+    results: Final[list[DescribeConfigsResult]]
+    throttle_time_ms: Final[int]
+
+@final
+class AlterConfigsResourceResult:
+    def __new__(
+        cls, error_code: int, error_message: str | None, resource_type: int, resource_name: str
+    ) -> Self: ...
+    error_code: Final[int]
+    error_message: Final[str | None]
+    resource_type: Final[int]
+    resource_name: Final[str]
+
+@final
+class AlterConfigsResponse:
+    """The answer to AlterConfigs and to IncrementalAlterConfigs (same shape)."""
+
+    def __new__(
+        cls, responses: list[AlterConfigsResourceResult], throttle_time_ms: int = 0
+    ) -> Self: ...
+    responses: Final[list[AlterConfigsResourceResult]]
+    throttle_time_ms: Final[int]
+
+# What Python answers a control-plane request with: the request's own answer class.
+ControlAnswer: TypeAlias = (
+    CreateTopicsResponse
+    | DeleteTopicsResponse
+    | JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | DescribeGroupsResponse
+    | ListGroupsResponse
+    | DeleteGroupsResponse
+    | OffsetDeleteResponse
+    | DescribeConfigsResponse
+    | AlterConfigsResponse
+    | CreatePartitionsResponse
+)
 
 # --- analytics path: segments straight from object storage -----------------------------------
 

@@ -4,7 +4,8 @@ partitions, and consumer groups (:mod:`kafscale.groups`).
 
 Each route names its API, the handler that answers it and the answer that reports an error
 code for every item of the request (what the client gets when the handler fails). Every
-answer is a plain dataclass the core reads by attribute and encodes at the request's version.
+answer is an object of the API's answer class in the core (``_core.ControlAnswer``), which the
+core encodes at the request's version.
 A body is cast to the stub's class for its API (``_core.pyi``), so the type checker holds each
 handler's parameter types against what the core really hands over.
 
@@ -109,9 +110,9 @@ async def _after(
 
 @dataclass(frozen=True)
 class _Route:
-    serve: Callable[[_core.ControlRequest], Awaitable[object]]
+    serve: Callable[[_core.ControlRequest], Awaitable[_core.ControlAnswer]]
     # The answer that reports ``code`` for every item of the request.
-    failure: Callable[[_core.ControlRequest, int], object]
+    failure: Callable[[_core.ControlRequest, int], _core.ControlAnswer]
 
 
 class ControlPlane:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafscale.control")
 
 
-def send(req: _core.ControlRequest, response: object, api_name: str) -> None:
+def send(req: _core.ControlRequest, response: _core.ControlAnswer, api_name: str) -> None:
     """Responds; a failure (typically the client went away) is logged, never raised - there is
     nobody left to tell."""
     try:

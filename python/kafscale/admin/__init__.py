@@ -2,9 +2,8 @@
 
 The topic handlers read the core's request objects and return
 :class:`~kafscale.admin.topics.TopicResult` and :class:`~kafscale.admin.topics.DeletedTopic`
-lists (unit-tested without the extension); the functions here turn those into the CreateTopics
-and DeleteTopics answers, plain dataclasses of :mod:`kafscale.admin.protocol` that the core
-reads by attribute, as for every other API.
+lists; the functions here turn those into the CreateTopics and DeleteTopics answers, classes of
+the core re-exported by :mod:`kafscale.admin.protocol`, as for every other API.
 """
 
 from __future__ import annotations

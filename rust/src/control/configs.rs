@@ -1,6 +1,6 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs across the bridge: the requests
 //! as the config handlers see them (both alter APIs as one `AlterConfigsRequest`), and their
-//! answers (`kafscale.admin.protocol`, read by attribute name) encoded at the request's version.
+//! answers (classes Python constructs, re-exported by `kafscale.admin.protocol`) encoded at the request's version.
 
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult as WireConfig, DescribeConfigsResult as WireResult,
@@ -127,14 +127,29 @@ impl AlterConfigsRequest {
     }
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ConfigSynonym {
     pub name: String,
     pub value: Option<String>,
     pub source: i8,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl ConfigSynonym {
+    #[new]
+    #[pyo3(signature = (name, value, source))]
+    fn new(name: String, value: Option<String>, source: i8) -> Self {
+        ConfigSynonym {
+            name,
+            value,
+            source,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DescribedConfig {
     pub name: String,
     pub value: Option<String>,
@@ -146,7 +161,36 @@ pub(crate) struct DescribedConfig {
     pub documentation: Option<String>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl DescribedConfig {
+    #[new]
+    #[pyo3(signature = (name, value, read_only, config_source, is_sensitive = false, synonyms = Vec::new(), config_type = 0, documentation = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        name: String,
+        value: Option<String>,
+        read_only: bool,
+        config_source: i8,
+        is_sensitive: bool,
+        synonyms: Vec<ConfigSynonym>,
+        config_type: i8,
+        documentation: Option<String>,
+    ) -> Self {
+        DescribedConfig {
+            name,
+            value,
+            read_only,
+            config_source,
+            is_sensitive,
+            synonyms,
+            config_type,
+            documentation,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DescribeConfigsResult {
     pub error_code: i16,
     pub error_message: Option<String>,
@@ -155,10 +199,44 @@ pub(crate) struct DescribeConfigsResult {
     pub configs: Vec<DescribedConfig>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl DescribeConfigsResult {
+    #[new]
+    #[pyo3(signature = (error_code, error_message, resource_type, resource_name, configs = Vec::new()))]
+    fn new(
+        error_code: i16,
+        error_message: Option<String>,
+        resource_type: i8,
+        resource_name: String,
+        configs: Vec<DescribedConfig>,
+    ) -> Self {
+        DescribeConfigsResult {
+            error_code,
+            error_message,
+            resource_type,
+            resource_name,
+            configs,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DescribeConfigsResponse {
     pub results: Vec<DescribeConfigsResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl DescribeConfigsResponse {
+    #[new]
+    #[pyo3(signature = (results, throttle_time_ms = 0))]
+    fn new(results: Vec<DescribeConfigsResult>, throttle_time_ms: i32) -> Self {
+        DescribeConfigsResponse {
+            results,
+            throttle_time_ms,
+        }
+    }
 }
 
 /// v0 says whether a value is the default (`is_default`); v1+ say where it comes from
@@ -207,7 +285,8 @@ pub(crate) fn describe_configs(
         .with_results(results.collect())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AlterConfigsResourceResult {
     pub error_code: i16,
     pub error_message: Option<String>,
@@ -215,10 +294,42 @@ pub(crate) struct AlterConfigsResourceResult {
     pub resource_name: String,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl AlterConfigsResourceResult {
+    #[new]
+    #[pyo3(signature = (error_code, error_message, resource_type, resource_name))]
+    fn new(
+        error_code: i16,
+        error_message: Option<String>,
+        resource_type: i8,
+        resource_name: String,
+    ) -> Self {
+        AlterConfigsResourceResult {
+            error_code,
+            error_message,
+            resource_type,
+            resource_name,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AlterConfigsResponse {
     pub responses: Vec<AlterConfigsResourceResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl AlterConfigsResponse {
+    #[new]
+    #[pyo3(signature = (responses, throttle_time_ms = 0))]
+    fn new(responses: Vec<AlterConfigsResourceResult>, throttle_time_ms: i32) -> Self {
+        AlterConfigsResponse {
+            responses,
+            throttle_time_ms,
+        }
+    }
 }
 
 /// The one answer of both alter APIs, as either wire response (same fields, two schemas).

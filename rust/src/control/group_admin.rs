@@ -1,5 +1,5 @@
 //! DescribeGroups, ListGroups and DeleteGroups across the bridge: the requests as the group
-//! coordinator sees them, and its answers (`kafscale.groups.protocol`, read by attribute name)
+//! coordinator sees them, and its answers (classes Python constructs, re-exported by `kafscale.groups.protocol`)
 //! encoded at the request's version.
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult as WireDeleted;
@@ -69,7 +69,8 @@ impl DeleteGroupsRequest {
     }
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DescribedGroupMember {
     pub member_id: String,
     pub group_instance_id: Option<String>,
@@ -79,7 +80,31 @@ pub(crate) struct DescribedGroupMember {
     pub member_assignment: Vec<u8>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl DescribedGroupMember {
+    #[new]
+    #[pyo3(signature = (member_id, group_instance_id, client_id, client_host, member_metadata, member_assignment))]
+    fn new(
+        member_id: String,
+        group_instance_id: Option<String>,
+        client_id: String,
+        client_host: String,
+        member_metadata: Vec<u8>,
+        member_assignment: Vec<u8>,
+    ) -> Self {
+        DescribedGroupMember {
+            member_id,
+            group_instance_id,
+            client_id,
+            client_host,
+            member_metadata,
+            member_assignment,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DescribedGroup {
     pub error_code: i16,
     pub group_id: String,
@@ -90,10 +115,48 @@ pub(crate) struct DescribedGroup {
     pub authorized_operations: i32,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl DescribedGroup {
+    #[new]
+    #[pyo3(signature = (error_code, group_id, group_state = String::new(), protocol_type = String::new(), protocol_data = String::new(), members = Vec::new(), authorized_operations = i32::MIN))]
+    fn new(
+        error_code: i16,
+        group_id: String,
+        group_state: String,
+        protocol_type: String,
+        protocol_data: String,
+        members: Vec<DescribedGroupMember>,
+        authorized_operations: i32,
+    ) -> Self {
+        DescribedGroup {
+            error_code,
+            group_id,
+            group_state,
+            protocol_type,
+            protocol_data,
+            members,
+            authorized_operations,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DescribeGroupsResponse {
     pub groups: Vec<DescribedGroup>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl DescribeGroupsResponse {
+    #[new]
+    #[pyo3(signature = (groups, throttle_time_ms = 0))]
+    fn new(groups: Vec<DescribedGroup>, throttle_time_ms: i32) -> Self {
+        DescribeGroupsResponse {
+            groups,
+            throttle_time_ms,
+        }
+    }
 }
 
 /// Authorized operations exist from v3, static members' instance ids from v4.
@@ -133,7 +196,8 @@ pub(crate) fn describe_groups(
         .with_groups(groups.collect())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ListedGroup {
     pub group_id: String,
     pub protocol_type: String,
@@ -141,11 +205,44 @@ pub(crate) struct ListedGroup {
     pub group_type: String,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl ListedGroup {
+    #[new]
+    #[pyo3(signature = (group_id, protocol_type, group_state, group_type = String::from("classic")))]
+    fn new(
+        group_id: String,
+        protocol_type: String,
+        group_state: String,
+        group_type: String,
+    ) -> Self {
+        ListedGroup {
+            group_id,
+            protocol_type,
+            group_state,
+            group_type,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ListGroupsResponse {
     pub error_code: i16,
     pub groups: Vec<ListedGroup>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl ListGroupsResponse {
+    #[new]
+    #[pyo3(signature = (error_code, groups = Vec::new(), throttle_time_ms = 0))]
+    fn new(error_code: i16, groups: Vec<ListedGroup>, throttle_time_ms: i32) -> Self {
+        ListGroupsResponse {
+            error_code,
+            groups,
+            throttle_time_ms,
+        }
+    }
 }
 
 /// The group state exists from v4, the group type from v5.
@@ -170,16 +267,42 @@ pub(crate) fn list_groups(answer: ListGroupsResponse, version: i16) -> wire::Lis
         .with_groups(groups.collect())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DeletableGroupResult {
     pub group_id: String,
     pub error_code: i16,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl DeletableGroupResult {
+    #[new]
+    #[pyo3(signature = (group_id, error_code))]
+    fn new(group_id: String, error_code: i16) -> Self {
+        DeletableGroupResult {
+            group_id,
+            error_code,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DeleteGroupsResponse {
     pub results: Vec<DeletableGroupResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl DeleteGroupsResponse {
+    #[new]
+    #[pyo3(signature = (results, throttle_time_ms = 0))]
+    fn new(results: Vec<DeletableGroupResult>, throttle_time_ms: i32) -> Self {
+        DeleteGroupsResponse {
+            results,
+            throttle_time_ms,
+        }
+    }
 }
 
 pub(crate) fn delete_groups(answer: DeleteGroupsResponse) -> wire::DeleteGroupsResponse {

@@ -49,6 +49,9 @@ macro_rules! control_apis {
                 classes: [
                     crate::control::topics::CreatableTopic,
                     crate::control::topics::CreateTopicsRequest,
+                    crate::control::topics::CreatableTopicResult,
+                    crate::control::configs::DescribedConfig,
+                    crate::control::configs::ConfigSynonym,
                 ],
             }
             // v6 names topics by name or by id.
@@ -62,6 +65,7 @@ macro_rules! control_apis {
                 classes: [
                     crate::control::topics::DeletableTopic,
                     crate::control::topics::DeleteTopicsRequest,
+                    crate::control::topics::DeletableTopicResult,
                 ],
             }
             JoinGroup {
@@ -74,6 +78,7 @@ macro_rules! control_apis {
                 classes: [
                     crate::control::groups::requests::JoinGroupProtocol,
                     crate::control::groups::requests::JoinGroupRequest,
+                    crate::control::groups::answers::JoinGroupMember,
                 ],
             }
             SyncGroup {
@@ -107,6 +112,7 @@ macro_rules! control_apis {
                 classes: [
                     crate::control::groups::requests::LeavingMember,
                     crate::control::groups::requests::LeaveGroupRequest,
+                    crate::control::groups::answers::LeaveGroupMemberResult,
                 ],
             }
             // v9 (KIP-848) reads the generation as the member epoch of the new consumer
@@ -122,6 +128,8 @@ macro_rules! control_apis {
                     crate::control::groups::requests::OffsetCommitPartition,
                     crate::control::groups::requests::OffsetCommitTopic,
                     crate::control::groups::requests::OffsetCommitRequest,
+                    crate::control::groups::answers::OffsetCommitTopicResult,
+                    crate::control::groups::answers::OffsetCommitPartitionResult,
                 ],
             }
             // v8+ batch several groups in one request, each answered on its own.
@@ -136,6 +144,9 @@ macro_rules! control_apis {
                     crate::control::groups::requests::OffsetFetchTopic,
                     crate::control::groups::requests::OffsetFetchGroup,
                     crate::control::groups::requests::OffsetFetchRequest,
+                    crate::control::groups::answers::OffsetFetchGroupResult,
+                    crate::control::groups::answers::OffsetFetchTopicResult,
+                    crate::control::groups::answers::OffsetFetchPartitionResult,
                 ],
             }
             DescribeGroups {
@@ -145,7 +156,11 @@ macro_rules! control_apis {
                 answer: |a: crate::control::group_admin::DescribeGroupsResponse, _, v| {
                     crate::control::group_admin::describe_groups(a, v)
                 },
-                classes: [crate::control::group_admin::DescribeGroupsRequest],
+                classes: [
+                    crate::control::group_admin::DescribeGroupsRequest,
+                    crate::control::group_admin::DescribedGroup,
+                    crate::control::group_admin::DescribedGroupMember,
+                ],
             }
             ListGroups {
                 versions: 0..=5,
@@ -154,7 +169,10 @@ macro_rules! control_apis {
                 answer: |a: crate::control::group_admin::ListGroupsResponse, _, v| {
                     crate::control::group_admin::list_groups(a, v)
                 },
-                classes: [crate::control::group_admin::ListGroupsRequest],
+                classes: [
+                    crate::control::group_admin::ListGroupsRequest,
+                    crate::control::group_admin::ListedGroup,
+                ],
             }
             DeleteGroups {
                 versions: 0..=2,
@@ -163,7 +181,10 @@ macro_rules! control_apis {
                 answer: |a: crate::control::group_admin::DeleteGroupsResponse, _, _| {
                     crate::control::group_admin::delete_groups(a)
                 },
-                classes: [crate::control::group_admin::DeleteGroupsRequest],
+                classes: [
+                    crate::control::group_admin::DeleteGroupsRequest,
+                    crate::control::group_admin::DeletableGroupResult,
+                ],
             }
             // KIP-496: committed offsets of partitions a group no longer consumes.
             OffsetDelete {
@@ -176,6 +197,8 @@ macro_rules! control_apis {
                 classes: [
                     crate::control::offset_delete::OffsetDeleteTopic,
                     crate::control::offset_delete::OffsetDeleteRequest,
+                    crate::control::offset_delete::OffsetDeleteTopicResult,
+                    crate::control::offset_delete::OffsetDeletePartitionResult,
                 ],
             }
             DescribeConfigs {
@@ -188,6 +211,9 @@ macro_rules! control_apis {
                 classes: [
                     crate::control::configs::DescribeConfigsResource,
                     crate::control::configs::DescribeConfigsRequest,
+                    crate::control::configs::DescribeConfigsResult,
+                    crate::control::configs::DescribedConfig,
+                    crate::control::configs::ConfigSynonym,
                 ],
             }
             AlterConfigs {
@@ -201,6 +227,7 @@ macro_rules! control_apis {
                     crate::control::configs::AlterableConfig,
                     crate::control::configs::AlterConfigsResource,
                     crate::control::configs::AlterConfigsRequest,
+                    crate::control::configs::AlterConfigsResourceResult,
                 ],
             }
             // Python sees it as an AlterConfigs request whose configs carry an operation, and
@@ -226,6 +253,7 @@ macro_rules! control_apis {
                 classes: [
                     crate::control::partitions::CreatePartitionsTopic,
                     crate::control::partitions::CreatePartitionsRequest,
+                    crate::control::partitions::CreatePartitionsTopicResult,
                 ],
             }
         }

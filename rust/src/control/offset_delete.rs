@@ -1,5 +1,5 @@
 //! OffsetDelete (KIP-496) across the bridge: the request as the group coordinator sees it, and
-//! its answer (`kafscale.groups.protocol`, read by attribute name) for the codec. Kafka serves
+//! its answer (classes Python constructs, re-exported by `kafscale.groups.protocol`) for the codec. Kafka serves
 //! only v0.
 
 use kafka_protocol::messages::offset_delete_response::{
@@ -38,23 +38,60 @@ impl OffsetDeleteRequest {
     }
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetDeletePartitionResult {
     pub partition_index: i32,
     pub error_code: i16,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl OffsetDeletePartitionResult {
+    #[new]
+    #[pyo3(signature = (partition_index, error_code))]
+    fn new(partition_index: i32, error_code: i16) -> Self {
+        OffsetDeletePartitionResult {
+            partition_index,
+            error_code,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetDeleteTopicResult {
     pub name: String,
     pub partitions: Vec<OffsetDeletePartitionResult>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl OffsetDeleteTopicResult {
+    #[new]
+    #[pyo3(signature = (name, partitions))]
+    fn new(name: String, partitions: Vec<OffsetDeletePartitionResult>) -> Self {
+        OffsetDeleteTopicResult { name, partitions }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetDeleteResponse {
     pub error_code: i16,
     pub topics: Vec<OffsetDeleteTopicResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl OffsetDeleteResponse {
+    #[new]
+    #[pyo3(signature = (error_code, topics = Vec::new(), throttle_time_ms = 0))]
+    fn new(error_code: i16, topics: Vec<OffsetDeleteTopicResult>, throttle_time_ms: i32) -> Self {
+        OffsetDeleteResponse {
+            error_code,
+            topics,
+            throttle_time_ms,
+        }
+    }
 }
 
 pub(crate) fn offset_delete(answer: OffsetDeleteResponse) -> wire::OffsetDeleteResponse {

@@ -1,5 +1,5 @@
 //! CreatePartitions across the bridge: the request as the partition handler sees it, and its
-//! answer (`kafscale.admin.protocol`, read by attribute name) for the codec.
+//! answer (classes Python constructs, re-exported by `kafscale.admin.protocol`) for the codec.
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult as WireResult;
 use kafka_protocol::messages::{self as wire};
@@ -45,17 +45,44 @@ impl CreatePartitionsRequest {
     }
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CreatePartitionsTopicResult {
     pub name: String,
     pub error_code: i16,
     pub error_message: Option<String>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl CreatePartitionsTopicResult {
+    #[new]
+    #[pyo3(signature = (name, error_code, error_message = None))]
+    fn new(name: String, error_code: i16, error_message: Option<String>) -> Self {
+        CreatePartitionsTopicResult {
+            name,
+            error_code,
+            error_message,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CreatePartitionsResponse {
     pub results: Vec<CreatePartitionsTopicResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl CreatePartitionsResponse {
+    #[new]
+    #[pyo3(signature = (results, throttle_time_ms = 0))]
+    fn new(results: Vec<CreatePartitionsTopicResult>, throttle_time_ms: i32) -> Self {
+        CreatePartitionsResponse {
+            results,
+            throttle_time_ms,
+        }
+    }
 }
 
 pub(crate) fn create_partitions(

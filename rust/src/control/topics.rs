@@ -18,6 +18,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use uuid::Uuid;
 
+use crate::control::configs::DescribedConfig;
 use crate::control::text::{read, wire, wire_opt};
 use crate::protocol::topic_name;
 
@@ -116,34 +117,79 @@ fn topic_id(id: &Bound<'_, PyAny>) -> PyResult<Uuid> {
     }
 }
 
-// Python's answers (dataclasses of `kafscale.admin.protocol`), read by attribute.
-
-/// One config of a created topic, as DescribeConfigs would list it.
-#[derive(Debug, Clone, FromPyObject)]
-pub(crate) struct CreatedConfig {
-    name: String,
-    value: Option<String>,
-    read_only: bool,
-    config_source: i8,
-    is_sensitive: bool,
+/// A topic id as Python gives it back: None for the nil id (a topic that was not created, or an
+/// id no topic has).
+fn topic_id_text(id: Uuid) -> Option<String> {
+    (!id.is_nil()).then(|| id.to_string())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+// The answers Python constructs (`kafscale._core`, re-exported by `kafscale.admin.protocol`).
+
+#[pyclass(frozen, eq, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CreatableTopicResult {
+    #[pyo3(get)]
     name: String,
+    #[pyo3(get)]
     error_code: i16,
+    #[pyo3(get)]
     error_message: Option<String>,
-    #[pyo3(from_py_with = topic_id)]
     topic_id: Uuid,
+    #[pyo3(get)]
     num_partitions: i32,
+    #[pyo3(get)]
     replication_factor: i16,
-    configs: Vec<CreatedConfig>,
+    #[pyo3(get)]
+    configs: Vec<DescribedConfig>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl CreatableTopicResult {
+    #[new]
+    #[pyo3(signature = (name, error_code, error_message = None, topic_id = Uuid::nil(), num_partitions = -1, replication_factor = -1, configs = Vec::new()))]
+    fn new(
+        name: String,
+        error_code: i16,
+        error_message: Option<String>,
+        #[pyo3(from_py_with = topic_id)] topic_id: Uuid,
+        num_partitions: i32,
+        replication_factor: i16,
+        configs: Vec<DescribedConfig>,
+    ) -> Self {
+        CreatableTopicResult {
+            name,
+            error_code,
+            error_message,
+            topic_id,
+            num_partitions,
+            replication_factor,
+            configs,
+        }
+    }
+
+    #[getter]
+    fn topic_id(&self) -> Option<String> {
+        topic_id_text(self.topic_id)
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CreateTopicsResponse {
     topics: Vec<CreatableTopicResult>,
     throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl CreateTopicsResponse {
+    #[new]
+    #[pyo3(signature = (topics, throttle_time_ms = 0))]
+    fn new(topics: Vec<CreatableTopicResult>, throttle_time_ms: i32) -> Self {
+        CreateTopicsResponse {
+            topics,
+            throttle_time_ms,
+        }
+    }
 }
 
 impl From<CreateTopicsResponse> for WireCreate {
@@ -172,20 +218,60 @@ impl From<CreateTopicsResponse> for WireCreate {
     }
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DeletableTopicResult {
     /// None only for an id no topic has (v6): requests before v6 name every topic.
+    #[pyo3(get)]
     name: Option<String>,
-    #[pyo3(from_py_with = topic_id)]
     topic_id: Uuid,
+    #[pyo3(get)]
     error_code: i16,
+    #[pyo3(get)]
     error_message: Option<String>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl DeletableTopicResult {
+    #[new]
+    #[pyo3(signature = (name, error_code, error_message = None, topic_id = Uuid::nil()))]
+    fn new(
+        name: Option<String>,
+        error_code: i16,
+        error_message: Option<String>,
+        #[pyo3(from_py_with = topic_id)] topic_id: Uuid,
+    ) -> Self {
+        DeletableTopicResult {
+            name,
+            error_code,
+            error_message,
+            topic_id,
+        }
+    }
+
+    #[getter]
+    fn topic_id(&self) -> Option<String> {
+        topic_id_text(self.topic_id)
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeleteTopicsResponse {
     responses: Vec<DeletableTopicResult>,
     throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl DeleteTopicsResponse {
+    #[new]
+    #[pyo3(signature = (responses, throttle_time_ms = 0))]
+    fn new(responses: Vec<DeletableTopicResult>, throttle_time_ms: i32) -> Self {
+        DeleteTopicsResponse {
+            responses,
+            throttle_time_ms,
+        }
+    }
 }
 
 impl From<DeleteTopicsResponse> for WireDelete {
@@ -259,12 +345,15 @@ mod tests {
                 topic_id: Uuid::parse_str(ID).unwrap(),
                 num_partitions: 3,
                 replication_factor: 1,
-                configs: vec![CreatedConfig {
+                configs: vec![DescribedConfig {
                     name: "cleanup.policy".into(),
                     value: Some("delete".into()),
                     read_only: false,
                     config_source: 1, // DYNAMIC_TOPIC_CONFIG
                     is_sensitive: false,
+                    synonyms: Vec::new(),
+                    config_type: 0,
+                    documentation: None,
                 }],
             };
             let answer = CreateTopicsResponse {

@@ -81,10 +81,12 @@ macro_rules! bridge {
         answer: |$answer:ident: $answer_type:ty, $answer_wire:pat_param, $answer_version:pat_param| $encode:expr,
         classes: [$($class:ty),* $(,)?] $(,)?
     })*) => {
-        /// Registers the request classes of every control API, and `CONTROL_API_KEYS`: the
-        /// keys Python must answer (its router checks that it covers them all at start-up).
+        /// Registers the request and answer classes of every control API (the answer's own
+        /// type, and the row's `classes`: what the request and the answer hold), and
+        /// `CONTROL_API_KEYS`: the keys Python must answer (its router checks that it covers
+        /// them all at start-up).
         pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-            $($(m.add_class::<$class>()?;)*)*
+            $(m.add_class::<$answer_type>()?; $(m.add_class::<$class>()?;)*)*
             m.add(
                 "CONTROL_API_KEYS",
                 vec![$(kafka_protocol::messages::ApiKey::$key as i16),*],

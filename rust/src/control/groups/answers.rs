@@ -1,5 +1,5 @@
-//! The coordinator's answers (the dataclasses of `kafscale.groups.protocol`, read by attribute
-//! name) and their encoding at the request's version: fields a version lacks are dropped, and
+//! The coordinator's answers (classes Python constructs, re-exported by
+//! `kafscale.groups.protocol`) and their encoding at the request's version: fields a version lacks are dropped, and
 //! errors an old version has no field for are carried where Kafka carries them.
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -14,19 +14,34 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{self as wire, GroupId, OffsetFetchRequest as WireFetchRequest};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use pyo3::FromPyObject;
+use pyo3::prelude::*;
 
 use crate::control::text::{wire as text, wire_opt as optional};
 use crate::protocol::topic_name;
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct JoinGroupMember {
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub metadata: Vec<u8>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl JoinGroupMember {
+    #[new]
+    #[pyo3(signature = (member_id, group_instance_id, metadata))]
+    fn new(member_id: String, group_instance_id: Option<String>, metadata: Vec<u8>) -> Self {
+        JoinGroupMember {
+            member_id,
+            group_instance_id,
+            metadata,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct JoinGroupResponse {
     pub error_code: i16,
     pub generation_id: i32,
@@ -37,6 +52,36 @@ pub(crate) struct JoinGroupResponse {
     pub members: Vec<JoinGroupMember>,
     pub skip_assignment: bool,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl JoinGroupResponse {
+    #[new]
+    #[pyo3(signature = (error_code, generation_id = -1, protocol_type = None, protocol_name = None, leader = String::new(), member_id = String::new(), members = Vec::new(), skip_assignment = false, throttle_time_ms = 0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        error_code: i16,
+        generation_id: i32,
+        protocol_type: Option<String>,
+        protocol_name: Option<String>,
+        leader: String,
+        member_id: String,
+        members: Vec<JoinGroupMember>,
+        skip_assignment: bool,
+        throttle_time_ms: i32,
+    ) -> Self {
+        JoinGroupResponse {
+            error_code,
+            generation_id,
+            protocol_type,
+            protocol_name,
+            leader,
+            member_id,
+            members,
+            skip_assignment,
+            throttle_time_ms,
+        }
+    }
 }
 
 pub(crate) fn join_group(answer: JoinGroupResponse, version: i16) -> wire::JoinGroupResponse {
@@ -64,13 +109,35 @@ pub(crate) fn join_group(answer: JoinGroupResponse, version: i16) -> wire::JoinG
         .with_members(members.collect())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SyncGroupResponse {
     pub error_code: i16,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Vec<u8>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl SyncGroupResponse {
+    #[new]
+    #[pyo3(signature = (error_code, protocol_type = None, protocol_name = None, assignment = Vec::new(), throttle_time_ms = 0))]
+    fn new(
+        error_code: i16,
+        protocol_type: Option<String>,
+        protocol_name: Option<String>,
+        assignment: Vec<u8>,
+        throttle_time_ms: i32,
+    ) -> Self {
+        SyncGroupResponse {
+            error_code,
+            protocol_type,
+            protocol_name,
+            assignment,
+            throttle_time_ms,
+        }
+    }
 }
 
 /// The protocol type and name exist from v5; the codec leaves them out before.
@@ -83,10 +150,23 @@ pub(crate) fn sync_group(answer: SyncGroupResponse) -> wire::SyncGroupResponse {
         .with_assignment(answer.assignment.into())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HeartbeatResponse {
     pub error_code: i16,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl HeartbeatResponse {
+    #[new]
+    #[pyo3(signature = (error_code, throttle_time_ms = 0))]
+    fn new(error_code: i16, throttle_time_ms: i32) -> Self {
+        HeartbeatResponse {
+            error_code,
+            throttle_time_ms,
+        }
+    }
 }
 
 pub(crate) fn heartbeat(answer: HeartbeatResponse) -> wire::HeartbeatResponse {
@@ -95,18 +175,46 @@ pub(crate) fn heartbeat(answer: HeartbeatResponse) -> wire::HeartbeatResponse {
         .with_error_code(answer.error_code)
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LeaveGroupMemberResult {
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub error_code: i16,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl LeaveGroupMemberResult {
+    #[new]
+    #[pyo3(signature = (member_id, group_instance_id, error_code))]
+    fn new(member_id: String, group_instance_id: Option<String>, error_code: i16) -> Self {
+        LeaveGroupMemberResult {
+            member_id,
+            group_instance_id,
+            error_code,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LeaveGroupResponse {
     pub error_code: i16,
     pub members: Vec<LeaveGroupMemberResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl LeaveGroupResponse {
+    #[new]
+    #[pyo3(signature = (error_code, members = Vec::new(), throttle_time_ms = 0))]
+    fn new(error_code: i16, members: Vec<LeaveGroupMemberResult>, throttle_time_ms: i32) -> Self {
+        LeaveGroupResponse {
+            error_code,
+            members,
+            throttle_time_ms,
+        }
+    }
 }
 
 pub(crate) fn leave_group(answer: LeaveGroupResponse, version: i16) -> wire::LeaveGroupResponse {
@@ -133,22 +241,58 @@ pub(crate) fn leave_group(answer: LeaveGroupResponse, version: i16) -> wire::Lea
         .with_members(members.collect())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetCommitPartitionResult {
     pub partition_index: i32,
     pub error_code: i16,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl OffsetCommitPartitionResult {
+    #[new]
+    #[pyo3(signature = (partition_index, error_code))]
+    fn new(partition_index: i32, error_code: i16) -> Self {
+        OffsetCommitPartitionResult {
+            partition_index,
+            error_code,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetCommitTopicResult {
     pub name: String,
     pub partitions: Vec<OffsetCommitPartitionResult>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl OffsetCommitTopicResult {
+    #[new]
+    #[pyo3(signature = (name, partitions))]
+    fn new(name: String, partitions: Vec<OffsetCommitPartitionResult>) -> Self {
+        OffsetCommitTopicResult { name, partitions }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetCommitResponse {
     pub topics: Vec<OffsetCommitTopicResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl OffsetCommitResponse {
+    #[new]
+    #[pyo3(signature = (topics, throttle_time_ms = 0))]
+    fn new(topics: Vec<OffsetCommitTopicResult>, throttle_time_ms: i32) -> Self {
+        OffsetCommitResponse {
+            topics,
+            throttle_time_ms,
+        }
+    }
 }
 
 pub(crate) fn offset_commit(answer: OffsetCommitResponse) -> wire::OffsetCommitResponse {
@@ -167,7 +311,8 @@ pub(crate) fn offset_commit(answer: OffsetCommitResponse) -> wire::OffsetCommitR
         .with_topics(topics.collect())
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetFetchPartitionResult {
     pub partition_index: i32,
     pub committed_offset: i64,
@@ -176,24 +321,82 @@ pub(crate) struct OffsetFetchPartitionResult {
     pub error_code: i16,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl OffsetFetchPartitionResult {
+    #[new]
+    #[pyo3(signature = (partition_index, committed_offset = -1, committed_leader_epoch = -1, metadata = Some(String::new()), error_code = 0))]
+    fn new(
+        partition_index: i32,
+        committed_offset: i64,
+        committed_leader_epoch: i32,
+        metadata: Option<String>,
+        error_code: i16,
+    ) -> Self {
+        OffsetFetchPartitionResult {
+            partition_index,
+            committed_offset,
+            committed_leader_epoch,
+            metadata,
+            error_code,
+        }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetFetchTopicResult {
     pub name: String,
     pub partitions: Vec<OffsetFetchPartitionResult>,
 }
 
-#[derive(Debug, Clone, FromPyObject)]
+#[pymethods]
+impl OffsetFetchTopicResult {
+    #[new]
+    #[pyo3(signature = (name, partitions))]
+    fn new(name: String, partitions: Vec<OffsetFetchPartitionResult>) -> Self {
+        OffsetFetchTopicResult { name, partitions }
+    }
+}
+
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetFetchGroupResult {
     pub group_id: String,
     pub error_code: i16,
     pub topics: Vec<OffsetFetchTopicResult>,
 }
 
+#[pymethods]
+impl OffsetFetchGroupResult {
+    #[new]
+    #[pyo3(signature = (group_id, error_code, topics = Vec::new()))]
+    fn new(group_id: String, error_code: i16, topics: Vec<OffsetFetchTopicResult>) -> Self {
+        OffsetFetchGroupResult {
+            group_id,
+            error_code,
+            topics,
+        }
+    }
+}
+
 /// One result per requested group, in the request's order.
-#[derive(Debug, Clone, FromPyObject)]
+#[pyclass(frozen, eq, get_all, module = "kafscale._core")]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OffsetFetchResponse {
     pub groups: Vec<OffsetFetchGroupResult>,
     pub throttle_time_ms: i32,
+}
+
+#[pymethods]
+impl OffsetFetchResponse {
+    #[new]
+    #[pyo3(signature = (groups, throttle_time_ms = 0))]
+    fn new(groups: Vec<OffsetFetchGroupResult>, throttle_time_ms: i32) -> Self {
+        OffsetFetchResponse {
+            groups,
+            throttle_time_ms,
+        }
+    }
 }
 
 /// A partition result as the wire type of one version range (v0–7 and v8+ name the same
