@@ -40,6 +40,7 @@ class Cluster:
         bucket: str,
         *,
         namespace: str = "default",
+        s3_endpoint: str | None = None,
         lease_ttl_ms: int = 3000,
         flush_interval_ms: int = 50,
         args: list[str] | None = None,
@@ -50,6 +51,7 @@ class Cluster:
         self.moto = moto
         self.bucket = bucket
         self.namespace = namespace
+        self.s3_endpoint = s3_endpoint  # where the brokers reach moto (a proxy), if not directly
         self.lease_ttl_ms = lease_ttl_ms
         self.flush_interval_ms = flush_interval_ms
         self.args = list(args or [])
@@ -61,7 +63,7 @@ class Cluster:
 
     def broker_args(self, broker_id: int) -> list[str]:
         return [
-            *self.moto.broker_args(self.bucket, self.namespace),
+            *self.moto.broker_args(self.bucket, self.namespace, self.s3_endpoint),
             "--etcd-endpoints",
             self.etcd.endpoint,
             "--broker-id",

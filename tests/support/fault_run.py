@@ -149,7 +149,7 @@ def start_cluster(make_cluster, proxy: S3FaultProxy) -> Cluster:
         lease_ttl_ms=LEASE_TTL_MS,
         flush_interval_ms=FLUSH_INTERVAL_MS,
         env=COMPACTION_ENV,
-        args=["--s3-endpoint", proxy.endpoint],
+        s3_endpoint=proxy.endpoint,
     )
 
 

@@ -386,15 +386,21 @@ class MotoServer(ManagedProcess):
                     continue
         return out
 
-    def broker_args(self, bucket: str, namespace: str | None = None) -> list[str]:
+    def broker_args(
+        self, bucket: str, namespace: str | None = None, endpoint: str | None = None
+    ) -> list[str]:
         """A broker on ``bucket``, as one storage URL (the --s3-* flags say the same in parts;
-        test_startup_errors and the settings' unit tests use those)."""
-        return ["--storage", self.location(bucket, namespace or "default", broker=True)]
+        test_startup_errors and the settings' unit tests use those). ``endpoint``: where the
+        broker reaches this server (a proxy in front of it), if not directly."""
+        url = self.location(bucket, namespace or "default", broker=True, endpoint=endpoint)
+        return ["--storage", url]
 
-    def location(self, bucket: str, namespace: str, *, broker: bool = False) -> str:
+    def location(
+        self, bucket: str, namespace: str, *, broker: bool = False, endpoint: str | None = None
+    ) -> str:
         """The storage URL of ``namespace`` in ``bucket`` on this server (with the region a
         broker needs; readers default it)."""
-        query = {"endpoint": self.endpoint}
+        query = {"endpoint": endpoint or self.endpoint}
         if broker:
             query = {"region": S3_ENV["AWS_REGION"], **query}
         return f"s3://{bucket}/{namespace}?{urllib.parse.urlencode(query)}"
