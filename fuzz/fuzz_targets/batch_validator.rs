@@ -3,7 +3,9 @@
 //! the CRC); the rest is a partition's records field.
 //!
 //! Besides never panicking, what it accepts must be readable: every accepted batch is decoded
-//! by the segment reader's record decoder, which must succeed and yield the declared records.
+//! as the segment reader decodes it (decompressed whole, the record decoder walking the whole
+//! section into Arrow columns, where the validator walked a window at a time), which must
+//! succeed and yield the declared records.
 //!
 //! Found and fixed so far: an offset addition in the segment reader that overflowed on a batch
 //! whose base offset was near the largest offset (now an error).

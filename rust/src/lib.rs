@@ -35,10 +35,11 @@ static ALLOCATOR: alloc::GuardedAllocator = alloc::GuardedAllocator;
 /// The crate's only public Rust API; everything else is `pub(crate)`.
 pub mod fuzzing {
     pub use crate::analytics::columns::Columns;
-    pub use crate::analytics::records::decode_records;
+    pub use crate::analytics::records::{decode_records, DecodeError};
     pub use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
     pub use crate::log::checksum::crc32c;
     pub use crate::log::decompress::{Codec, Decompressed};
+    pub use crate::log::records::{Malformed, RecordError};
     pub use crate::log::validate::{validate_produce, ProduceRules};
     pub use crate::protocol::frame::FrameReader;
     pub use crate::protocol::header::Request;

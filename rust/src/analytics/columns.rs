@@ -171,7 +171,8 @@ impl Columns {
         self.payload_bytes += key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
     }
 
-    /// Adds a header to the record pushed last; call `end_headers` after its last header.
+    /// Adds a header to the record being collected (before or after its `push_record`); its
+    /// `end_headers` closes the record's list.
     pub fn push_header(&mut self, key: &str, value: Option<&[u8]>) {
         if let Some(headers) = &mut self.headers {
             headers.keys.append_value(key);

@@ -5,8 +5,8 @@
 //! `metadata` learns what is committed (from etcd, or what a single-node broker publishes),
 //! `reader` makes a partition's log of it (segments, then write-ahead runs) and finds
 //! timestamps, `scan` fetches and checks a partition's bytes, `records` decodes batches into
-//! `columns` (after `log::decompress`), `verify` checks a segment end to end (the CLI's
-//! `segments verify`).
+//! `columns` (after `log::decompress`, with the log's record decoder), `verify` checks a
+//! segment end to end (the CLI's `segments verify`).
 
 pub(crate) mod columns;
 pub(crate) mod error;

@@ -239,6 +239,11 @@ pub(crate) mod tests {
         }
     }
 
+    /// The attributes' codec id of `codec`.
+    pub(crate) fn codec_id(codec: Codec) -> i16 {
+        CODECS.iter().position(|c| *c == codec).unwrap() as i16
+    }
+
     pub(crate) const CODECS: [Codec; 5] = [
         Codec::None,
         Codec::Gzip,

@@ -15,7 +15,7 @@ pub(crate) mod partition;
 mod pieces;
 pub(crate) mod producers;
 pub(crate) mod reader;
-mod record_reader;
+pub(crate) mod records;
 mod rejection;
 pub(crate) mod retention;
 pub(crate) mod segment;

@@ -12,8 +12,9 @@ use super::batch::BatchHeader;
 use super::cache::CachedBatches;
 use super::partition::Partition;
 use super::reader::{corrupt, load_from, load_run};
-use super::record_reader::walk_records;
+use super::records::walk_batch;
 use super::segment::{SegmentMeta, StoredBatch};
+use super::validate::Rejection;
 use super::LogContext;
 
 /// A segment's largest batch timestamp (read once, then remembered on the partition).
@@ -188,9 +189,10 @@ fn record_timestamps(
 ) -> Result<Vec<(i64, i64)>, ()> {
     let mut records = Vec::new();
     let limit = ctx.settings.max_uncompressed_batch_bytes;
-    walk_records(header, &batch.joined(), limit, |index, timestamp| {
-        records.push((header.base_offset + i64::from(index), timestamp));
-        Ok(())
+    walk_batch(header, &batch.joined(), limit, |record| {
+        let offset = header.base_offset + i64::from(record.index);
+        records.push((offset, header.record_timestamp(record.timestamp_delta)));
+        Ok::<(), Rejection>(())
     })
     .map_err(|e| {
         tracing::error!(topic = %partition.topic, partition = partition.id, error = e.message,

@@ -1,7 +1,7 @@
 //! What a produce may append, checked record by record as Kafka's LogValidator does: every
-//! record of every batch is walked once, in place for uncompressed batches and through a
-//! bounded streaming decompressor for compressed ones (nothing is copied or materialised but
-//! a batch whose max timestamp is set).
+//! record of every batch is walked once by the log's record decoder (`log::records`), in place
+//! for uncompressed batches and through a bounded decompressor, a window at a time, for
+//! compressed ones (nothing is copied or materialised but a batch whose max timestamp is set).
 //!
 //! Errors follow Kafka (CorruptRecordException vs InvalidRecordException): CORRUPT_MESSAGE for
 //! a batch whose bytes cannot be trusted (framing, CRC, codec, decompression); INVALID_RECORD
@@ -17,7 +17,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::batch::{validate_batches, BatchHeader, IncomingBatch};
-use super::record_reader::walk_records;
+use super::records::walk_batch;
 use super::rejection::invalid_record;
 pub(crate) use super::rejection::Rejection;
 
@@ -90,16 +90,12 @@ fn validate_records(
     }
     // As Kafka computes it: records without a timestamp leave it at NO_TIMESTAMP.
     let mut max_timestamp = NO_TIMESTAMP;
-    walk_records(
-        header,
-        batch,
-        rules.max_uncompressed_bytes,
-        |index, timestamp| {
-            check_timestamp(index, timestamp, rules)?;
-            max_timestamp = max_timestamp.max(timestamp);
-            Ok(())
-        },
-    )?;
+    walk_batch(header, batch, rules.max_uncompressed_bytes, |record| {
+        let timestamp = header.record_timestamp(record.timestamp_delta);
+        check_timestamp(record.index, timestamp, rules)?;
+        max_timestamp = max_timestamp.max(timestamp);
+        Ok::<(), Rejection>(())
+    })?;
     Ok(max_timestamp)
 }
 
@@ -137,7 +133,7 @@ mod tests {
     use crate::log::batch::tests::{
         encoded_batch, framed, raw_batch, raw_record, zigzag_varint, RawHeader,
     };
-    use crate::log::decompress::tests::{compress, CODECS};
+    use crate::log::decompress::tests::{codec_id, compress, CODECS};
     use crate::log::decompress::Codec;
 
     const NOW: i64 = 1_700_000_000_000;
@@ -174,10 +170,6 @@ mod tests {
     fn error_of(batch: &Bytes) -> (ResponseError, Option<i32>) {
         let rejection = check(batch).unwrap_err();
         (rejection.error, rejection.record)
-    }
-
-    fn codec_id(codec: Codec) -> i16 {
-        CODECS.iter().position(|c| *c == codec).unwrap() as i16
     }
 
     #[test]
