@@ -213,7 +213,7 @@ impl BrokerConfig {
                 })?;
                 Ok(StorageLocation::S3 {
                     bucket: bucket.clone(),
-                    region,
+                    region: Some(region),
                     endpoint: self.s3_endpoint.clone(),
                     credentials: None,
                 })

@@ -65,7 +65,6 @@ fn open_location(
     credentials: Option<S3Credentials>,
 ) -> PyResult<Location> {
     let mut parsed = Location::parse(location).map_err(location_error)?;
-    let url_region = parsed.region().map(str::to_string);
     match &mut parsed.store {
         StorageLocation::S3 {
             region: store_region,
@@ -73,10 +72,12 @@ fn open_location(
             credentials: store_credentials,
             ..
         } => {
-            *store_region = region
-                .or(url_region)
-                .or_else(|| environment(&["AWS_REGION", "AWS_DEFAULT_REGION"]))
-                .unwrap_or_else(|| DEFAULT_REGION.to_string());
+            *store_region = Some(
+                region
+                    .or(store_region.take())
+                    .or_else(|| environment(&["AWS_REGION", "AWS_DEFAULT_REGION"]))
+                    .unwrap_or_else(|| DEFAULT_REGION.to_string()),
+            );
             *store_endpoint = endpoint
                 .or(store_endpoint.take())
                 .or_else(|| environment(&["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]));

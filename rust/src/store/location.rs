@@ -103,8 +103,7 @@ impl Location {
         Ok(Location {
             store: StorageLocation::S3 {
                 bucket: bucket.to_string(),
-                // Filled in by whoever opens it (`Location::with_s3`) when the URL names none.
-                region: region.unwrap_or_default(),
+                region,
                 endpoint,
                 credentials: None,
             },
@@ -137,7 +136,7 @@ impl Location {
     /// The S3 region named in the URL, if any.
     pub(crate) fn region(&self) -> Option<&str> {
         match &self.store {
-            StorageLocation::S3 { region, .. } if !region.is_empty() => Some(region),
+            StorageLocation::S3 { region, .. } => region.as_deref(),
             _ => None,
         }
     }
@@ -187,7 +186,11 @@ mod tests {
                 region,
                 endpoint,
                 ..
-            } => (bucket, region, endpoint.as_deref()),
+            } => (
+                bucket,
+                region.as_deref().unwrap_or_default(),
+                endpoint.as_deref(),
+            ),
             other => panic!("not S3: {other:?}"),
         }
     }

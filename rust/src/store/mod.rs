@@ -87,7 +87,8 @@ pub(crate) enum StorageLocation {
     Memory,
     S3 {
         bucket: String,
-        region: String,
+        /// `None`: the AWS environment's (`AWS_REGION`, `AWS_DEFAULT_REGION`), else us-east-1.
+        region: Option<String>,
         endpoint: Option<String>,
         /// Explicit credentials; `None` takes them from the standard AWS environment.
         credentials: Option<S3Credentials>,
@@ -188,9 +189,11 @@ impl SegmentStore {
                     .with_allow_http(true);
                 let mut builder = AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
-                    .with_region(region)
                     .with_retry(retry)
                     .with_client_options(options);
+                if let Some(region) = region {
+                    builder = builder.with_region(region);
+                }
                 if let Some(keys) = credentials {
                     builder = builder
                         .with_access_key_id(&keys.access_key_id)
@@ -552,7 +555,7 @@ mod tests {
     fn an_endpoint_without_credentials_is_refused_before_any_request() {
         let location = StorageLocation::S3 {
             bucket: "b".into(),
-            region: "us-east-1".into(),
+            region: Some("us-east-1".into()),
             endpoint: Some("http://127.0.0.1:9".into()),
             credentials: None,
         };
