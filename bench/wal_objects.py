@@ -2,7 +2,7 @@
 
 One broker (memory store by default; ``--store s3`` for moto's S3), a topic of ``--partitions``
 partitions per run, and one producer at a time with nothing but its bootstrap address set:
-librdkafka (confluent-kafka), kafka-python, and the Java client (bench/jvm, built with Maven
+librdkafka (confluent-kafka), kafka-python, and the Java client (tests/jvm, built with Maven
 when ``mvn`` is there; skipped otherwise, and said so). Each offers 1 KiB values round-robin
 over the partitions at each ``--rates`` (MB/s, MB = 10^6 bytes) for a second of warm-up and
 ``--seconds`` measured. Per run: the rate achieved, the broker's write-ahead objects per second
@@ -195,8 +195,9 @@ def java_run(
     addr: str, topic: str, rate: float, args: argparse.Namespace, window: Window
 ) -> dict[str, Any]:
     import jvm_producer
+    from support import jvm
 
-    jvm_producer.classpath()
+    jvm.classpath()  # built before the window's clock starts
     # The JVM's window is its own: marked here by the clock, from its start (about half a
     # second) and its warm-up on.
     marks = [

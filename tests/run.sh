@@ -16,6 +16,9 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 # promtool and prometheus: the checks of deploy/monitoring's alert rules and dashboard queries
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# the Java client's tests: tests/jvm is built by Maven, which fetches its jars from Maven Central
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 if ((${#missing[@]})); then
   step "apt-get install ${missing[*]}"
   SUDO=""

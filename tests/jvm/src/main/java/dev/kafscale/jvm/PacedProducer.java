@@ -1,4 +1,4 @@
-package dev.kafscale.bench;
+package dev.kafscale.jvm;
 
 import java.util.Arrays;
 import java.util.Locale;
