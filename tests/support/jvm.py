@@ -63,18 +63,28 @@ def classpath() -> str:
     return f"{CLASSES}{':' + deps if deps else ''}"
 
 
-def run(main_class: str, args: list[str], timeout: float | None = None) -> dict[str, Any]:
-    """Run ``dev.kafscale.jvm.<main_class>`` with ``args``; the JSON line it printed last.
-    A non-zero exit, a timeout or no JSON line raises, with the end of its output."""
+def java(
+    main_class: str, args: list[str], stdin: str | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the fully named ``main_class`` (of tests/jvm or of a jar it depends on, such as
+    Kafka's tools) with ``args``; its exit code and output, not checked."""
     java = shutil.which("java")
     if java is None:
         raise RuntimeError("java not found on PATH: install a JDK 17+")
-    cmd = [java, "-cp", classpath(), f"{PACKAGE}.{main_class}", *args]
+    cmd = [java, "-cp", classpath(), main_class, *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
         raise RuntimeError(f"{main_class} timed out after {timeout}s\n{_tail(err or '')}") from exc
+
+
+def run(main_class: str, args: list[str], timeout: float | None = None) -> dict[str, Any]:
+    """Run ``dev.kafscale.jvm.<main_class>`` with ``args``; the JSON line it printed last.
+    A non-zero exit, a timeout or no JSON line raises, with the end of its output."""
+    proc = java(f"{PACKAGE}.{main_class}", args, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{main_class} failed (exit {proc.returncode})\n{_tail(proc.stderr + proc.stdout)}"
