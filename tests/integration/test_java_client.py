@@ -1,16 +1,26 @@
 """The Java client (Apache kafka-clients, pinned in tests/jvm/pom.xml) in its defaults against
 a broker: an idempotent producer with acks=all, a consumer group, seeks and timestamp lookups,
-and the AdminClient. The JVM side (tests/jvm's ClientChecks) reports what it saw; these tests
-decide what is right."""
+the AdminClient, and the idempotent producer through a kill -9 of a partition owner. The JVM
+side (tests/jvm's ClientChecks and FailoverProducer) reports what it saw; these tests decide
+what is right."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections import Counter
 from typing import Any
 
 import pytest
 from support import jvm
+from support import kafka_wire as kw
+from support.cluster import create_topic, moved_away, read_partition
+from support.load import busiest
 
 RECORDS = 500
+FAILOVER_PARTITIONS = 6
+FAILOVER_SECONDS = 25  # the producer's run; the kill comes a few seconds in
+FAILOVER_RATE = 200  # records per second
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +62,66 @@ def test_admin_client_manages_topics_configs_records_and_group_offsets(jbroker):
         "group_offset": 7,
         "deleted": True,
     }
+
+
+def end_offset(cluster, topic: str, partition: int) -> int:
+    with kw.RawConnection.to(cluster.owner(topic, partition).bootstrap) as conn:
+        res = kw.list_offsets(conn, topic, partition, -1)
+    assert res.error_code == kw.NONE, res
+    return res.offset
+
+
+def wait_stored(cluster, topic: str, at_least: int, timeout: float = 60) -> None:
+    """Until the topic's partitions hold ``at_least`` records in all (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stored = sum(end_offset(cluster, topic, p) for p in range(FAILOVER_PARTITIONS))
+        if stored >= at_least:
+            return
+        assert time.monotonic() < deadline, f"{stored} records stored, waiting for {at_least}"
+        time.sleep(0.2)
+
+
+def test_default_idempotent_producer_through_an_owner_killed(cluster):
+    """The Java producer in its defaults (idempotent, acks=all) writes to six partitions of a
+    3-broker cluster while the broker owning the most of them is killed -9. It resends what
+    the dead owner had not answered to the partitions' next owners: every send is
+    acknowledged, every acked record is stored once at its acked offset, each partition holds
+    its records in the order they were sent, and nothing is stored twice."""
+    c = cluster(3, lease_ttl_ms=3000, flush_interval_ms=200)
+    topic = "java-failover"
+    create_topic(c.bootstrap(), topic, FAILOVER_PARTITIONS)
+    c.wait_converged([topic], {topic: FAILOVER_PARTITIONS}, until=c.claimed)
+    args = [c.bootstrap(), topic, str(FAILOVER_PARTITIONS), str(FAILOVER_SECONDS)]
+    cmd = jvm.command(f"{jvm.PACKAGE}.FailoverProducer", [*args, str(FAILOVER_RATE)])
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            wait_stored(c, topic, 2 * FAILOVER_RATE)
+            before = {topic: c.leaders(topic)}
+            victim, _ = busiest(c, topic)
+            victim.kill()
+            c.wait_converged(
+                [topic], {topic: FAILOVER_PARTITIONS}, until=moved_away(before, victim.broker_id)
+            )
+            stdout, stderr = proc.communicate(timeout=FAILOVER_SECONDS + 150)
+        finally:
+            proc.kill()
+    got = jvm.result("FailoverProducer", proc.returncode, stdout, stderr)
+    assert (got["errors"], got["first_error"]) == (0, None)
+    assert len(got["acked"]) == got["sent"] > FAILOVER_RATE * 5
+
+    stored: dict[int, list[str]] = {}
+    for p in range(FAILOVER_PARTITIONS):
+        recs = read_partition(c.owner(topic, p).bootstrap, topic, p, 0, end_offset(c, topic, p))
+        stored[p] = [(r.value or b"").decode() for r in recs]
+    misplaced = [
+        (p, offset, value)
+        for p, offset, value in got["acked"]
+        if offset >= len(stored[p]) or stored[p][offset] != value
+    ]
+    assert not misplaced, f"{len(misplaced)} acked records not at their offsets: {misplaced[:10]}"
+    twice = [v for v, n in Counter(v for vs in stored.values() for v in vs).items() if n > 1]
+    assert not twice, f"stored more than once: {twice[:10]}"
+    for p, values in stored.items():
+        sequence = [int(v.split("-")[1]) for v in values]
+        assert sequence == sorted(sequence), f"partition {p} out of send order"

@@ -63,41 +63,53 @@ def classpath() -> str:
     return f"{CLASSES}{':' + deps if deps else ''}"
 
 
-def java(
-    main_class: str, args: list[str], stdin: str | None = None, timeout: float | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the fully named ``main_class`` (of tests/jvm or of a jar it depends on, such as
-    Kafka's tools) with ``args``; its exit code and output, not checked."""
+def command(main_class: str, args: list[str]) -> list[str]:
+    """The command that runs the fully named ``main_class`` (of tests/jvm or of a jar it
+    depends on, such as Kafka's tools) with ``args``, built first if needed."""
     java = shutil.which("java")
     if java is None:
         raise RuntimeError("java not found on PATH: install a JDK 17+")
-    cmd = [java, "-cp", classpath(), main_class, *args]
+    return [java, "-cp", classpath(), main_class, *args]
+
+
+def java(
+    main_class: str, args: list[str], stdin: str | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the fully named ``main_class`` with ``args``; its exit code and output, not
+    checked."""
     try:
         return subprocess.run(
-            cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+            command(main_class, args),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
         raise RuntimeError(f"{main_class} timed out after {timeout}s\n{_tail(err or '')}") from exc
 
 
-def run(main_class: str, args: list[str], timeout: float | None = None) -> dict[str, Any]:
-    """Run ``dev.kafscale.jvm.<main_class>`` with ``args``; the JSON line it printed last.
-    A non-zero exit, a timeout or no JSON line raises, with the end of its output."""
-    proc = java(f"{PACKAGE}.{main_class}", args, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{main_class} failed (exit {proc.returncode})\n{_tail(proc.stderr + proc.stdout)}"
-        )
-    for line in reversed(proc.stdout.splitlines()):
+def result(name: str, returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+    """The JSON line a program of tests/jvm printed last. A non-zero exit or no JSON line
+    raises, with the end of its output."""
+    if returncode != 0:
+        raise RuntimeError(f"{name} failed (exit {returncode})\n{_tail(stderr + stdout)}")
+    for line in reversed(stdout.splitlines()):
         line = line.strip()
         if line.startswith("{"):
             try:
-                result: dict[str, Any] = json.loads(line)
+                parsed: dict[str, Any] = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            return result
+            return parsed
     raise RuntimeError(
-        f"{main_class} printed no JSON result\nstdout: {_tail(proc.stdout)}\n"
-        f"stderr: {_tail(proc.stderr)}"
+        f"{name} printed no JSON result\nstdout: {_tail(stdout)}\nstderr: {_tail(stderr)}"
     )
+
+
+def run(main_class: str, args: list[str], timeout: float | None = None) -> dict[str, Any]:
+    """Run ``dev.kafscale.jvm.<main_class>`` with ``args``; the JSON line it printed last."""
+    proc = java(f"{PACKAGE}.{main_class}", args, timeout=timeout)
+    return result(main_class, proc.returncode, proc.stdout, proc.stderr)
