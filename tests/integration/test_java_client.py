@@ -1,6 +1,7 @@
 """The Java client (Apache kafka-clients, pinned in tests/jvm/pom.xml) in its defaults against
 a broker: an idempotent producer with acks=all, a consumer group, seeks and timestamp lookups,
-the AdminClient, and the idempotent producer through a kill -9 of a partition owner. The JVM
+the AdminClient, the same over SASL_SSL with SCRAM and over TLS with a client certificate, and
+the idempotent producer through a kill -9 of a partition owner. The JVM
 side (tests/jvm's ClientChecks and FailoverProducer) reports what it saw; these tests decide
 what is right."""
 
@@ -16,6 +17,8 @@ from support import jvm
 from support import kafka_wire as kw
 from support.cluster import create_topic, moved_away, read_partition
 from support.load import busiest
+from support.procs import free_ports
+from support.tls import make_pki
 
 RECORDS = 500
 FAILOVER_PARTITIONS = 6
@@ -34,17 +37,81 @@ def checks(*args: str) -> dict[str, Any]:
 
 def test_default_producer_and_consumer_group_see_every_record_once_in_order(jbroker):
     got = checks("produce-consume", jbroker.bootstrap, "java-defaults", str(RECORDS))
-    assert got == {
-        "assigned": 3,
-        "sent": RECORDS,
-        "received": RECORDS,
-        "distinct": RECORDS,
-        "duplicates": 0,
-        "out_of_order": 0,
-        "committed_at_end": True,
-        "reread_after_seek": RECORDS,
-        "offsets_for_times_found": True,
-    }
+    assert got == EXPECTED_ROUNDTRIP
+
+
+EXPECTED_ROUNDTRIP = {
+    "assigned": 3,
+    "sent": RECORDS,
+    "received": RECORDS,
+    "distinct": RECORDS,
+    "duplicates": 0,
+    "out_of_order": 0,
+    "committed_at_end": True,
+    "reread_after_seek": RECORDS,
+    "offsets_for_times_found": True,
+}
+
+
+def test_over_sasl_ssl_with_a_scram_user_the_admin_client_stored(broker_factory, tmp_path):
+    """The AdminClient stores a SCRAM-SHA-512 user (AlterUserScramCredentials) over the
+    PLAINTEXT listener; then the producer, consumer and admin clients log in as that user over
+    SASL_SSL, checking the broker's certificate against the CA (PEM truststore)."""
+    pki = make_pki(tmp_path / "pki")
+    users = tmp_path / "users.txt"
+    users.write_text("file-user:file-secret\n")
+    plain, sasl_ssl = free_ports(2)
+    listeners = f"PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl}"
+    broker_factory(
+        [
+            "--listeners",
+            listeners,
+            "--sasl-users-file",
+            str(users),
+            *pki.broker_args(trust_clients=False),
+        ],
+        port=plain,
+    )
+    stored = checks("scram-user", f"127.0.0.1:{plain}", "java-scram", "java-secret")
+    assert stored == {"credentials": "SCRAM-SHA-512:8192"}
+    login = (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="java-scram"'
+        ' password="java-secret";'
+    )
+    security = [
+        "security.protocol=SASL_SSL",
+        "sasl.mechanism=SCRAM-SHA-512",
+        f"sasl.jaas.config={login}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={pki.ca.cert}",
+    ]
+    got = checks("produce-consume", f"127.0.0.1:{sasl_ssl}", "java-sasl", str(RECORDS), *security)
+    assert got == EXPECTED_ROUNDTRIP
+
+
+def test_over_tls_with_a_client_certificate(broker_factory, tmp_path):
+    """mTLS: the broker requires a client certificate signed by its CA; the Java clients
+    present one (a PEM keystore: the key, then the certificate) and check the broker's."""
+    pki = make_pki(tmp_path / "pki")
+    keystore = tmp_path / "client-keystore.pem"
+    keystore.write_text(pki.client.key.read_text() + pki.client.cert.read_text())
+    plain, tls = free_ports(2)
+    broker_factory(
+        [
+            *("--listeners", f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}"),
+            *pki.broker_args(client_auth="required"),
+        ],
+        port=plain,
+    )
+    security = [
+        "security.protocol=SSL",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={pki.ca.cert}",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={keystore}",
+    ]
+    got = checks("produce-consume", f"127.0.0.1:{tls}", "java-mtls", str(RECORDS), *security)
+    assert got == EXPECTED_ROUNDTRIP
 
 
 def test_admin_client_manages_topics_configs_records_and_group_offsets(jbroker):

@@ -2,6 +2,7 @@ package dev.kafscale.jvm;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -22,7 +23,11 @@ import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.ScramCredentialInfo;
+import org.apache.kafka.clients.admin.ScramMechanism;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.UserScramCredentialUpsertion;
+import org.apache.kafka.clients.admin.UserScramCredentialsDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -43,30 +48,50 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * serializers and (for a consumer) its group: what a user of the reference client gets.
  *
  * <pre>
- * ClientChecks produce-consume BOOTSTRAP TOPIC RECORDS
- * ClientChecks admin BOOTSTRAP TOPIC
+ * ClientChecks produce-consume BOOTSTRAP TOPIC RECORDS [PROPERTY=VALUE ...]
+ * ClientChecks admin BOOTSTRAP TOPIC [PROPERTY=VALUE ...]
+ * ClientChecks scram-user BOOTSTRAP USER PASSWORD [PROPERTY=VALUE ...]
  * </pre>
  *
- * Prints one JSON object on stdout with what it saw; the test decides what is right. An
- * exception is printed to stderr and exits 1.
+ * The properties (security settings) go to every client it makes. Prints one JSON object on
+ * stdout with what it saw; the test decides what is right. An exception is printed to stderr
+ * and exits 1.
  */
 public final class ClientChecks {
     private static final Duration WAIT = Duration.ofSeconds(60);
     private static final int PARTITIONS = 3;
+    private static final String USAGE = "usage: ClientChecks produce-consume BOOTSTRAP TOPIC"
+            + " RECORDS | admin BOOTSTRAP TOPIC | scram-user BOOTSTRAP USER PASSWORD,"
+            + " each followed by PROPERTY=VALUE settings for its clients";
+
+    /** The settings every client gets besides its bootstrap address. */
+    private static final Properties EXTRA = new Properties();
 
     private ClientChecks() {}
 
     public static void main(String[] argv) {
         try {
-            if (argv.length == 4 && argv[0].equals("produce-consume")) {
-                System.out.println(json(produceConsume(argv[1], argv[2], Integer.parseInt(argv[3]))));
-            } else if (argv.length == 3 && argv[0].equals("admin")) {
-                System.out.println(json(admin(argv[1], argv[2])));
-            } else {
-                System.err.println("usage: ClientChecks produce-consume BOOTSTRAP TOPIC RECORDS"
-                        + " | admin BOOTSTRAP TOPIC");
+            String command = argv.length > 0 ? argv[0] : "";
+            int positional = switch (command) {
+                case "produce-consume", "scram-user" -> 4;
+                case "admin" -> 3;
+                default -> -1;
+            };
+            if (positional < 0 || argv.length < positional) {
+                System.err.println(USAGE);
                 System.exit(2);
             }
+            for (String setting : Arrays.copyOfRange(argv, positional, argv.length)) {
+                String[] kv = setting.split("=", 2);
+                EXTRA.put(kv[0], kv.length == 2 ? kv[1] : "");
+            }
+            Map<String, Object> out = switch (command) {
+                case "produce-consume" ->
+                        produceConsume(argv[1], argv[2], Integer.parseInt(argv[3]));
+                case "admin" -> admin(argv[1], argv[2]);
+                default -> scramUser(argv[1], argv[2], argv[3]);
+            };
+            System.out.println(json(out));
         } catch (Exception e) {
             e.printStackTrace();
             System.exit(1);
@@ -75,6 +100,7 @@ public final class ClientChecks {
 
     static Properties props(String bootstrap) {
         Properties p = new Properties();
+        p.putAll(EXTRA);
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         return p;
     }
@@ -254,6 +280,28 @@ public final class ClientChecks {
                 }
             }
             out.put("deleted", gone);
+        }
+        return out;
+    }
+
+    /**
+     * Stores a SCRAM-SHA-512 credential for a user through AlterUserScramCredentials and reads
+     * back the mechanisms DescribeUserScramCredentials lists for it.
+     */
+    static Map<String, Object> scramUser(String bootstrap, String user, String password)
+            throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = Admin.create(props(bootstrap))) {
+            ScramCredentialInfo info = new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192);
+            admin.alterUserScramCredentials(
+                    List.of(new UserScramCredentialUpsertion(user, info, password))).all().get();
+            UserScramCredentialsDescription described =
+                    admin.describeUserScramCredentials(List.of(user)).description(user).get();
+            StringJoiner mechanisms = new StringJoiner(",");
+            for (ScramCredentialInfo i : described.credentialInfos()) {
+                mechanisms.add(i.mechanism().mechanismName() + ":" + i.iterations());
+            }
+            out.put("credentials", mechanisms.toString());
         }
         return out;
     }
