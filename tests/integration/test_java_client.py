@@ -192,3 +192,27 @@ def test_default_idempotent_producer_through_an_owner_killed(cluster):
     for p, values in stored.items():
         sequence = [int(v.split("-")[1]) for v in values]
         assert sequence == sorted(sequence), f"partition {p} out of send order"
+
+
+RANGE = "org.apache.kafka.clients.consumer.RangeAssignor"
+COOPERATIVE = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
+
+
+@pytest.mark.parametrize(
+    ("assignor", "static"),
+    [(RANGE, False), (COOPERATIVE, False), (COOPERATIVE, True)],
+    ids=["range", "cooperative-sticky", "cooperative-sticky-static"],
+)
+def test_two_consumers_rebalance_and_read_each_record_once(jbroker, assignor, static):
+    """Two Java consumers of a group over four partitions (tests/jvm's GroupChecks): the second
+    to join takes a share, the records written then are read once between them; when the
+    second leaves the first gets everything back, and a static member (group.instance.id)
+    restarting gets its own partitions back without the other being rebalanced."""
+    topic = f"java-group-{'static' if static else assignor.rsplit('.', 1)[-1].lower()}"
+    got = jvm.run("GroupChecks", [jbroker.bootstrap, topic, assignor, str(static).lower()], 240)
+    expected: dict[str, Any] = {"a_alone": 4, "split": "2+2", "received": 400, "distinct": 400}
+    if static:
+        expected |= {"restarted_with_same_partitions": True, "a_revocations": 0, "a_kept": True}
+    else:
+        expected |= {"a_after_b_left": 4}
+    assert got == expected | {"read_twice": 0}
