@@ -59,6 +59,7 @@ TOPIC_WHITELIST = TOPIC_KEYS | {
     "message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms",
     "cleanup.policy",
+    "message.timestamp.type",
 }
 BROKER_KEYS = {
     "broker.id",

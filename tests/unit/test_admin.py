@@ -223,6 +223,7 @@ def test_configs_whitelisted_and_normalised() -> None:
         "max.message.bytes": "0",
         "message.timestamp.before.max.ms": "604800000",
         "message.timestamp.after.max.ms": "0",
+        "message.timestamp.type": " CreateTime",
     }
     res = create(core, CreatableTopic("a", configs=configs))
     assert res["a"].error_code == ErrorCode.NONE
@@ -233,6 +234,7 @@ def test_configs_whitelisted_and_normalised() -> None:
         "max.message.bytes": "0",
         "message.timestamp.before.max.ms": "604800000",
         "message.timestamp.after.max.ms": "0",
+        "message.timestamp.type": "CreateTime",
     }
 
 
@@ -242,6 +244,9 @@ def test_configs_whitelisted_and_normalised() -> None:
         ("cleanup.policy", "compact"),
         ("cleanup.policy", "none"),
         ("cleanup.policy", None),
+        ("message.timestamp.type", "LogAppendTime"),
+        ("message.timestamp.type", "createtime"),
+        ("message.timestamp.type", None),
         ("retention.ms", "-2"),
         ("retention.ms", "1h"),
         ("retention.bytes", "9223372036854775808"),

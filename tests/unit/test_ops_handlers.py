@@ -81,6 +81,7 @@ def test_describe_topic_shows_overrides_and_defaults_and_ignores_unknown_keys() 
         "message.timestamp.before.max.ms": (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG, False),
         "message.timestamp.after.max.ms": ("3600000", ConfigSource.DEFAULT_CONFIG, False),
         "cleanup.policy": ("delete", ConfigSource.DEFAULT_CONFIG, False),
+        "message.timestamp.type": ("CreateTime", ConfigSource.DEFAULT_CONFIG, False),
     }
     (some,) = describe(resource(ResourceType.TOPIC, "t", ["retention.ms", "no.such"])).results
     assert [c.name for c in some.configs] == ["retention.ms"]

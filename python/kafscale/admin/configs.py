@@ -297,7 +297,7 @@ def _new_topic_configs(
             raise Rejected(
                 ErrorCode.INVALID_CONFIG,
                 f"operation {c.config_operation} (APPEND/SUBTRACT) on {c.name!r} is not "
-                "supported: its one list config, cleanup.policy, has one allowed value "
+                "supported: the one list config, cleanup.policy, has one allowed value "
                 "(delete); use SET or DELETE",
             )
     return configs

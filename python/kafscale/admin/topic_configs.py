@@ -117,9 +117,39 @@ class _CleanupPolicy(TopicConfigRule):
         return "delete"
 
 
+@dataclass(frozen=True)
+class _TimestampType(TopicConfigRule):
+    """Kafka's ``CreateTime`` or ``LogAppendTime``; batches are stored as their producers sent
+    them, so ``CreateTime`` is the one value accepted (and the default)."""
+
+    expected: str
+    doc: str
+    config_type: ConfigType = ConfigType.STRING
+
+    def normalise(self, key: str, value: str) -> str:
+        word = value.strip()
+        if word == self.expected:
+            return word
+        if word == "LogAppendTime":
+            raise Rejected(
+                ErrorCode.INVALID_CONFIG,
+                f"{key}={value!r} is not supported: KafScale stores batches with the "
+                f"timestamps their producers gave them; only {key}={self.expected} is supported",
+            )
+        raise Rejected(
+            ErrorCode.INVALID_CONFIG,
+            f"invalid value {value!r} for topic config {key!r}: expected {self.expected}",
+        )
+
+    def default(self, broker: BrokerDefaults) -> str:
+        return self.expected
+
+
 def _rule(config: TopicConfig) -> TopicConfigRule:
     if config.kind == "list":
         return _CleanupPolicy(expected=config.expected, doc=config.doc)
+    if config.kind == "string":
+        return _TimestampType(expected=config.expected, doc=config.doc)
     return _Bounded(
         config.low,
         config.high,

@@ -16,6 +16,8 @@ pub(crate) enum ConfigKind {
     Long,
     /// `cleanup.policy`: a list of words; `delete` is the one value accepted.
     List,
+    /// `message.timestamp.type`: one word; `CreateTime` is the one value accepted.
+    String,
 }
 
 impl ConfigKind {
@@ -24,6 +26,7 @@ impl ConfigKind {
             ConfigKind::Int => "int",
             ConfigKind::Long => "long",
             ConfigKind::List => "list",
+            ConfigKind::String => "string",
         }
     }
 }
@@ -38,8 +41,8 @@ pub(crate) struct TopicConfig {
     pub(crate) high: i64,
     /// What a valid value looks like, for messages.
     pub(crate) expected: &'static str,
-    /// The broker setting a topic without its own value follows; empty for `cleanup.policy`,
-    /// whose default is `delete`.
+    /// The broker setting a topic without its own value follows; empty for the words
+    /// (`cleanup.policy`, `message.timestamp.type`), whose one accepted value is the default.
     pub(crate) broker_setting: &'static str,
     pub(crate) doc: &'static str,
 }
@@ -133,6 +136,17 @@ pub(crate) const TOPIC_CONFIGS: &[TopicConfig] = &[
         doc: "delete: segments go by retention.ms and retention.bytes. KafScale has no log \
               compaction, so compact is refused.",
     },
+    TopicConfig {
+        name: "message.timestamp.type",
+        kind: ConfigKind::String,
+        low: 0,
+        high: 0,
+        expected: "CreateTime",
+        broker_setting: "",
+        doc: "CreateTime: records keep the timestamps their producers gave them (Kafka Streams \
+              asks for it on its internal topics). Batches are stored as produced, so \
+              LogAppendTime is refused.",
+    },
 ];
 
 /// The number a topic sets for the config `name` (one of the table's numbers), if it sets a
@@ -185,7 +199,9 @@ pub(crate) mod tests {
     fn every_number_names_a_broker_setting_and_bounds_that_hold_its_type() {
         for config in TOPIC_CONFIGS {
             match config.kind {
-                ConfigKind::List => assert!(config.broker_setting.is_empty()),
+                ConfigKind::List | ConfigKind::String => {
+                    assert!(config.broker_setting.is_empty(), "{}", config.name)
+                }
                 kind => {
                     assert!(!config.broker_setting.is_empty(), "{}", config.name);
                     assert!(config.low <= config.high, "{}", config.name);

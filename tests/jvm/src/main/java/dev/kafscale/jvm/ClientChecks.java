@@ -312,13 +312,33 @@ public final class ClientChecks {
         return entry == null ? null : entry.value();
     }
 
+    /** A JSON string. */
+    static String quoted(String s) {
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            switch (c) {
+                case '"' -> out.append("\\\"");
+                case '\\' -> out.append("\\\\");
+                case '\n' -> out.append("\\n");
+                default -> {
+                    if (c < 0x20) {
+                        out.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        out.append(c);
+                    }
+                }
+            }
+        }
+        return out.append('"').toString();
+    }
+
     /** The JSON of a flat map of strings, numbers and booleans. */
     static String json(Map<String, Object> map) {
         StringJoiner fields = new StringJoiner(", ", "{", "}");
         for (Map.Entry<String, Object> e : map.entrySet()) {
             Object v = e.getValue();
             String value = v == null ? "null"
-                    : v instanceof String s ? "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\""
+                    : v instanceof String s ? quoted(s)
                     : v.toString();
             fields.add("\"" + e.getKey() + "\": " + value);
         }

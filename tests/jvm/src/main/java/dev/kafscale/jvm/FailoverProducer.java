@@ -77,8 +77,6 @@ public final class FailoverProducer {
         String error = firstError.get();
         System.out.println("{\"sent\": " + sent + ", \"acked\": " + acks + ", \"errors\": "
                 + errors[0] + ", \"first_error\": "
-                + (error == null ? "null" : "\"" + error.replace("\\", "\\\\").replace("\"", "'")
-                        + "\"")
-                + "}");
+                + (error == null ? "null" : ClientChecks.quoted(error)) + "}");
     }
 }
