@@ -8,6 +8,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -16,7 +17,7 @@ import org.apache.kafka.streams.kstream.KStream;
 
 /**
  * A Kafka Streams application in its defaults (at-least-once, offsets committed on close), run
- * until its topology has handled a number of records, then closed.
+ * until its topology has handled a number of records, then closed, leaving its group.
  *
  * <pre>
  * StreamsChecks stateless|stateful BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR RECORDS
@@ -82,7 +83,12 @@ public final class StreamsChecks {
                     && System.currentTimeMillis() < deadline) {
                 Thread.sleep(50);
             }
-            streams.close(Duration.ofSeconds(60));
+            // Leaving the group on close (Streams does not by default), as an application
+            // restarted on purpose does: its next run need not wait for this member's session
+            // to time out before the group rebalances.
+            streams.close(CloseOptions.groupMembershipOperation(
+                    CloseOptions.GroupMembershipOperation.LEAVE_GROUP)
+                    .withTimeout(Duration.ofSeconds(60)));
             out.put("state", streams.state().toString());
         }
         out.put("handled", handled.get());
