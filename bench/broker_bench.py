@@ -1156,6 +1156,46 @@ class Suite:
         self.stop(broker, "broker_peak_rss_mib")
         if "fetch_cold" in args.phases:
             self.cold(main_dir)
+        if args.peer == "kafka":
+            self.kafka()
+
+    def kafka(self) -> None:
+        """The phases KafScale ran, run against Apache Kafka, and the ratios of the figures."""
+        import peers  # it imports this module: loaded only when asked for
+
+        args = self.args
+        log(f"starting Apache Kafka {peers.KAFKA_VERSION}")
+        peer = peers.start_kafka(self.root, partitions=args.partitions)
+        out: dict[str, Any] = {
+            "name": f"Apache Kafka {peers.KAFKA_VERSION} (KRaft, one node, local disk, "
+            f"heap {peers.KAFKA_HEAP})"
+        }
+        self.out["peer"] = out
+        # Its produce phase counts the produce window only: Kafka defers no work like
+        # compaction, and its JVM never idles below wait_idle's 4 % of a core.
+        phases: dict[str, Callable[[], dict[str, Any]]] = {
+            "produce_acks_all": lambda: run_produce(peer, args, "-1", "kafka produce"),
+            "latency": lambda: run_latency(peer, args),
+            "fetch_cache": lambda: fetch_cache_phase(peer, args),
+        }
+        try:
+            create_topic(peer.addr, TOPIC, args.partitions, None)
+            # A quarter GiB first, not measured: the JVM compiles its hot paths meanwhile.
+            warm_up = argparse.Namespace(**{**vars(args), "gib": min(0.25, args.gib)})
+            run_produce(peer, warm_up, "-1", "kafka warm-up")
+            for name, run in phases.items():
+                if name not in args.phases:
+                    continue
+                try:
+                    out[name] = run()
+                except Exception as exc:
+                    out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                    self.error(f"kafka {name}: {type(exc).__name__}: {exc}")
+            out["peak_rss_mib"] = round(peer.peak_rss_mib(), 1)
+        finally:
+            peer.stop()
+        self.out["ratios_to_peer"] = peer_ratios(self.out, out)
+        log(f"KafScale / Kafka: {json.dumps(self.out['ratios_to_peer'])}")
 
     def cold(self, main_dir: Path) -> None:
         args = self.args
@@ -1258,6 +1298,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "moto cannot keep up with",
     )
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs the broker")
+    ap.add_argument(
+        "--peer",
+        choices=["kafka"],
+        default=None,
+        help="then run the produce, latency and fetch-from-cache phases the same way against "
+        "Apache Kafka (bench/peers.py: KRaft, one node, local disk) and report this broker's "
+        "figures as ratios of its",
+    )
     ap.add_argument("--flush-interval-ms", type=int, default=250)
     ap.add_argument("--cache-bytes", type=int, default=256 * MIB)
     ap.add_argument("--segment-bytes", type=int, default=None, help="passed on if given")
@@ -1338,6 +1386,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.buffered_bytes is None:
         args.buffered_bytes = args.partitions * (args.segment_bytes or DEFAULT_SEGMENT_BYTES)
     return args
+
+
+RATIO_KEYS = (
+    "broker_cpu_s_per_gib",
+    "broker_cpu_s_per_gib_with_compaction",
+    "mb_s",
+    "p50_ms",
+    "p99_ms",
+)
+
+
+def peer_ratios(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    """This broker's figure ÷ the peer's, per phase both ran and figure both have (below 1:
+    less CPU or latency, or less throughput), and of the peak RSS."""
+    ratios: dict[str, Any] = {}
+    for phase, theirs in peer.items():
+        mine = ours.get(phase)
+        if not isinstance(theirs, dict) or not isinstance(mine, dict):
+            continue
+        both = {
+            key: round(mine[key] / theirs[key], 2)
+            for key in RATIO_KEYS
+            if isinstance(mine.get(key), int | float)
+            and isinstance(theirs.get(key), int | float)
+            and theirs[key]
+        }
+        if both:
+            ratios[phase] = both
+    if ours.get("broker_peak_rss_mib") and peer.get("peak_rss_mib"):
+        ratios["peak_rss_mib"] = round(ours["broker_peak_rss_mib"] / peer["peak_rss_mib"], 2)
+    return ratios
 
 
 def driver_version() -> str:

@@ -1,6 +1,7 @@
-"""Peer brokers the benchmarks run beside KafScale, through the same clients and the same S3
-server: Tansu (https://github.com/tansu-io/tansu), built from crates.io into ``target/`` at
-the version pinned here, on S3.
+"""Peer brokers the benchmarks run beside KafScale, through the same clients: Tansu
+(https://github.com/tansu-io/tansu), built from crates.io into ``target/`` at the version pinned
+here, on the same S3 server; and Apache Kafka (KRaft, one node that is broker and controller,
+its jars from Maven Central through bench/kafka/pom.xml), on local disks.
 
 A peer is a process the bench starts and measures from /proc as it does its own broker
 (CPU, wake-ups, memory), PLAINTEXT only."""
@@ -8,19 +9,24 @@ A peer is a process the bench starts and measures from /proc as it does its own 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import broker_bench as bb
 from s3_requests import S3Requests
 from s3_servers import S3_BUCKET, S3_CREDENTIALS, S3Server
-from support import procs
+from support import jvm, procs
 
 TANSU_VERSION = "0.6.0"
 TANSU_ROOT = Path(__file__).resolve().parent.parent / "target" / f"tansu-{TANSU_VERSION}"
 TANSU_BINARY = TANSU_ROOT / "bin" / "tansu"
+KAFKA = jvm.Module(Path(__file__).resolve().parent / "kafka")
+KAFKA_VERSION = "4.4.0"  # bench/kafka/pom.xml's
+KAFKA_HEAP = "-Xmx1g"  # Kafka's own scripts' default (KAFKA_HEAP_OPTS)
 
 
 class PeerBroker(procs.ManagedProcess):
@@ -29,9 +35,11 @@ class PeerBroker(procs.ManagedProcess):
 
     security = bb.PLAINTEXT
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], root: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], root: Path, port: int | None = None
+    ) -> None:
         super().__init__(name, root / f"{name}.log")
-        self.port = self.client_port = procs.free_port()
+        self.port = self.client_port = port if port is not None else procs.free_port()
         self.host = "127.0.0.1"
         self.s3_requests: S3Requests | None = None
         self._spawn([a.replace("{port}", str(self.port)) for a in argv], env, root)
@@ -57,6 +65,9 @@ class PeerBroker(procs.ManagedProcess):
 
     def rss_mib(self) -> float:
         return bb.proc_status_kib(self.pid, "VmRSS") / 1024
+
+    def peak_rss_mib(self) -> float:
+        return bb.proc_status_kib(self.pid, "VmHWM") / 1024
 
     def tail(self, n: int = 20) -> str:
         return procs.tail(self.log_path, n)
@@ -93,4 +104,43 @@ def start_tansu(server: S3Server, root: Path, namespace: str) -> PeerBroker:
     argv += ["--storage-engine", f"s3://{S3_BUCKET}/"]
     peer = PeerBroker(f"tansu-{namespace}", argv, env, root)
     peer.s3_requests = S3Requests(server.log_path)
+    return peer
+
+
+def start_kafka(root: Path, name: str = "kafka", partitions: int = 8) -> PeerBroker:
+    """Apache Kafka in KRaft mode, one node as broker and controller, its log in ``root``:
+    the storage formatted (``kafka-storage format --standalone``), then ``kafka.Kafka``, with
+    the settings a single-node quickstart has (replication factors of one)."""
+    data = root / name
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    port, controller = procs.free_port(), procs.free_port()
+    config = data / "server.properties"
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data / "logs"),
+        "num.partitions": str(partitions),
+        "offsets.topic.replication.factor": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    cluster_id = uuid.uuid4().hex[:22]
+    fmt = ["format", "--cluster-id", cluster_id, "--config", str(config), "--standalone"]
+    formatted = subprocess.run(
+        KAFKA.command("kafka.tools.StorageTool", fmt), capture_output=True, text=True
+    )
+    if formatted.returncode != 0:
+        raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
+    argv = KAFKA.command("kafka.Kafka", [str(config)])
+    argv.insert(1, KAFKA_HEAP)
+    peer = PeerBroker(name, argv, dict(os.environ), data, port=port)
     return peer
