@@ -4,11 +4,13 @@ is (JSON converters with schemas, offsets in a file), copies a file through a to
 file, and after a restart copies only the lines added since.
 
 Distributed mode keeps its configs, offsets and statuses in compacted topics, which KafScale
-refuses until topics can be compacted; it is not tested here.
+refuses until topics can be compacted: the test of it pins down that failure, and is to become
+a test of a distributed worker once compacted topics exist.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -19,6 +21,7 @@ from support import jvm
 from support.procs import free_port
 
 STANDALONE = "org.apache.kafka.connect.cli.ConnectStandalone"
+DISTRIBUTED = "org.apache.kafka.connect.cli.ConnectDistributed"
 WAIT_S = 120.0  # liveness guard: the worker's start and the copy
 
 
@@ -109,3 +112,34 @@ def test_standalone_file_connectors_copy_a_file_and_resume_after_a_restart(cbrok
     with source.open("a") as f:
         f.write("".join(f"{line}\n" for line in second))
     copy_until(args, sink, first + second)
+
+
+def test_distributed_worker_stops_at_its_compacted_config_topic(cbroker, tmp_path):
+    """A distributed worker keeps connector configs, offsets and statuses in topics it creates
+    with cleanup.policy=compact; the broker refuses that config (topics are not compacted
+    yet), and the worker stops at start-up with that error, naming the config topic."""
+    worker = properties(
+        tmp_path / "distributed.properties",
+        {
+            "bootstrap.servers": cbroker.bootstrap,
+            "group.id": "connect-cluster",
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "config.storage.topic": "connect-configs",
+            "offset.storage.topic": "connect-offsets",
+            "status.storage.topic": "connect-status",
+            "config.storage.replication.factor": "1",
+            "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1",
+            "listeners": f"http://127.0.0.1:{free_port()}",
+        },
+    )
+    cmd = jvm.CONNECT.command(DISTRIBUTED, [str(worker)])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, log[-3000:]
+    assert re.search(
+        r"Unable to create topic\(s\) 'connect-offsets': cleanup.policy='compact' is not "
+        r"supported: KafScale has no log compaction",
+        log,
+    ), log[-3000:]
