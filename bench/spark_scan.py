@@ -9,6 +9,9 @@ produce workers of broker_bench.py), then reads the whole topic in two ways:
   spark     the ``kafscale`` PySpark data source on ``local[N]`` (--spark-cores, default 2)
             reading the segment objects directly, counting the rows and summing the value
             lengths (every row is decoded); the SparkSession is started before timing
+  spark_kafka  the same job through Spark's own Kafka source (``spark-sql-kafka-0-10`` at the
+            installed pyspark's version, from Maven Central), which fetches through the broker:
+            what an existing Spark job gets unchanged
 
 A third figure, ``ceiling``, is what Spark itself can take in from any Python data source on
 this machine: a source whose executors decode one Arrow batch of each partition (same schema,
@@ -19,7 +22,9 @@ Data Source API; ``of_ceiling`` is spark MB/s over ceiling MB/s.
 Each side reads the topic --passes times (default 2): the consumers in one go (their figure is
 over all passes), Spark as separate jobs of which the fastest counts (the first one also starts
 Spark's Python workers). Both figures count value bytes; ``ratio`` is spark MB/s over consume
-MB/s. The broker was just written to, so its cache holds the newest data, and the segment files
+MB/s, ``kafka_source_ratio`` spark MB/s over spark_kafka MB/s; each Spark side also reports the
+broker's CPU-s per GiB it read (none for the segment source, which does not ask the broker).
+The broker was just written to, so its cache holds the newest data, and the segment files
 are in the page cache: both sides read from memory. Progress goes to stderr, ONE JSON line to
 stdout; it measures and does not judge.
 
@@ -56,6 +61,7 @@ def broker_options(args: argparse.Namespace) -> bb.BrokerOptions:
 
 
 def start_spark(cores: int):
+    import pyspark
     from pyspark.sql import SparkSession
 
     # Spark's Python workers must run the interpreter that has kafscale installed.
@@ -68,6 +74,10 @@ def start_spark(cores: int):
         .config("spark.driver.memory", os.environ.get("KAFSCALE_BENCH_SPARK_MEMORY", "4g"))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
+        .config(
+            "spark.jars.packages",
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}",
+        )
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
@@ -157,6 +167,9 @@ def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
         records = sum(hi for _, hi in ranges.values())
         out["topic_records"] = records
         out["consume"] = bb.run_fetch(broker, args, ranges, args.passes, "consume")
+        # Spark plans its reads once compaction is done: planned while the broker compacts a
+        # fast produce, the segment source's listing fails ("changed while it was read").
+        bb.wait_idle(broker)
         spark = start_spark(args.spark_cores)
         try:
             location = str(broker.data_dir / NAMESPACE)
@@ -164,6 +177,10 @@ def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
                 "spark": lambda: spark.read.format("kafscale")
                 .option("subscribe", bb.TOPIC)
                 .load(location),
+                "spark_kafka": lambda: spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", broker.addr)
+                .option("subscribe", bb.TOPIC)
+                .load(),
                 "ceiling": lambda: spark.read.format("kafscale_bench_ceiling")
                 .option("topic", bb.TOPIC)
                 .option("rows", json.dumps({p: hi for p, (_, hi) in ranges.items()}))
@@ -171,17 +188,24 @@ def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
             }
             for name, reader in readers.items():
                 passes = []
+                broker_cpu = broker.cpu_seconds()
                 for i in range(args.passes):
                     passes.append(spark_pass(spark, reader))
                     bb.log(f"{name} pass {i + 1}: {passes[-1]['seconds']:.2f} s")
                 out[name] = spark_figures(passes, records)
+                read_gib = sum(p["bytes"] or 0 for p in passes) / bb.GIB
+                out[name]["broker_cpu_s_per_gib"] = round(
+                    (broker.cpu_seconds() - broker_cpu) / read_gib, 3
+                )
         finally:
             spark.stop()
         out["ratio"] = round(out["spark"]["mb_s"] / out["consume"]["mb_s"], 2)
         out["of_ceiling"] = round(out["spark"]["mb_s"] / out["ceiling"]["mb_s"], 2)
+        out["kafka_source_ratio"] = round(out["spark"]["mb_s"] / out["spark_kafka"]["mb_s"], 2)
         bb.log(
             f"consume {out['consume']['mb_s']} MB/s, spark {out['spark']['mb_s']} MB/s, "
-            f"ratio {out['ratio']}; Python data source ceiling {out['ceiling']['mb_s']} MB/s"
+            f"ratio {out['ratio']}; Spark's Kafka source {out['spark_kafka']['mb_s']} MB/s; "
+            f"Python data source ceiling {out['ceiling']['mb_s']} MB/s"
         )
     finally:
         out["broker_exit_code"] = broker.stop()
@@ -197,6 +221,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--spark-cores", type=int, default=2, help="N of local[N]")
     ap.add_argument("--passes", type=int, default=2, help="reads per side (see the docstring)")
     ap.add_argument("--linger-ms", type=int, default=10)
+    # What broker_bench's produce workers also read: its defaults.
+    ap.add_argument("--compression", default="none", help="compression.type of the producers")
+    ap.add_argument("--idempotence", action="store_true", help="idempotent producers")
     ap.add_argument("--flush-interval-ms", type=int, default=250)
     ap.add_argument("--cache-bytes", type=int, default=256 * bb.MIB)
     ap.add_argument("--segment-bytes", type=int, default=None)
