@@ -1123,15 +1123,25 @@ class Suite:
         log(f"ERROR: {msg}")
         self.out.setdefault("errors", []).append(msg)
 
-    def phase(self, name: str, fn: Callable[[], dict[str, Any]], always: bool = False) -> bool:
+    def phase(
+        self,
+        name: str,
+        fn: Callable[[], dict[str, Any]],
+        always: bool = False,
+        into: dict[str, Any] | None = None,
+        broker: str = "",
+    ) -> bool:
+        """Runs phase ``name`` if asked for (or ``always``), its figures or its error under
+        ``name`` in ``into`` (the bench's output by default); ``broker`` names a peer's."""
         if not always and name not in self.args.phases:
             return False
+        out = self.out if into is None else into
         try:
-            self.out[name] = fn()
+            out[name] = fn()
             return True
         except Exception as exc:
-            self.out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-            self.error(f"{name}: {type(exc).__name__}: {exc}")
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            self.error(f"{broker}{name}: {type(exc).__name__}: {exc}")
             return False
 
     def run(self) -> None:
@@ -1184,13 +1194,7 @@ class Suite:
             warm_up = argparse.Namespace(**{**vars(args), "gib": min(0.25, args.gib)})
             run_produce(peer, warm_up, "-1", "kafka warm-up")
             for name, run in phases.items():
-                if name not in args.phases:
-                    continue
-                try:
-                    out[name] = run()
-                except Exception as exc:
-                    out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-                    self.error(f"kafka {name}: {type(exc).__name__}: {exc}")
+                self.phase(name, run, into=out, broker="kafka ")
             out["peak_rss_mib"] = round(peer.peak_rss_mib(), 1)
         finally:
             peer.stop()
