@@ -167,9 +167,6 @@ def run(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
         records = sum(hi for _, hi in ranges.values())
         out["topic_records"] = records
         out["consume"] = bb.run_fetch(broker, args, ranges, args.passes, "consume")
-        # Spark plans its reads once compaction is done: planned while the broker compacts a
-        # fast produce, the segment source's listing fails ("changed while it was read").
-        bb.wait_idle(broker)
         spark = start_spark(args.spark_cores)
         try:
             location = str(broker.data_dir / NAMESPACE)

@@ -15,6 +15,9 @@ from support import segment_format as sf
 from support.clients import Msg, confluent_consume, confluent_produce, counts, unique
 from support.procs import S3_ENV, settled
 
+from kafscale.polars import scan_topic
+from kafscale.segment import SegmentSource
+
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
@@ -153,6 +156,47 @@ def test_segment_bytes_rolls_segments(broker_factory):
     for name, seg, _ in log.segments:
         body = seg.size - 48
         assert body <= seg_bytes + biggest_batch, f"{name} holds {body} batch bytes"
+
+
+def test_a_partition_compacted_by_size_is_read_whole(broker_factory):
+    """Compaction by size cuts the newest segment inside a write-ahead run, whose rest stays
+    committed until the next compaction; the readers read that run from the segment end on,
+    every record once."""
+    broker = broker_factory(
+        ["--segment-bytes", "65536"],
+        # By age only after ten minutes: the rest of the run stays as it is meanwhile.
+        env={"KAFSCALE_WAL_COMPACTION_AGE_MS": "600000"},
+        flush_interval_ms=3000,
+    )
+    topic = unique("seg-straddle")
+    kw.ensure_topic(broker.bootstrap, topic, 1)
+    msgs = [Msg(0, None, bytes([i]) * 8000, (), 1_700_000_000_000 + i) for i in range(12)]
+    # Two flushes, two runs of 48 kB in batches of at most 16 kB: together a segment's worth,
+    # so compaction cuts a segment of 64 KiB, which ends inside the second run.
+    for half in (msgs[:6], msgs[6:]):
+        confluent_produce(
+            broker.bootstrap, topic, half, acks="1", extra={"batch.size": 16384, "linger.ms": 0}
+        )
+
+    def cut_by_size():
+        log = sf.check_partition(local_objects(broker.data_dir)[("default", topic, 0)])
+        in_segments = len(list(log.records()))
+        assert 0 < in_segments < len(msgs), f"{in_segments} records in segments"
+        return in_segments
+
+    in_segments = settled(cut_by_size)
+    location = str(broker.data_dir / "default")
+    frame = scan_topic(location, topic).collect()
+    assert frame["value"].to_list() == [m.value for m in msgs], "every record once, in order"
+    assert frame["offset"].to_list() == list(range(len(msgs)))
+    source = SegmentSource.open(location)
+    log = source.log(topic, 0)
+    assert (log.log_start_offset, log.end_offset) == (0, len(msgs))
+    bounds = source.bounds(topic)
+    assert bounds is not None and bounds[0].high_watermark == len(msgs)
+    timestamps = source.offset_for_timestamp(topic, 0, 1_700_000_000_000 + in_segments)
+    assert timestamps == in_segments, "the first record past the segments, found in the run"
+    assert broker.terminate() == 0
 
 
 @pytest.mark.parametrize("unsigned", [False, True], ids=["signed", "unsigned-payload"])

@@ -154,11 +154,12 @@ impl Bench {
     }
 }
 
-/// Segment [0, 120); committed runs [120, 180) and [180, 240) in two write-ahead objects.
-async fn log_with_runs() -> (Bench, Vec<(String, WalRun)>) {
+/// Segment [0, `segment_end`); committed runs [120, 180) and [180, 240) in two write-ahead
+/// objects.
+async fn log_with_runs(segment_end: i64) -> (Bench, Vec<(String, WalRun)>) {
     let bench = Bench::new().await;
-    bench.segment(&batches(0, 4)).await;
-    bench.publish_record(120).await;
+    bench.segment(&batches(0, segment_end / 30)).await;
+    bench.publish_record(segment_end).await;
     let mut runs = Vec::new();
     for (i, first) in [120, 180].into_iter().enumerate() {
         let name = format!("a-{i}");
@@ -171,7 +172,7 @@ async fn log_with_runs() -> (Bench, Vec<(String, WalRun)>) {
 
 #[tokio::test]
 async fn the_committed_runs_after_the_segments_are_read_and_nothing_uncommitted() {
-    let (bench, _) = log_with_runs().await;
+    let (bench, _) = log_with_runs(120).await;
     // Uploaded by a broker that never committed it (fenced, or killed before its commit).
     bench.wal_object("zombie", &batches(240, 1)).await;
     let log = bench.reader.current_log(TOPIC, 0).await.unwrap();
@@ -201,7 +202,7 @@ async fn the_committed_runs_after_the_segments_are_read_and_nothing_uncommitted(
 
 #[tokio::test]
 async fn a_read_overtaken_by_a_compaction_finishes_from_its_segment() {
-    let (bench, runs) = log_with_runs().await;
+    let (bench, runs) = log_with_runs(120).await;
     let log = bench.reader.current_log(TOPIC, 0).await.unwrap();
     // The broker compacts the runs into a segment, commits, and collects the runs' objects and
     // manifests, all after this read took its log.
@@ -219,10 +220,33 @@ async fn a_read_overtaken_by_a_compaction_finishes_from_its_segment() {
 
 #[tokio::test]
 async fn a_gap_between_the_segments_and_the_runs_is_never_read_past() {
-    let (bench, _) = log_with_runs().await;
+    let (bench, _) = log_with_runs(120).await;
     // The record says the segments end at 90: the runs from 120 do not follow them (a
     // compaction seen half-way, again and again).
     bench.publish_record(90).await;
     let failed = bench.reader.current_log(TOPIC, 0).await;
     assert!(matches!(failed, Err(ReadError::Moved { .. })), "{failed:?}");
+}
+
+#[tokio::test]
+async fn a_run_the_last_segment_ends_inside_is_read_from_the_segment_end() {
+    // Compaction cut the segment at 150, inside the committed run [120, 180), whose rest stays
+    // committed until the next compaction.
+    let (bench, _) = log_with_runs(150).await;
+    let log = bench.reader.current_log(TOPIC, 0).await.unwrap();
+    assert_eq!((log.log_start, log.end, log.runs.len()), (0, 240, 2));
+    let snapshot = bench.reader.snapshot(TOPIC).await.unwrap().unwrap();
+    assert_eq!(snapshot.committed_end(0), 240);
+    for wanted in [0..i64::MAX, 130..200, 150..160, 170..240] {
+        let expected: Vec<i64> = (wanted.start..wanted.end.min(240)).collect();
+        assert_eq!(
+            bench.read(wanted).await.unwrap(),
+            expected,
+            "each offset once"
+        );
+    }
+    for (timestamp, offset) in [(1_130, 130), (1_150, 150), (1_170, 170), (1_239, 239)] {
+        let found = bench.reader.offset_for_timestamp(TOPIC, 0, timestamp).await;
+        assert_eq!(found.unwrap(), Some(offset), "timestamp {timestamp}");
+    }
 }

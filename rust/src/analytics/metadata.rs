@@ -134,18 +134,39 @@ pub(crate) async fn etcd_snapshot(
 }
 
 impl TopicSnapshot {
+    /// The partition's committed runs that carry its log on from its segments, in offset
+    /// order, and whether a later run was left out because it does not follow them (a gap: a
+    /// compaction seen half-way). A run may begin below the segment end: compaction cuts a
+    /// segment at the first batch boundary past its size, usually inside a run, whose rest
+    /// stays committed until the next compaction takes it; readers read it from the segment
+    /// end on (the batches below are the segment's too).
+    pub(crate) fn runs_after_segments(&self, partition: i32) -> (Vec<RunRef>, bool) {
+        let Some(record) = self.records.get(&partition) else {
+            return (Vec::new(), false);
+        };
+        let mut end = record.segment_end();
+        let mut runs = Vec::new();
+        for run in self.runs.get(&partition).into_iter().flatten() {
+            if run.end_offset <= end {
+                continue; // compacted: its manifest goes once the compaction's commit is in
+            }
+            if run.base_offset > end {
+                return (runs, true);
+            }
+            end = run.end_offset;
+            runs.push(run.clone());
+        }
+        (runs, false)
+    }
+
     /// Where the partition's committed log ends: past its segments and the runs that follow
     /// them without a gap.
     pub(crate) fn committed_end(&self, partition: i32) -> i64 {
         let Some(record) = self.records.get(&partition) else {
             return 0;
         };
-        let mut end = record.segment_end();
-        for run in self.runs.get(&partition).into_iter().flatten() {
-            if run.base_offset == end {
-                end = run.end_offset;
-            }
-        }
+        let (runs, _) = self.runs_after_segments(partition);
+        let end = runs.last().map_or(record.segment_end(), |r| r.end_offset);
         end.max(record.log_start_offset)
     }
 }

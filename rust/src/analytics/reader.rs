@@ -64,9 +64,10 @@ impl TopicReader {
     }
 
     /// The partition's log as `snapshot` has it (the storage listed now): segments below its
-    /// segment end, then its runs from there, which must follow one another (a gap means a
-    /// compaction came between the snapshot and the listing: `ReadError::Moved`). Without a
-    /// snapshot, the segments the listing holds, each up to its footer.
+    /// segment end, then the runs that carry it on (`TopicSnapshot::runs_after_segments`; a
+    /// gap means a compaction came between the snapshot and the listing: `ReadError::Moved`).
+    /// The first run may begin below the segment end; its batches there are read from the
+    /// segment. Without a snapshot, the segments the listing holds, each up to its footer.
     pub(crate) async fn log(
         &self,
         topic: &str,
@@ -98,21 +99,14 @@ impl TopicReader {
                 has_index: indexed.contains(&s.base_offset),
             })
             .collect();
-        let mut end = record.segment_end();
-        let mut runs = Vec::new();
-        for run in snapshot.runs.get(&partition).into_iter().flatten() {
-            if run.end_offset <= end {
-                continue; // compacted: its manifest goes once the compaction's commit is in
-            }
-            if run.base_offset != end {
-                return Err(ReadError::Moved {
-                    topic: topic.to_string(),
-                    partition,
-                });
-            }
-            end = run.end_offset;
-            runs.push(run.clone());
+        let (runs, gap) = snapshot.runs_after_segments(partition);
+        if gap {
+            return Err(ReadError::Moved {
+                topic: topic.to_string(),
+                partition,
+            });
         }
+        let end = runs.last().map_or(record.segment_end(), |r| r.end_offset);
         Ok(PartitionLog {
             log_start: record.log_start_offset,
             segments,
@@ -252,18 +246,23 @@ impl TopicReader {
         timestamp: i64,
     ) -> Result<Option<i64>, ReadError> {
         let mut scratch = Vec::new();
+        // Offsets below `from` were searched already (a run may begin inside the last segment).
+        let mut from = log.log_start;
         for piece in log.pieces() {
-            let wanted = log.log_start..log.end;
+            let wanted = from..log.end;
             let fetched = piece.fetch(&self.store, topic, partition, &wanted).await?;
             let mut cursor = BatchCursor::new(fetched, self.max_uncompressed);
             while let Some(batch) = cursor.next_batch()? {
-                if batch.header.max_timestamp < timestamp
-                    || batch.header.last_offset() < log.log_start
-                {
+                if batch.header.last_offset() < from {
                     continue;
                 }
                 if batch.header.base_offset >= log.end {
                     return Ok(None);
+                }
+                let wanted = from..log.end;
+                from = batch.header.last_offset() + 1;
+                if batch.header.max_timestamp < timestamp {
+                    continue;
                 }
                 let records = cursor.records_of(&batch, &mut scratch)?;
                 let found = first_offset_at_or_after(&batch.header, records, &wanted, timestamp)
