@@ -5,36 +5,83 @@ their result) and tests/jvm/connect (a Kafka Connect worker with the file connec
 A module is built by Maven when its pom or a source is newer than its last build (needs
 ``mvn`` and a JDK 17+ on PATH; Maven fetches the jars from Maven Central into ~/.m2 the first
 time), then its classes run with ``java``.
+
+In the latest environment (``KAFSCALE_TEST_NEWEST_KAFKA=1``, set by tests/run.sh) each module
+is built instead at the newest Kafka release Maven Central serves of all its Kafka artifacts,
+into a build directory of its own; ``python tests/support/jvm.py`` prints those versions.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import re
 import shutil
 import subprocess
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 JVM_DIR = Path(__file__).resolve().parent.parent / "jvm"
 PACKAGE = "dev.kafscale.jvm"
 
 _TAIL_LINES = 40
 
+NEWEST_ENV = "KAFSCALE_TEST_NEWEST_KAFKA"
+KAFKA_GROUP_URL = "https://repo1.maven.org/maven2/org/apache/kafka"
+# Releases of the major version the modules pin (no release candidates or snapshots).
+_RELEASE = re.compile(r"4\.\d+\.\d+")
+
 
 def _tail(text: str, lines: int = _TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+@functools.cache
+def releases(artifact: str) -> frozenset[str]:
+    """The Kafka releases of ``artifact`` Maven Central lists."""
+    url = f"{KAFKA_GROUP_URL}/{artifact}/maven-metadata.xml"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            metadata = ElementTree.fromstring(answer.read())
+    except OSError as exc:
+        raise RuntimeError(
+            f"could not read {url} ({exc}): the latest environment needs Maven Central"
+        ) from exc
+    versions = (v.text or "" for v in metadata.iter("version"))
+    return frozenset(v for v in versions if _RELEASE.fullmatch(v))
+
+
+def newest_release(artifacts: tuple[str, ...]) -> str:
+    """The newest release every one of ``artifacts`` has (Kafka publishes them together, but
+    a connector may lag behind)."""
+    common = frozenset.intersection(*(releases(a) for a in artifacts))
+    if not common:
+        raise RuntimeError(f"Maven Central has no 4.x release common to {', '.join(artifacts)}")
+    return max(common, key=lambda v: tuple(int(part) for part in v.split(".")))
+
+
 @dataclass(frozen=True)
 class Module:
-    """One Maven module: its pom, sources and build under ``dir``."""
+    """One Maven module: its pom, sources and build under ``dir``; ``artifacts`` are its Kafka
+    dependencies (one version, the pom's ``kafka.version``)."""
 
     dir: Path
+    artifacts: tuple[str, ...]
+
+    @functools.cached_property
+    def kafka_version(self) -> str | None:
+        """The Kafka release to build with instead of the pom's: the newest, in the latest
+        environment; None for the pom's own."""
+        return newest_release(self.artifacts) if os.environ.get(NEWEST_ENV) == "1" else None
 
     @property
     def target(self) -> Path:
-        return self.dir / "target"
+        version = self.kafka_version
+        return self.dir / ("target" if version is None else f"target-kafka-{version}")
 
     def _up_to_date(self, classpath_file: Path, built: Path) -> bool:
         """Built after the last change to the pom or any source."""
@@ -48,6 +95,8 @@ class Module:
         if mvn is None:
             raise RuntimeError("mvn not found on PATH: install Maven 3.8+ and a JDK 17+")
         cmd = [mvn, "-q", "-B", "-f", str(self.dir / "pom.xml"), *args]
+        if self.kafka_version is not None:
+            cmd += [f"-Dkafka.version={self.kafka_version}", f"-Dbuild.dir={self.target}"]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(
@@ -78,8 +127,8 @@ class Module:
         return [java, logging, "-cp", self.classpath(), main_class, *args]
 
 
-CLIENTS = Module(JVM_DIR)
-CONNECT = Module(JVM_DIR / "connect")
+CLIENTS = Module(JVM_DIR, ("kafka-clients", "kafka-streams", "kafka-tools"))
+CONNECT = Module(JVM_DIR / "connect", ("connect-runtime", "connect-json", "connect-file"))
 
 
 def classpath() -> str:
@@ -133,3 +182,20 @@ def run(main_class: str, args: list[str], timeout: float | None = None) -> dict[
     """Run ``dev.kafscale.jvm.<main_class>`` with ``args``; the JSON line it printed last."""
     proc = java(f"{PACKAGE}.{main_class}", args, timeout=timeout)
     return result(main_class, proc.returncode, proc.stdout, proc.stderr)
+
+
+def main() -> None:
+    """Print the Kafka release each module builds with here."""
+    for module in (CLIENTS, CONNECT):
+        source = "newest on Maven Central" if module.kafka_version else "pinned"
+        version = module.kafka_version or _pom_version(module.dir / "pom.xml")
+        print(f"{module.dir.relative_to(JVM_DIR.parent.parent)}: Kafka {version} ({source})")
+
+
+def _pom_version(pom: Path) -> str:
+    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom.read_text())
+    return found.group(1) if found else "?"
+
+
+if __name__ == "__main__":
+    main()
