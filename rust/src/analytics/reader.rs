@@ -96,7 +96,8 @@ impl TopicReader {
                 base_offset: s.base_offset,
                 end_offset: s.last_offset + 1,
                 size: s.size,
-                has_index: indexed.contains(&s.base_offset),
+                has_index: indexed.contains(&(s.base_offset, s.generation)),
+                generation: s.generation,
             })
             .collect();
         let (runs, gap) = snapshot.runs_after_segments(partition);
@@ -164,8 +165,10 @@ impl TopicReader {
         Ok(ids)
     }
 
-    /// The partition's segments in offset order. Each ends where the next begins; the last
-    /// one's end comes from its footer (one 16-byte ranged read).
+    /// The partition's segments in offset order, from the listing alone (no metadata). Each
+    /// ends where the next begins; the last one's end comes from its footer (one 16-byte
+    /// ranged read). A compacted topic's cleaned segments come first, up to where the last of
+    /// them ends; compaction's older objects below that wait for their deletion.
     pub(crate) async fn segments(
         &self,
         topic: &str,
@@ -177,20 +180,48 @@ impl TopicReader {
             .iter()
             .filter(|s| s.kind == SegmentObject::Data)
             .collect();
-        let mut segments = Vec::with_capacity(data.len());
-        for (i, listed) in data.iter().enumerate() {
-            let end_offset = match data.get(i + 1) {
+        let mut generations: Vec<u64> = data.iter().filter_map(|s| s.generation).collect();
+        generations.sort_unstable();
+        generations.dedup();
+        let mut chosen: Vec<&ListedSegment> = match generations[..] {
+            [] => data,
+            [generation] => data
+                .into_iter()
+                .filter(|s| s.generation == Some(generation))
+                .collect(),
+            _ => {
+                return Err(ReadError::Metadata(format!(
+                    "partition {partition} of {topic} holds segments of more than one cleaning \
+                     (a compacted topic whose old segments are not deleted yet): read it with \
+                     the cluster's metadata (etcd endpoints), or again in a minute"
+                )))
+            }
+        };
+        if let Some(last) = chosen.last().filter(|s| s.generation.is_some()) {
+            let cleaned_end = self
+                .footer_end(topic, partition, last.base_offset, last.generation, last.size)
+                .await?;
+            let after = listed.iter().filter(|s| {
+                s.kind == SegmentObject::Data && s.generation.is_none() && s.base_offset >= cleaned_end
+            });
+            chosen.extend(after);
+        }
+        let mut segments = Vec::with_capacity(chosen.len());
+        for (i, listed) in chosen.iter().enumerate() {
+            let (base, generation) = (listed.base_offset, listed.generation);
+            let end_offset = match chosen.get(i + 1) {
                 Some(next) => next.base_offset,
                 None => {
-                    self.footer_end(topic, partition, listed.base_offset, listed.size)
+                    self.footer_end(topic, partition, base, generation, listed.size)
                         .await?
                 }
             };
             segments.push(SegmentRef {
-                base_offset: listed.base_offset,
+                base_offset: base,
                 end_offset,
                 size: listed.size,
-                has_index: indexed.contains(&listed.base_offset),
+                has_index: indexed.contains(&(base, generation)),
+                generation,
             });
         }
         Ok(segments)
@@ -201,11 +232,12 @@ impl TopicReader {
         topic: &str,
         partition: i32,
         base: i64,
+        generation: Option<u64>,
         size: u64,
     ) -> Result<i64, ReadError> {
         let path = self
             .store
-            .segment_path(topic, partition, base, SegmentObject::Data);
+            .object_path(topic, partition, base, generation, SegmentObject::Data);
         let corrupt = |reason: &str| ReadError::corrupt(path.as_ref(), base, reason);
         if size < SEGMENT_FOOTER_LEN as u64 {
             return Err(corrupt("the object is shorter than a segment footer"));
@@ -279,11 +311,11 @@ impl TopicReader {
 /// How often a read takes a new snapshot because a compaction moved the log meanwhile.
 pub(crate) const MOVED_RETRIES: usize = 3;
 
-/// The base offsets of the listed segments that have an index.
-fn indexed(listed: &[ListedSegment]) -> HashSet<i64> {
+/// The base offsets and generations of the listed segments that have an index.
+fn indexed(listed: &[ListedSegment]) -> HashSet<(i64, Option<u64>)> {
     listed
         .iter()
         .filter(|s| s.kind == SegmentObject::Index)
-        .map(|s| s.base_offset)
+        .map(|s| (s.base_offset, s.generation))
         .collect()
 }

@@ -46,7 +46,7 @@ pub fn decode_records(
         headers: columns.wants_headers(),
         columns,
     };
-    walk_records(header.record_count, records, &mut into)
+    walk_records(header.record_count, header.last_offset_delta, records, &mut into)
 }
 
 /// Puts the wanted records of one batch into the columns.
@@ -71,8 +71,8 @@ impl IntoColumns<'_> {
 impl<'a> Visitor<'a> for IntoColumns<'_> {
     type Error = DecodeError;
 
-    fn wants_headers(&mut self, index: i32) -> bool {
-        self.headers && self.offset(index).is_ok_and(|o| self.wanted.contains(&o))
+    fn wants_headers(&mut self, offset_delta: i32) -> bool {
+        self.headers && self.offset(offset_delta).is_ok_and(|o| self.wanted.contains(&o))
     }
 
     /// Headers go into their own columns ahead of their record's row, which `end_headers`
@@ -82,7 +82,7 @@ impl<'a> Visitor<'a> for IntoColumns<'_> {
     }
 
     fn record(&mut self, record: Record<'a>) -> Result<(), DecodeError> {
-        let offset = self.offset(record.index)?;
+        let offset = self.offset(record.offset_delta)?;
         if !self.wanted.contains(&offset) {
             return Ok(());
         }

@@ -30,6 +30,8 @@ pub(crate) struct SegmentRef {
     pub end_offset: i64,
     pub size: u64,
     pub has_index: bool,
+    /// The cleaning that wrote it (offsets may have gaps); None for compaction's.
+    pub generation: Option<u64>,
 }
 
 /// The batch bytes fetched from one segment object.
@@ -42,6 +44,9 @@ pub(crate) struct Fetched {
     first_offset: i64,
     /// The segment CRC covered every byte of `area`: batch CRCs need no second pass.
     crc_checked: bool,
+    /// A cleaned segment's: batches may start past the offset the last one ended at (the
+    /// records between were cleaned away).
+    gaps: bool,
 }
 
 impl Fetched {
@@ -61,12 +66,21 @@ pub(crate) async fn fetch_segment(
     segment: &SegmentRef,
     wanted: &Range<i64>,
 ) -> Result<Fetched, ReadError> {
-    let base = segment.base_offset;
-    let data = store.segment_path(topic, partition, base, SegmentObject::Data);
+    let (base, generation) = (segment.base_offset, segment.generation);
+    let data = store.object_path(topic, partition, base, generation, SegmentObject::Data);
     let object = data.as_ref().to_string();
+    let gaps = generation.is_some();
+    // Gone: a cleaning replaced it after the log was taken (`ReadError::Moved`).
+    let moved = |e: StoreError| match e {
+        StoreError::NotFound(_) => ReadError::Moved {
+            topic: topic.to_string(),
+            partition,
+        },
+        e => e.into(),
+    };
     if wanted.start > base && segment.has_index {
-        let index_path = store.segment_path(topic, partition, base, SegmentObject::Index);
-        let index = SparseIndex::parse(&store.get(&index_path).await?)
+        let index_path = store.object_path(topic, partition, base, generation, SegmentObject::Index);
+        let index = SparseIndex::parse(&store.get(&index_path).await.map_err(moved)?)
             .map_err(|e| ReadError::corrupt(index_path.as_ref(), base, &e.to_string()))?;
         let batches_end = segment
             .size
@@ -92,16 +106,17 @@ pub(crate) async fn fetch_segment(
                 "index positions lie outside the segment's batches",
             ));
         }
-        let area = store.get_range(&data, from..to).await?;
+        let area = store.get_range(&data, from..to).await.map_err(moved)?;
         return Ok(Fetched {
             object,
             area,
             area_start: from,
             first_offset,
             crc_checked: false,
+            gaps,
         });
     }
-    let parsed = ParsedSegment::parse(store.get_mapped(&data).await?)
+    let parsed = ParsedSegment::parse(store.get_mapped(&data).await.map_err(moved)?)
         .map_err(|e| ReadError::corrupt(&object, base, &e.to_string()))?;
     if parsed.base_offset != base {
         return Err(ReadError::corrupt(
@@ -116,6 +131,7 @@ pub(crate) async fn fetch_segment(
         area_start: SEGMENT_HEADER_LEN as u64,
         first_offset: base,
         crc_checked: true,
+        gaps,
     })
 }
 
@@ -145,6 +161,7 @@ pub(crate) async fn fetch_run(
         area_start: run.position,
         first_offset: run.base_offset,
         crc_checked: false,
+        gaps: false,
     })
 }
 
@@ -254,8 +271,15 @@ impl BatchCursor {
         if !self.fetched.crc_checked && crc32c(&rest[CRC_START..header.size]) != header.crc {
             return Err(self.corrupt(start, header.base_offset, "batch CRC-32C mismatch"));
         }
-        if header.base_offset != expected || header.last_offset_delta < 0 {
-            let reason = format!("expected a batch starting at offset {expected}");
+        let follows = match self.fetched.gaps {
+            true => header.base_offset >= expected,
+            false => header.base_offset == expected,
+        };
+        if !follows || header.last_offset_delta < 0 {
+            let reason = match self.fetched.gaps {
+                true => format!("expected a batch starting at offset {expected} or later"),
+                false => format!("expected a batch starting at offset {expected}"),
+            };
             return Err(self.corrupt(start, header.base_offset, &reason));
         }
         self.pos += header.size;

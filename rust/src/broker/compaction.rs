@@ -398,7 +398,7 @@ mod tests {
         assert_eq!(p0.segments().len(), 3);
         // the segments' batches moved in the cache from their pending names to their own
         for segment in p0.segments() {
-            let key = p0.object_key(segment.base_offset);
+            let key = p0.segment_key(&segment);
             assert!(b.log.cache.contains(&key), "{key} not cached");
             assert!(!b.log.cache.contains(&format!("pending:{key}")));
         }

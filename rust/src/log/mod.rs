@@ -141,15 +141,20 @@ pub(crate) fn follower_partition(
 }
 
 /// The committed segments among a partition's listed objects: data objects below the segment
-/// end whose offsets reach the log start, each ending where the next one begins.
+/// end whose offsets reach the log start, each ending where the next one begins. Below the
+/// cleaned end they are the last cleaning's (its generation), above it compaction's.
 pub(crate) fn committed_segments(
     listed: &[ListedSegment],
     record: &PartitionRecord,
 ) -> Vec<SegmentMeta> {
     let segment_end = record.segment_end();
+    let current = |s: &ListedSegment| match record.cleaned {
+        Some(cleaned) if s.base_offset < cleaned.end => s.generation == Some(cleaned.generation),
+        _ => s.generation.is_none(),
+    };
     let data: Vec<_> = listed
         .iter()
-        .filter(|s| s.kind == SegmentObject::Data && s.base_offset < segment_end)
+        .filter(|s| s.kind == SegmentObject::Data && s.base_offset < segment_end && current(s))
         .collect();
     data.iter()
         .enumerate()
@@ -158,6 +163,7 @@ pub(crate) fn committed_segments(
             last_offset: data
                 .get(i + 1)
                 .map_or(segment_end - 1, |next| next.base_offset - 1),
+            generation: s.generation,
             size: s.size,
             max_timestamp: None,
         })

@@ -396,7 +396,7 @@ pub(super) async fn load_from(
     segment: &SegmentMeta,
     offset: i64,
 ) -> Result<CachedBatches, ResponseError> {
-    let key = partition.object_key(segment.base_offset);
+    let key = partition.segment_key(segment);
     let covers = |cached: &CachedBatches| {
         cached.start == SEGMENT_HEADER_LEN as u64
             || cached
@@ -421,7 +421,7 @@ async fn index_position(
     segment: &SegmentMeta,
     offset: i64,
 ) -> Result<u64, ResponseError> {
-    let path = partition.segment_path(ctx, segment.base_offset, SegmentObject::Index);
+    let path = partition.segment_object(ctx, segment, SegmentObject::Index);
     let bytes = ctx
         .store
         .get(&path)
@@ -447,7 +447,7 @@ async fn fetch_batches(
     start: u64,
     key: String,
 ) -> Result<CachedBatches, ResponseError> {
-    let path = partition.segment_path(ctx, segment.base_offset, SegmentObject::Data);
+    let path = partition.segment_object(ctx, segment, SegmentObject::Data);
     let end = segment.size - SEGMENT_FOOTER_LEN as u64;
     read_into_cache(ctx, &path, start..end, key)
         .await
@@ -463,7 +463,7 @@ fn read_failed(path: &object_store::path::Path, error: StoreError) -> ResponseEr
 /// Loads the next segments in the background so a sequential consumer finds them cached.
 fn readahead(ctx: &Arc<LogContext>, partition: &Arc<Partition>, following: &[SegmentMeta]) {
     for segment in following.iter().take(ctx.settings.readahead_segments) {
-        let key = partition.object_key(segment.base_offset);
+        let key = partition.segment_key(segment);
         let Some(loading) = ctx.cache.begin_loading(&key) else {
             continue;
         };

@@ -41,7 +41,7 @@ pub enum RecordError {
     Malformed { index: i32, problem: Malformed },
     #[error(
         "record {index} has offset delta {delta}; a batch's records are numbered 0, 1, 2, ... \
-         in order"
+         in order (with gaps only where a cleaner removed records), up to its last offset delta"
     )]
     OutOfOrder { index: i32, delta: i32 },
     #[error("a header key of record {index} is not UTF-8")]
@@ -87,8 +87,11 @@ pub enum Malformed {
 /// [`Visitor::header`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record<'a> {
-    /// Its offset delta, which is its index in the batch.
+    /// Its place in the batch.
     pub(crate) index: i32,
+    /// Its offset less the batch's base offset: its index, unless a cleaner removed records
+    /// before it (a compacted topic's cleaned batches keep their records' offsets).
+    pub(crate) offset_delta: i32,
     pub(crate) timestamp_delta: i64,
     pub(crate) key: Option<&'a [u8]>,
     pub(crate) value: Option<&'a [u8]>,
@@ -98,9 +101,9 @@ pub(crate) struct Record<'a> {
 pub(crate) trait Visitor<'a> {
     type Error: From<RecordError>;
 
-    /// Whether [`Visitor::header`] gets the headers of the record at `index` (asked before
-    /// they are read; they are checked either way).
-    fn wants_headers(&mut self, index: i32) -> bool;
+    /// Whether [`Visitor::header`] gets the headers of the record at `offset_delta` (asked
+    /// before they are read; they are checked either way).
+    fn wants_headers(&mut self, offset_delta: i32) -> bool;
 
     /// A header of the record being read, before [`Visitor::record`] gets the record.
     fn header(&mut self, key: &'a str, value: Option<&'a [u8]>);
@@ -109,11 +112,47 @@ pub(crate) trait Visitor<'a> {
     fn record(&mut self, record: Record<'a>) -> Result<(), Self::Error>;
 }
 
+/// The offset deltas the next record of a batch may have: growing with each record and
+/// leaving room for the records after it below the batch's last offset delta. A produced
+/// batch declares one record per offset, so its deltas can only be 0, 1, 2, ...; a cleaned
+/// one may skip some.
+struct Numbering {
+    next: i64,
+    last: i64,
+    declared: i64,
+}
+
+impl Numbering {
+    fn of(header: &BatchHeader) -> Numbering {
+        Numbering::new(header.record_count, header.last_offset_delta)
+    }
+
+    fn new(declared: i32, last: i32) -> Numbering {
+        Numbering {
+            next: 0,
+            last: last.into(),
+            declared: declared.into(),
+        }
+    }
+
+    fn take(&mut self, index: i32, delta: i32) -> Result<(), RecordError> {
+        let after = self.declared - 1 - i64::from(index);
+        let at = i64::from(delta);
+        if at < self.next || at > self.last - after {
+            return Err(RecordError::OutOfOrder { index, delta });
+        }
+        self.next = at + 1;
+        Ok(())
+    }
+}
+
 /// Reads the `declared` records of a records section (decompressed) in order, once, handing
-/// each to `visitor`; fails at the first record that is malformed, and when the section holds
-/// fewer or more records than declared.
+/// each to `visitor`; fails at the first record that is malformed or out of order (offset
+/// deltas growing up to `last_delta`), and when the section holds fewer or more records than
+/// declared.
 pub(crate) fn walk_records<'a, V: Visitor<'a>>(
     declared: i32,
+    last_delta: i32,
     section: &'a [u8],
     visitor: &mut V,
 ) -> Result<(), V::Error> {
@@ -121,11 +160,12 @@ pub(crate) fn walk_records<'a, V: Visitor<'a>>(
         bytes: section,
         pos: 0,
     };
+    let mut numbering = Numbering::new(declared, last_delta);
     for index in 0..declared {
         if rest.pos == rest.bytes.len() {
             return Err(fewer(declared, index).into());
         }
-        next_record(&mut rest, index, visitor)?;
+        next_record(&mut rest, index, &mut numbering, visitor)?;
     }
     if rest.pos != rest.bytes.len() {
         return Err(RecordError::More { declared }.into());
@@ -150,8 +190,14 @@ where
     let section = &batch[BATCH_HEADER_LEN..header.size];
     let mut each = Each(visit);
     if codec == Codec::None {
-        return walk_records(header.record_count, section, &mut each);
+        return walk_records(
+            header.record_count,
+            header.last_offset_delta,
+            section,
+            &mut each,
+        );
     }
+    let mut numbering = Numbering::of(header);
     let stream = Decompressed::new(codec, section, max_uncompressed)?;
     let mut window = Window::new(stream, codec);
     let declared = header.record_count;
@@ -174,7 +220,7 @@ where
                 bytes: window.bytes(),
                 pos: 0,
             };
-            next_record(&mut record, index, &mut each)?;
+            next_record(&mut record, index, &mut numbering, &mut each)?;
             record.pos
         };
         window.consume(read);
@@ -280,9 +326,10 @@ fn fewer(declared: i32, held: i32) -> RecordError {
 fn next_record<'a, V: Visitor<'a>>(
     rest: &mut Fields<'a>,
     index: i32,
+    numbering: &mut Numbering,
     visitor: &mut V,
 ) -> Result<(), V::Error> {
-    let record = read_record(rest, index, visitor).map_err(|problem| match problem {
+    let record = read_record(rest, index, numbering, visitor).map_err(|problem| match problem {
         Problem::Malformed(problem) => RecordError::Malformed { index, problem },
         Problem::Rule(error) => error,
     })?;
@@ -316,6 +363,7 @@ impl From<Malformed> for Problem {
 fn read_record<'a, V: Visitor<'a>>(
     rest: &mut Fields<'a>,
     index: i32,
+    numbering: &mut Numbering,
     visitor: &mut V,
 ) -> Result<Record<'a>, Problem> {
     let length = record_length(rest)?;
@@ -332,7 +380,7 @@ fn read_record<'a, V: Visitor<'a>>(
     if count < 0 {
         return Err(Malformed::HeaderCount(count).into());
     }
-    let wanted = visitor.wants_headers(index);
+    let wanted = visitor.wants_headers(delta);
     for _ in 0..count {
         let key_length = fields.varint(Malformed::PastLength)?;
         if key_length < 0 {
@@ -355,11 +403,10 @@ fn read_record<'a, V: Visitor<'a>>(
     if left != 0 {
         return Err(Malformed::Leftover(left).into());
     }
-    if delta != index {
-        return Err(Problem::Rule(RecordError::OutOfOrder { index, delta }));
-    }
+    numbering.take(index, delta).map_err(Problem::Rule)?;
     Ok(Record {
         index,
+        offset_delta: delta,
         timestamp_delta,
         key,
         value,

@@ -108,7 +108,7 @@ pub(crate) async fn delete_records(
 async fn remove_segments(ctx: &LogContext, partition: &Partition, removed: &[SegmentMeta]) {
     for segment in removed {
         for kind in [SegmentObject::Data, SegmentObject::Index] {
-            let path = partition.segment_path(ctx, segment.base_offset, kind);
+            let path = partition.segment_object(ctx, segment, kind);
             if let Err(error) = ctx.store.delete(&path).await {
                 tracing::warn!(object = %path, %error,
                     "deleting a segment below the log start failed; the next owner removes it");
@@ -143,6 +143,7 @@ mod tests {
         SegmentMeta {
             base_offset: base,
             last_offset: base + 9,
+            generation: None,
             size,
             max_timestamp: None,
         }

@@ -94,6 +94,8 @@ impl StoredBatch {
 pub(crate) struct SegmentMeta {
     pub base_offset: i64,
     pub last_offset: i64,
+    /// The cleaning that wrote it (its offsets may have gaps); None for compaction's.
+    pub generation: Option<u64>,
     /// Size of the whole `.kfs` object.
     pub size: u64,
     /// Largest batch max-timestamp, once known (segments found at start-up learn it lazily).
@@ -185,6 +187,7 @@ pub(crate) fn build_segment(
         meta: SegmentMeta {
             base_offset,
             last_offset,
+            generation: None,
             size: (position + SEGMENT_FOOTER_LEN) as u64,
             max_timestamp: Some(max_timestamp),
         },

@@ -190,7 +190,7 @@ fn record_timestamps(
     let mut records = Vec::new();
     let limit = ctx.settings.max_uncompressed_batch_bytes;
     walk_batch(header, &batch.joined(), limit, |record| {
-        let offset = header.base_offset + i64::from(record.index);
+        let offset = header.base_offset + i64::from(record.offset_delta);
         records.push((offset, header.record_timestamp(record.timestamp_delta)));
         Ok::<(), Rejection>(())
     })

@@ -53,6 +53,25 @@ pub(crate) struct PartitionRecord {
     /// stored: the write-ahead runs above the segment end hold all of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub producer_snapshot: Option<i64>,
+    /// What the cleaner of a compacted topic made of the log's segments; None until its first
+    /// cleaning (and on topics never compacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaned: Option<CleanedLog>,
+}
+
+/// The cleaned part of a compacted log (`log::cleaner`): the segments from the log start up to
+/// `end` are those the last cleaning wrote, named with its `generation`; compaction's follow
+/// from `end` to the segment end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CleanedLog {
+    /// A fresh random number each cleaning: the objects of a cleaning that never committed (a
+    /// crash, a fenced owner) never carry the name of committed ones.
+    pub generation: u64,
+    /// A segment boundary at or below the segment end.
+    pub end: i64,
+    /// Records from here on were not yet compared with later ones (Kafka's cleaner
+    /// checkpoint): the last cleaning's offset map ended here. At most `end`.
+    pub dirty_from: i64,
 }
 
 impl PartitionRecord {
@@ -74,6 +93,7 @@ impl PartitionRecord {
             high_watermark: 0,
             segment_end: Some(0),
             producer_snapshot: None,
+            cleaned: None,
         }
     }
 }
@@ -694,6 +714,19 @@ impl Catalog {
     ) -> Result<VersionedPartition, CatalogError> {
         let mut record = current.record.clone();
         record.log_start_offset = log_start_offset;
+        self.swap_partition(topic, partition, current, record).await
+    }
+
+    /// Replaces the cleaned part of the log (an owner's cleaning), fenced like every change.
+    pub(crate) async fn commit_cleaning(
+        &self,
+        topic: &str,
+        partition: i32,
+        current: &VersionedPartition,
+        cleaned: CleanedLog,
+    ) -> Result<VersionedPartition, CatalogError> {
+        let mut record = current.record.clone();
+        record.cleaned = Some(cleaned);
         self.swap_partition(topic, partition, current, record).await
     }
 

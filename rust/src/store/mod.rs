@@ -1,6 +1,8 @@
 //! Object storage for segments: one type over the `object_store` crate for a local directory,
 //! memory, or S3. Keys follow the KafScale layout
-//! `{namespace}/{topic}/{partition}/segment-{base_offset:020}.{kfs|index}`.
+//! `{namespace}/{topic}/{partition}/segment-{base_offset:020}.{kfs|index}`; the segments the
+//! cleaner of a compacted topic writes carry its generation too:
+//! `segment-{base_offset:020}-{generation:016x}.{kfs|index}`.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -126,8 +128,21 @@ impl SegmentObject {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ListedSegment {
     pub base_offset: i64,
+    /// The cleaning that wrote it (`meta::catalog::CleanedLog`); None for compaction's.
+    pub generation: Option<u64>,
     pub kind: SegmentObject,
     pub size: u64,
+}
+
+/// `{base_offset:020}` or `{base_offset:020}-{generation:016x}`.
+fn parse_stem(stem: &str) -> Option<(i64, Option<u64>)> {
+    match stem.split_once('-') {
+        None => Some((stem.parse().ok()?, None)),
+        Some((base, generation)) => Some((
+            base.parse().ok()?,
+            Some(u64::from_str_radix(generation, 16).ok()?),
+        )),
+    }
 }
 
 /// The folder of write-ahead objects under the namespace.
@@ -302,11 +317,26 @@ impl SegmentStore {
         base: i64,
         kind: SegmentObject,
     ) -> Path {
+        self.object_path(topic, partition, base, None, kind)
+    }
+
+    /// Where a segment object of `generation` lives (None: compaction's, as `segment_path`).
+    pub(crate) fn object_path(
+        &self,
+        topic: &str,
+        partition: i32,
+        base: i64,
+        generation: Option<u64>,
+        kind: SegmentObject,
+    ) -> Path {
         let (prefix, extension) = kind.naming();
-        Path::from(format!(
-            "{}/{topic}/{partition}/{prefix}-{base:020}.{extension}",
-            self.namespace
-        ))
+        let namespace = &self.namespace;
+        Path::from(match generation {
+            None => format!("{namespace}/{topic}/{partition}/{prefix}-{base:020}.{extension}"),
+            Some(generation) => format!(
+                "{namespace}/{topic}/{partition}/{prefix}-{base:020}-{generation:016x}.{extension}"
+            ),
+        })
     }
 
     /// Where a write-ahead object lives. `!` is no topic name's character, so the folder
@@ -460,14 +490,16 @@ impl SegmentStore {
                 ]
                 .into_iter()
                 .find(|kind| kind.naming() == (prefix, extension))?;
+                let (base_offset, generation) = parse_stem(stem)?;
                 Some(ListedSegment {
-                    base_offset: stem.parse().ok()?,
+                    base_offset,
+                    generation,
                     kind,
                     size: meta.size,
                 })
             })
             .collect();
-        listed.sort_by_key(|s| (s.base_offset, s.kind));
+        listed.sort_by_key(|s| (s.base_offset, s.kind, s.generation));
         Ok(listed)
     }
 
@@ -651,26 +683,38 @@ mod tests {
             .put_new(&snapshot, Bytes::from_static(b"{}"))
             .await
             .unwrap();
+        let cleaned = store.object_path("t", 1, 10, Some(0xab), SegmentObject::Data);
+        assert!(cleaned
+            .as_ref()
+            .ends_with("t/1/segment-00000000000000000010-00000000000000ab.kfs"));
+        store
+            .put_new(&cleaned, Bytes::from_static(b"x"))
+            .await
+            .unwrap();
         let other = store.segment_path("t", 11, 0, SegmentObject::Data);
         store
             .put_new(&other, Bytes::from_static(b"x"))
             .await
             .unwrap();
         let listed = store.list_partition("t", 1).await.unwrap();
-        let order: Vec<_> = listed.iter().map(|s| (s.base_offset, s.kind)).collect();
+        let order: Vec<_> = listed
+            .iter()
+            .map(|s| (s.base_offset, s.kind, s.generation))
+            .collect();
         assert_eq!(
             order,
             vec![
-                (0, SegmentObject::Data),
-                (0, SegmentObject::Index),
-                (10, SegmentObject::Data),
-                (10, SegmentObject::Index),
-                (10, SegmentObject::ProducerSnapshot),
-                (20, SegmentObject::Data),
-                (20, SegmentObject::Index),
+                (0, SegmentObject::Data, None),
+                (0, SegmentObject::Index, None),
+                (10, SegmentObject::Data, None),
+                (10, SegmentObject::Data, Some(0xab)),
+                (10, SegmentObject::Index, None),
+                (10, SegmentObject::ProducerSnapshot, None),
+                (20, SegmentObject::Data, None),
+                (20, SegmentObject::Index, None),
             ]
         );
-        assert_eq!(store.delete_topic_objects("t").await.unwrap(), 8);
+        assert_eq!(store.delete_topic_objects("t").await.unwrap(), 9);
         assert!(store.list_partition("t", 1).await.unwrap().is_empty());
     }
 }

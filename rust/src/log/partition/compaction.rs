@@ -515,6 +515,7 @@ impl Partition {
         Some(SegmentMeta {
             base_offset: theirs.base_offset,
             last_offset: theirs.last_offset,
+            generation: None,
             size,
             max_timestamp: None,
         })

@@ -469,10 +469,31 @@ impl Partition {
             .segment_path(&self.topic, self.id, base_offset, kind)
     }
 
-    /// The segment's cache key; the topic id keeps a re-created topic from seeing the old one's
-    /// cached bytes.
+    /// Where one of the objects of a committed segment lives (compaction's or a cleaning's).
+    pub(crate) fn segment_object(
+        &self,
+        ctx: &LogContext,
+        segment: &SegmentMeta,
+        kind: SegmentObject,
+    ) -> object_store::path::Path {
+        let (base, generation) = (segment.base_offset, segment.generation);
+        ctx.store
+            .object_path(&self.topic, self.id, base, generation, kind)
+    }
+
+    /// The cache key of compaction's segment at `base_offset`; the topic id keeps a re-created
+    /// topic from seeing the old one's cached bytes.
     pub(crate) fn object_key(&self, base_offset: i64) -> String {
         format!("{}/{}/{}/{base_offset}", self.topic, self.topic_id, self.id)
+    }
+
+    /// The cache key of a committed segment (a cleaning's carry its generation).
+    pub(crate) fn segment_key(&self, segment: &SegmentMeta) -> String {
+        let key = self.object_key(segment.base_offset);
+        match segment.generation {
+            None => key,
+            Some(generation) => format!("{key}-{generation:016x}"),
+        }
     }
 
     /// Committed segments starting with the one that holds `offset`, or the reason the offset

@@ -198,10 +198,15 @@ impl Partition {
             .map_or(record.segment_end(), |s| s.base_offset);
         let stale = |o: &&ListedSegment| match o.kind {
             SegmentObject::ProducerSnapshot => Some(o.base_offset) != record.producer_snapshot,
-            SegmentObject::Data | SegmentObject::Index => o.base_offset < first_kept,
+            SegmentObject::Data | SegmentObject::Index => {
+                o.base_offset < first_kept || superseded(o, &record)
+            }
         };
         for object in listed.iter().filter(stale) {
-            let path = self.segment_path(ctx, object.base_offset, object.kind);
+            let (base, generation) = (object.base_offset, object.generation);
+            let path = ctx
+                .store
+                .object_path(&self.topic, self.id, base, generation, object.kind);
             tracing::info!(object = %path, "removing an object the log no longer uses");
             if let Err(error) = ctx.store.delete(&path).await {
                 tracing::warn!(object = %path, %error,
@@ -210,6 +215,20 @@ impl Partition {
         }
         self.state().segments = Some(segments);
         Ok(())
+    }
+}
+
+/// A segment object the cleaned part of the log does not use: a cleaning's of another
+/// generation (superseded, or never committed), or compaction's below the cleaned end. (Above
+/// it, compaction's objects are compaction's business.)
+fn superseded(object: &ListedSegment, record: &PartitionRecord) -> bool {
+    match (object.generation, record.cleaned) {
+        (Some(generation), Some(cleaned)) => {
+            generation != cleaned.generation || object.base_offset >= cleaned.end
+        }
+        (Some(_), None) => true,
+        (None, Some(cleaned)) => object.base_offset < cleaned.end,
+        (None, None) => false,
     }
 }
 

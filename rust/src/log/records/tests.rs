@@ -30,8 +30,18 @@ impl<'a> Visitor<'a> for Collect<'a> {
 }
 
 fn decoded(count: i32, section: &[u8]) -> Result<Vec<(Record<'_>, Vec<Header<'_>>)>, RecordError> {
+    decoded_up_to(count, count - 1, section)
+}
+
+/// The records of a batch whose last offset delta is `last_delta` (a cleaned batch's may lie
+/// past its record count).
+fn decoded_up_to(
+    count: i32,
+    last_delta: i32,
+    section: &[u8],
+) -> Result<Vec<(Record<'_>, Vec<Header<'_>>)>, RecordError> {
     let mut collect = Collect::default();
-    walk_records(count, section, &mut collect)?;
+    walk_records(count, last_delta, section, &mut collect)?;
     Ok(collect.records)
 }
 
@@ -213,4 +223,33 @@ fn a_record_cut_short_by_the_end_of_a_compressed_batch_is_malformed() {
         refused.unwrap_err(),
         "record 0 is malformed: the batch ends inside it"
     );
+}
+
+#[test]
+fn a_cleaned_batch_skips_offsets_but_never_goes_back_or_past_its_last_delta() {
+    let section = |deltas: &[i64]| -> Vec<u8> {
+        deltas
+            .iter()
+            .flat_map(|&d| raw_record(d, 0, b"v"))
+            .collect()
+    };
+    // three records left of six offsets: deltas 0, 3, 5
+    let kept = section(&[0, 3, 5]);
+    let records = decoded_up_to(3, 5, &kept).unwrap();
+    let deltas: Vec<(i32, i32)> = records
+        .iter()
+        .map(|(r, _)| (r.index, r.offset_delta))
+        .collect();
+    assert_eq!(deltas, [(0, 0), (1, 3), (2, 5)]);
+    assert!(decoded_up_to(2, 5, &section(&[4, 5])).is_ok(), "the first ones removed");
+    let back = decoded_up_to(3, 5, &section(&[0, 3, 2])).unwrap_err();
+    assert_eq!(back, RecordError::OutOfOrder { index: 2, delta: 2 });
+    let past = decoded_up_to(3, 5, &section(&[0, 3, 6])).unwrap_err();
+    assert_eq!(past, RecordError::OutOfOrder { index: 2, delta: 6 });
+    // no room left below the last delta for the records after it
+    let crowded = decoded_up_to(3, 5, &section(&[0, 5, 5])).unwrap_err();
+    assert_eq!(crowded, RecordError::OutOfOrder { index: 1, delta: 5 });
+    // a produced batch (one record per offset) is numbered 0, 1, 2 exactly
+    let skipped = decoded(3, &section(&[0, 2, 3])).unwrap_err();
+    assert_eq!(skipped, RecordError::OutOfOrder { index: 1, delta: 2 });
 }

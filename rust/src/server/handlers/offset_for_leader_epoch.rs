@@ -292,6 +292,7 @@ mod tests {
             high_watermark,
             segment_end: None,
             producer_snapshot: None,
+            cleaned: None,
         }
     }
 
