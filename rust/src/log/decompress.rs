@@ -217,26 +217,11 @@ impl Read for SnappyBlocks<'_> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::io::Write;
 
     const TEXT: &[u8] = b"the same words again and again and again and again";
 
     pub(crate) fn compress(codec: Codec, data: &[u8]) -> Vec<u8> {
-        match codec {
-            Codec::None => data.to_vec(),
-            Codec::Gzip => {
-                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-                e.write_all(data).unwrap();
-                e.finish().unwrap()
-            }
-            Codec::Lz4 => {
-                let mut e = lz4::EncoderBuilder::new().build(Vec::new()).unwrap();
-                e.write_all(data).unwrap();
-                e.finish().0
-            }
-            Codec::Zstd => zstd::encode_all(data, 1).unwrap(),
-            Codec::Snappy => snap::raw::Encoder::new().compress_vec(data).unwrap(),
-        }
+        crate::log::compress::compress(codec, data).unwrap()
     }
 
     /// The attributes' codec id of `codec`.

@@ -3,6 +3,8 @@
 pub(crate) mod batch;
 pub(crate) mod cache;
 pub(crate) mod checksum;
+mod cleaner;
+pub(crate) mod compress;
 #[cfg(test)]
 mod compaction_tests;
 pub(crate) mod decompress;

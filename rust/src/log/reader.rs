@@ -45,14 +45,15 @@ struct Collected {
 impl Collected {
     /// Takes the batches of `batches` that hold `next` and later, while they fit. False once
     /// the response is full. A batch that starts past `next` means the view skipped part of
-    /// the log (offsets are contiguous): it is refused, never served as if nothing was there.
-    fn take(&mut self, batches: &CachedBatches) -> Result<bool, TakeError> {
+    /// the log (offsets are contiguous): it is refused, never served as if nothing was there;
+    /// unless `gaps`, a cleaned segment's, whose cleaning removed the records between.
+    fn take(&mut self, batches: &CachedBatches, gaps: bool) -> Result<bool, TakeError> {
         for item in batches.batches() {
             let (batch, header) = item.map_err(|_| TakeError::Malformed)?;
             if header.last_offset() < self.next {
                 continue;
             }
-            if header.base_offset > self.next {
+            if header.base_offset > self.next && !gaps {
                 return Err(TakeError::Gap {
                     expected: self.next,
                     found: header.base_offset,
@@ -120,6 +121,7 @@ pub(crate) async fn read(
                 ReadFailure::Stale { segment_end, .. } => {
                     catch_up(ctx, partition, segment_end).await
                 }
+                ReadFailure::SegmentGone => refresh_cleaned(ctx, partition).await,
                 ReadFailure::Error(_) => unreachable!("returned above"),
             };
         if !retried {
@@ -136,6 +138,23 @@ pub(crate) async fn read(
 async fn relist(ctx: &LogContext, partition: &Partition) -> bool {
     let (record, _) = partition.committed_record();
     partition.relist_segments(ctx, &record).await.is_ok()
+}
+
+/// A segment the view named is gone: a cleaning replaced it. The record that says so comes
+/// through the watch, or else from the metadata store; then the segments are listed again.
+async fn refresh_cleaned(ctx: &LogContext, partition: &Partition) -> bool {
+    if partition.owned().is_none() {
+        match ctx.catalog.partition(&partition.topic, partition.id).await {
+            Ok(Some(current)) => partition.follow(&current.record, current.revision),
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.id, error = %e,
+                    "reading the partition record after a segment was cleaned away failed");
+                return false;
+            }
+        }
+    }
+    relist(ctx, partition).await
 }
 
 /// How often a read starts again after finding its view of the log outdated.
@@ -192,6 +211,8 @@ enum ReadFailure {
         expected: i64,
         found: i64,
     },
+    /// A segment's object is gone: a cleaning replaced it after the view was taken.
+    SegmentGone,
     Error(ResponseError),
 }
 
@@ -208,6 +229,9 @@ impl ReadFailure {
                 "a write-ahead object is gone and the partition's segment end did not move"
             }
             ReadFailure::Gap { .. } => "the log has a hole that listing storage did not fill",
+            ReadFailure::SegmentGone => {
+                "a segment is gone and the partition record does not name its replacement"
+            }
             ReadFailure::Error(_) => "an error for the client",
         }
     }
@@ -238,14 +262,23 @@ async fn read_once(
     };
     let mut full = false;
     for (i, segment) in view.segments.iter().enumerate() {
-        let batches = load_from(ctx, partition, segment, collected.next).await?;
-        full = !collected.take(&batches).map_err(|e| match e {
+        let batches = match load_from(ctx, partition, segment, collected.next).await {
+            Ok(batches) => batches,
+            Err(SegmentLoadError::Gone) => return Err(ReadFailure::SegmentGone),
+            Err(SegmentLoadError::Failed(e)) => return Err(e.into()),
+        };
+        let gaps = segment.generation.is_some();
+        full = !collected.take(&batches, gaps).map_err(|e| match e {
             TakeError::Malformed => corrupt(partition, segment).into(),
             TakeError::Gap { expected, found } => ReadFailure::Gap { expected, found },
         })?;
         readahead(ctx, partition, &view.segments[i + 1..]);
         if full {
             break;
+        }
+        if gaps {
+            // Its last records may have been cleaned away: the next segment starts the rest.
+            collected.next = collected.next.max(segment.last_offset + 1);
         }
     }
     if !full && collected.next < view.high_watermark {
@@ -269,7 +302,7 @@ async fn read_once(
             if run.run.base_offset >= view.high_watermark {
                 break;
             }
-            let taken = collected.take(&batches).map_err(|e| match e {
+            let taken = collected.take(&batches, false).map_err(|e| match e {
                 TakeError::Malformed => {
                     tracing::error!(object = %run.object, position = run.run.position,
                         "write-ahead run is malformed");
@@ -296,6 +329,24 @@ pub(crate) enum RunLoadError {
     /// Its object is gone: compaction collected it once the run was in a committed segment.
     Collected,
     Failed(ResponseError),
+}
+
+/// Why a segment's batches could not be loaded.
+#[derive(Debug)]
+pub(crate) enum SegmentLoadError {
+    /// Its object is gone: a cleaning of the compacted topic replaced it.
+    Gone,
+    Failed(ResponseError),
+}
+
+/// For the callers that do not retry (timestamp search, retention): a retriable error.
+impl From<SegmentLoadError> for ResponseError {
+    fn from(e: SegmentLoadError) -> Self {
+        match e {
+            SegmentLoadError::Gone => ResponseError::KafkaStorageError,
+            SegmentLoadError::Failed(e) => e,
+        }
+    }
 }
 
 /// For the callers that do not retry (timestamp search): a retriable error to the client.
@@ -395,7 +446,7 @@ pub(super) async fn load_from(
     partition: &Partition,
     segment: &SegmentMeta,
     offset: i64,
-) -> Result<CachedBatches, ResponseError> {
+) -> Result<CachedBatches, SegmentLoadError> {
     let key = partition.segment_key(segment);
     let covers = |cached: &CachedBatches| {
         cached.start == SEGMENT_HEADER_LEN as u64
@@ -420,13 +471,13 @@ async fn index_position(
     partition: &Partition,
     segment: &SegmentMeta,
     offset: i64,
-) -> Result<u64, ResponseError> {
+) -> Result<u64, SegmentLoadError> {
     let path = partition.segment_object(ctx, segment, SegmentObject::Index);
     let bytes = ctx
         .store
         .get(&path)
         .await
-        .map_err(|e| read_failed(&path, e))?;
+        .map_err(|e| segment_load_failed(&path, e))?;
     match SparseIndex::parse(&bytes) {
         Ok(index) => Ok(index
             .position_for(offset)
@@ -446,12 +497,20 @@ async fn fetch_batches(
     segment: &SegmentMeta,
     start: u64,
     key: String,
-) -> Result<CachedBatches, ResponseError> {
+) -> Result<CachedBatches, SegmentLoadError> {
     let path = partition.segment_object(ctx, segment, SegmentObject::Data);
     let end = segment.size - SEGMENT_FOOTER_LEN as u64;
     read_into_cache(ctx, &path, start..end, key)
         .await
-        .map_err(|e| read_failed(&path, e))
+        .map_err(|e| segment_load_failed(&path, e))
+}
+
+/// A segment read that failed: gone (a cleaning replaced it), or as `read_failed`.
+fn segment_load_failed(path: &object_store::path::Path, error: StoreError) -> SegmentLoadError {
+    match error {
+        StoreError::NotFound(_) => SegmentLoadError::Gone,
+        error => SegmentLoadError::Failed(read_failed(path, error)),
+    }
 }
 
 /// A read that failed: logged with the object, answered with a retriable storage error.
@@ -515,7 +574,7 @@ mod tests {
     fn batches_below_the_offset_are_skipped_and_the_one_holding_it_is_taken_whole() {
         let mut collected = collecting_from(3);
         assert_eq!(
-            collected.take(&batches(&[(0, 2), (2, 3), (5, 1)])),
+            collected.take(&batches(&[(0, 2), (2, 3), (5, 1)]), false),
             Ok(true)
         );
         assert_eq!(collected.slices.len(), 2);
@@ -527,14 +586,14 @@ mod tests {
         let pieces = [encoded(&[(0, 2)]), encoded(&[(2, 3), (5, 1)])];
         let mut collected = collecting_from(3);
         let cached = CachedBatches::pieces(0, &pieces[..]);
-        assert_eq!(collected.take(&cached), Ok(true));
+        assert_eq!(collected.take(&cached, false), Ok(true));
         assert_eq!(collected.next, 6);
         assert_eq!(collected.records, 4);
         assert_eq!(collected.slices.len(), 2);
         assert_eq!(collected.slices[0].as_ptr(), pieces[1].as_ptr());
         // a gap between pieces is one too
         let pieces = [encoded(&[(0, 2)]), encoded(&[(4, 1)])];
-        let found = collecting_from(0).take(&CachedBatches::pieces(0, &pieces[..]));
+        let found = collecting_from(0).take(&CachedBatches::pieces(0, &pieces[..]), false);
         assert_eq!(
             found,
             Err(TakeError::Gap {
@@ -547,7 +606,7 @@ mod tests {
     #[test]
     fn a_batch_past_the_offset_asked_for_is_a_gap_not_data() {
         let mut collected = collecting_from(0);
-        let found = collected.take(&batches(&[(18, 2)]));
+        let found = collected.take(&batches(&[(18, 2)]), false);
         assert_eq!(
             found,
             Err(TakeError::Gap {
@@ -558,7 +617,7 @@ mod tests {
         assert!(collected.slices.is_empty());
         // ... and between two batches of one read as well
         let mut collected = collecting_from(0);
-        let found = collected.take(&batches(&[(0, 2), (5, 1)]));
+        let found = collected.take(&batches(&[(0, 2), (5, 1)]), false);
         assert_eq!(
             found,
             Err(TakeError::Gap {
@@ -566,5 +625,13 @@ mod tests {
                 found: 5
             })
         );
+    }
+
+    #[test]
+    fn a_cleaned_segment_skips_the_offsets_its_cleaning_removed() {
+        let mut collected = collecting_from(1);
+        let found = collected.take(&batches(&[(0, 2), (5, 1), (9, 2)]), true);
+        assert_eq!(found, Ok(true));
+        assert_eq!((collected.slices.len(), collected.records, collected.next), (3, 5, 11));
     }
 }

@@ -8,6 +8,7 @@
 //! acknowledges nothing and the still-buffered batches are re-based onto the committed end,
 //! so offsets never have gaps.
 
+mod cleaning;
 pub(crate) mod compaction;
 mod idempotence;
 mod roles;

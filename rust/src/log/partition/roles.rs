@@ -66,6 +66,10 @@ impl Partition {
             if state.committed.owner_revision != 0 || revision <= state.committed.revision {
                 return;
             }
+            if state.committed.record.cleaned != record.cleaned {
+                // A cleaning replaced segments: the list is made again when next needed.
+                state.segments = None;
+            }
             state.committed.record = record.clone();
             state.committed.revision = revision;
             let log_start = record.log_start_offset;
