@@ -160,6 +160,16 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
+def _parse_fraction(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise _Unparsable("not a number: give a fraction such as 0.5") from None
+    if not 0.0 <= value <= 1.0:
+        raise _Unparsable(f"{value} is not a fraction from 0 to 1, e.g. 0.5")
+    return value
+
+
 def _parse_size(text: str) -> int:
     match = _SIZE_RE.fullmatch(text.strip())
     if not match:
@@ -914,6 +924,72 @@ class Settings:
         "as one.",
         _parse_int,
         check=_in_range(1, _INT64_MAX, "milliseconds, e.g. 86400000"),
+        metavar="MS",
+    )
+    # Compacted topics (names follow Kafka's broker configs log.roll.ms, log.cleaner.*,
+    # file.delete.delay.ms).
+    log_roll_ms: int = _setting(
+        7 * 24 * 3600 * 1000,
+        "Default segment.ms of topics: a partition's write-ahead data becomes a segment at "
+        "most this long after it was written (--wal-compaction-age-ms, when shorter, sooner).",
+        _parse_int,
+        check=_in_range(1, _INT64_MAX, "milliseconds, e.g. 604800000"),
+        metavar="MS",
+    )
+    log_cleaner_min_cleanable_ratio: float = _setting(
+        0.5,
+        "Default min.cleanable.dirty.ratio of compacted topics: a partition is cleaned once "
+        "its segments not yet cleaned hold this share of its segment bytes.",
+        _parse_fraction,
+        metavar="RATIO",
+    )
+    log_cleaner_min_compaction_lag_ms: int = _setting(
+        0,
+        "Default min.compaction.lag.ms of compacted topics: a record stays uncleaned at least "
+        "this long.",
+        _parse_int,
+        check=_in_range(0, _INT64_MAX, "milliseconds, e.g. 0"),
+        metavar="MS",
+    )
+    log_cleaner_max_compaction_lag_ms: int = _setting(
+        _INT64_MAX,
+        "Default max.compaction.lag.ms of compacted topics: a partition is cleaned once its "
+        "oldest uncleaned segment is this old, however little of it is dirty.",
+        _parse_int,
+        check=_in_range(1, _INT64_MAX, "milliseconds, e.g. 604800000"),
+        default_doc="unlimited",
+        metavar="MS",
+    )
+    log_cleaner_delete_retention_ms: int = _setting(
+        24 * 3600 * 1000,
+        "Default delete.retention.ms of compacted topics: a tombstone is kept this long after "
+        "the cleaning that first kept it.",
+        _parse_int,
+        check=_in_range(0, _INT64_MAX, "milliseconds, e.g. 86400000"),
+        metavar="MS",
+    )
+    log_cleaner_dedupe_buffer_size: int = _setting(
+        128 * _MIB,
+        "Memory of a cleaning's offset map (32 bytes a key): a cleaning takes in the keys of "
+        "the dirty segments until it is full and cleans up to there.",
+        _parse_size,
+        check=_in_range(1024, _INT64_MAX, "a size such as 128MiB"),
+        default_doc=_size_doc(128 * _MIB),
+        metavar="SIZE",
+    )
+    log_cleaner_backoff_ms: int = _setting(
+        15_000,
+        "How often the cleaner looks for compacted partitions to clean.",
+        _parse_int,
+        check=_in_range(10, _INT32_MAX, "milliseconds, e.g. 15000"),
+        metavar="MS",
+    )
+    file_delete_delay_ms: int = _setting(
+        60_000,
+        "How long the segments a cleaning replaced stay in storage, for reads that listed "
+        "them before it was committed.",
+        _parse_int,
+        check=_in_range(0, _INT32_MAX, "milliseconds, e.g. 60000"),
         metavar="MS",
     )
     # Consumer groups (read by the Python control plane only; names follow Kafka's broker

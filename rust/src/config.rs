@@ -115,6 +115,18 @@ pub(crate) struct BrokerConfig {
     pub message_timestamp_after_max_ms: i64,
     pub max_uncompressed_batch_bytes: usize,
     pub producer_id_expiration_ms: i64,
+    /// Kafka's `log.roll.ms`: the default `segment.ms`.
+    pub log_roll_ms: i64,
+    /// Kafka's `log.cleaner.*`: the defaults of compacted topics' configs, the memory of a
+    /// cleaning's offset map and the cleaner's pause between rounds.
+    pub log_cleaner_min_cleanable_ratio: f64,
+    pub log_cleaner_min_compaction_lag_ms: i64,
+    pub log_cleaner_max_compaction_lag_ms: i64,
+    pub log_cleaner_delete_retention_ms: i64,
+    pub log_cleaner_dedupe_buffer_size: usize,
+    pub log_cleaner_backoff_ms: u64,
+    /// Kafka's `file.delete.delay.ms`: how long objects a cleaning replaced stay.
+    pub file_delete_delay_ms: u64,
     /// What the user calls each setting (by attribute name): the environment variable for
     /// one set that way, otherwise its flag. Messages name settings this way.
     pub setting_names: HashMap<String, String>,
@@ -260,6 +272,7 @@ impl BrokerConfig {
             wal_object_max_bytes: self.wal_object_max_bytes.max(1),
             wal_compaction_age: Duration::from_millis(self.wal_compaction_age_ms),
             wal_compaction_interval: Duration::from_millis(self.wal_compaction_interval_ms.max(1)),
+            log_roll_ms: self.log_roll_ms,
         }
     }
 }

@@ -241,8 +241,12 @@ def test_configs_whitelisted_and_normalised() -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("cleanup.policy", "compact"),
+        ("cleanup.policy", "compact,forever"),
         ("cleanup.policy", "none"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("min.cleanable.dirty.ratio", "half"),
+        ("max.compaction.lag.ms", "0"),
+        ("delete.retention.ms", "-1"),
         ("cleanup.policy", None),
         ("message.timestamp.type", "LogAppendTime"),
         ("message.timestamp.type", "createtime"),
@@ -280,13 +284,34 @@ def test_cleanup_policy_delete_is_accepted(policy: str) -> None:
     assert core.created[0][2] == {"cleanup.policy": "delete"}
 
 
-@pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete, compact"])
-def test_cleanup_policy_compact_is_refused_saying_only_delete_is_supported(policy: str) -> None:
+@pytest.mark.parametrize(
+    ("policy", "stored"),
+    [
+        ("compact", "compact"),
+        ("compact,delete", "compact,delete"),
+        ("delete, compact", "compact,delete"),
+        ("compact,compact", "compact"),
+    ],
+)
+def test_cleanup_policy_compact_is_accepted_as_kafka_writes_it(policy: str, stored: str) -> None:
     core = FakeCore()
     res = create(core, CreatableTopic("a", configs={"cleanup.policy": policy}))
-    assert res["a"].error_code == ErrorCode.INVALID_CONFIG
-    assert "only cleanup.policy=delete is supported" in (res["a"].error_message or "")
-    assert core.created == []
+    assert res["a"].error_code == ErrorCode.NONE
+    assert core.created[0][2] == {"cleanup.policy": stored}
+
+
+def test_the_cleaner_configs_are_accepted_in_canonical_form() -> None:
+    core = FakeCore()
+    wanted = {
+        "min.cleanable.dirty.ratio": " .25",
+        "min.compaction.lag.ms": "1000",
+        "max.compaction.lag.ms": "60000",
+        "delete.retention.ms": "0",
+        "segment.ms": "600000",
+    }
+    res = create(core, CreatableTopic("a", configs=dict(wanted)))
+    assert res["a"].error_code == ErrorCode.NONE
+    assert core.created[0][2] == {**wanted, "min.cleanable.dirty.ratio": "0.25"}
 
 
 def test_validate_only_creates_nothing() -> None:

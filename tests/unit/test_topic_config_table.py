@@ -23,8 +23,21 @@ def test_the_control_plane_checks_the_cores_table() -> None:
     for config in table:
         rule = CONFIG_RULES[config.name]
         assert (rule.expected, rule.doc) == (config.expected, config.doc)
-        if config.kind in ("list", "string"):
+        if config.kind == "string":
             assert normalise(config.name, config.expected) == config.expected
+            continue
+        if config.kind == "list":
+            for value in ("delete", "compact", "compact,delete"):
+                assert normalise(config.name, value) == value
+            with pytest.raises(Rejected, match=re.escape(config.expected)):
+                normalise(config.name, "forever")
+            continue
+        if config.kind == "double":
+            assert normalise(config.name, str(config.low)) == f"{config.low}.0"
+            assert normalise(config.name, str(config.high)) == f"{config.high}.0"
+            for outside in ("-0.1", "1.01", "half"):
+                with pytest.raises(Rejected, match=re.escape(config.expected)):
+                    normalise(config.name, outside)
             continue
         assert normalise(config.name, str(config.low)) == str(config.low)
         assert normalise(config.name, str(config.high)) == str(config.high)

@@ -46,6 +46,16 @@ class BrokerDefaults(Protocol):
     def message_timestamp_before_max_ms(self) -> int: ...
     @property
     def message_timestamp_after_max_ms(self) -> int: ...
+    @property
+    def log_roll_ms(self) -> int: ...
+    @property
+    def log_cleaner_min_cleanable_ratio(self) -> float: ...
+    @property
+    def log_cleaner_min_compaction_lag_ms(self) -> int: ...
+    @property
+    def log_cleaner_max_compaction_lag_ms(self) -> int: ...
+    @property
+    def log_cleaner_delete_retention_ms(self) -> int: ...
 
 
 class TopicConfigRule(ABC):
@@ -91,8 +101,8 @@ class _Bounded(TopicConfigRule):
 
 @dataclass(frozen=True)
 class _CleanupPolicy(TopicConfigRule):
-    """Kafka's list of ``delete`` and ``compact``; only ``delete`` is implemented, so it is the
-    one value accepted (and the default)."""
+    """Kafka's list of ``delete`` and ``compact`` (either, or both in any order); written back
+    as Kafka writes it: ``delete``, ``compact`` or ``compact,delete``."""
 
     expected: str
     doc: str
@@ -100,21 +110,40 @@ class _CleanupPolicy(TopicConfigRule):
 
     def normalise(self, key: str, value: str) -> str:
         policies = {p.strip() for p in value.split(",")}
-        if policies == {"delete"}:
-            return "delete"
-        if policies <= {"delete", "compact"}:
+        if not policies or not policies <= {"delete", "compact"}:
             raise Rejected(
                 ErrorCode.INVALID_CONFIG,
-                f"{key}={value!r} is not supported: KafScale has no log compaction; only "
-                f"{key}=delete is supported",
+                f"invalid value {value!r} for topic config {key!r}: expected {self.expected}",
             )
-        raise Rejected(
-            ErrorCode.INVALID_CONFIG,
-            f"invalid value {value!r} for topic config {key!r}: only delete is supported",
-        )
+        return ",".join(sorted(policies))
 
     def default(self, broker: BrokerDefaults) -> str:
         return "delete"
+
+
+@dataclass(frozen=True)
+class _Fraction(TopicConfigRule):
+    """A number from 0 to 1 whose default is a broker setting."""
+
+    expected: str
+    default_setting: str
+    doc: str
+    config_type: ConfigType = ConfigType.DOUBLE
+
+    def normalise(self, key: str, value: str) -> str:
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = -1.0
+        if not 0.0 <= number <= 1.0:
+            raise Rejected(
+                ErrorCode.INVALID_CONFIG,
+                f"invalid value {value!r} for topic config {key!r}: expected {self.expected}",
+            )
+        return repr(number)
+
+    def default(self, broker: BrokerDefaults) -> str:
+        return repr(float(getattr(broker, self.default_setting)))
 
 
 @dataclass(frozen=True)
@@ -148,6 +177,8 @@ class _TimestampType(TopicConfigRule):
 def _rule(config: TopicConfig) -> TopicConfigRule:
     if config.kind == "list":
         return _CleanupPolicy(expected=config.expected, doc=config.doc)
+    if config.kind == "double":
+        return _Fraction(config.expected, config.broker_setting, config.doc)
     if config.kind == "string":
         return _TimestampType(expected=config.expected, doc=config.doc)
     return _Bounded(

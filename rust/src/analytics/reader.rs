@@ -199,10 +199,18 @@ impl TopicReader {
         };
         if let Some(last) = chosen.last().filter(|s| s.generation.is_some()) {
             let cleaned_end = self
-                .footer_end(topic, partition, last.base_offset, last.generation, last.size)
+                .footer_end(
+                    topic,
+                    partition,
+                    last.base_offset,
+                    last.generation,
+                    last.size,
+                )
                 .await?;
             let after = listed.iter().filter(|s| {
-                s.kind == SegmentObject::Data && s.generation.is_none() && s.base_offset >= cleaned_end
+                s.kind == SegmentObject::Data
+                    && s.generation.is_none()
+                    && s.base_offset >= cleaned_end
             });
             chosen.extend(after);
         }

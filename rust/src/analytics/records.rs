@@ -46,7 +46,12 @@ pub fn decode_records(
         headers: columns.wants_headers(),
         columns,
     };
-    walk_records(header.record_count, header.last_offset_delta, records, &mut into)
+    walk_records(
+        header.record_count,
+        header.last_offset_delta,
+        records,
+        &mut into,
+    )
 }
 
 /// Puts the wanted records of one batch into the columns.
@@ -72,7 +77,10 @@ impl<'a> Visitor<'a> for IntoColumns<'_> {
     type Error = DecodeError;
 
     fn wants_headers(&mut self, offset_delta: i32) -> bool {
-        self.headers && self.offset(offset_delta).is_ok_and(|o| self.wanted.contains(&o))
+        self.headers
+            && self
+                .offset(offset_delta)
+                .is_ok_and(|o| self.wanted.contains(&o))
     }
 
     /// Headers go into their own columns ahead of their record's row, which `end_headers`

@@ -79,7 +79,8 @@ pub(crate) async fn fetch_segment(
         e => e.into(),
     };
     if wanted.start > base && segment.has_index {
-        let index_path = store.object_path(topic, partition, base, generation, SegmentObject::Index);
+        let index_path =
+            store.object_path(topic, partition, base, generation, SegmentObject::Index);
         let index = SparseIndex::parse(&store.get(&index_path).await.map_err(moved)?)
             .map_err(|e| ReadError::corrupt(index_path.as_ref(), base, &e.to_string()))?;
         let batches_end = segment

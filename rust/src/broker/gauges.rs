@@ -72,6 +72,40 @@ impl Collector for BrokerGauges {
             self.broker.log.cache.bytes() as i64,
         )?;
 
+        let dirt = self.broker.metrics.cleaner_dirt();
+        let ratio = ConstGauge::new(0.0f64);
+        let mut family = encoder.encode_descriptor(
+            "kafscale_cleaner_dirty_ratio",
+            "Share of an owned compacted partition's segment bytes not yet cleaned (and old \
+             enough to clean), as the cleaner last measured it",
+            None,
+            ratio.metric_type(),
+        )?;
+        for measured in &dirt {
+            let partition = measured.partition.to_string();
+            let labels = [
+                ("topic", LabelText(&measured.topic)),
+                ("partition", LabelText(&partition)),
+            ];
+            ConstGauge::new(measured.dirty_ratio).encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "kafscale_cleaner_lag",
+            "How long the newest record of an owned compacted partition's oldest uncleaned \
+             segment has waited for the cleaner",
+            Some(&Unit::Seconds),
+            ratio.metric_type(),
+        )?;
+        for measured in &dirt {
+            let partition = measured.partition.to_string();
+            let labels = [
+                ("topic", LabelText(&measured.topic)),
+                ("partition", LabelText(&partition)),
+            ];
+            let seconds = measured.lag_ms as f64 / 1000.0;
+            ConstGauge::new(seconds).encode(family.encode_family(&labels)?)?;
+        }
+
         let snapshot = self.broker.metrics.group_snapshot();
         gauge(
             &mut encoder,

@@ -4,6 +4,7 @@
 //! its claims and read barrier), compaction and retention.
 
 mod claims;
+mod cleaner;
 pub(crate) mod compaction;
 #[cfg(test)]
 mod fault_tests;
@@ -189,6 +190,7 @@ impl Broker {
         ownership::spawn(&broker);
         retention::spawn(&broker);
         compaction::spawn(&broker);
+        cleaner::spawn(&broker);
         broker.wait_for_assigned_partitions().await;
         Ok(broker)
     }

@@ -10,7 +10,7 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::log::partition::now_ms;
 use crate::log::retention::{self, RetentionLimits};
-use crate::log::topic_config::{topic_number, RETENTION_BYTES, RETENTION_MS};
+use crate::log::topic_config::{cleanup_policy, topic_number, RETENTION_BYTES, RETENTION_MS};
 
 /// Applies retention to the partitions this broker owns, every retention check interval.
 pub(super) fn spawn(broker: &Arc<Broker>) {
@@ -38,8 +38,16 @@ pub(super) fn spawn(broker: &Arc<Broker>) {
     });
 }
 
-/// A topic's retention.ms / retention.bytes, falling back to the broker defaults.
+/// A topic's retention.ms / retention.bytes, falling back to the broker defaults; none for a
+/// topic whose cleanup.policy is compact alone (Kafka keeps such a log whatever its age or
+/// size: the cleaner bounds it).
 fn retention_limits(configs: &BTreeMap<String, String>, config: &BrokerConfig) -> RetentionLimits {
+    if !cleanup_policy(configs).delete {
+        return RetentionLimits {
+            retention_ms: -1,
+            retention_bytes: -1,
+        };
+    }
     let value = |key: &str, default: i64| topic_number(configs, key).unwrap_or(default);
     RetentionLimits {
         retention_ms: value(RETENTION_MS, config.retention_ms),

@@ -156,6 +156,14 @@ fn config(dir: &tempfile::TempDir, segment_bytes: usize) -> BrokerConfig {
         message_timestamp_after_max_ms: 3_600_000,
         max_uncompressed_batch_bytes: 128 << 20,
         producer_id_expiration_ms: 86_400_000,
+        log_roll_ms: 604_800_000,
+        log_cleaner_min_cleanable_ratio: 0.5,
+        log_cleaner_min_compaction_lag_ms: 0,
+        log_cleaner_max_compaction_lag_ms: i64::MAX,
+        log_cleaner_delete_retention_ms: 86_400_000,
+        log_cleaner_dedupe_buffer_size: 1 << 20,
+        log_cleaner_backoff_ms: 15_000,
+        file_delete_delay_ms: 60_000,
         setting_names: Default::default(),
     }
 }

@@ -11,7 +11,8 @@ pub(crate) fn compress(codec: Codec, data: &[u8]) -> io::Result<Vec<u8>> {
     match codec {
         Codec::None => Ok(data.to_vec()),
         Codec::Gzip => {
-            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             encoder.write_all(data)?;
             encoder.finish()
         }

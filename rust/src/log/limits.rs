@@ -7,10 +7,12 @@
 //! as soon as the broker's cluster view has it, without reopening any of them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use super::topic_config::{
-    topic_number, MAX_MESSAGE_BYTES, SEGMENT_BYTES, TIMESTAMP_AFTER_MAX_MS, TIMESTAMP_BEFORE_MAX_MS,
+    cleanup_policy, topic_number, MAX_MESSAGE_BYTES, SEGMENT_BYTES, SEGMENT_MS,
+    TIMESTAMP_AFTER_MAX_MS, TIMESTAMP_BEFORE_MAX_MS,
 };
 use super::validate::ProduceRules;
 use super::LogSettings;
@@ -21,6 +23,10 @@ pub(crate) struct TopicLimits {
     max_message_bytes: AtomicUsize,
     timestamp_before_max_ms: AtomicI64,
     timestamp_after_max_ms: AtomicI64,
+    /// `segment.ms`: the longest write-ahead data waits to become a segment.
+    segment_ms: AtomicI64,
+    /// A compacted topic refuses records without a key.
+    keys_required: AtomicBool,
     /// Broker settings, not topic configs: fixed for the broker's life.
     max_uncompressed_batch_bytes: usize,
     producer_id_expiration_ms: i64,
@@ -59,6 +65,8 @@ impl TopicLimits {
                 TIMESTAMP_AFTER_MAX_MS,
                 settings.message_timestamp_after_max_ms,
             )),
+            segment_ms: AtomicI64::new(millis(configs, SEGMENT_MS, settings.log_roll_ms)),
+            keys_required: AtomicBool::new(cleanup_policy(configs).compact),
             max_uncompressed_batch_bytes: settings.max_uncompressed_batch_bytes,
             producer_id_expiration_ms: settings.producer_id_expiration_ms,
         }
@@ -79,6 +87,17 @@ impl TopicLimits {
             current.timestamp_after_max_ms.into_inner(),
             Ordering::Relaxed,
         );
+        self.segment_ms
+            .store(current.segment_ms.into_inner(), Ordering::Relaxed);
+        self.keys_required
+            .store(current.keys_required.into_inner(), Ordering::Relaxed);
+    }
+
+    /// How old a partition's oldest write-ahead run may grow before compaction makes it a
+    /// segment: the broker's compaction age, or the topic's `segment.ms` if shorter.
+    pub(crate) fn roll_age(&self, compaction_age: Duration) -> Duration {
+        let segment_ms = self.segment_ms.load(Ordering::Relaxed).max(0) as u64;
+        compaction_age.min(Duration::from_millis(segment_ms))
     }
 
     pub(crate) fn segment_bytes(&self) -> usize {
@@ -100,6 +119,7 @@ impl TopicLimits {
             max_uncompressed_bytes: self.max_uncompressed_batch_bytes,
             timestamp_before_max_ms: self.timestamp_before_max_ms.load(Ordering::Relaxed),
             timestamp_after_max_ms: self.timestamp_after_max_ms.load(Ordering::Relaxed),
+            keys_required: self.keys_required.load(Ordering::Relaxed),
             now_ms,
         }
     }
@@ -127,6 +147,7 @@ mod tests {
             wal_object_max_bytes: 8 << 20,
             wal_compaction_age: std::time::Duration::from_secs(60),
             wal_compaction_interval: std::time::Duration::from_secs(5),
+            log_roll_ms: 604_800_000,
         }
     }
 

@@ -3,10 +3,10 @@
 pub(crate) mod batch;
 pub(crate) mod cache;
 pub(crate) mod checksum;
-mod cleaner;
-pub(crate) mod compress;
+pub(crate) mod cleaner;
 #[cfg(test)]
 mod compaction_tests;
+pub(crate) mod compress;
 pub(crate) mod decompress;
 #[cfg(test)]
 mod idempotence_tests;
@@ -65,6 +65,8 @@ pub(crate) struct LogSettings {
     pub wal_compaction_age: Duration,
     /// How often the owner looks for partitions to compact.
     pub wal_compaction_interval: Duration,
+    /// The broker default of `segment.ms` (Kafka's `log.roll.ms`).
+    pub log_roll_ms: i64,
 }
 
 impl LogSettings {

@@ -632,6 +632,9 @@ mod tests {
         let mut collected = collecting_from(1);
         let found = collected.take(&batches(&[(0, 2), (5, 1), (9, 2)]), true);
         assert_eq!(found, Ok(true));
-        assert_eq!((collected.slices.len(), collected.records, collected.next), (3, 5, 11));
+        assert_eq!(
+            (collected.slices.len(), collected.records, collected.next),
+            (3, 5, 11)
+        );
     }
 }

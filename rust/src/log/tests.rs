@@ -82,6 +82,7 @@ async fn fixture_of(
         wal_object_max_bytes,
         wal_compaction_age: Duration::from_secs(3600),
         wal_compaction_interval: Duration::from_secs(3600),
+        log_roll_ms: 604_800_000,
     };
     let ctx = Arc::new(LogContext {
         cache: SegmentCache::new(cache_bytes, settings.uncompacted_hold()),

@@ -14,8 +14,10 @@ use std::collections::BTreeMap;
 pub(crate) enum ConfigKind {
     Int,
     Long,
-    /// `cleanup.policy`: a list of words; `delete` is the one value accepted.
+    /// `cleanup.policy`: a list of words, `delete` and `compact`.
     List,
+    /// `min.cleanable.dirty.ratio`: a fraction from 0 to 1.
+    Double,
     /// `message.timestamp.type`: one word; `CreateTime` is the one value accepted.
     String,
 }
@@ -26,6 +28,7 @@ impl ConfigKind {
             ConfigKind::Int => "int",
             ConfigKind::Long => "long",
             ConfigKind::List => "list",
+            ConfigKind::Double => "double",
             ConfigKind::String => "string",
         }
     }
@@ -74,6 +77,12 @@ pub(crate) const SEGMENT_BYTES: &str = "segment.bytes";
 pub(crate) const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 pub(crate) const TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
 pub(crate) const TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
+pub(crate) const CLEANUP_POLICY: &str = "cleanup.policy";
+pub(crate) const MIN_CLEANABLE_DIRTY_RATIO: &str = "min.cleanable.dirty.ratio";
+pub(crate) const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
+pub(crate) const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
+pub(crate) const DELETE_RETENTION_MS: &str = "delete.retention.ms";
+pub(crate) const SEGMENT_MS: &str = "segment.ms";
 
 pub(crate) const TOPIC_CONFIGS: &[TopicConfig] = &[
     number(
@@ -127,15 +136,62 @@ pub(crate) const TOPIC_CONFIGS: &[TopicConfig] = &[
          (against the broker's clock) is refused with INVALID_TIMESTAMP (KIP-937).",
     ),
     TopicConfig {
-        name: "cleanup.policy",
+        name: CLEANUP_POLICY,
         kind: ConfigKind::List,
         low: 0,
         high: 0,
-        expected: "delete",
+        expected: "delete, compact, or both (compact,delete)",
         broker_setting: "",
-        doc: "delete: segments go by retention.ms and retention.bytes. KafScale has no log \
-              compaction, so compact is refused.",
+        doc: "delete: segments go by retention.ms and retention.bytes. compact: the cleaner \
+              keeps the last record of each key (and retention does not apply). Both: the \
+              cleaner's rules and retention. A compacted topic refuses records without a key.",
     },
+    TopicConfig {
+        name: MIN_CLEANABLE_DIRTY_RATIO,
+        kind: ConfigKind::Double,
+        low: 0,
+        high: 1,
+        expected: "a fraction from 0 to 1, e.g. 0.5",
+        broker_setting: "log_cleaner_min_cleanable_ratio",
+        doc: "A compacted partition is cleaned once its segments not yet cleaned (and old \
+              enough) hold this share of its segment bytes.",
+    },
+    number(
+        MIN_COMPACTION_LAG_MS,
+        ConfigKind::Long,
+        (0, i64::MAX),
+        "milliseconds >= 0",
+        "log_cleaner_min_compaction_lag_ms",
+        "A record stays uncleaned at least this long (a segment is cleaned once its newest \
+         record is this old).",
+    ),
+    number(
+        MAX_COMPACTION_LAG_MS,
+        ConfigKind::Long,
+        (1, i64::MAX),
+        "milliseconds > 0",
+        "log_cleaner_max_compaction_lag_ms",
+        "A compacted partition is cleaned, however little of it is dirty, once its oldest \
+         uncleaned segment's newest record is this old.",
+    ),
+    number(
+        DELETE_RETENTION_MS,
+        ConfigKind::Long,
+        (0, i64::MAX),
+        "milliseconds >= 0",
+        "log_cleaner_delete_retention_ms",
+        "A tombstone (a record with a null value) of a compacted topic is kept this long \
+         after the cleaning that first kept it, then removed.",
+    ),
+    number(
+        SEGMENT_MS,
+        ConfigKind::Long,
+        (1, i64::MAX),
+        "milliseconds > 0",
+        "log_roll_ms",
+        "A partition's write-ahead data becomes a segment at most this long after it was \
+         written (the broker's --wal-compaction-age-ms, when that is shorter).",
+    ),
     TopicConfig {
         name: "message.timestamp.type",
         kind: ConfigKind::String,
@@ -171,6 +227,59 @@ pub(crate) fn topic_number(configs: &BTreeMap<String, String>, name: &str) -> Op
     number
 }
 
+/// A topic's `cleanup.policy`: which of Kafka's two it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+/// The topic's cleanup policy (delete when it sets none; the control plane refuses other
+/// words, so one read from a record was written by something else: named in the log and
+/// skipped).
+pub(crate) fn cleanup_policy(configs: &BTreeMap<String, String>) -> CleanupPolicy {
+    let Some(value) = configs.get(CLEANUP_POLICY) else {
+        return CleanupPolicy {
+            delete: true,
+            compact: false,
+        };
+    };
+    let mut policy = CleanupPolicy {
+        delete: false,
+        compact: false,
+    };
+    for word in value.split(',').map(str::trim) {
+        match word {
+            "delete" => policy.delete = true,
+            "compact" => policy.compact = true,
+            other => tracing::warn!(
+                config = CLEANUP_POLICY,
+                value = other,
+                "a topic record holds an unknown cleanup policy; it is skipped"
+            ),
+        }
+    }
+    policy
+}
+
+/// The fraction a topic sets for `name` (a double of the table), if it sets a valid one.
+pub(crate) fn topic_fraction(configs: &BTreeMap<String, String>, name: &str) -> Option<f64> {
+    let value = configs.get(name)?;
+    let fraction = value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| (0.0..=1.0).contains(v));
+    if fraction.is_none() {
+        tracing::warn!(
+            config = name,
+            value = value.as_str(),
+            "a topic record holds an invalid config value; the broker default applies"
+        );
+    }
+    fraction
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -181,6 +290,29 @@ pub(crate) mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_cleanup_policy_and_a_fraction_are_read_as_kafka_writes_them() {
+        let policy = |value: Option<&str>| {
+            let set = value.map_or_else(BTreeMap::new, |v| configs(&[(CLEANUP_POLICY, v)]));
+            let p = cleanup_policy(&set);
+            (p.delete, p.compact)
+        };
+        assert_eq!(policy(None), (true, false));
+        assert_eq!(policy(Some("compact")), (false, true));
+        assert_eq!(policy(Some("compact, delete")), (true, true));
+        assert_eq!(policy(Some("delete")), (true, false));
+        let ratio = |v: &str| {
+            topic_fraction(
+                &configs(&[(MIN_CLEANABLE_DIRTY_RATIO, v)]),
+                MIN_CLEANABLE_DIRTY_RATIO,
+            )
+        };
+        assert_eq!(ratio("0.25"), Some(0.25));
+        assert_eq!(ratio("1"), Some(1.0));
+        assert_eq!(ratio("1.5"), None);
+        assert_eq!(ratio("x"), None);
     }
 
     #[test]
@@ -202,6 +334,7 @@ pub(crate) mod tests {
                 ConfigKind::List | ConfigKind::String => {
                     assert!(config.broker_setting.is_empty(), "{}", config.name)
                 }
+                ConfigKind::Double => assert!(!config.broker_setting.is_empty()),
                 kind => {
                     assert!(!config.broker_setting.is_empty(), "{}", config.name);
                     assert!(config.low <= config.high, "{}", config.name);

@@ -36,6 +36,8 @@ pub struct ProduceRules {
     /// The topic's `message.timestamp.before.max.ms` and `.after.max.ms` (KIP-937).
     pub timestamp_before_max_ms: i64,
     pub timestamp_after_max_ms: i64,
+    /// The topic is compacted: every record needs a key.
+    pub keys_required: bool,
     /// The broker's clock at validation, in ms since the epoch.
     pub now_ms: i64,
 }
@@ -93,6 +95,14 @@ fn validate_records(
     walk_batch(header, batch, rules.max_uncompressed_bytes, |record| {
         let timestamp = header.record_timestamp(record.timestamp_delta);
         check_timestamp(record.index, timestamp, rules)?;
+        if rules.keys_required && record.key.is_none() {
+            // Kafka's words (LogValidator), INVALID_RECORD as there.
+            return Err(invalid_record(
+                Some(record.index),
+                "Compacted topic cannot accept message without key in topic partition (its \
+                 cleanup.policy includes compact; give every record a key)",
+            ));
+        }
         max_timestamp = max_timestamp.max(timestamp);
         Ok::<(), Rejection>(())
     })?;
@@ -144,6 +154,7 @@ mod tests {
             max_uncompressed_bytes: 1 << 20,
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: 3_600_000,
+            keys_required: false,
             now_ms: NOW,
         }
     }

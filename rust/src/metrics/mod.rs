@@ -106,7 +106,24 @@ pub(crate) struct Metrics {
     pub wal_bytes_written: Counter,
     pub compaction_segments_written: Counter,
     pub compaction_bytes_written: Counter,
+    pub cleaner_cleanings: Counter,
+    pub cleaner_bytes_read: Counter,
+    pub cleaner_bytes_written: Counter,
+    pub cleaner_records_removed: Counter,
+    pub cleaner_errors: Counter,
     pub groups: Mutex<GroupSnapshot>,
+    /// What the cleaner measured of each owned compacted partition in its last round.
+    pub cleaner_dirt: Mutex<Vec<PartitionDirt>>,
+}
+
+/// How dirty one compacted partition was when the cleaner last measured it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PartitionDirt {
+    pub topic: String,
+    pub partition: i32,
+    pub dirty_ratio: f64,
+    /// How long the oldest uncleaned segment's newest record has waited (0: nothing dirty).
+    pub lag_ms: i64,
 }
 
 impl Default for Metrics {
@@ -127,7 +144,13 @@ impl Default for Metrics {
             wal_bytes_written: Counter::default(),
             compaction_segments_written: Counter::default(),
             compaction_bytes_written: Counter::default(),
+            cleaner_cleanings: Counter::default(),
+            cleaner_bytes_read: Counter::default(),
+            cleaner_bytes_written: Counter::default(),
+            cleaner_records_removed: Counter::default(),
+            cleaner_errors: Counter::default(),
             groups: Mutex::new(GroupSnapshot::default()),
+            cleaner_dirt: Mutex::default(),
         }
     }
 }
@@ -215,6 +238,34 @@ impl Metrics {
             Unit::Bytes,
             self.compaction_bytes_written.clone(),
         );
+        r.register(
+            "cleaner_cleanings",
+            "Cleanings of compacted partitions committed",
+            self.cleaner_cleanings.clone(),
+        );
+        r.register_with_unit(
+            "cleaner_read",
+            "Bytes of segments the cleaner read (the cleaned part and the dirty one)",
+            Unit::Bytes,
+            self.cleaner_bytes_read.clone(),
+        );
+        r.register_with_unit(
+            "cleaner_written",
+            "Bytes of cleaned segments the cleaner committed",
+            Unit::Bytes,
+            self.cleaner_bytes_written.clone(),
+        );
+        r.register(
+            "cleaner_records_removed",
+            "Records cleanings removed: superseded by a later record of their key, without a \
+             key, or tombstones past their delete horizon",
+            self.cleaner_records_removed.clone(),
+        );
+        r.register(
+            "cleaner_errors",
+            "Cleanings that stopped without committing (the log stays as it was)",
+            self.cleaner_errors.clone(),
+        );
     }
 
     pub(crate) fn observe_request(&self, api: ApiKey, started: Instant) {
@@ -256,6 +307,17 @@ impl Metrics {
 
     pub(crate) fn set_groups(&self, snapshot: GroupSnapshot) {
         *self.groups.lock().unwrap_or_else(|p| p.into_inner()) = snapshot;
+    }
+
+    pub(crate) fn set_cleaner_dirt(&self, measured: Vec<PartitionDirt>) {
+        *self.cleaner_dirt.lock().unwrap_or_else(|p| p.into_inner()) = measured;
+    }
+
+    pub(crate) fn cleaner_dirt(&self) -> Vec<PartitionDirt> {
+        self.cleaner_dirt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub(crate) fn group_snapshot(&self) -> GroupSnapshot {

@@ -96,7 +96,12 @@ pub(crate) fn clean_batch(
             latest(offset, key) && !expired
         },
     };
-    walk_records(header.record_count, header.last_offset_delta, section, &mut collect)?;
+    walk_records(
+        header.record_count,
+        header.last_offset_delta,
+        section,
+        &mut collect,
+    )?;
     let kept = collect.kept;
     let new_horizon = horizon.is_none() && kept.iter().any(|r| r.value.is_none());
     if kept.len() == header.record_count as usize && !new_horizon {
@@ -180,7 +185,11 @@ fn encode(
     let section = compress(codec, &section).map_err(BatchProblem::Compress)?;
     let max_timestamp = match header.log_append_time() {
         true => header.max_timestamp,
-        false => kept.iter().map(|r| r.timestamp).max().unwrap_or(header.max_timestamp),
+        false => kept
+            .iter()
+            .map(|r| r.timestamp)
+            .max()
+            .unwrap_or(header.max_timestamp),
     };
     let size = BATCH_HEADER_LEN + section.len();
     let mut out = BytesMut::with_capacity(size);

@@ -3,7 +3,9 @@
 //!
 //! A partition's log is its cleaned part (the segments of the last cleaning, from the log
 //! start to `CleanedLog::end`) and the segments compaction made after it; the write-ahead runs
-//! above the segment end are the active tail and are never cleaned. Records from
+//! above the segment end are the active tail and are never cleaned, nor is the newest segment
+//! while no run follows it (Kafka's active segment): the log's last record always stays, so
+//! a consumer's position reaches the high watermark. Records from
 //! `CleanedLog::dirty_from` on are dirty: not yet compared with later records of their key.
 //! A cleaning is due once the dirty segments old enough to clean (`min.compaction.lag.ms`)
 //! hold `min.cleanable.dirty.ratio` of the segments' bytes, or once the oldest dirty segment
@@ -46,7 +48,6 @@ use crate::meta::catalog::{CatalogError, CleanedLog};
 use crate::store::SegmentObject;
 use batch::{clean_batch, CleanedBatch, TombstoneClock};
 use offset_map::{key_digest, OffsetMap};
-
 
 /// A compacted topic's cleaning rules: its configs, or the broker defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -152,7 +153,13 @@ pub(crate) async fn dirt(
 ) -> Result<(Dirt, Vec<SegmentMeta>), CleanError> {
     partition.sync_segments(ctx).await?;
     let (record, _) = partition.committed_record();
-    let segments = partition.segments();
+    let mut segments = partition.segments();
+    if segments
+        .last()
+        .is_some_and(|s| s.last_offset + 1 >= partition.high_watermark())
+    {
+        segments.pop(); // the active segment: it holds the log's last record
+    }
     let dirty_from = dirty_from(&record);
     let mut dirt = Dirt::default();
     let mut cleanable = Vec::new();

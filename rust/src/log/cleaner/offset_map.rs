@@ -82,6 +82,7 @@ impl OffsetMap {
         self.offsets.get(&key).copied()
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.offsets.len()
     }
@@ -101,7 +102,10 @@ mod tests {
             key_digest(b"d"),
         );
         assert!(map.insert(a, 0) && map.insert(b, 1) && map.insert(a, 2));
-        assert_eq!((map.get(a), map.get(b), map.len(), map.room()), (Some(2), Some(1), 2, 1));
+        assert_eq!(
+            (map.get(a), map.get(b), map.len(), map.room()),
+            (Some(2), Some(1), 2, 1)
+        );
         assert!(map.insert(c, 3));
         assert_eq!(map.room(), 0);
         assert!(!map.insert(d, 4), "full: a new key is refused");

@@ -94,9 +94,17 @@ async fn segments_of(f: &Fixture, p: &Arc<Partition>, segments: &[&[Kv]]) {
     }
 }
 
+/// A record committed above the segments (the active tail: the segments are all cleanable).
+async fn tail(f: &Fixture, p: &Arc<Partition>) -> i64 {
+    let record: Kv = (Some("tail"), Some("t"));
+    commit(f, p, &[batch(&[record], Compression::None)]).await
+}
+
 /// Every record a consumer reads from `offset` on.
 async fn read_from(f: &Fixture, p: &Arc<Partition>, offset: i64) -> Vec<Read> {
-    let read = reader::read(&f.ctx, p, offset, 1 << 20, true).await.unwrap();
+    let read = reader::read(&f.ctx, p, offset, 1 << 20, true)
+        .await
+        .unwrap();
     let bytes = Bytes::from(read.records.concat());
     let mut out = Vec::new();
     for walked in BatchWalker::new(&bytes) {
@@ -115,8 +123,12 @@ async fn read_from(f: &Fixture, p: &Arc<Partition>, offset: i64) -> Vec<Read> {
     out
 }
 
+/// (offset, value) of each record but the active tail's (`tail`).
 fn offsets_and_values(read: &[Read]) -> Vec<(i64, Option<&str>)> {
-    read.iter().map(|r| (r.0, r.2.as_deref())).collect()
+    read.iter()
+        .filter(|r| r.1.as_deref() != Some("tail"))
+        .map(|r| (r.0, r.2.as_deref()))
+        .collect()
 }
 
 async fn clean_now(f: &Fixture, p: &Arc<Partition>, rules: CleaningRules, at: i64) -> Cleaning {
@@ -140,7 +152,12 @@ async fn the_last_record_of_each_key_stays_at_its_offset_and_the_active_tail_is_
     let third: &[Kv] = &[(Some("b"), Some("b4")), (Some("a"), Some("a5"))];
     segments_of(&f, &p, &[first, second, third]).await;
     // the active tail: committed, not in a segment yet
-    commit(&f, &p, &[batch(&[(Some("a"), Some("a6"))], Compression::None)]).await;
+    commit(
+        &f,
+        &p,
+        &[batch(&[(Some("a"), Some("a6"))], Compression::None)],
+    )
+    .await;
     assert_eq!(p.segments().len(), 3);
     let cleaning = clean_now(&f, &p, rules(), now_ms()).await;
     assert_eq!(cleaning.records_removed, 3, "a0, b1, a2");
@@ -149,7 +166,12 @@ async fn the_last_record_of_each_key_stays_at_its_offset_and_the_active_tail_is_
     let read = read_from(&f, &p, 0).await;
     assert_eq!(
         offsets_and_values(&read),
-        [(3, Some("c3")), (4, Some("b4")), (5, Some("a5")), (6, Some("a6"))]
+        [
+            (3, Some("c3")),
+            (4, Some("b4")),
+            (5, Some("a5")),
+            (6, Some("a6"))
+        ]
     );
     assert_eq!(read[0].3, T0, "each record keeps its timestamp");
     // a fetch from an offset cleaned away starts at the next record
@@ -161,54 +183,71 @@ async fn the_last_record_of_each_key_stays_at_its_offset_and_the_active_tail_is_
     assert_eq!((segments[0].base_offset, segments[0].last_offset), (0, 5));
     let listed = f.ctx.store.list_partition("orders", 0).await.unwrap();
     assert!(
-        listed.iter().all(|s| s.generation == Some(cleaned.generation)),
+        listed
+            .iter()
+            .all(|s| s.generation == Some(cleaned.generation)),
         "{listed:?}"
     );
     // nothing is dirty now, so nothing is due
-    let again = clean(&f.ctx, &p, rules(), settings(), now_ms()).await.unwrap();
+    let again = clean(&f.ctx, &p, rules(), settings(), now_ms())
+        .await
+        .unwrap();
     assert_eq!(again, None);
 }
 
 #[tokio::test]
 async fn a_cleaning_covers_the_cleaned_part_again_with_the_keys_written_since() {
     let (f, p) = fixture().await;
-    segments_of(&f, &p, &[&[(Some("a"), Some("a0")), (Some("b"), Some("b1"))]]).await;
+    let first: &[Kv] = &[(Some("a"), Some("a0")), (Some("b"), Some("b1"))];
+    segments_of(&f, &p, &[first]).await;
+    tail(&f, &p).await; // at 2
     clean_now(&f, &p, rules(), now_ms()).await;
-    segments_of(&f, &p, &[&[(Some("b"), Some("b2")), (Some("c"), Some("c3"))]]).await;
+    let second: &[Kv] = &[(Some("b"), Some("b3")), (Some("c"), Some("c4"))];
+    segments_of(&f, &p, &[second]).await;
+    tail(&f, &p).await;
     let cleaning = clean_now(&f, &p, rules(), now_ms()).await;
+    // (the first tail stays: its key's later record is in the active tail, which no cleaning
+    // reads)
     assert_eq!(cleaning.records_removed, 1, "b1");
     let read = read_from(&f, &p, 0).await;
     assert_eq!(
         offsets_and_values(&read),
-        [(0, Some("a0")), (2, Some("b2")), (3, Some("c3"))]
+        [(0, Some("a0")), (3, Some("b3")), (4, Some("c4"))]
     );
 }
 
 #[tokio::test]
 async fn tombstones_stay_for_delete_retention_after_their_first_cleaning_then_go() {
     let (f, p) = fixture().await;
-    let deleted: &[Kv] = &[(Some("a"), Some("a0")), (Some("b"), Some("b1")), (Some("a"), None)];
+    let deleted: &[Kv] = &[
+        (Some("a"), Some("a0")),
+        (Some("b"), Some("b1")),
+        (Some("a"), None),
+    ];
     segments_of(&f, &p, &[deleted]).await;
+    tail(&f, &p).await; // at 3
     let first = now_ms();
     clean_now(&f, &p, rules(), first).await;
     let read = read_from(&f, &p, 0).await;
     assert_eq!(offsets_and_values(&read), [(1, Some("b1")), (2, None)]);
     assert_eq!(read[1].3, T0, "the horizon moves no record's timestamp");
     // later data makes the log dirty again; before the horizon the tombstone stays
-    segments_of(&f, &p, &[&[(Some("c"), Some("c3"))]]).await;
+    segments_of(&f, &p, &[&[(Some("c"), Some("c4"))]]).await;
+    tail(&f, &p).await;
     clean_now(&f, &p, rules(), first + 999).await;
     let read = read_from(&f, &p, 0).await;
     assert_eq!(
         offsets_and_values(&read),
-        [(1, Some("b1")), (2, None), (3, Some("c3"))]
+        [(1, Some("b1")), (2, None), (4, Some("c4"))]
     );
     // a cleaning past it removes it (its horizon was set by the first cleaning)
-    segments_of(&f, &p, &[&[(Some("d"), Some("d4"))]]).await;
+    segments_of(&f, &p, &[&[(Some("d"), Some("d6"))]]).await;
+    tail(&f, &p).await;
     clean_now(&f, &p, rules(), first + 1_000).await;
     let read = read_from(&f, &p, 0).await;
     assert_eq!(
         offsets_and_values(&read),
-        [(1, Some("b1")), (3, Some("c3")), (4, Some("d4"))]
+        [(1, Some("b1")), (4, Some("c4")), (6, Some("d6"))]
     );
 }
 
@@ -216,6 +255,7 @@ async fn tombstones_stay_for_delete_retention_after_their_first_cleaning_then_go
 async fn records_without_a_key_are_not_kept() {
     let (f, p) = fixture().await;
     segments_of(&f, &p, &[&[(None, Some("x")), (Some("a"), Some("a1"))]]).await;
+    tail(&f, &p).await;
     clean_now(&f, &p, rules(), now_ms()).await;
     let read = read_from(&f, &p, 0).await;
     assert_eq!(offsets_and_values(&read), [(1, Some("a1"))]);
@@ -223,31 +263,27 @@ async fn records_without_a_key_are_not_kept() {
 
 #[tokio::test]
 async fn a_compressed_batch_keeps_its_codec_and_its_other_records() {
-    for compression in [
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ] {
+    let codecs = [
+        (Compression::Gzip, 1),
+        (Compression::Snappy, 2),
+        (Compression::Lz4, 3),
+        (Compression::Zstd, 4),
+    ];
+    for (compression, id) in codecs {
         let (f, p) = fixture().await;
-        let records: &[Kv] = &[(Some("a"), Some("a0")), (Some("b"), Some("b1")), (Some("a"), Some("a2"))];
+        let records: &[Kv] = &[
+            (Some("a"), Some("a0")),
+            (Some("b"), Some("b1")),
+            (Some("a"), Some("a2")),
+        ];
         commit(&f, &p, &[batch(records, compression)]).await;
         compact_all(&f, &p).await;
+        tail(&f, &p).await;
         clean_now(&f, &p, rules(), now_ms()).await;
         let read = reader::read(&f.ctx, &p, 0, 1 << 20, true).await.unwrap();
         let bytes = Bytes::from(read.records.concat());
         let header = BatchHeader::parse(&bytes).unwrap();
-        assert_eq!(
-            crate::log::decompress::Codec::from_attributes(header.attributes).unwrap(),
-            crate::log::decompress::Codec::from_attributes(match compression {
-                Compression::Gzip => 1,
-                Compression::Snappy => 2,
-                Compression::Lz4 => 3,
-                _ => 4,
-            })
-            .unwrap(),
-            "{compression:?}"
-        );
+        assert_eq!(header.compression(), id, "{compression:?}");
         assert_eq!((header.record_count, header.last_offset_delta), (2, 2));
         let read = read_from(&f, &p, 0).await;
         assert_eq!(
@@ -261,25 +297,47 @@ async fn a_compressed_batch_keeps_its_codec_and_its_other_records() {
 #[tokio::test]
 async fn an_offset_map_that_fills_cleans_what_it_took_in_and_leaves_the_rest_dirty() {
     let (f, p) = fixture().await;
-    let keys: &[Kv] = &[(Some("a"), Some("a0")), (Some("b"), Some("b1")), (Some("c"), Some("c2"))];
-    let again: &[Kv] = &[(Some("a"), Some("a3")), (Some("b"), Some("b4")), (Some("c"), Some("c5"))];
+    let keys: &[Kv] = &[
+        (Some("a"), Some("a0")),
+        (Some("b"), Some("b1")),
+        (Some("c"), Some("c2")),
+    ];
+    let again: &[Kv] = &[
+        (Some("a"), Some("a3")),
+        (Some("b"), Some("b4")),
+        (Some("c"), Some("c5")),
+    ];
     segments_of(&f, &p, &[keys, again]).await;
+    tail(&f, &p).await;
     // room for two keys: the map ends before c2 (batches of one record each)
     let small = CleanerSettings {
         map_bytes: 2 * offset_map::ENTRY_BYTES,
         ..settings()
     };
-    clean(&f.ctx, &p, rules(), small, now_ms()).await.unwrap().unwrap();
-    let cleaned = p.owned().unwrap().record.cleaned.unwrap();
-    assert_eq!(cleaned.dirty_from, 2, "taken in: a0, b1");
-    assert_eq!(cleaned.end, 3, "the first segment, copied whole");
+    let cleaned = |p: &Arc<Partition>| p.owned().unwrap().record.cleaned.unwrap();
+    clean(&f.ctx, &p, rules(), small, now_ms())
+        .await
+        .unwrap()
+        .unwrap();
+    let first = cleaned(&p);
+    assert_eq!(
+        (first.dirty_from, first.end),
+        (2, 3),
+        "a0, b1 taken in; the segment copied"
+    );
     // nothing lost; nothing superseded yet was compared with what follows
-    let read = read_from(&f, &p, 0).await;
-    assert_eq!(read.len(), 6);
+    assert_eq!(offsets_and_values(&read_from(&f, &p, 0).await).len(), 6);
     // the next cleanings go on from there until every key is compared
-    clean(&f.ctx, &p, rules(), small, now_ms()).await.unwrap().unwrap();
-    clean(&f.ctx, &p, rules(), small, now_ms()).await.unwrap().unwrap();
-    clean(&f.ctx, &p, rules(), settings(), now_ms()).await.unwrap();
+    clean(&f.ctx, &p, rules(), small, now_ms())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cleaned(&p).dirty_from, 4, "c2, a3");
+    clean(&f.ctx, &p, rules(), small, now_ms())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cleaned(&p).dirty_from, 6, "b4, c5");
     let read = read_from(&f, &p, 0).await;
     assert_eq!(
         offsets_and_values(&read),
@@ -290,7 +348,13 @@ async fn an_offset_map_that_fills_cleans_what_it_took_in_and_leaves_the_rest_dir
 #[tokio::test]
 async fn the_lag_bounds_and_the_dirty_ratio_decide_when_a_cleaning_is_due() {
     let (f, p) = fixture().await;
-    segments_of(&f, &p, &[&[(Some("a"), Some("a0")), (Some("a"), Some("a1"))]]).await;
+    segments_of(
+        &f,
+        &p,
+        &[&[(Some("a"), Some("a0")), (Some("a"), Some("a1"))]],
+    )
+    .await;
+    tail(&f, &p).await;
     let newest = T0; // each record the first of its batch
     let young = CleaningRules {
         min_compaction_lag_ms: 10_000,
@@ -315,9 +379,33 @@ async fn the_lag_bounds_and_the_dirty_ratio_decide_when_a_cleaning_is_due() {
 }
 
 #[tokio::test]
+async fn the_newest_segment_is_not_cleaned_while_no_run_follows_it() {
+    let (f, p) = fixture().await;
+    segments_of(
+        &f,
+        &p,
+        &[&[(Some("a"), Some("a0")), (Some("a"), Some("a1"))]],
+    )
+    .await;
+    let idle = clean(&f.ctx, &p, rules(), settings(), now_ms())
+        .await
+        .unwrap();
+    assert_eq!(idle, None, "the active segment holds the log's last record");
+    tail(&f, &p).await;
+    let cleaned = clean(&f.ctx, &p, rules(), settings(), now_ms()).await;
+    assert!(cleaned.unwrap().is_some());
+}
+
+#[tokio::test]
 async fn a_fenced_owner_commits_nothing_and_removes_its_uploads() {
     let (f, p) = fixture().await;
-    segments_of(&f, &p, &[&[(Some("a"), Some("a0")), (Some("a"), Some("a1"))]]).await;
+    segments_of(
+        &f,
+        &p,
+        &[&[(Some("a"), Some("a0")), (Some("a"), Some("a1"))]],
+    )
+    .await;
+    tail(&f, &p).await;
     // the partition is given up behind this log's back (its lease ended)
     release(&f, &p).await;
     let failed = clean(&f.ctx, &p, rules(), settings(), now_ms()).await;

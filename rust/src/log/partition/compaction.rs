@@ -262,7 +262,10 @@ impl Partition {
         let segment_bytes = self.segment_bytes() as u64;
         // (A run that straddles `from` counts whole: close enough for the size trigger.)
         let bytes: u64 = runs.iter().map(|r| r.run.length).sum();
-        let age = ctx.settings.wal_compaction_age.as_millis() as i64;
+        let age = self
+            .limits
+            .roll_age(ctx.settings.wal_compaction_age)
+            .as_millis() as i64;
         let due = runs
             .first()
             .is_some_and(|r| bytes >= segment_bytes || now_ms - r.created_ms >= age);

@@ -241,7 +241,10 @@ fn a_cleaned_batch_skips_offsets_but_never_goes_back_or_past_its_last_delta() {
         .map(|(r, _)| (r.index, r.offset_delta))
         .collect();
     assert_eq!(deltas, [(0, 0), (1, 3), (2, 5)]);
-    assert!(decoded_up_to(2, 5, &section(&[4, 5])).is_ok(), "the first ones removed");
+    assert!(
+        decoded_up_to(2, 5, &section(&[4, 5])).is_ok(),
+        "the first ones removed"
+    );
     let back = decoded_up_to(3, 5, &section(&[0, 3, 2])).unwrap_err();
     assert_eq!(back, RecordError::OutOfOrder { index: 2, delta: 2 });
     let past = decoded_up_to(3, 5, &section(&[0, 3, 6])).unwrap_err();
