@@ -1,0 +1,195 @@
+"""Compacted topics (cleanup.policy=compact) as Kafka clients see them: the last record of
+each key stays at its offset, consumers see the gaps, a fetch from an offset cleaned away
+starts at the next record, tombstones stay for delete.retention.ms after their first
+cleaning, records without a key are refused, and the policy can be changed on a live topic.
+The brokers here compact write-ahead data at once and clean every 200 ms."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+from support.clients import (
+    Msg,
+    confluent_produce,
+    kafka_python_produce,
+    unique,
+)
+from support.procs import settled
+
+CLEANER_ARGS = ["--log-cleaner-backoff-ms", "200", "--file-delete-delay-ms", "0"]
+# Every dirty byte is worth a cleaning; small segments, so that the newest one (never cleaned
+# while no write follows it, like Kafka's active segment) is not the whole log.
+EAGER = {
+    "cleanup.policy": "compact",
+    "min.cleanable.dirty.ratio": "0.01",
+    "segment.bytes": "1024",
+}
+
+
+def create(bootstrap: str, topic: str, configs: dict[str, str], partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=1, config=configs)
+    admin.create_topics([new])[topic].result(timeout=30)
+
+
+def read_all(bootstrap: str, topic: str, start: int = 0) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of every record from ``start`` to the high watermark of partition
+    0, as librdkafka's consumer in its defaults reads them."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": unique("read"), "enable.auto.commit": False}
+    )
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, start)])
+        got: list[tuple[int, bytes, bytes | None]] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None:
+                if msg.error():
+                    raise AssertionError(f"consumer error: {msg.error()}")
+                got.append((msg.offset(), msg.key(), msg.value()))
+            (position,) = consumer.position([TopicPartition(topic, 0)])
+            if position.offset >= high:
+                return got
+        raise AssertionError(f"the consumer never reached the high watermark {high}: {got}")
+    finally:
+        consumer.close()
+
+
+def segment_count(broker, topic: str) -> int:
+    """Segments of partition 0 in the broker's data directory (compaction's and cleanings')."""
+    return len(list((broker.data_dir / "default" / topic / "0").glob("*.kfs")))
+
+
+def wait_for_segments(broker, topic: str, count: int) -> None:
+    def compacted() -> None:
+        assert segment_count(broker, topic) == count
+
+    settled(compacted, timeout=30)
+
+
+def rounds(keys: int, rounds: int) -> list[Msg]:
+    """``rounds`` values of each of ``keys`` keys, round after round."""
+    return [
+        Msg(0, f"k{k}".encode(), f"r{r}-k{k}".encode()) for r in range(rounds) for k in range(keys)
+    ]
+
+
+def latest(msgs: list[Msg]) -> dict[bytes, tuple[int, bytes | None]]:
+    """Each key's last (offset, value) when ``msgs`` were stored from offset 0 in order."""
+    out: dict[bytes, tuple[int, bytes | None]] = {}
+    for offset, m in enumerate(msgs):
+        assert m.key is not None
+        out[m.key] = (offset, m.value)
+    return out
+
+
+def cleaned_view(msgs: list[Msg], tail: int) -> list[tuple[int, bytes, bytes | None]]:
+    """What a consumer reads once everything but the last ``tail`` records is cleaned."""
+    survivors = {offset for offset, _ in latest(msgs[: len(msgs) - tail]).values()}
+    survivors |= set(range(len(msgs) - tail, len(msgs)))
+    return [(o, m.key, m.value) for o, m in enumerate(msgs) if o in survivors]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("producer", ["confluent", "kafka-python"])
+def test_the_last_record_of_each_key_stays_at_its_offset(broker_factory, producer):
+    broker = broker_factory(CLEANER_ARGS)
+    topic = unique(f"compact-{producer}")
+    create(broker.bootstrap, topic, EAGER)
+    msgs = rounds(keys=20, rounds=5)
+    produce = confluent_produce if producer == "confluent" else kafka_python_produce
+    produce(broker.bootstrap, topic, msgs)
+    # One more record: the one before it is then no longer in the active segment.
+    last = Msg(0, b"k0", b"last")
+    produce(broker.bootstrap, topic, [last])
+    everything = [*msgs, last]
+
+    def cleaned() -> list[tuple[int, bytes, bytes | None]]:
+        got = read_all(broker.bootstrap, topic)
+        want = cleaned_view(everything, tail=1)
+        assert got == want, f"{len(got)} records read, {len(want)} once cleaned"
+        return got
+
+    got = settled(cleaned, timeout=60)
+    offsets = [o for o, _, _ in got]
+    assert offsets[0] > 0 and offsets == sorted(offsets), "gaps where records went, in order"
+    # a fetch from an offset cleaned away starts at the next record
+    assert read_all(broker.bootstrap, topic, start=1)[0][0] == offsets[0]
+    assert "cleaned a compacted partition" in broker.log_text()
+
+
+def test_tombstones_go_delete_retention_after_their_first_cleaning(broker_factory):
+    broker = broker_factory(CLEANER_ARGS)
+    topic = unique("compact-tombstones")
+    create(broker.bootstrap, topic, {**EAGER, "delete.retention.ms": "3000"})
+    msgs = [Msg(0, b"a", b"a0"), Msg(0, b"b", b"b1"), Msg(0, b"a", None)]
+    confluent_produce(broker.bootstrap, topic, msgs)
+    # In a segment of their own before the next write (a few records fill no segment.bytes).
+    wait_for_segments(broker, topic, 1)
+    confluent_produce(broker.bootstrap, topic, [Msg(0, b"c", b"c3")])
+
+    def tombstone_kept():
+        got = read_all(broker.bootstrap, topic)
+        assert got == [(1, b"b", b"b1"), (2, b"a", None), (3, b"c", b"c3")]
+
+    settled(tombstone_kept, timeout=60)
+    kept_at = time.monotonic()
+    # later writes make the log dirty again: past the horizon a cleaning removes it
+    for i in range(4, 40):
+        confluent_produce(broker.bootstrap, topic, [Msg(0, b"d", b"d%d" % i)])
+        got = read_all(broker.bootstrap, topic)
+        if (2, b"a", None) not in got:
+            break
+        time.sleep(0.25)
+    assert (2, b"a", None) not in got, "the tombstone outlived its horizon"
+    assert time.monotonic() - kept_at >= 2.5, "removed before delete.retention.ms"
+    assert got[0] == (1, b"b", b"b1") and (3, b"c", b"c3") in got
+
+
+def test_a_record_without_a_key_is_refused_as_kafka_refuses_it(broker_factory):
+    broker = broker_factory(CLEANER_ARGS)
+    topic = unique("compact-nokey")
+    create(broker.bootstrap, topic, {"cleanup.policy": "compact"})
+    with pytest.raises(KafkaException) as refused:
+        confluent_produce(broker.bootstrap, topic, [Msg(0, None, b"v")], extra={"retries": 0})
+    assert refused.value.args[0].name() == "INVALID_RECORD"
+    assert confluent_produce(broker.bootstrap, topic, [Msg(0, b"k", b"v")]) == [(0, 0)]
+
+
+def test_the_policy_changes_on_a_live_topic(broker_factory):
+    broker = broker_factory(CLEANER_ARGS)
+    topic = unique("compact-alter")
+    create(broker.bootstrap, topic, {"min.cleanable.dirty.ratio": "0.01", "segment.bytes": "1024"})
+    msgs = rounds(keys=5, rounds=4)
+    confluent_produce(broker.bootstrap, topic, msgs)
+    wait_for_segments(broker, topic, 1)
+    confluent_produce(broker.bootstrap, topic, [Msg(0, b"k0", b"last")])
+    time.sleep(1.0)  # five cleaner rounds: a delete topic is never cleaned
+    assert len(read_all(broker.bootstrap, topic)) == len(msgs) + 1
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    change = ConfigEntry(
+        "cleanup.policy", "compact,delete", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource("topic", topic, incremental_configs=[change])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    described = admin.describe_configs([ConfigResource("topic", topic)])
+    (configs,) = [f.result(timeout=30) for f in described.values()]
+    assert configs["cleanup.policy"].value == "compact,delete"
+
+    def cleaned():
+        got = read_all(broker.bootstrap, topic)
+        assert got == cleaned_view([*msgs, Msg(0, b"k0", b"last")], tail=1)
+
+    settled(cleaned, timeout=60)
