@@ -108,11 +108,7 @@ if [[ $# -eq 0 && ${KAFSCALE_SKIP_LATEST:-0} != 1 ]]; then
     grep -iE '^(pyspark|polars|pyarrow|pyiceberg|confluent-kafka|kafka-python|aiokafka)==' |
     paste -sd' '
   # The JVM tests' Maven modules too: the newest Kafka release on Maven Central, not the pom's.
-  # Two of their tests pin the broker's refusal of compacted topics, whatever the client
-  # version: the pinned run has them.
   export KAFSCALE_TEST_NEWEST_KAFKA=1
-  STATEFUL_STREAMS=tests/integration/test_kafka_streams.py::test_a_stateful_topology_stops_at_its_compacted_changelog_topic
-  DISTRIBUTED_CONNECT=tests/integration/test_kafka_connect.py::test_distributed_worker_stops_at_its_compacted_config_topic
   "$LATEST/bin/python" tests/support/jvm.py
   step "pytest (latest environment): analytics and client tests"
   PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$LATEST/bin/python" -m pytest -ra \
@@ -124,5 +120,5 @@ if [[ $# -eq 0 && ${KAFSCALE_SKIP_LATEST:-0} != 1 ]]; then
     tests/integration/test_tls.py tests/integration/test_sasl.py \
     tests/integration/test_java_client.py tests/integration/test_kafka_tools.py \
     tests/integration/test_kafka_streams.py tests/integration/test_kafka_connect.py \
-    --deselect "$STATEFUL_STREAMS" --deselect "$DISTRIBUTED_CONNECT"
+    tests/integration/test_compacted_topics.py
 fi

@@ -3,17 +3,19 @@ worker with the file connectors, configured as Kafka's example ``connect-standal
 is (JSON converters with schemas, offsets in a file), copies a file through a topic into another
 file, and after a restart copies only the lines added since.
 
-Distributed mode keeps its configs, offsets and statuses in compacted topics, which KafScale
-refuses until topics can be compacted: the test of it pins down that failure, and is to become
-a test of a distributed worker once compacted topics exist.
+A distributed worker keeps connector configs, source offsets and statuses in compacted topics
+it creates (``cleanup.policy=compact``): connectors created through its REST API copy a file,
+and after a restart the worker finds its connectors and offsets in those topics again.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -114,10 +116,70 @@ def test_standalone_file_connectors_copy_a_file_and_resume_after_a_restart(cbrok
     copy_until(args, sink, first + second)
 
 
-def test_distributed_worker_stops_at_its_compacted_config_topic(cbroker, tmp_path):
-    """A distributed worker keeps connector configs, offsets and statuses in topics it creates
-    with cleanup.policy=compact; the broker refuses that config (topics are not compacted
-    yet), and the worker stops at start-up with that error, naming the config topic."""
+def rest(port: int, method: str, path: str, body: dict | None = None) -> object:
+    """A call of the worker's REST API; its JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        text = answer.read()
+    return json.loads(text) if text else None
+
+
+def distributed_until(worker: Path, port: int, output: Path, expected: list[str], connectors):
+    """Runs a distributed worker, creates ``connectors`` (name, config) through its REST API
+    if given, and stops it (SIGTERM) once ``output`` holds ``expected``."""
+    with subprocess.Popen(
+        jvm.CONNECT.command(DISTRIBUTED, [str(worker)]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        try:
+            deadline = time.monotonic() + WAIT_S
+
+            def alive() -> None:
+                if proc.poll() is not None:
+                    log = proc.stdout.read() if proc.stdout else ""
+                    raise AssertionError(f"the worker exited {proc.returncode}:\n{log[-3000:]}")
+                assert time.monotonic() < deadline, f"output after {WAIT_S} s: {lines(output)}"
+
+            while True:
+                alive()
+                try:
+                    rest(port, "GET", "/connectors")
+                    break
+                except (urllib.error.URLError, ConnectionError):
+                    time.sleep(0.5)
+            for name, config in connectors:
+                rest(port, "POST", "/connectors", {"name": name, "config": config})
+            while lines(output) != expected:
+                alive()
+                time.sleep(0.2)
+            names = rest(port, "GET", "/connectors")
+            assert sorted(names) == ["file-sink", "file-source"], names  # type: ignore[arg-type]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                log, _ = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                log, _ = proc.communicate()
+        assert proc.returncode in (0, 143), f"worker exited {proc.returncode}:\n{log[-3000:]}"
+
+
+def test_a_distributed_worker_keeps_its_connectors_and_offsets_in_compacted_topics(
+    cbroker, tmp_path
+):
+    """The connectors and the source's offsets survive a restart of the worker: its second
+    run reads them back from its compacted config and offset topics, and copies only the
+    lines added since."""
+    source, sink = tmp_path / "input.txt", tmp_path / "output.txt"
+    port = free_port()
     worker = properties(
         tmp_path / "distributed.properties",
         {
@@ -131,15 +193,35 @@ def test_distributed_worker_stops_at_its_compacted_config_topic(cbroker, tmp_pat
             "config.storage.replication.factor": "1",
             "offset.storage.replication.factor": "1",
             "status.storage.replication.factor": "1",
-            "listeners": f"http://127.0.0.1:{free_port()}",
+            "offset.flush.interval.ms": "1000",
+            "listeners": f"http://127.0.0.1:{port}",
         },
     )
-    cmd = jvm.CONNECT.command(DISTRIBUTED, [str(worker)])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S, check=False)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode != 0, log[-3000:]
-    assert re.search(
-        r"Unable to create topic\(s\) 'connect-offsets': cleanup.policy='compact' is not "
-        r"supported: KafScale has no log compaction",
-        log,
-    ), log[-3000:]
+    connectors = [
+        (
+            "file-source",
+            {
+                "connector.class": "FileStreamSource",
+                "tasks.max": "1",
+                "file": str(source),
+                "topic": "connect-distributed",
+            },
+        ),
+        (
+            "file-sink",
+            {
+                "connector.class": "FileStreamSink",
+                "tasks.max": "1",
+                "file": str(sink),
+                "topics": "connect-distributed",
+            },
+        ),
+    ]
+    first = [f"line {i} of the first run" for i in range(100)]
+    source.write_text("".join(f"{line}\n" for line in first))
+    distributed_until(worker, port, sink, first, connectors)
+
+    second = [f"line {i} of the second run" for i in range(50)]
+    with source.open("a") as f:
+        f.write("".join(f"{line}\n" for line in second))
+    distributed_until(worker, port, sink, first + second, [])

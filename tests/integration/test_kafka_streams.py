@@ -2,11 +2,10 @@
 defaults (at-least-once, offsets committed on close): tests/jvm's StreamsChecks runs a topology
 until it has handled the records expected, then closes; these tests check its output topic.
 
-A stateful topology needs a changelog topic, which Kafka Streams creates compacted
-(``cleanup.policy=compact``). KafScale does not compact topics yet and refuses that config
-(INVALID_CONFIG), so the stateful application stops at start-up: the test of it pins down
-exactly that failure, and is to be turned into a check of the counts once compacted topics
-exist.
+A stateful topology keeps its state in a changelog topic, which Kafka Streams creates
+compacted (``cleanup.policy=compact``): the broker here cleans it eagerly (small segments, a
+cleaner round every 200 ms), and the application's second run restores its counts from the
+cleaned changelog into a fresh state directory.
 """
 
 from __future__ import annotations
@@ -19,13 +18,22 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from support import jvm
 from support.clients import HANG_GUARD, unique
+from support.procs import settled
 
 BATCH = 120  # records per run; every fourth is one the stateless topology drops
 
 
 @pytest.fixture(scope="module")
 def sbroker(module_broker_factory):
-    return module_broker_factory(["--default-partitions", "2"])
+    cleaner = [
+        "--segment-bytes",
+        "2048",
+        "--log-cleaner-backoff-ms",
+        "200",
+        "--log-cleaner-min-cleanable-ratio",
+        "0.01",
+    ]
+    return module_broker_factory(["--default-partitions", "2", *cleaner])
 
 
 def produce(bootstrap: str, topic: str, values: list[str]) -> None:
@@ -35,8 +43,9 @@ def produce(bootstrap: str, topic: str, values: list[str]) -> None:
     assert producer.flush(HANG_GUARD) == 0
 
 
-def consume_all(bootstrap: str, topic: str, n: int) -> list[str]:
-    """The values of the first ``n`` records of ``topic`` (a bounded wait for them)."""
+def consume_all(bootstrap: str, topic: str, n: int) -> list[tuple[str, str]]:
+    """(key, value) of the first ``n`` records of ``topic``, in each partition's order (a
+    bounded wait for them)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -45,16 +54,16 @@ def consume_all(bootstrap: str, topic: str, n: int) -> list[str]:
         }
     )
     consumer.subscribe([topic])
-    values: list[str] = []
+    records: list[tuple[str, str]] = []
     deadline = time.monotonic() + HANG_GUARD
     try:
-        while len(values) < n and time.monotonic() < deadline:
+        while len(records) < n and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
-                values.append(msg.value().decode())
+                records.append((msg.key().decode(), msg.value().decode()))
     finally:
         consumer.close()
-    return values
+    return records
 
 
 def streams(kind: str, bootstrap: str, app: str, src: str, dst: str, tmp, n: int) -> dict[str, Any]:
@@ -78,22 +87,36 @@ def test_a_stateless_topology_handles_each_record_once_across_a_restart(sbroker,
     got = streams("stateless", b, app, src, dst, tmp_path, kept)
     assert got == {"state": "NOT_RUNNING", "handled": kept, "error": None}
 
-    values = sorted(consume_all(b, dst, 2 * kept))
+    values = sorted(value for _, value in consume_all(b, dst, 2 * kept))
     expected = sorted(v.upper() for v in first + second if v.startswith("keep"))
     assert values == expected
 
 
-def test_a_stateful_topology_stops_at_its_compacted_changelog_topic(sbroker, tmp_path):
-    """Counts per key: Kafka Streams asks for its changelog topic with cleanup.policy=compact,
-    the broker answers INVALID_CONFIG (topics are not compacted yet), and the application
-    stops with that error before handling a record."""
+def test_a_stateful_topology_restores_its_counts_from_its_cleaned_changelog(sbroker, tmp_path):
+    """Counts per word, run twice under one application id with records written before each
+    run; the second run starts with an empty state directory, so its counts come back from
+    the changelog topic, which the broker has cleaned meanwhile. Every count the topology
+    writes is then the running total of its word."""
     b = sbroker.bootstrap
     src, dst, app = unique("streams-in"), unique("streams-out"), unique("streams-count")
-    produce(b, src, [f"word-{i % 7}" for i in range(BATCH)])
-    got = streams("stateful", b, app, src, dst, tmp_path, BATCH)
-    assert (got["state"], got["handled"]) == ("ERROR", 0), got
-    assert re.search(
-        r"Could not create topic \S+-changelog\b.*InvalidConfigurationException: "
-        r"cleanup.policy='compact' is not supported: KafScale has no log compaction",
-        got["error"],
-    ), got["error"]
+    words = [f"word-{i % 7}" for i in range(2 * BATCH)]
+    produce(b, src, words[:BATCH])
+    got = streams("stateful", b, app, src, dst, tmp_path / "first", BATCH)
+    assert got == {"state": "NOT_RUNNING", "handled": BATCH, "error": None}
+
+    def changelog_cleaned() -> None:
+        cleaned = re.findall(r'cleaned a compacted partition topic="?([^" ]+)', sbroker.log_text())
+        assert any(t.startswith(app) and t.endswith("-changelog") for t in cleaned), cleaned
+
+    settled(changelog_cleaned, timeout=60)
+    produce(b, src, words[BATCH:])
+    got = streams("stateful", b, app, src, dst, tmp_path / "second", BATCH)
+    assert got == {"state": "NOT_RUNNING", "handled": BATCH, "error": None}
+
+    counts = consume_all(b, dst, 2 * BATCH)
+    assert len(counts) == 2 * BATCH
+    seen: dict[str, int] = {}
+    for word, count in counts:
+        seen[word] = seen.get(word, 0) + 1
+        assert int(count) == seen[word], f"{word}: count {count} where {seen[word]} was due"
+    assert seen == {w: words.count(w) for w in set(words)}
