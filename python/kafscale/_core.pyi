@@ -1066,20 +1066,25 @@ class SegmentSource:
         """Where what is committed comes from: "etcd", "published" or "segments"."""
     def log(
         self, topic: str, partition: int
-    ) -> tuple[int, int, list[tuple[int, int, int]], list[tuple[int, int, int, str]]]:
-        """(log start, end, [(base, end, size)] segments, [(base, end, length, object)] runs)."""
+    ) -> tuple[int, int, list[tuple[int, int, int, int | None]], list[tuple[int, int, int, str]]]:
+        """(log start, end, [(base, end, size, cleaning generation)] segments,
+        [(base, end, length, object)] runs)."""
     def committed_bounds(self, topic: str) -> list[tuple[int, int, int]] | None:
         """(partition, log start, committed end) of each partition; None without metadata
         or for a topic it does not know."""
     def topics(self) -> list[str]: ...
     def partitions(self, topic: str) -> list[int]: ...
-    def segments(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
-        """(base offset, end offset exclusive, size in bytes) of each segment."""
+    def segments(self, topic: str, partition: int) -> list[tuple[int, int, int, int | None]]:
+        """(base offset, end offset exclusive, size in bytes, cleaning generation) of each
+        segment."""
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None: ...
-    def segment_objects(self, topic: str, partition: int) -> list[tuple[int, int]]:
-        """(base offset, size in bytes) of each segment object, from the listing alone."""
+    def segment_objects(
+        self, topic: str, partition: int
+    ) -> list[tuple[int, int, int | None]]:
+        """(base offset, size in bytes, cleaning generation) of each segment object, from the
+        listing alone."""
     def verify(
-        self, topic: str, partition: int, base_offset: int
+        self, topic: str, partition: int, base_offset: int, generation: int | None
     ) -> tuple[
         str,
         int,

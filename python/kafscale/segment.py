@@ -48,6 +48,9 @@ class SegmentInfo:
     end_offset: int
     """Exclusive: the next segment's base offset, or the last one's last offset + 1."""
     size: int
+    generation: int | None = None
+    """The cleaning of a compacted topic that wrote it (its offsets may have gaps); None for
+    compaction's segments."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class SegmentObject:
     partition: int
     base_offset: int
     size: int
+    generation: int | None = None
+    """The cleaning of a compacted topic that wrote it; None for compaction's segments."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,7 @@ class SegmentSource:
             partition,
             start,
             end,
-            [SegmentInfo(topic, partition, base, stop, size) for base, stop, size in segments],
+            [SegmentInfo(topic, partition, *segment) for segment in segments],
             [RunInfo(*run) for run in runs],
         )
 
@@ -213,8 +218,8 @@ class SegmentSource:
 
     def segments(self, topic: str, partition: int) -> list[SegmentInfo]:
         return [
-            SegmentInfo(topic, partition, base, end, size)
-            for base, end, size in self._core.segments(topic, partition)
+            SegmentInfo(topic, partition, *segment)
+            for segment in self._core.segments(topic, partition)
         ]
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
@@ -227,16 +232,19 @@ class SegmentSource:
         :meth:`segments` nothing is read, so a damaged newest segment hides nothing (what
         ``kafscale segments verify`` walks)."""
         return [
-            SegmentObject(topic, partition, base, size)
-            for base, size in self._core.segment_objects(topic, partition)
+            SegmentObject(topic, partition, base, size, generation)
+            for base, size, generation in self._core.segment_objects(topic, partition)
         ]
 
-    def verify(self, topic: str, partition: int, base_offset: int) -> SegmentCheck:
-        """Checks one segment and its index end to end - header, every batch's CRC, offsets
-        inside the segment, footer, segment CRC, index entries - and reports every problem
-        found. Raises OSError only when storage cannot be read."""
+    def verify(
+        self, topic: str, partition: int, base_offset: int, generation: int | None = None
+    ) -> SegmentCheck:
+        """Checks one segment (a cleaning's of a compacted topic: of that ``generation``) and
+        its index end to end - header, every batch's CRC, offsets inside the segment, footer,
+        segment CRC, index entries - and reports every problem found. Raises OSError only
+        when storage cannot be read."""
         obj, base, first, last, batches, records, problems = self._core.verify(
-            topic, partition, base_offset
+            topic, partition, base_offset, generation
         )
         return SegmentCheck(
             obj, base, first, last, batches, records, [SegmentProblem(*p) for p in problems]

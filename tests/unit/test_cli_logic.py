@@ -12,7 +12,7 @@ import pytest
 from kafscale.cli.errors import CliError
 from kafscale.cli.kafka import read_command_config
 from kafscale.cli.reset import Strategy, plan
-from kafscale.cli.verify import joins
+from kafscale.cli.verify import chains, joins
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class Info:  # the fields of kafscale.segment.SegmentInfo that verify uses
     base_offset: int
     end_offset: int
     size: int = 100
+    generation: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,27 @@ def test_unreadable_segments_are_not_joined():
     infos, checks = segments((0, 0, 9), (10, None, None), (30, 30, 39))
     assert joins("t", 0, infos, [checks[0], None, checks[2]]) == []
     assert joins("t", 0, infos, checks) == []
+
+
+def test_a_cleanings_segments_skip_offsets_and_are_checked_apart_from_compactions():
+    """A compacted topic's cleaned segments may skip offsets (at their start, between them);
+    for a minute after a cleaning the segments it replaced are listed too."""
+    cleaned = [Info("t", 0, 0, 0, generation=7), Info("t", 0, 10, 0, generation=7)]
+    replaced = [Info("t", 0, 0, 0), Info("t", 0, 10, 0), Info("t", 0, 20, 0)]
+    checks = {
+        (0, 7): Check("c0", 0, 3, 8),
+        (10, 7): Check("c10", 10, 15, 15),
+        (0, None): Check("s0", 0, 0, 9),
+        (10, None): Check("s10", 10, 10, 19),
+        (20, None): Check("s20", 20, 20, 20),
+    }
+    infos = sorted(cleaned + replaced, key=lambda i: i.base_offset)
+    listed = [checks[(i.base_offset, i.generation)] for i in infos]
+    for chain, chain_checks in chains(infos, listed):
+        assert joins("t", 0, chain, chain_checks) == [], chain
+    overlapping = [Check("c0", 0, 3, 12), Check("c10", 10, 15, 15)]
+    (found,) = joins("t", 0, cleaned, overlapping)
+    assert "overlap" in found.message and found.offset == 10
 
 
 # ---------------------------------------------------------------------------------------------

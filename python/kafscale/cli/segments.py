@@ -187,7 +187,12 @@ def segment_rows(source: SegmentSource, args: argparse.Namespace) -> list[Segmen
     for p in partitions_of(source, args.topic, args.partition):
         log = source.log(args.topic, p)
         pieces = [
-            (s.base_offset, s.end_offset, s.size, object_name(s.topic, s.partition, s.base_offset))
+            (
+                s.base_offset,
+                s.end_offset,
+                s.size,
+                object_name(s.topic, s.partition, s.base_offset, s.generation),
+            )
             for s in log.segments
         ]
         pieces += [(r.base_offset, r.end_offset, r.size, r.object) for r in log.runs]

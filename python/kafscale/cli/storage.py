@@ -89,9 +89,11 @@ def storage(location: str) -> Iterator[None]:
         raise CliError(f"cannot read {location}: {exc}", hint) from None
 
 
-def object_name(topic: str, partition: int, base_offset: int) -> str:
-    """The segment's key below the location (the layout of docs/design.md, 'Storage layout')."""
-    return f"{topic}/{partition}/segment-{base_offset:020d}.kfs"
+def object_name(topic: str, partition: int, base_offset: int, generation: int | None) -> str:
+    """The segment's key below the location (the layout of docs/design.md, 'Storage layout');
+    a cleaning's carry its generation."""
+    cleaning = "" if generation is None else f"-{generation:016x}"
+    return f"{topic}/{partition}/segment-{base_offset:020d}{cleaning}.kfs"
 
 
 WAL_FOLDER = "!wal"  # a namespace's write-ahead objects (no topic name has a "!")

@@ -91,14 +91,31 @@ def register(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_verify, parser=p)
 
 
+def chains(
+    infos: list[SegmentObject], checks: list[SegmentCheck | None]
+) -> list[tuple[list[SegmentObject], list[SegmentCheck | None]]]:
+    """The partition's segments by who wrote them: compaction's, then each cleaning's of a
+    compacted topic (for a minute after a cleaning, the segments it replaced are there too).
+    Each is checked for gaps and overlaps on its own."""
+    by_writer: dict[int | None, tuple[list[SegmentObject], list[SegmentCheck | None]]] = {}
+    for info, check in zip(infos, checks, strict=True):
+        chain, chain_checks = by_writer.setdefault(info.generation, ([], []))
+        chain.append(info)
+        chain_checks.append(check)
+    return list(by_writer.values())
+
+
 def joins(
     topic: str, partition: int, infos: list[SegmentObject], checks: list[SegmentCheck | None]
 ) -> list[Finding]:
     """Problems between and at the start of segments, from the checks of consecutive segments
-    (``checks[i]`` is None when segment i could not be read at all)."""
+    (``checks[i]`` is None when segment i could not be read at all). A cleaning's segments
+    skip the offsets it removed: only overlaps are problems there."""
+    if infos and infos[0].generation is not None:
+        return overlaps(topic, partition, infos, checks)
     found: list[Finding] = []
     for i, (info, check) in enumerate(zip(infos, checks, strict=True)):
-        name = check.object if check else object_name(topic, partition, info.base_offset)
+        name = check.object if check else object_name(topic, partition, info.base_offset, None)
 
         def add(offset: int, message: str, name: str = name) -> None:
             found.append(Finding(topic, partition, name, offset, None, message))
@@ -134,15 +151,32 @@ def joins(
     return found
 
 
+def overlaps(
+    topic: str, partition: int, infos: list[SegmentObject], checks: list[SegmentCheck | None]
+) -> list[Finding]:
+    """A cleaning's segments whose records reach into the next one's offsets."""
+    found: list[Finding] = []
+    for info, before in zip(infos[1:], checks, strict=False):
+        last = before.last_offset if before is not None else None
+        if before is not None and last is not None and last >= info.base_offset:
+            message = (
+                f"overlap: the segment starts at offset {info.base_offset} but "
+                f"{before.object} already holds offsets up to {last}"
+            )
+            name = object_name(topic, partition, info.base_offset, info.generation)
+            found.append(Finding(topic, partition, name, info.base_offset, None, message))
+    return found
+
+
 def check_segment(
     source: SegmentSource, info: SegmentObject
 ) -> tuple[SegmentCheck | None, list[Finding]]:
     """(SegmentCheck or None, its problems as findings). A storage failure on one object is a
     finding too (the object may have gone since the listing), not the end of the walk."""
     try:
-        check = source.verify(info.topic, info.partition, info.base_offset)
+        check = source.verify(info.topic, info.partition, info.base_offset, info.generation)
     except OSError as exc:
-        name = object_name(info.topic, info.partition, info.base_offset)
+        name = object_name(info.topic, info.partition, info.base_offset, info.generation)
         return None, [
             Finding(info.topic, info.partition, name, None, None, f"cannot read the object: {exc}")
         ]
@@ -190,7 +224,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 total.bytes += info.size
                 report(progress, problems, findings, args.output)
                 progress.advance(info.size, f"{topic}/{partition}@{info.base_offset}")
-            report(progress, joins(topic, partition, infos, checks), findings, args.output)
+            for chain, chain_checks in chains(infos, checks):
+                between = joins(topic, partition, chain, chain_checks)
+                report(progress, between, findings, args.output)
             report(progress, orphans(source, topic, partition), findings, args.output)
     finally:
         progress.close()

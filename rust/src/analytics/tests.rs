@@ -324,7 +324,7 @@ async fn verify_second_segment(damage: impl Fn(&mut BytesMut)) -> SegmentCheck {
     let data = write_segments(2).await;
     let store = data.reader.store();
     damage_object(store, SegmentObject::Data, damage).await;
-    verify_segment(store, TOPIC, 0, 120).await.unwrap()
+    verify_segment(store, TOPIC, 0, 120, None).await.unwrap()
 }
 
 fn messages(check: &SegmentCheck) -> Vec<&str> {
@@ -359,7 +359,7 @@ async fn verify_reports_each_bad_batch_and_walks_on() {
         o[third_at + 80] ^= 1;
     })
     .await;
-    let check = verify_segment(store, TOPIC, 0, 120).await.unwrap();
+    let check = verify_segment(store, TOPIC, 0, 120, None).await.unwrap();
     let crc: Vec<_> = check
         .problems
         .iter()
@@ -400,7 +400,7 @@ async fn verify_reports_a_missing_or_misplaced_index() {
         i[entry + 8..entry + 12].copy_from_slice(&(position + 1).to_be_bytes());
     })
     .await;
-    let check = verify_segment(store, TOPIC, 0, 120).await.unwrap();
+    let check = verify_segment(store, TOPIC, 0, 120, None).await.unwrap();
     let found = messages(&check);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("which is not a batch start"), "{found:?}");
@@ -408,6 +408,6 @@ async fn verify_reports_a_missing_or_misplaced_index() {
 
     let index = store.segment_path(TOPIC, 0, 120, SegmentObject::Index);
     store.delete(&index).await.unwrap();
-    let check = verify_segment(store, TOPIC, 0, 120).await.unwrap();
+    let check = verify_segment(store, TOPIC, 0, 120, None).await.unwrap();
     assert!(messages(&check)[0].contains("index object is missing"));
 }

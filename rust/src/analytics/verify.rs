@@ -13,7 +13,7 @@ use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use crate::log::checksum::crc32c;
 use crate::log::index::SparseIndex;
 use crate::log::segment::{
-    FOOTER_MAGIC, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SEGMENT_VERSION,
+    CLEANED, FOOTER_MAGIC, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
 use crate::store::{SegmentObject, SegmentStore, StoreError};
 
@@ -78,9 +78,10 @@ pub(crate) async fn verify_segment(
     topic: &str,
     partition: i32,
     base_offset: i64,
+    generation: Option<u64>,
 ) -> Result<SegmentCheck, StoreError> {
-    let data_path = store.segment_path(topic, partition, base_offset, SegmentObject::Data);
-    let index_path = store.segment_path(topic, partition, base_offset, SegmentObject::Index);
+    let path = |kind| store.object_path(topic, partition, base_offset, generation, kind);
+    let (data_path, index_path) = (path(SegmentObject::Data), path(SegmentObject::Index));
     let object = store.get_mapped(&data_path).await?;
     let mut check = SegmentCheck {
         object: data_path.to_string(),
@@ -124,6 +125,9 @@ fn check_segment(check: &mut SegmentCheck, object: &Bytes) -> HashMap<usize, i64
             format!("unsupported segment version {version}"),
         );
     }
+    // A cleaned segment's batches may skip offsets, and its footer names the last offset it
+    // covers, records there or not.
+    let cleaned = u16::from_be_bytes([object[6], object[7]]) & CLEANED != 0;
     let header_base = i64::from_be_bytes(object[8..16].try_into().unwrap());
     if header_base != base {
         let message = format!("header says base offset {header_base}, the object name {base}");
@@ -141,7 +145,7 @@ fn check_segment(check: &mut SegmentCheck, object: &Bytes) -> HashMap<usize, i64
         let message = "footer does not end in END! (truncated or partial upload)".to_string();
         check.problem(None, Some(len - 4), message);
     }
-    let walk = walk_batches(check, &object[..area_end]);
+    let walk = walk_batches(check, &object[..area_end], cleaned);
     if !footer_ok {
         return walk.starts;
     }
@@ -154,7 +158,11 @@ fn check_segment(check: &mut SegmentCheck, object: &Bytes) -> HashMap<usize, i64
         check.problem(None, Some(len - SEGMENT_FOOTER_LEN), message);
     }
     let footer_last = i64::from_be_bytes(footer[4..12].try_into().unwrap());
-    if check.last_offset.is_some_and(|last| last != footer_last) {
+    let footer_wrong = |last: i64| match cleaned {
+        true => last > footer_last,
+        false => last != footer_last,
+    };
+    if check.last_offset.is_some_and(footer_wrong) {
         let message = format!(
             "footer says the last offset is {footer_last}, the batches end at {}",
             check.last_offset.unwrap_or_default()
@@ -162,11 +170,15 @@ fn check_segment(check: &mut SegmentCheck, object: &Bytes) -> HashMap<usize, i64
         check.problem(Some(footer_last), Some(len - 12), message);
     }
     let declared = i32::from_be_bytes(object[16..20].try_into().unwrap());
-    if walk.complete && i64::from(declared) != walk.offsets {
+    // (a cleaned segment declares its records, compaction's its offsets: the same there)
+    let (held, what) = match cleaned {
+        true => (check.records as i64, "record"),
+        false => (walk.offsets, "offset"),
+    };
+    if walk.complete && i64::from(declared) != held {
         let message = format!(
-            "header declares {}, the batches hold {}",
-            count(declared, "offset"),
-            walk.offsets
+            "header declares {}, the batches hold {held}",
+            count(declared, what),
         );
         check.problem(Some(base), Some(16), message);
     }
@@ -182,8 +194,9 @@ struct Walk {
     complete: bool,
 }
 
-/// Walks the batches from the end of the header to `area.len()`.
-fn walk_batches(check: &mut SegmentCheck, area: &[u8]) -> Walk {
+/// Walks the batches from the end of the header to `area.len()`; `gaps`: a cleaned segment's,
+/// whose batches may skip offsets.
+fn walk_batches(check: &mut SegmentCheck, area: &[u8], gaps: bool) -> Walk {
     let mut walk = Walk {
         starts: HashMap::new(),
         offsets: 0,
@@ -225,7 +238,7 @@ fn walk_batches(check: &mut SegmentCheck, area: &[u8]) -> Walk {
             );
             check.problem(Some(header.base_offset), Some(position), message);
         }
-        if header.base_offset > expected_next {
+        if header.base_offset > expected_next && !gaps {
             let message = format!(
                 "gap inside the segment: {} missing",
                 offsets(expected_next, header.base_offset - 1)
@@ -298,17 +311,20 @@ pub(crate) async fn orphan_indexes(
     partition: i32,
 ) -> Result<Vec<Problem>, StoreError> {
     let listed = store.list_partition(topic, partition).await?;
-    let segments: HashSet<i64> = listed
+    let segments: HashSet<(i64, Option<u64>)> = listed
         .iter()
         .filter(|s| s.kind == SegmentObject::Data)
-        .map(|s| s.base_offset)
+        .map(|s| (s.base_offset, s.generation))
         .collect();
     Ok(listed
         .iter()
-        .filter(|s| s.kind == SegmentObject::Index && !segments.contains(&s.base_offset))
+        .filter(|s| {
+            s.kind == SegmentObject::Index && !segments.contains(&(s.base_offset, s.generation))
+        })
         .map(|s| {
-            let data = store.segment_path(topic, partition, s.base_offset, SegmentObject::Data);
-            let index = store.segment_path(topic, partition, s.base_offset, SegmentObject::Index);
+            let path =
+                |kind| store.object_path(topic, partition, s.base_offset, s.generation, kind);
+            let (data, index) = (path(SegmentObject::Data), path(SegmentObject::Index));
             Problem {
                 object: index.to_string(),
                 offset: Some(s.base_offset),

@@ -26,7 +26,9 @@ use crate::store::{Location, S3Credentials, SegmentObject, SegmentStore, Storage
 type ProblemRow = (String, Option<i64>, Option<u64>, String);
 
 /// What `SegmentSource.log` returns (see there).
-type LogRow = (i64, i64, Vec<(i64, i64, u64)>, Vec<(i64, i64, u64, String)>);
+/// A segment as `SegmentSource` hands it out: (base, end, size, cleaning generation).
+type SegmentRow = (i64, i64, u64, Option<u64>);
+type LogRow = (i64, i64, Vec<SegmentRow>, Vec<(i64, i64, u64, String)>);
 
 /// What `SegmentSource.verify` returns (see there).
 type VerifiedSegment = (
@@ -210,7 +212,7 @@ impl SegmentSource {
         })
     }
 
-    /// The partition's committed log: `(log start, end, [(base, end, size)] of its segments,
+    /// The partition's committed log: `(log start, end, [(base, end, size, generation)] of its segments,
     /// [(base, end, length, object)] of the write-ahead runs after them)`. Offsets `log start..end` can
     /// be read.
     fn log(&self, py: Python<'_>, topic: &str, partition: i32) -> PyResult<LogRow> {
@@ -220,9 +222,7 @@ impl SegmentSource {
         Ok((
             log.log_start,
             log.end,
-            segments
-                .map(|s| (s.base_offset, s.end_offset, s.size))
-                .collect(),
+            segments.map(segment_row).collect(),
             runs.map(|r| (r.base_offset, r.end_offset, r.length, r.object.clone()))
                 .collect(),
         ))
@@ -247,28 +247,22 @@ impl SegmentSource {
         self.block_on(py, self.reader.partitions(topic))
     }
 
-    /// (base offset, end offset, size in bytes) of each segment, in offset order.
-    fn segments(
-        &self,
-        py: Python<'_>,
-        topic: &str,
-        partition: i32,
-    ) -> PyResult<Vec<(i64, i64, u64)>> {
+    /// (base offset, end offset, size in bytes, cleaning generation) of each segment, in
+    /// offset order.
+    fn segments(&self, py: Python<'_>, topic: &str, partition: i32) -> PyResult<Vec<SegmentRow>> {
         let segments = self.block_on(py, self.reader.segments(topic, partition))?;
-        Ok(segments
-            .iter()
-            .map(|s| (s.base_offset, s.end_offset, s.size))
-            .collect())
+        Ok(segments.iter().map(segment_row).collect())
     }
 
-    /// (base offset, size in bytes) of each segment object, in offset order, from the listing
-    /// alone: unlike `segments`, no object is read, so a damaged segment cannot hide the rest.
+    /// (base offset, size in bytes, cleaning generation) of each segment object, in offset
+    /// order, from the listing alone: unlike `segments`, no object is read, so a damaged
+    /// segment cannot hide the rest.
     fn segment_objects(
         &self,
         py: Python<'_>,
         topic: &str,
         partition: i32,
-    ) -> PyResult<Vec<(i64, u64)>> {
+    ) -> PyResult<Vec<(i64, u64, Option<u64>)>> {
         let store = self.reader.store();
         let listed = self.block_on(py, async {
             Ok(store.list_partition(topic, partition).await?)
@@ -276,7 +270,7 @@ impl SegmentSource {
         Ok(listed
             .iter()
             .filter(|s| s.kind == SegmentObject::Data)
-            .map(|s| (s.base_offset, s.size))
+            .map(|s| (s.base_offset, s.size, s.generation))
             .collect())
     }
 
@@ -303,10 +297,11 @@ impl SegmentSource {
         topic: &str,
         partition: i32,
         base_offset: i64,
+        generation: Option<u64>,
     ) -> PyResult<VerifiedSegment> {
         let store = self.reader.store();
         let check = self.block_on(py, async {
-            Ok(verify_segment(store, topic, partition, base_offset).await?)
+            Ok(verify_segment(store, topic, partition, base_offset, generation).await?)
         })?;
         let problems = check
             .problems
@@ -462,4 +457,8 @@ pub(super) fn committed_bounds(
         .detach(|| runtime().block_on(etcd_snapshot(&endpoints, namespace, topic)))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
     Ok(snapshot.as_ref().map(bounds).unwrap_or_default())
+}
+
+fn segment_row(s: &crate::analytics::scan::SegmentRef) -> SegmentRow {
+    (s.base_offset, s.end_offset, s.size, s.generation)
 }
