@@ -1078,9 +1078,7 @@ class SegmentSource:
         """(base offset, end offset exclusive, size in bytes, cleaning generation) of each
         segment."""
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None: ...
-    def segment_objects(
-        self, topic: str, partition: int
-    ) -> list[tuple[int, int, int | None]]:
+    def segment_objects(self, topic: str, partition: int) -> list[tuple[int, int, int | None]]:
         """(base offset, size in bytes, cleaning generation) of each segment object, from the
         listing alone."""
     def verify(
