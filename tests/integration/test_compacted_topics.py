@@ -17,6 +17,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+from support.cli_runner import ok
 from support.clients import (
     Msg,
     confluent_produce,
@@ -24,6 +25,9 @@ from support.clients import (
     unique,
 )
 from support.procs import settled
+
+from kafscale.polars import scan_topic
+from kafscale.segment import SegmentSource
 
 CLEANER_ARGS = ["--log-cleaner-backoff-ms", "200", "--file-delete-delay-ms", "0"]
 # Every dirty byte is worth a cleaning; small segments, so that the newest one (never cleaned
@@ -128,6 +132,14 @@ def test_the_last_record_of_each_key_stays_at_its_offset(broker_factory, produce
     # a fetch from an offset cleaned away starts at the next record
     assert read_all(broker.bootstrap, topic, start=1)[0][0] == offsets[0]
     assert "cleaned a compacted partition" in broker.log_text()
+    # the analytics readers read the same records, gaps and all, straight from storage
+    location = str(broker.data_dir / "default")
+    frame = scan_topic(location, topic).collect().sort("offset")
+    assert list(zip(frame["offset"], frame["key"], frame["value"], strict=True)) == got
+    source = SegmentSource.open(location)
+    assert any(s.generation is not None for s in source.segments(topic, 0))
+    verified = ok("segments", "verify", location, "--topic", topic, "--no-progress")
+    assert "no problems" in verified.out
 
 
 def test_tombstones_go_delete_retention_after_their_first_cleaning(broker_factory):
