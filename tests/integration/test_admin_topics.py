@@ -103,7 +103,7 @@ def test_create_and_delete_topics_batch(genv, client):
     existing = genv.new_topic(f"{tag}-e", 1)
     a, d = f"{tag}-a", f"{tag}-d"
     bad_name = f"{tag}/bad"
-    rejected = {f"{tag}-b": {"cleanup.policy": "compact"}, f"{tag}-c": {"retention.ms": "-5"}}
+    rejected = {f"{tag}-b": {"cleanup.policy": "shred"}, f"{tag}-c": {"retention.ms": "-5"}}
     rejected[f"{tag}-f"] = {"segment.bytes": "0"}
     a_configs = {"retention.ms": "120000", "max.message.bytes": "2000000"}
     specs = [

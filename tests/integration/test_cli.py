@@ -252,7 +252,7 @@ def test_topic_errors_say_what_to_do(node):
                 "--partitions",
                 "1",
                 "--config",
-                "cleanup.policy=compact",
+                "cleanup.policy=shred",
             ],
             ["cleanup.policy", "check the --config"],
         ),

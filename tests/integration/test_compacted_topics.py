@@ -205,3 +205,6 @@ def test_the_policy_changes_on_a_live_topic(broker_factory):
         assert got == cleaned_view([*msgs, Msg(0, b"k0", b"last")], tail=1)
 
     settled(cleaned, timeout=60)
+    described = ok("topics", "describe", topic, "--bootstrap-server", broker.bootstrap).out
+    (policy,) = [line for line in described.splitlines() if line.split()[:1] == ["cleanup.policy"]]
+    assert "compact,delete" in policy and "topic" in policy, policy

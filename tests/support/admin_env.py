@@ -59,6 +59,11 @@ TOPIC_WHITELIST = TOPIC_KEYS | {
     "message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms",
     "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "delete.retention.ms",
+    "segment.ms",
     "message.timestamp.type",
 }
 BROKER_KEYS = {
@@ -75,7 +80,8 @@ BROKER_KEYS = {
 DEFAULT_SOURCES = {"DEFAULT_CONFIG", "STATIC_BROKER_CONFIG"}  # not overridden on the topic
 TOPIC_OVERRIDE = "DYNAMIC_TOPIC_CONFIG"
 BAD_TOPIC_CONFIGS = [
-    {"cleanup.policy": "compact"},  # KafScale has no log compaction
+    {"cleanup.policy": "shred"},  # delete and compact are the policies
+    {"min.cleanable.dirty.ratio": "2"},
     {"retention.ms": "-5"},
     {"retention.bytes": "-2"},
     {"segment.bytes": "0"},
