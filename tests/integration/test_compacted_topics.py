@@ -17,6 +17,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+from support import jvm
 from support.cli_runner import ok
 from support.clients import (
     Msg,
@@ -107,6 +108,15 @@ def cleaned_view(msgs: list[Msg], tail: int) -> list[tuple[int, bytes, bytes | N
     return [(o, m.key, m.value) for o, m in enumerate(msgs) if o in survivors]  # type: ignore[misc]
 
 
+def assert_a_cleaning_of(view: list[tuple[int, bytes, bytes | None]], stored: list[Msg]) -> None:
+    """``view`` (what a consumer read) is ``stored`` (written from offset 0) cleaned: records
+    at their offsets, unchanged, in order, and every key's last record among them."""
+    offsets = [o for o, _, _ in view]
+    assert offsets == sorted(set(offsets))
+    assert all((stored[o].key, stored[o].value) == (k, v) for o, k, v in view)
+    assert {offset for offset, _ in latest(stored).values()} <= set(offsets)
+
+
 @pytest.mark.parametrize("producer", ["confluent", "kafka-python"])
 def test_the_last_record_of_each_key_stays_at_its_offset(broker_factory, producer):
     broker = broker_factory(CLEANER_ARGS)
@@ -140,6 +150,31 @@ def test_the_last_record_of_each_key_stays_at_its_offset(broker_factory, produce
     assert any(s.generation is not None for s in source.segments(topic, 0))
     verified = ok("segments", "verify", location, "--topic", topic, "--no-progress")
     assert "no problems" in verified.out
+
+
+def test_the_java_client_produces_and_reads_a_cleaned_topic(broker_factory):
+    """The Java producer (idempotent, acks=all) writes the rounds; once the broker has cleaned
+    them, the Java consumer reads the last value of each key at its offset, gaps skipped, and
+    its position reaches the end offset."""
+    broker = broker_factory(CLEANER_ARGS)
+    topic = unique("compact-java")
+    create(broker.bootstrap, topic, EAGER)
+    produced = jvm.run("CompactedChecks", ["produce", broker.bootstrap, topic, "20", "5"], 240)
+    assert produced == {"acked": 101}
+    everything = [*rounds(keys=20, rounds=5), Msg(0, b"k0", b"last")]
+
+    def cleaned() -> list[tuple[int, bytes, bytes | None]]:
+        # The Java producer sends a batch a record, so the newest segment (never cleaned
+        # while no write follows it) holds the last dozen records: at most 40 are left.
+        got = read_all(broker.bootstrap, topic)
+        assert len(got) <= 40, f"{len(got)} records left"
+        return got
+
+    view = settled(cleaned, timeout=60)
+    assert_a_cleaning_of(view, everything)
+    got = jvm.run("CompactedChecks", ["consume", broker.bootstrap, topic], 240)
+    assert [(o, k.encode(), v.encode()) for o, k, v in got["records"]] == view
+    assert got["position"] == got["end"] == len(everything)
 
 
 def test_tombstones_go_delete_retention_after_their_first_cleaning(broker_factory):
