@@ -100,6 +100,12 @@ async fn tail(f: &Fixture, p: &Arc<Partition>) -> i64 {
     commit(f, p, &[batch(&[record], Compression::None)]).await
 }
 
+/// Objects in the partition's folder that a cleaning wrote.
+async fn cleanings_objects(f: &Fixture) -> usize {
+    let listed = f.ctx.store.list_partition("orders", 0).await.unwrap();
+    listed.iter().filter(|s| s.generation.is_some()).count()
+}
+
 /// Every record a consumer reads from `offset` on.
 async fn read_from(f: &Fixture, p: &Arc<Partition>, offset: i64) -> Vec<Read> {
     let read = reader::read(&f.ctx, p, offset, 1 << 20, true)
@@ -417,4 +423,46 @@ async fn a_fenced_owner_commits_nothing_and_removes_its_uploads() {
     assert!(listed.iter().all(|s| s.generation.is_none()), "{listed:?}");
     let record = f.ctx.catalog.partition("orders", 0).await.unwrap().unwrap();
     assert_eq!(record.record.cleaned, None);
+}
+
+#[tokio::test]
+async fn an_owner_that_dies_between_its_uploads_and_its_commit_leaves_the_log_as_it_was() {
+    let (f, p) = fixture().await;
+    let first: &[Kv] = &[(Some("a"), Some("a0")), (Some("a"), Some("a1"))];
+    segments_of(&f, &p, &[first, &[(Some("b"), Some("b2"))]]).await;
+    tail(&f, &p).await;
+    // the cleaning's segment object is stored, its index held: then the owner dies
+    let gate = f.objects.hold_puts("ns/orders/0/segment-");
+    gate.add_permits(1);
+    let (ctx, cleaning) = (f.ctx.clone(), p.clone());
+    let task =
+        tokio::spawn(async move { clean(&ctx, &cleaning, rules(), settings(), now_ms()).await });
+    while f.objects.held_puts() < 1 {
+        tokio::task::yield_now().await;
+    }
+    task.abort();
+    let _ = task.await;
+    gate.add_permits(usize::MAX >> 4);
+    assert_eq!(
+        cleanings_objects(&f).await,
+        1,
+        "the uncommitted cleaning's segment"
+    );
+    assert_eq!(p.owned().unwrap().record.cleaned, None, "nothing committed");
+    // the next owner reads the log as it was, and its first listing removes the orphan
+    release(&f, &p).await;
+    let next = open(&f).await;
+    let read = read_from(&f, &next, 0).await;
+    assert_eq!(
+        offsets_and_values(&read),
+        [(0, Some("a0")), (1, Some("a1")), (2, Some("b2"))]
+    );
+    assert_eq!(cleanings_objects(&f).await, 0);
+    // and cleans it itself
+    clean_now(&f, &next, rules(), now_ms()).await;
+    let read = read_from(&f, &next, 0).await;
+    assert_eq!(
+        offsets_and_values(&read),
+        [(1, Some("a1")), (2, Some("b2"))]
+    );
 }
