@@ -228,6 +228,12 @@ def test_a_record_without_a_key_is_refused_as_kafka_refuses_it(broker_factory):
         confluent_produce(broker.bootstrap, topic, [Msg(0, None, b"v")], extra={"retries": 0})
     assert refused.value.args[0].name() == "INVALID_RECORD"
     assert confluent_produce(broker.bootstrap, topic, [Msg(0, b"k", b"v")]) == [(0, 0)]
+    # DeleteRecords on a topic compacted alone: POLICY_VIOLATION, as Kafka answers
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (deleting,) = admin.delete_records([TopicPartition(topic, 0, 1)]).values()
+    with pytest.raises(KafkaException) as policy:
+        deleting.result(timeout=30)
+    assert policy.value.args[0].name() == "POLICY_VIOLATION"
 
 
 def test_the_policy_changes_on_a_live_topic(broker_factory):

@@ -4,7 +4,8 @@
 //! this broker does not own gets NOT_LEADER_OR_FOLLOWER, an offset past the high watermark
 //! OFFSET_OUT_OF_RANGE, as in Kafka. A topic needs DELETE, else each of its partitions gets
 //! TOPIC_AUTHORIZATION_FAILED. A partition named more than once is answered once, with the last
-//! offset asked for it, as Kafka reads the request into a map.
+//! offset asked for it, as Kafka reads the request into a map. A topic compacted alone
+//! (cleanup.policy=compact) answers POLICY_VIOLATION, as Kafka does.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::retention::delete_records;
+use crate::log::topic_config::cleanup_policy;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::repeats::merge_topics;
 
@@ -39,7 +41,8 @@ pub(crate) async fn answer(
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
             let found = match allowed {
-                true => find_partition(broker, &topic.name.0, p.partition_index),
+                true => find_partition(broker, &topic.name.0, p.partition_index)
+                    .and_then(|partition| deletable(broker, &topic.name.0).map(|()| partition)),
                 false => Err(ResponseError::TopicAuthorizationFailed),
             };
             let deleted = match found {
@@ -59,6 +62,18 @@ pub(crate) async fn answer(
     }
     let response = DeleteRecordsResponse::default().with_topics(topics);
     encode_response(request.correlation_id, request.api_version, &response)
+}
+
+/// Whether records of `topic` may be deleted: not when its cleanup.policy is compact alone, as
+/// Kafka answers (POLICY_VIOLATION): the log start of such a log is the cleaner's to keep.
+fn deletable(broker: &Broker, topic: &str) -> Result<(), ResponseError> {
+    let compact_only = broker
+        .topic(topic)
+        .is_some_and(|t| !cleanup_policy(&t.record.configs).delete);
+    match compact_only {
+        true => Err(ResponseError::PolicyViolation),
+        false => Ok(()),
+    }
 }
 
 /// Dispatch's entry for DeleteRecords (a [`super::Handler`]).
