@@ -456,12 +456,17 @@ def make_values(value_bytes: int) -> list[bytes]:
 
 
 def create_topic(
-    bootstrap: str, topic: str, partitions: int, security: ClientSecurity | None = None
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    security: ClientSecurity | None = None,
+    configs: dict[str, str] | None = None,
 ) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(client_config(bootstrap, security))
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
+    new = NewTopic(topic, partitions, 1, config=configs or {})
+    futures = admin.create_topics([new], operation_timeout=30)
     futures[topic].result(timeout=60)
     meta = admin.list_topics(topic, timeout=30)
     got = len(meta.topics[topic].partitions)
@@ -503,6 +508,7 @@ class ProduceJob:
     idempotent: bool
     deadline_s: float
     security: ClientSecurity = PLAINTEXT
+    keys: int = 0  # records get the keys k0 .. k(keys - 1) in turn; 0: no key
 
 
 @dataclass
@@ -553,6 +559,8 @@ def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
     producer = Producer(conf)
     producer.list_topics(job.topic, timeout=30)  # connect + metadata before the clock starts
     values = make_values(job.value_bytes)
+    keys = [b"k%d" % k for k in range(job.keys)] or [None]
+    n_keys = len(keys)
     parts = job.partitions
     n_parts = len(parts)
     _wait_start(out, start, wid)
@@ -564,9 +572,10 @@ def _produce(wid: int, job: ProduceJob, out: Any, start: Any) -> dict[str, Any]:
     produced = job.messages
     for i in range(job.messages):
         value, part = values[i % VALUE_POOL], parts[(i + wid) % n_parts]
+        key = keys[(i // n_parts) % n_keys]  # each partition cycles through the keys
         while True:
             try:
-                produce(topic, value, None, part)
+                produce(topic, value, key, part)
                 break
             except BufferError:
                 poll(0.002)
@@ -798,6 +807,7 @@ def run_produce(broker: Broker, args: argparse.Namespace, acks: str, label: str)
             idempotent=args.idempotence,
             deadline_s=deadline,
             security=client_security(broker),
+            keys=args.keys,
         )
         for i in range(procs)
     ]
@@ -1330,6 +1340,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--producers", type=int, default=1, help="producer processes per phase")
     ap.add_argument("--consumers", type=int, default=2, help="consumer processes per phase")
     ap.add_argument("--linger-ms", type=int, default=10, help="linger.ms of throughput phases")
+    ap.add_argument(
+        "--keys",
+        type=int,
+        default=0,
+        help="keyed records: the keys k0 .. k(N-1) in turn (0, the default: no key)",
+    )
     ap.add_argument(
         "--compression",
         default="none",

@@ -970,8 +970,8 @@ class Settings:
     )
     log_cleaner_dedupe_buffer_size: int = _setting(
         128 * _MIB,
-        "Memory of a cleaning's offset map (32 bytes a key): a cleaning takes in the keys of "
-        "the dirty segments until it is full and cleans up to there.",
+        "Memory of a cleaning's offset map (at most 64 bytes a key): a cleaning takes in the "
+        "keys of the dirty segments until it is full and cleans up to there.",
         _parse_size,
         check=_in_range(1024, _INT64_MAX, "a size such as 128MiB"),
         default_doc=_size_doc(128 * _MIB),

@@ -1,16 +1,19 @@
 //! The cleaner's offset map: for each key of the dirty part of a log, the offset of its last
 //! record. Keys are held as 128-bit digests (the first half of their SHA-256, as Kafka holds
-//! their MD5): two keys share one only by a collision no log meets. The map's memory is fixed
-//! when it is made, from a setting: once full, the cleaning stops taking records in and cleans
-//! up to where it got (`OffsetMap::insert`).
+//! their MD5): two keys share one only by a collision no log meets. The map's memory is bounded
+//! by a setting: it grows with the keys it holds (a table made whole up front would touch
+//! every page of it, and a cleaning of few keys would pay for them all), and once it holds as
+//! many as the setting allows, the cleaning stops taking records in and cleans up to where it
+//! got (`OffsetMap::insert`).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use ring::digest::{digest, SHA256};
 
-/// Bytes one entry takes (digest, offset, the table's control byte and its spare room).
-pub(crate) const ENTRY_BYTES: usize = 32;
+/// Bytes one entry may take: 24 of digest and offset and one control byte, in a table that
+/// keeps an eighth of its slots free and doubles when it grows (so up to 57 bytes a key).
+pub(crate) const ENTRY_BYTES: usize = 64;
 
 /// A key's digest.
 pub(crate) type KeyDigest = u128;
@@ -51,10 +54,9 @@ pub(crate) struct OffsetMap {
 impl OffsetMap {
     /// A map of at most `memory_bytes` (at least one entry).
     pub(crate) fn with_memory(memory_bytes: usize) -> OffsetMap {
-        let capacity = (memory_bytes / ENTRY_BYTES).max(1);
         OffsetMap {
-            offsets: HashMap::with_capacity_and_hasher(capacity, Default::default()),
-            capacity,
+            offsets: HashMap::default(),
+            capacity: (memory_bytes / ENTRY_BYTES).max(1),
         }
     }
 
