@@ -6,7 +6,9 @@ The brokers here compact write-ahead data at once and clean every 200 ms."""
 
 from __future__ import annotations
 
+import runpy
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
@@ -26,10 +28,13 @@ from support.clients import (
     unique,
 )
 from support.procs import settled
+from support.spark_session import local_spark
 
 from kafscale.polars import scan_topic
 from kafscale.segment import SegmentSource
+from kafscale.spark import iceberg as ice
 
+JOBS = Path(__file__).resolve().parents[2] / "spark"
 CLEANER_ARGS = ["--log-cleaner-backoff-ms", "200", "--file-delete-delay-ms", "0"]
 # Every dirty byte is worth a cleaning; small segments, so that the newest one (never cleaned
 # while no write follows it, like Kafka's active segment) is not the whole log.
@@ -162,6 +167,38 @@ def test_the_last_record_of_each_key_stays_at_its_offset(broker_factory, produce
     assert any(s.generation is not None for s in source.segments(topic, 0))
     verified = ok("segments", "verify", location, "--topic", topic, "--no-progress")
     assert "no problems" in verified.out
+
+
+def test_spark_and_the_iceberg_job_read_a_cleaned_topic(broker_factory, tmp_path):
+    """The Spark source and spark/topic_to_iceberg.py read what a consumer reads of a cleaned
+    topic: the records at their offsets, the gaps skipped."""
+    broker = broker_factory(CLEANER_ARGS)
+    topic = unique("compact-spark")
+    create(broker.bootstrap, topic, EAGER)
+    msgs = rounds(keys=20, rounds=5)
+    confluent_produce(broker.bootstrap, topic, msgs)
+    wait_until_in_segments(broker, topic, len(msgs))
+    confluent_produce(broker.bootstrap, topic, [Msg(0, b"k0", b"last")])
+    want = cleaned_view([*msgs, Msg(0, b"k0", b"last")], tail=1)
+
+    def cleaned() -> None:
+        assert read_all(broker.bootstrap, topic) == want
+
+    settled(cleaned, timeout=60)
+    location = str(broker.data_dir / "default")
+
+    def rows(table) -> list[tuple[int, bytes, bytes | None]]:
+        got = zip(table["offset"], table["key"], table["value"], strict=True)
+        return sorted((o.as_py(), k.as_py(), v.as_py()) for o, k, v in got)
+
+    with local_spark("kafscale-compacted") as spark:
+        frame = spark.read.format("kafscale").option("subscribe", topic).load(location)
+        assert rows(frame.toArrow()) == want
+        warehouse = str(tmp_path / "warehouse")
+        job = runpy.run_path(str(JOBS / "topic_to_iceberg.py"))["main"]
+        job([location, "--subscribe", topic, "--warehouse", warehouse])
+    table = ice.open_catalog(warehouse).load_table(("kafscale", ice.table_name(topic)))
+    assert rows(table.scan().to_arrow()) == want
 
 
 def test_the_java_client_produces_and_reads_a_cleaned_topic(broker_factory):
