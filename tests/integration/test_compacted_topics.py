@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import runpy
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+from prometheus_client.parser import text_string_to_metric_families
 from support import jvm
 from support.cli_runner import ok
 from support.clients import (
@@ -27,7 +29,7 @@ from support.clients import (
     kafka_python_produce,
     unique,
 )
-from support.procs import settled
+from support.procs import free_port, settled
 from support.spark_session import local_spark
 
 from kafscale.polars import scan_topic
@@ -135,7 +137,8 @@ def assert_a_cleaning_of(view: list[tuple[int, bytes, bytes | None]], stored: li
 
 @pytest.mark.parametrize("producer", ["confluent", "kafka-python"])
 def test_the_last_record_of_each_key_stays_at_its_offset(broker_factory, producer):
-    broker = broker_factory(CLEANER_ARGS)
+    port = free_port()
+    broker = broker_factory([*CLEANER_ARGS, "--metrics-addr", f"127.0.0.1:{port}"])
     topic = unique(f"compact-{producer}")
     create(broker.bootstrap, topic, EAGER)
     msgs = rounds(keys=20, rounds=5)
@@ -167,6 +170,18 @@ def test_the_last_record_of_each_key_stays_at_its_offset(broker_factory, produce
     assert any(s.generation is not None for s in source.segments(topic, 0))
     verified = ok("segments", "verify", location, "--topic", topic, "--no-progress")
     assert "no problems" in verified.out
+    # what the cleaner did, in the broker's metrics
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+        metrics = {
+            (s.name, s.labels.get("topic")): s.value
+            for family in text_string_to_metric_families(page.read().decode())
+            for s in family.samples
+        }
+    assert metrics[("kafscale_cleaner_cleanings_total", None)] >= 1
+    assert metrics[("kafscale_cleaner_records_removed_total", None)] >= 80
+    assert metrics[("kafscale_cleaner_read_bytes_total", None)] > 0
+    assert 0 <= metrics[("kafscale_cleaner_dirty_ratio", topic)] < 0.01
+    assert metrics[("kafscale_cleaner_lag_seconds", topic)] >= 0
 
 
 def test_spark_and_the_iceberg_job_read_a_cleaned_topic(broker_factory, tmp_path):
