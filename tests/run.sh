@@ -120,5 +120,5 @@ if [[ $# -eq 0 && ${KAFSCALE_SKIP_LATEST:-0} != 1 ]]; then
     tests/integration/test_tls.py tests/integration/test_sasl.py \
     tests/integration/test_java_client.py tests/integration/test_kafka_tools.py \
     tests/integration/test_kafka_streams.py tests/integration/test_kafka_connect.py \
-    tests/integration/test_compacted_topics.py
+    tests/integration/test_mirror_maker.py tests/integration/test_compacted_topics.py
 fi

@@ -1,6 +1,7 @@
 """The JVM programs of the tests, in Maven modules with pinned versions: tests/jvm (Apache
 kafka-clients, kafka-streams and Kafka's tools; its own programs print one JSON line on stdout,
-their result) and tests/jvm/connect (a Kafka Connect worker with the file connectors).
+their result) and tests/jvm/connect (a Kafka Connect worker with the file connectors, and
+MirrorMaker 2).
 
 A module is built by Maven when its pom or a source is newer than its last build (needs
 ``mvn`` and a JDK 17+ on PATH; Maven fetches the jars from Maven Central into ~/.m2 the first
@@ -128,7 +129,9 @@ class Module:
 
 
 CLIENTS = Module(JVM_DIR, ("kafka-clients", "kafka-streams", "kafka-tools"))
-CONNECT = Module(JVM_DIR / "connect", ("connect-runtime", "connect-json", "connect-file"))
+CONNECT = Module(
+    JVM_DIR / "connect", ("connect-runtime", "connect-json", "connect-file", "connect-mirror")
+)
 
 
 def classpath() -> str:
