@@ -410,11 +410,16 @@ impl SegmentStore {
         Ok(Bytes::from_owner(map))
     }
 
+    /// Bytes `range` of an object; an empty range is no request (a cleaned segment may hold no
+    /// batch at all, and S3 refuses an empty byte range).
     pub(crate) async fn get_range(
         &self,
         path: &Path,
         range: Range<u64>,
     ) -> Result<Bytes, StoreError> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
         Ok(self.store.get_range(path, range).await?)
     }
 

@@ -466,3 +466,28 @@ async fn an_owner_that_dies_between_its_uploads_and_its_commit_leaves_the_log_as
         [(1, Some("a1")), (2, Some("b2"))]
     );
 }
+
+#[tokio::test]
+async fn a_part_of_the_log_left_without_records_is_an_empty_segment_reads_skip() {
+    let (f, p) = fixture().await;
+    // the second segment holds only a record without a key: nothing of it stays
+    segments_of(&f, &p, &[&[(Some("a"), Some("a0"))], &[(None, Some("x"))]]).await;
+    tail(&f, &p).await; // at 2
+    let cut_each = CleaningRules {
+        segment_bytes: 1,
+        ..rules()
+    };
+    clean_now(&f, &p, cut_each, now_ms()).await;
+    let segments = p.segments();
+    let ranges: Vec<(i64, i64)> = segments
+        .iter()
+        .map(|s| (s.base_offset, s.last_offset))
+        .collect();
+    assert_eq!(ranges, [(0, 0), (1, 1)], "one cleaned segment per source");
+    assert_eq!(segments[1].size, 48, "header and footer only");
+    for from in [0, 1, 2] {
+        let read = read_from(&f, &p, from).await;
+        let expected: Vec<i64> = [0, 2].into_iter().filter(|o| *o >= from).collect();
+        assert_eq!(read.iter().map(|r| r.0).collect::<Vec<_>>(), expected);
+    }
+}
