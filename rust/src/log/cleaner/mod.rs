@@ -212,9 +212,13 @@ pub(crate) async fn clean(
             "the cleaner's offset map holds no key of the next batch: raise its memory");
         return Ok(None);
     }
-    // Every segment up to the one where the map ended is copied.
+    // Every segment up to the one where the map ended is copied, and at least the whole
+    // cleaned part (it ends in the segment where the last map ended, so it always is: the
+    // segments of the last cleaning's generation are all replaced, none left unread).
     let segments = partition.segments();
-    let upto = segments.partition_point(|s| s.last_offset < map_end - 1);
+    let cleaned_end = record.cleaned.map_or(0, |c| c.end);
+    let last = map_end.max(cleaned_end) - 1;
+    let upto = segments.partition_point(|s| s.last_offset < last);
     let Some(last) = segments.get(upto) else {
         return Ok(None); // the log moved meanwhile (retention): the next round starts again
     };
