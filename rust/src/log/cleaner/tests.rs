@@ -182,6 +182,9 @@ async fn the_last_record_of_each_key_stays_at_its_offset_and_the_active_tail_is_
     assert_eq!(read[0].3, T0, "each record keeps its timestamp");
     // a fetch from an offset cleaned away starts at the next record
     assert_eq!(read_from(&f, &p, 1).await[0].0, 3);
+    // ListOffsets by timestamp: the first record there is, past the gap (all are at T0)
+    let found = crate::log::timestamps::offset_for_timestamp(&f.ctx, &p, T0).await;
+    assert_eq!(found.unwrap(), Some((3, T0)));
     // one segment of a fresh generation, named so; the replaced objects are gone
     let segments = p.segments();
     assert_eq!(segments.len(), 1);
