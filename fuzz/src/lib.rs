@@ -9,5 +9,6 @@ pub const RULES: ProduceRules = ProduceRules {
     max_uncompressed_bytes: 16 * 1024 * 1024,
     timestamp_before_max_ms: i64::MAX,
     timestamp_after_max_ms: 3_600_000,
+    keys_required: false,
     now_ms: 1_700_000_000_000,
 };
