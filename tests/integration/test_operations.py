@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.parser import text_string_to_metric_families as prometheus_text_families
 from support import admin_wire as aw
@@ -137,7 +138,10 @@ def test_group_lag_is_reported_after_a_restart_without_any_group_request(broker_
 
 
 def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
-    broker, endpoint = with_endpoint(broker_factory, env={"KAFSCALE_DEFAULT_PARTITIONS": "2"})
+    cleaner = ["--log-cleaner-backoff-ms", "200"]  # its gauges of a compacted topic, below
+    broker, endpoint = with_endpoint(
+        broker_factory, cleaner, env={"KAFSCALE_DEFAULT_PARTITIONS": "2"}
+    )
     assert endpoint.get("/healthz")[0::2] == (200, "ok\n")
     body = endpoint.wait_ready(200)
     assert body.splitlines() == ["metadata store: ok", "object store: ok", "serving: ok"]
@@ -155,6 +159,12 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
         assert samples[("kafscale_group_members", (("group", group), ("state", "Stable")))] == 1
         assert samples[("kafscale_coordinated_groups", ())] == 1
 
+    compacted = f"ops-compacted-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    new = NewTopic(compacted, 1, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([new])[compacted].result(timeout=30)
+    labels = {"topic": compacted, "partition": "0"}
+    assert endpoint.wait_sample("kafscale_cleaner_dirty_ratio", labels, 0.0) == 0.0
     assert served_families(endpoint) == documented_metrics_table()
     assert samples[("kafscale_partitions_without_owner", ())] == 0
 
