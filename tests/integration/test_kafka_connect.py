@@ -11,8 +11,6 @@ and after a restart the worker finds its connectors and offsets in those topics 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -44,28 +42,10 @@ def lines(path: Path) -> list[str]:
 def copy_until(worker: list[str], output: Path, expected: list[str]) -> None:
     """Runs the standalone worker until ``output`` holds ``expected``, then stops it as an
     operator would (SIGTERM: it commits its offsets and exits)."""
-    with subprocess.Popen(
-        jvm.CONNECT.command(STANDALONE, worker),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    ) as proc:
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while lines(output) != expected:
-                if proc.poll() is not None:
-                    log = proc.stdout.read() if proc.stdout else ""
-                    raise AssertionError(f"the worker exited {proc.returncode}:\n{log[-3000:]}")
-                assert time.monotonic() < deadline, f"output after {WAIT_S} s: {lines(output)}"
-                time.sleep(0.2)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                log, _ = proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                log, _ = proc.communicate()
-        assert proc.returncode in (0, 143), f"worker exited {proc.returncode}:\n{log[-3000:]}"
+    with jvm.stopped_after(jvm.CONNECT.command(STANDALONE, worker), WAIT_S) as alive:
+        while lines(output) != expected:
+            alive(f"output {lines(output)}")
+            time.sleep(0.2)
 
 
 def test_standalone_file_connectors_copy_a_file_and_resume_after_a_restart(cbroker, tmp_path):
@@ -133,43 +113,21 @@ def rest(port: int, method: str, path: str, body: dict | None = None) -> object:
 def distributed_until(worker: Path, port: int, output: Path, expected: list[str], connectors):
     """Runs a distributed worker, creates ``connectors`` (name, config) through its REST API
     if given, and stops it (SIGTERM) once ``output`` holds ``expected``."""
-    with subprocess.Popen(
-        jvm.CONNECT.command(DISTRIBUTED, [str(worker)]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    ) as proc:
-        try:
-            deadline = time.monotonic() + WAIT_S
-
-            def alive() -> None:
-                if proc.poll() is not None:
-                    log = proc.stdout.read() if proc.stdout else ""
-                    raise AssertionError(f"the worker exited {proc.returncode}:\n{log[-3000:]}")
-                assert time.monotonic() < deadline, f"output after {WAIT_S} s: {lines(output)}"
-
-            while True:
-                alive()
-                try:
-                    rest(port, "GET", "/connectors")
-                    break
-                except (urllib.error.URLError, ConnectionError):
-                    time.sleep(0.5)
-            for name, config in connectors:
-                rest(port, "POST", "/connectors", {"name": name, "config": config})
-            while lines(output) != expected:
-                alive()
-                time.sleep(0.2)
-            names = rest(port, "GET", "/connectors")
-            assert sorted(names) == ["file-sink", "file-source"], names  # type: ignore[arg-type]
-        finally:
-            proc.send_signal(signal.SIGTERM)
+    with jvm.stopped_after(jvm.CONNECT.command(DISTRIBUTED, [str(worker)]), WAIT_S) as alive:
+        while True:
+            alive("the REST API never answered")
             try:
-                log, _ = proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                log, _ = proc.communicate()
-        assert proc.returncode in (0, 143), f"worker exited {proc.returncode}:\n{log[-3000:]}"
+                rest(port, "GET", "/connectors")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.5)
+        for name, config in connectors:
+            rest(port, "POST", "/connectors", {"name": name, "config": config})
+        while lines(output) != expected:
+            alive(f"output {lines(output)}")
+            time.sleep(0.2)
+        names = rest(port, "GET", "/connectors")
+        assert sorted(names) == ["file-sink", "file-source"], names  # type: ignore[arg-type]
 
 
 def test_a_distributed_worker_keeps_its_connectors_and_offsets_in_compacted_topics(

@@ -6,8 +6,6 @@ clusters."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -76,28 +74,10 @@ def test_mirror_maker_copies_a_topic_between_two_clusters(broker_factory, tmp_pa
     )
     expected = [(m.key, m.value) for m in msgs]
     mirrored = f"source.{topic}"
-    with subprocess.Popen(
-        jvm.CONNECT.command(MIRROR_MAKER, [str(config)]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    ) as proc:
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while (got := read(target.bootstrap, mirrored)) != expected:
-                if proc.poll() is not None:
-                    log = proc.stdout.read() if proc.stdout else ""
-                    raise AssertionError(f"MirrorMaker exited {proc.returncode}:\n{log[-3000:]}")
-                assert time.monotonic() < deadline, f"{len(got)} of {len(expected)} mirrored"
-                time.sleep(0.5)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                log, _ = proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                log, _ = proc.communicate()
-        assert proc.returncode in (0, 143), f"MirrorMaker exited {proc.returncode}:\n{log[-3000:]}"
+    with jvm.stopped_after(jvm.CONNECT.command(MIRROR_MAKER, [str(config)]), WAIT_S) as alive:
+        while (got := read(target.bootstrap, mirrored)) != expected:
+            alive(f"{len(got)} of {len(expected)} mirrored")
+            time.sleep(0.5)
     # its state: compacted topics it created on the target
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
     internal = [t for t in admin.list_topics(timeout=10).topics if t.startswith("mm2-")]

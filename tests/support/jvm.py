@@ -14,13 +14,17 @@ into a build directory of its own; ``python tests/support/jvm.py`` prints those 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +165,35 @@ def java(
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
         raise RuntimeError(f"{main_class} timed out after {timeout}s\n{_tail(err or '')}") from exc
+
+
+@contextlib.contextmanager
+def stopped_after(command: list[str], wait_s: float) -> Iterator[Callable[[str], None]]:
+    """Runs a long-lived JVM program (a Connect worker, MirrorMaker) while the body waits for
+    it, then stops it as an operator would (SIGTERM: it commits what it has and exits 0 or
+    143). Yields ``alive(progress)``, which fails if the program exited, or once ``wait_s``
+    have passed (saying ``progress``)."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        deadline = time.monotonic() + wait_s
+
+        def alive(progress: str) -> None:
+            if proc.poll() is not None:
+                log = proc.stdout.read() if proc.stdout else ""
+                raise AssertionError(f"it exited {proc.returncode}:\n{_tail(log)}")
+            assert time.monotonic() < deadline, f"after {wait_s} s: {progress}"
+
+        try:
+            yield alive
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                log, _ = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                log, _ = proc.communicate()
+        assert proc.returncode in (0, 143), f"exited {proc.returncode}:\n{_tail(log)}"
 
 
 def result(name: str, returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
