@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
 use super::Broker;
-use crate::metrics::LabelText;
+use crate::metrics::{LabelText, PartitionDirt};
 
 pub(crate) struct BrokerGauges {
     broker: Arc<Broker>,
@@ -39,6 +39,27 @@ fn gauge(
 ) -> std::fmt::Result {
     let metric = ConstGauge::new(value);
     metric.encode(encoder.encode_descriptor(name, help, unit, metric.metric_type())?)
+}
+
+/// One gauge per measured compacted partition, labelled with its topic and partition.
+fn partition_gauge<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    values: impl Iterator<Item = (&'a PartitionDirt, f64)>,
+) -> std::fmt::Result {
+    let kind = ConstGauge::new(0.0f64).metric_type();
+    let mut family = encoder.encode_descriptor(name, help, unit, kind)?;
+    for (measured, value) in values {
+        let partition = measured.partition.to_string();
+        let labels = [
+            ("topic", LabelText(&measured.topic)),
+            ("partition", LabelText(&partition)),
+        ];
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 impl Collector for BrokerGauges {
@@ -73,38 +94,22 @@ impl Collector for BrokerGauges {
         )?;
 
         let dirt = self.broker.metrics.cleaner_dirt();
-        let ratio = ConstGauge::new(0.0f64);
-        let mut family = encoder.encode_descriptor(
+        partition_gauge(
+            &mut encoder,
             "kafscale_cleaner_dirty_ratio",
             "Share of an owned compacted partition's segment bytes not yet cleaned (and old \
              enough to clean), as the cleaner last measured it",
             None,
-            ratio.metric_type(),
+            dirt.iter().map(|d| (d, d.dirty_ratio)),
         )?;
-        for measured in &dirt {
-            let partition = measured.partition.to_string();
-            let labels = [
-                ("topic", LabelText(&measured.topic)),
-                ("partition", LabelText(&partition)),
-            ];
-            ConstGauge::new(measured.dirty_ratio).encode(family.encode_family(&labels)?)?;
-        }
-        let mut family = encoder.encode_descriptor(
+        partition_gauge(
+            &mut encoder,
             "kafscale_cleaner_lag",
             "How long the newest record of an owned compacted partition's oldest uncleaned \
              segment has waited for the cleaner",
             Some(&Unit::Seconds),
-            ratio.metric_type(),
+            dirt.iter().map(|d| (d, d.lag_ms as f64 / 1000.0)),
         )?;
-        for measured in &dirt {
-            let partition = measured.partition.to_string();
-            let labels = [
-                ("topic", LabelText(&measured.topic)),
-                ("partition", LabelText(&partition)),
-            ];
-            let seconds = measured.lag_ms as f64 / 1000.0;
-            ConstGauge::new(seconds).encode(family.encode_family(&labels)?)?;
-        }
 
         let snapshot = self.broker.metrics.group_snapshot();
         gauge(
