@@ -97,6 +97,8 @@ __all__ = [
     "SyncGroupResponse",
     "TopicConfig",
     "TopicInfo",
+    "TransactionView",
+    "TxnOffsetCommitRequest",
     "committed_bounds",
     "empty_kafka_batch",
     "init_logging",
@@ -248,6 +250,10 @@ class BrokerSettings(Protocol):
     @property
     def file_delete_delay_ms(self) -> int: ...
     @property
+    def transaction_max_timeout_ms(self) -> int: ...
+    @property
+    def transactional_id_expiration_ms(self) -> int: ...
+    @property
     def setting_names(self) -> dict[str, str]: ...
 
 @final
@@ -363,6 +369,38 @@ class OffsetCommitRequest:
     group_instance_id: Final[str | None]
     retention_time_ms: Final[int]
     topics: Final[list[OffsetCommitTopic]]
+
+@final
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit: offsets a transactional producer commits for a group, in force once its
+    transaction commits."""
+
+    transactional_id: Final[str]
+    group_id: Final[str]
+    producer_id: Final[int]
+    producer_epoch: Final[int]
+    generation_id: Final[int]
+    """-1 before v3 (KIP-447), and for producers that do not name the group's member."""
+    member_id: Final[str]
+    group_instance_id: Final[str | None]
+    topics: Final[list[OffsetCommitTopic]]
+    """Each partition's ``commit_timestamp`` is -1."""
+
+@final
+class TransactionView:
+    """A transactional id's record as the broker's copy of the metadata store holds it."""
+
+    transactional_id: Final[str]
+    producer_id: Final[int]
+    producer_epoch: Final[int]
+    state: Final[str]
+    """Kafka's name of the state: Empty, Ongoing, PrepareCommit, PrepareAbort,
+    CompleteCommit, CompleteAbort."""
+    groups: Final[list[str]]
+    """The groups whose offsets the transaction commits."""
+    unmarked_groups: Final[list[str]]
+    """While it is decided: the groups whose coordinator has not yet made its offsets
+    committed (or dropped them)."""
 
 @final
 class OffsetFetchTopic:
@@ -514,6 +552,7 @@ class ControlRequest:
         | HeartbeatRequest
         | LeaveGroupRequest
         | OffsetCommitRequest
+        | TxnOffsetCommitRequest
         | OffsetFetchRequest
         # the ops APIs
         | DescribeGroupsRequest
@@ -575,6 +614,17 @@ class Broker:
         """The broker that coordinates ``group_id``: rendezvous hashing of the group id over
         the live brokers of this broker's cluster view (what FindCoordinator answers). None
         while no live broker is known."""
+    def transaction(self, transactional_id: str) -> TransactionView | None:
+        """The transactional id's record as this broker's copy of the metadata store holds
+        it (it may lag the store by the watch's delay); None if there is none."""
+    def decided_transactions(self) -> list[TransactionView]:
+        """The decided transactions (PrepareCommit, PrepareAbort) with groups still to be
+        told."""
+    def transaction_group_marked(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> asyncio.Future[None]:
+        """Reports that ``group_id``'s coordinator made the decided transaction's offsets
+        committed, or dropped them. KafkaApiError when the record could not be updated."""
     def group_store(self) -> GroupStore: ...
     def publish_group_metrics(
         self, groups: list[tuple[str, str, int, list[tuple[str, int, int]]]]
@@ -1058,6 +1108,7 @@ class SegmentSource:
         secret_access_key: str | None = None,
         session_token: str | None = None,
         etcd_endpoints: list[str] | None = None,
+        read_committed: bool = True,
     ) -> Self: ...
     @property
     def location(self) -> str: ...

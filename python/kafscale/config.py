@@ -992,6 +992,23 @@ class Settings:
         check=_in_range(0, _INT32_MAX, "milliseconds, e.g. 60000"),
         metavar="MS",
     )
+    # Transactions (Kafka's transaction.max.timeout.ms, transactional.id.expiration.ms).
+    transaction_max_timeout_ms: int = _setting(
+        900_000,
+        "The longest transaction timeout a producer may ask for (its transaction.timeout.ms); "
+        "a longer one is refused with INVALID_TRANSACTION_TIMEOUT.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 900000"),
+        metavar="MS",
+    )
+    transactional_id_expiration_ms: int = _setting(
+        604_800_000,
+        "How long the coordinator keeps a transactional id that has no transaction under way "
+        "and has not been used; a producer that comes back later gets a new producer id.",
+        _parse_int,
+        check=_in_range(1, _INT32_MAX, "milliseconds, e.g. 604800000"),
+        metavar="MS",
+    )
     # Consumer groups (read by the Python control plane only; names follow Kafka's broker
     # configs group.initial.rebalance.delay.ms, group.min/max.session.timeout.ms).
     group_initial_rebalance_delay_ms: int = _setting(

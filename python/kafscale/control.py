@@ -44,6 +44,7 @@ from kafscale.groups.protocol import (
     ListGroupsResponse,
     OffsetDeleteResponse,
 )
+from kafscale.groups.txn_offsets import txn_commit_error_answer
 
 if TYPE_CHECKING:
     from kafscale import _core
@@ -172,6 +173,14 @@ class ControlPlane:
                     lambda req: groups.fetch_offsets(cast("_core.OffsetFetchRequest", req.body)),
                     lambda req, code: fetch_offsets_failure(
                         cast("_core.OffsetFetchRequest", req.body), code
+                    ),
+                ),
+                ApiKey.TXN_OFFSET_COMMIT: _Route(
+                    lambda req: groups.txn_commit_offsets(
+                        cast("_core.TxnOffsetCommitRequest", req.body)
+                    ),
+                    lambda req, code: txn_commit_error_answer(
+                        cast("_core.TxnOffsetCommitRequest", req.body), code
                     ),
                 ),
                 ApiKey.DESCRIBE_GROUPS: _Route(

@@ -35,6 +35,7 @@ from kafscale._core import StorageLocation
 from kafscale.segment import (
     DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
     SegmentSource,
+    check_isolation_level,
     kafka_schema,
 )
 
@@ -67,6 +68,7 @@ def scan_topic(
     secret_access_key: str | None = None,
     session_token: str | None = None,
     max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
+    isolation_level: str = "read_committed",
 ) -> pl.LazyFrame:
     """A LazyFrame over ``topic`` in ``path`` (``s3://bucket/namespace`` or a local
     ``<data_dir>/<namespace>`` directory).
@@ -78,7 +80,11 @@ def scan_topic(
     ``namespace``, if given, must be the last part of ``path``.
     The S3 settings default to the usual AWS environment variables.
     ``max_uncompressed_batch_bytes`` bounds what one compressed batch may expand to (see
-    :meth:`kafscale.segment.SegmentSource.open`): past it the scan raises SegmentError."""
+    :meth:`kafscale.segment.SegmentSource.open`): past it the scan raises SegmentError.
+    ``isolation_level`` ``"read_committed"`` (the default) reads as a read_committed consumer:
+    nothing of an open transaction, no record of an aborted one; ``"read_uncommitted"`` reads
+    every committed record."""
+    check_isolation_level(isolation_level)
     location_namespace = StorageLocation(path).namespace
     if namespace is not None and namespace != location_namespace:
         raise ValueError(
@@ -94,6 +100,7 @@ def scan_topic(
         include_headers=include_headers,
         etcd_endpoints=etcd_endpoints,
         max_uncompressed_batch_bytes=max_uncompressed_batch_bytes,
+        isolation_level=isolation_level,
         storage={
             "endpoint": endpoint,
             "region": region,
@@ -351,6 +358,7 @@ class TopicScan:
     include_headers: bool
     etcd_endpoints: str | list[str] | None
     max_uncompressed_batch_bytes: int
+    isolation_level: str
     storage: dict[str, str | None]
 
     def schema(self) -> pl.Schema:
@@ -370,6 +378,7 @@ class TopicScan:
             self.path,
             max_uncompressed_batch_bytes=self.max_uncompressed_batch_bytes,
             etcd_endpoints=self.etcd_endpoints,
+            isolation_level=self.isolation_level,
             **self.storage,
         )
         remaining = n_rows

@@ -30,6 +30,8 @@ DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 # The broker's default --max-uncompressed-batch-bytes: no batch it accepted expands further.
 DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES = 128 * 1024 * 1024
+# What a reader sees of transactions, by the names of Kafka's isolation.level.
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 
 @cache
@@ -90,7 +92,8 @@ class SegmentCheck:
 class PartitionBounds:
     log_start_offset: int
     high_watermark: int
-    """The committed end: every offset below it (and at or above the log start) can be read."""
+    """The end a reader reads to: the committed end, every offset below it (and at or above the
+    log start) readable; for a read_committed source, the last stable offset."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,15 @@ class RunInfo:
     """The write-ahead object's key in the storage (namespace included)."""
 
 
+def check_isolation_level(level: str) -> None:
+    """Raises ValueError unless ``level`` is one of ``ISOLATION_LEVELS``."""
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(
+            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {level!r} "
+            "(read_committed, the default, leaves out open and aborted transactions)"
+        )
+
+
 def _endpoint_list(endpoints: str | Iterable[str]) -> list[str]:
     if isinstance(endpoints, str):
         return [e.strip() for e in endpoints.split(",") if e.strip()]
@@ -135,7 +147,12 @@ class SegmentSource:
     publishes in its data (``<data dir>/<namespace>/!meta``); either way a read sees every
     record committed when it starts, and nothing a broker uploaded without committing. Without
     either (a cluster's bucket read without its etcd) only the segments are read, each up to
-    its end: the newest records, not yet compacted, are not seen."""
+    its end: the newest records, not yet compacted, are not seen.
+
+    With the metadata, reads are those of a read_committed consumer by default: below the last
+    stable offset (nothing of a transaction still open) and without the records of aborted
+    transactions; ``isolation_level="read_uncommitted"`` reads every committed record, as a
+    read_uncommitted consumer does. Transaction markers are never rows."""
 
     def __init__(self, core: _core.SegmentSource) -> None:
         self._core = core
@@ -152,6 +169,7 @@ class SegmentSource:
         session_token: str | None = None,
         max_uncompressed_batch_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
         etcd_endpoints: str | Iterable[str] | None = None,
+        isolation_level: str = "read_committed",
     ) -> SegmentSource:
         """S3 settings not given here come from the location's URL, else from the standard AWS
         environment variables (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION /
@@ -162,6 +180,7 @@ class SegmentSource:
         ``--max-uncompressed-batch-bytes``) bounds what one compressed Kafka batch may expand
         to: a batch that expands further (a decompression bomb) raises SegmentError instead of
         allocating. Raise it only for segments written by a broker with a larger setting."""
+        check_isolation_level(isolation_level)
         if max_uncompressed_batch_bytes < 1:
             raise ValueError(
                 f"max_uncompressed_batch_bytes must be a positive number of bytes, "
@@ -176,6 +195,7 @@ class SegmentSource:
             secret_access_key=secret_access_key,
             session_token=session_token,
             etcd_endpoints=None if etcd_endpoints is None else _endpoint_list(etcd_endpoints),
+            read_committed=isolation_level == "read_committed",
         )
         return cls(core)
 
@@ -202,8 +222,9 @@ class SegmentSource:
         )
 
     def bounds(self, topic: str) -> dict[int, PartitionBounds] | None:
-        """Each partition's log start and committed end; None without metadata (then the
-        segments are all there is) or when the metadata knows no such topic."""
+        """Each partition's log start and end (the committed end; reading committed, the last
+        stable offset); None without metadata (then the segments are all there is) or when the
+        metadata knows no such topic."""
         bounds = self._core.committed_bounds(topic)
         if bounds is None:
             return None
@@ -290,7 +311,9 @@ def committed_bounds(
 ) -> dict[int, PartitionBounds]:
     """Each partition's log start offset and committed end (its high watermark), read from the
     etcd of the cluster whose namespace is ``namespace`` (empty for a topic it does not know).
-    A reader bounded by them never returns a record that is not committed."""
+    A reader bounded by them never returns a record that is not committed. It reads etcd
+    alone, so it cannot tell where open transactions begin: a read_committed reader's bounds
+    come from :meth:`SegmentSource.bounds`."""
     return {
         partition: PartitionBounds(start, high)
         for partition, start, high in _core.committed_bounds(

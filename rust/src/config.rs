@@ -127,6 +127,10 @@ pub(crate) struct BrokerConfig {
     pub log_cleaner_backoff_ms: u64,
     /// Kafka's `file.delete.delay.ms`: how long objects a cleaning replaced stay.
     pub file_delete_delay_ms: u64,
+    /// Kafka's `transaction.max.timeout.ms`: the longest transaction timeout a producer gets.
+    pub transaction_max_timeout_ms: i32,
+    /// Kafka's `transactional.id.expiration.ms`: how long an idle transactional id is kept.
+    pub transactional_id_expiration_ms: i64,
     /// What the user calls each setting (by attribute name): the environment variable for
     /// one set that way, otherwise its flag. Messages name settings this way.
     pub setting_names: HashMap<String, String>,

@@ -4,7 +4,8 @@
 //!
 //! The modules form layers, each using only those below it: `protocol`, `meta`, `store`,
 //! `log`, `metrics` at the bottom; then `auth`, `config`, `cluster` (the model of the
-//! cluster), `control` (the control-plane APIs and their bridge to Python), `broker` (the
+//! cluster), `transactions` (the transaction coordinator), `control` (the control-plane APIs
+//! and their bridge to Python), `broker` (the
 //! broker and the tasks that keep its share of the cluster), `server` (connections and the
 //! data-plane handlers), `running` (where they are wired together and started) and `python`
 //! (the extension module). `analytics` reads the log's objects without a broker.
@@ -27,6 +28,7 @@ pub(crate) mod python;
 pub(crate) mod running;
 pub(crate) mod server;
 pub(crate) mod store;
+pub(crate) mod transactions;
 
 #[global_allocator]
 static ALLOCATOR: alloc::GuardedAllocator = alloc::GuardedAllocator;

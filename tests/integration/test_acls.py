@@ -13,7 +13,9 @@ named ones (TOPIC_AUTHORIZATION_FAILED) and auto-creates only with Create; Creat
 Create, DeleteTopics Delete, CreatePartitions Alter, DescribeConfigs / AlterConfigs their
 operations; OffsetCommit Read on the group and the topic, FindCoordinator Describe on the group,
 ListGroups lists what may be described, DeleteGroups Delete; InitProducerId of an idempotent
-producer IdempotentWrite on the cluster or Write on some topic. Read, Write, Delete and Alter
+producer IdempotentWrite on the cluster or Write on some topic; a transactional id Write on
+it for InitProducerId, AddPartitionsToTxn, EndTxn and Produce with it, Describe for
+FindCoordinator (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Read, Write, Delete and Alter
 imply Describe; a deny wins; prefixed ACLs cover the names they start; super users pass
 everything. The broker that answered CreateAcls or DeleteAcls enforces the change at once (no
 waiting here); the other brokers of a cluster follow within moments (a bounded wait).
@@ -35,6 +37,8 @@ from confluent_kafka import KafkaException
 from support import acl_wire as aw
 from support import kafka_wire as kw
 from support import sasl_wire as sw
+from support import segment_format as sf
+from support import transactions as txw
 from support.acl_clients import (
     CLUSTER_AUTHORIZATION_FAILED,
     CLUSTER_NAME,
@@ -94,10 +98,12 @@ USERS = {
     "eve": "eve-secret",  # refused everywhere: never given Write or Read
     "operator": "operator-secret",  # given rights on the cluster by one test
     "idem": "idem-secret",  # the idempotent producer test's user
+    "txn": "txn-secret",  # the transactional producer tests' user
 }
 SUPER_USERS = "User:admin;User:root"
 ADMIN, ROOT, ALICE, BOB, EVE = (f"User:{n}" for n in ("admin", "root", "alice", "bob", "eve"))
-OPERATOR, IDEM = "User:operator", "User:idem"
+OPERATOR, IDEM, TXN = "User:operator", "User:idem", "User:txn"
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 ANONYMOUS = "User:ANONYMOUS"
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group committed nothing for the partition
 EVERYONE = "User:*"
@@ -478,6 +484,113 @@ def test_idempotent_producers_need_idempotent_write_or_write_on_some_topic(ab):
     finally:
         drop(admin, cluster)
     assert init_producer_id() == CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_transactional_ids_need_write_and_find_coordinator_describe(ab):
+    """A transactional id as Kafka's KafkaApis checks it: FindCoordinator needs Describe on the
+    TransactionalId resource; InitProducerId, AddPartitionsToTxn, EndTxn and Produce with the
+    id need Write on it (which implies Describe); else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    Refused, a request changes nothing; AddPartitionsToTxn needs Write on the topic too."""
+    admin, bs = ab.admin(), ab.bootstrap()
+    topic = ab.topic(unique("acl-txn"))
+    txid = unique("acl-txn")
+    refused = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    topic_write = allow(TXN, "WRITE", "TOPIC", topic)
+    create(admin, topic_write)
+
+    def end(isolation: int) -> int:
+        with raw_login(bs, "admin") as conn:
+            res = txw.list_offset(conn, topic, 0, isolation)
+        assert res.error_code == NONE, res
+        return res.offset
+
+    def last_stable() -> int:
+        return end(txw.READ_COMMITTED)
+
+    def txn_batch(producer: tuple[int, int], sequence: int) -> bytes:
+        return sf.build_record_batch(
+            [(None, b"t%d" % sequence, [])], producer=(*producer, sequence), transactional=True
+        )
+
+    with raw_login(bs, "txn") as conn:
+        assert txw.find_coordinator(conn, txid, txw.TRANSACTION_KEY).error_code == refused
+        assert txw.init_producer_id(conn, txid).error_code == refused
+        # Describe: FindCoordinator only
+        describe_only = allow(TXN, "DESCRIBE", "TRANSACTIONAL_ID", txid)
+        create(admin, describe_only)
+        assert txw.find_coordinator(conn, txid, txw.TRANSACTION_KEY).error_code == NONE
+        assert txw.init_producer_id(conn, txid).error_code == refused
+        drop(admin, describe_only)
+        assert txw.find_coordinator(conn, txid, txw.TRANSACTION_KEY).error_code == refused
+        # Write: all of it
+        write = allow(TXN, "WRITE", "TRANSACTIONAL_ID", txid)
+        create(admin, write)
+        assert txw.find_coordinator(conn, txid, txw.TRANSACTION_KEY).error_code == NONE
+        init = txw.init_producer_id(conn, txid)
+        assert init.error_code == NONE, init
+        producer = (init.producer_id, init.epoch)
+        added = txw.add_partitions_to_txn(conn, txid, producer, {topic: [0]})
+        assert added == {(topic, 0): NONE}
+        written = txw.produce(conn, txid, topic, 0, txn_batch(producer, 0))
+        assert (written.error_code, written.base_offset) == (NONE, 0)
+        assert last_stable() == 0, "the transaction is open"
+        # without Write on the id every request of the transaction is refused
+        drop(admin, write)
+        assert txw.produce(conn, txid, topic, 0, txn_batch(producer, 1)).error_code == refused
+        assert txw.add_partitions_to_txn(conn, txid, producer, {topic: [0]}) == {
+            (topic, 0): refused
+        }
+        assert txw.end_txn(conn, txid, producer, commit=True) == refused
+        assert txw.init_producer_id(conn, txid).error_code == refused
+        assert last_stable() == 0, "still open: nothing was ended or aborted"
+        assert end(txw.READ_UNCOMMITTED) == 1, "nothing more stored"
+        create(admin, write)
+        assert txw.end_txn(conn, txid, producer, commit=True) == NONE
+        assert last_stable() == 2, "committed: the record and its marker"
+        # Write on the id but not on the topic: AddPartitionsToTxn refuses the partition
+        drop(admin, topic_write)
+        added = txw.add_partitions_to_txn(conn, txid, producer, {topic: [0]})
+        assert added == {(topic, 0): TOPIC_AUTHORIZATION_FAILED}
+        drop(admin, write)
+
+
+TXN_CLIENT_OPTIONS = {
+    "confluent": Security.confluent,
+    "kafka-python": Security.kafka_python,
+    "aiokafka": Security.aiokafka,
+}
+
+
+@pytest.mark.parametrize("client", list(TXN_CLIENT_OPTIONS))
+def test_transactional_clients_need_write_on_their_transactional_id(ab, client):
+    """A transactional producer of each client (its defaults, the transactional id and the
+    SASL options) with Write on the topic but no ACL for its transactional id fails to
+    initialise, told it is not authorized; with Write on the id it commits a transaction."""
+    admin, bs = ab.admin(), ab.bootstrap()
+    topic = ab.topic(unique(f"acl-txn-{client}"))
+    txid = unique(f"acl-txn-{client}")
+    create(admin, allow(TXN, "WRITE", "TOPIC", topic))
+    options = TXN_CLIENT_OPTIONS[client]
+    producer = txw.PRODUCERS[client](bs, txid, **options(login("txn")))
+    try:
+        with pytest.raises(Exception) as failed:  # each client raises its own type
+            producer.init()
+    finally:
+        producer.close()
+    refusal = repr(failed.value).replace("_", "").lower()
+    assert "transactionalidauthorizationfailed" in refusal, repr(failed.value)
+    create(admin, allow(TXN, "WRITE", "TRANSACTIONAL_ID", txid))
+    producer = txw.PRODUCERS[client](bs, txid, **options(login("txn")))
+    try:
+        producer.init()
+        producer.begin()
+        assert producer.send(topic, records(2, client)) == [(0, 0), (0, 1)]
+        producer.commit()
+    finally:
+        producer.close()
+    with raw_login(bs, "admin") as conn:
+        stable = txw.list_offset(conn, topic, 0, txw.READ_COMMITTED)
+    assert (stable.error_code, stable.offset) == (NONE, 3), "2 records and the commit marker"
 
 
 # ---------------------------------------------------------------------------------------------

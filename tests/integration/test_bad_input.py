@@ -192,10 +192,15 @@ def test_unknown_api_key_closes_connection(strict_broker, bystander, api_key):
     assert_healthy(strict_broker, bystander)
 
 
+DESCRIBE_CLIENT_QUOTAS = 48
+
+
 def test_unimplemented_api_gets_unsupported_version(strict_broker, bystander):
-    """EndTxn is a known API the broker does not serve: an error response, not a close."""
+    """DescribeClientQuotas is a known API the broker does not serve: an error response, not a
+    close."""
+    body = kw.Writer().array_len(0).boolean(False).done()  # no components, not strict
     with open_raw(strict_broker) as conn:
-        r = conn.request(kw.END_TXN, 0, kw.end_txn_v0_body())
+        r = conn.request(DESCRIBE_CLIENT_QUOTAS, 0, body)
         r.i32()  # throttle
         assert r.i16() == kw.UNSUPPORTED_VERSION
         # the connection goes on serving

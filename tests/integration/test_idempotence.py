@@ -1,9 +1,13 @@
 """Idempotent producers against a real broker: producer ids from InitProducerId, retried batches
 stored once and answered with their first offsets, Kafka's sequence and epoch errors, each Python
-client with idempotence on (kafka-python by default), and transactional clients refused at once.
+client with idempotence on (kafka-python by default); where transactional batches meet the
+idempotent producer's rules (a transactional id keeps its producer id, a transactional batch is
+taken only in a transaction its coordinator knows), and transactional clients initialising (or
+told at once that their transaction timeout is too long).
 
 The fault tests (test_faults.py) run idempotent producers through a killed and a frozen owner;
-the cluster tests (test_cluster.py) through a 3-broker cluster."""
+the cluster tests (test_cluster.py) through a 3-broker cluster; test_transactions.py runs
+transactions through the clients."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import time
 import pytest
 from support import kafka_wire as kw
 from support import segment_format as sf
+from support import transactions as txw
 from support.clients import CONSUMERS, PRODUCERS, Msg, counts, unique
 
 PARTITIONS = 3
@@ -33,14 +38,32 @@ def batch(pid: int, epoch: int, first_seq: int, values: list[bytes]) -> bytes:
     return sf.build_record_batch([(None, v, []) for v in values], producer=(pid, epoch, first_seq))
 
 
-def test_producer_ids_are_distinct_and_transactional_ids_refused(ibroker):
+def test_producer_ids_are_distinct_and_a_transactional_id_keeps_its_own(ibroker):
+    """Idempotent producers get a new producer id each; a transactional id keeps one, at the
+    next epoch each time. A transactional batch of it is refused until AddPartitionsToTxn has
+    put the partition in its transaction: NOT_ENOUGH_REPLICAS, which clients retry (as Kafka
+    answers a batch whose transaction it could not verify), nothing stored."""
+    topic = unique("idem-txn")
+    kw.ensure_topic(ibroker.bootstrap, topic, PARTITIONS)
+    transactional_id = unique("tx")
     with kw.RawConnection.to(ibroker.bootstrap) as conn:
         ids = [producer_id(conn) for _ in range(5)]
         assert len({pid for pid, _ in ids}) == 5
         assert all(pid >= 0 and epoch == 0 for pid, epoch in ids)
-        r = conn.request(kw.INIT_PRODUCER_ID, 0, kw.init_producer_id_v0_body("tx-1"))
-        error, pid, _ = kw.parse_init_producer_id_v0(r)
-        assert (error, pid) == (kw.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+        tx_pid, tx_epoch = producer_id(conn, transactional_id)
+        assert tx_pid >= 0 and tx_epoch == 0
+        assert tx_pid not in {pid for pid, _ in ids}
+        assert producer_id(conn, transactional_id) == (tx_pid, 1)
+        txn = sf.build_record_batch([(None, b"t", [])], producer=(tx_pid, 1, 0), transactional=True)
+        unverified = txw.produce(conn, transactional_id, topic, 0, txn)
+        assert (unverified.error_code, unverified.base_offset) == (txw.NOT_ENOUGH_REPLICAS, -1)
+        assert kw.list_offsets(conn, topic, 0, kw.LATEST).offset == 0, "nothing stored"
+        # in the transaction: the same batch is taken
+        added = txw.add_partitions_to_txn(conn, transactional_id, (tx_pid, 1), {topic: [0]})
+        assert added == {(topic, 0): kw.NONE}
+        verified = txw.produce(conn, transactional_id, topic, 0, txn)
+        assert (verified.error_code, verified.base_offset) == (kw.NONE, 0)
+        assert txw.end_txn(conn, transactional_id, (tx_pid, 1), commit=False) == kw.NONE
 
 
 def test_a_retried_batch_is_stored_once_and_sequence_rules_hold(ibroker):
@@ -60,10 +83,10 @@ def test_a_retried_batch_is_stored_once_and_sequence_rules_hold(ibroker):
         assert (bumped.error_code, bumped.base_offset) == (kw.NONE, 3)
         fenced = kw.produce(conn, topic, 0, batch(pid, epoch, 3, [b"e"]))
         assert fenced.error_code == kw.INVALID_PRODUCER_EPOCH
+        # a transactional batch in a request without a transactional id: in no transaction
         txn = sf.build_record_batch([(None, b"t", [])], producer=(pid, 0, 0), transactional=True)
         refused = kw.produce_v8(conn, topic, 0, txn)
-        assert refused.error_code == kw.INVALID_TXN_STATE
-        assert "transactions are not supported" in (refused.error_message or "")
+        assert (refused.error_code, refused.base_offset) == (kw.INVALID_TXN_STATE, -1)
         end = kw.list_offsets(conn, topic, 0, kw.LATEST)
         assert end.offset == 4, "nothing stored twice, nothing refused stored"
         error, producers = kw.describe_producers(conn, topic, 0)
@@ -100,26 +123,34 @@ def test_idempotent_clients_round_trip(ibroker, client):
         )
 
 
-def test_transactional_producers_fail_fast(ibroker):
-    """A transactional producer is told at once that transactions are not supported, instead
-    of retrying until its timeout."""
-    from confluent_kafka import KafkaException, Producer
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
+TRANSACTION_MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
+TOO_LONG = {
+    "confluent": {"transaction.timeout.ms": TRANSACTION_MAX_TIMEOUT_MS + 1},
+    "kafka-python": {"transaction_timeout_ms": TRANSACTION_MAX_TIMEOUT_MS + 1},
+    "aiokafka": {"transaction_timeout_ms": TRANSACTION_MAX_TIMEOUT_MS + 1},
+}
 
-    started = time.monotonic()
-    producer = Producer({"bootstrap.servers": ibroker.bootstrap, "transactional.id": "tx"})
-    with pytest.raises(KafkaException) as failed:
-        producer.init_transactions(30)
-    assert "transactions are not supported" in str(failed.value), failed.value
-    assert failed.value.args[0].fatal()
-    assert time.monotonic() - started < 20, "retried instead of failing"
 
-    started = time.monotonic()
-    kp = KafkaProducer(bootstrap_servers=ibroker.bootstrap, transactional_id="tx")
+@pytest.mark.parametrize("client", list(txw.PRODUCERS))
+def test_transactional_producers_initialise_or_fail_fast(ibroker, client):
+    """A transactional producer initialises with the client's defaults plus the transactional
+    id; one asking for a transaction timeout above the broker's maximum is told at once
+    (INVALID_TRANSACTION_TIMEOUT, which no client retries) instead of retrying until its own
+    timeout."""
+    transactional_id = unique("tx")
+    producer = txw.PRODUCERS[client](ibroker.bootstrap, transactional_id)
     try:
-        with pytest.raises(KafkaError):
-            kp.init_transactions()
+        producer.init()
     finally:
-        kp.close(timeout=5)
+        producer.close()
+    started = time.monotonic()
+    producer = txw.PRODUCERS[client](ibroker.bootstrap, transactional_id, **TOO_LONG[client])
+    try:
+        with pytest.raises(Exception) as failed:  # each client raises its own type
+            producer.init()
+    finally:
+        producer.close()
+    assert "InvalidTransactionTimeout" in repr(failed.value) or (
+        "INVALID_TRANSACTION_TIMEOUT" in repr(failed.value)
+    ), failed.value
     assert time.monotonic() - started < 20, "retried instead of failing"

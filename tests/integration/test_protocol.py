@@ -24,9 +24,12 @@ REQUIRED_RANGES = {
     kw.CREATE_TOPICS: (0, 7),
     kw.DELETE_TOPICS: (0, 6),
 }
-# APIs this broker does not serve (transactions, replication and KRaft internals): not listed at
-# all, as Kafka leaves out what it does not serve
-NOT_SERVED = [4, 5, 6, 7, 24, 25, 26, 46, 48, 49, *range(52, 57), 57, 65, 66, 67]
+# APIs this broker does not serve (replication and KRaft
+# internals): not listed at all, as Kafka leaves out what it does not serve
+NOT_SERVED = [4, 5, 6, 7, 46, 48, 49, *range(52, 57), 57, 67]
+# the transaction coordinator's APIs a producer sends: (min, max) each must at least cover
+# (v4+ of AddPartitionsToTxn are brokers' own, KIP-890)
+TRANSACTION_RANGES = {24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0), 66: (0, 1)}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def test_api_versions_v0_covers_the_contract(pbroker):
     keys = [k for k, _, _ in entries]
     assert len(keys) == len(set(keys)), "an API key is listed twice"
     apis = {k: (lo, hi) for k, lo, hi in entries}
-    for key, (lo, hi) in REQUIRED_RANGES.items():
+    for key, (lo, hi) in (REQUIRED_RANGES | TRANSACTION_RANGES).items():
         assert key in apis, f"API {key} not advertised"
         assert apis[key][0] <= lo and apis[key][1] >= hi, f"API {key}: {apis[key]}"
     for key in NOT_SERVED:
@@ -510,6 +513,7 @@ def test_admin_kafka_python_create_and_delete(pbroker):
 
 FIND_COORDINATOR = 10
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+INVALID_REQUEST = 42
 
 
 def find_coordinator_v1(conn: kw.RawConnection, key: str, key_type: int):
@@ -520,15 +524,17 @@ def find_coordinator_v1(conn: kw.RawConnection, key: str, key_type: int):
     return error, message, node, host, port
 
 
-def test_find_coordinator_names_this_broker_for_groups(pbroker):
+def test_find_coordinator_names_this_broker_for_groups_and_transactions(pbroker):
     host, port = pbroker.bootstrap.rsplit(":", 1)
     with conn_to(pbroker) as conn:
-        error, _, node, got_host, got_port = find_coordinator_v1(conn, "some-group", 0)
-        assert (error, node, got_host, got_port) == (kw.NONE, 0, host, int(port))
-        # transactions are not supported: an error clients do not retry, with the reason
-        error, message, node, _, _ = find_coordinator_v1(conn, "some-txn", 1)
-        assert (error, node) == (kw.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
-        assert "transactions are not supported" in message
+        for key, key_type in (("some-group", 0), ("some-txn", 1)):
+            error, message, node, got_host, got_port = find_coordinator_v1(conn, key, key_type)
+            assert (error, message) == (kw.NONE, None), key_type
+            assert (node, got_host, got_port) == (0, host, int(port)), key_type
+        # an unknown key type is refused, with the reason
+        error, message, node, _, _ = find_coordinator_v1(conn, "some-key", 2)
+        assert (error, node) == (INVALID_REQUEST, -1)
+        assert "key type 2" in message
 
 
 def test_legacy_produce_v2_message_set_is_refused_per_partition(pbroker):

@@ -67,10 +67,10 @@ OPS_APIS = {
 }
 
 # APIs the broker does not serve, and so leaves out of ApiVersions (as Kafka does): replication
-# internals (4-7), transactions (24-26, 65-67), partition reassignments and client quotas
-# (45-46, 48-49), SCRAM credentials and KRaft quorum/partition internals (50-56), UpdateFeatures
-# (57)
-NOT_SERVED_KEYS = [4, 5, 6, 7, 24, 25, 26, 45, 46, 48, 49, *range(52, 58), 65, 66, 67]
+# internals (4-7), describing and listing transactions and AllocateProducerIds (65-67),
+# partition reassignments and client quotas (45-46, 48-49), SCRAM credentials and KRaft
+# quorum/partition internals (50-56), UpdateFeatures (57)
+NOT_SERVED_KEYS = [4, 5, 6, 7, 45, 46, 48, 49, *range(52, 58), 67]
 
 # ConfigResource types and DescribeConfigs config sources
 TOPIC_RESOURCE = 2

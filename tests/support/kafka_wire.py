@@ -35,7 +35,7 @@ KAFKA_STORAGE_ERROR = ErrorCode.KAFKA_STORAGE_ERROR
 FENCED_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH
 UNKNOWN_LEADER_EPOCH = ErrorCode.UNKNOWN_LEADER_EPOCH
 INVALID_RECORD = ErrorCode.INVALID_RECORD
-# idempotent producers and transactions (answered by the data plane only)
+# idempotent producers and transactions
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
@@ -50,7 +50,7 @@ API_VERSIONS = ApiKey.API_VERSIONS
 CREATE_TOPICS = ApiKey.CREATE_TOPICS
 DELETE_TOPICS = ApiKey.DELETE_TOPICS
 INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
-END_TXN = 26  # transactions: not served
+END_TXN = 26
 
 
 class Writer:
@@ -834,7 +834,7 @@ def list_offsets(
 
 
 # ---------------------------------------------------------------------------------------------
-# InitProducerId v0 (idempotent producers), EndTxn v0 (a known API the broker does not serve)
+# InitProducerId v0 (idempotent producers), EndTxn v0 (support.transactions has the rest)
 
 
 def init_producer_id_v0_body(transactional_id: str | None = None) -> bytes:

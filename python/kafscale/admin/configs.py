@@ -83,6 +83,8 @@ _BROKER_KEYS: Mapping[str, tuple[str, ConfigType]] = {
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", ConfigType.LONG),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", ConfigType.LONG),
     "file.delete.delay.ms": ("file_delete_delay_ms", ConfigType.LONG),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", ConfigType.INT),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", ConfigType.INT),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", ConfigType.INT),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", ConfigType.INT),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", ConfigType.INT),

@@ -55,6 +55,7 @@ from kafscale.groups.protocol import (
 )
 from kafscale.groups.retention import expired_offsets, removable
 from kafscale.groups.store import Fenced, GroupStorage, StoreUnavailable
+from kafscale.groups.txn_offsets import TransactionalOffsets, txn_commit_error_answer
 from kafscale.log_limit import LogLimit
 
 if TYPE_CHECKING:
@@ -162,6 +163,9 @@ class GroupCoordinator:
         self._offsets = Offsets(
             self._storage, core.topic, self._membership.touch, self._lose, self._limits, wall_clock
         )
+        self._txn_offsets = TransactionalOffsets(
+            core, self._storage, core.topic, self._lose, settings.broker_id, wall_clock
+        )
 
     async def handle(
         self, api_key: ApiKey, version: int, body: GroupRequest, client: _core.ControlRequest
@@ -201,8 +205,15 @@ class GroupCoordinator:
             if isinstance(group, int):
                 results.append(OffsetFetchGroupResult(wanted.group_id, group))
             else:
-                results.append(self._offsets.fetch(group, wanted))
+                results.append(self._offsets.fetch(group, wanted, req.require_stable))
         return OffsetFetchResponse(results)
+
+    async def txn_commit_offsets(self, req: _core.TxnOffsetCommitRequest) -> OffsetCommitResponse:
+        """TxnOffsetCommit: see :mod:`kafscale.groups.txn_offsets`."""
+        group = await self._acquire(req.group_id)
+        if isinstance(group, int):
+            return txn_commit_error_answer(req, group)
+        return await self._txn_offsets.commit(group, req)
 
     # --- ops: DescribeGroups, ListGroups, DeleteGroups ------------------------------------------
 
@@ -372,8 +383,9 @@ class GroupCoordinator:
         self._membership.abandon(group, code)
 
     async def run(self) -> None:
-        """Expires sessions, gives up groups that moved to another broker and takes up the
-        stored ones that moved here, until cancelled."""
+        """Expires sessions, settles the offsets of decided transactions, gives up groups that
+        moved to another broker and takes up the stored ones that moved here, until
+        cancelled."""
         adopt_at = time.monotonic()
         expire_every_s = self._settings.offsets_retention_check_interval_ms / 1000
         expire_at = adopt_at + expire_every_s
@@ -385,6 +397,10 @@ class GroupCoordinator:
                 expire_at = time.monotonic() + expire_every_s
                 await self.expire_offsets()
             await asyncio.sleep(SWEEP_INTERVAL_S)
+            try:
+                await self._txn_offsets.settle(self._acquire, self._groups.values())
+            except Exception:
+                log.exception("settling transactions' offsets failed; trying again")
             self.forget_idle_groups()
             for group in list(self._groups.values()):
                 try:

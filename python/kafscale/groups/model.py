@@ -96,6 +96,16 @@ class CommittedOffset:
     commit_timestamp_ms: int
 
 
+@dataclass(frozen=True)
+class PendingTxnOffsets:
+    """Offsets a transaction committed for the group (TxnOffsetCommit), not in force until
+    the transaction commits; dropped if it aborts."""
+
+    transactional_id: str
+    producer_epoch: int
+    offsets: dict[tuple[str, int], CommittedOffset]
+
+
 @dataclass
 class Group:
     group_id: str
@@ -108,6 +118,8 @@ class Group:
     # Member ids handed out with MEMBER_ID_REQUIRED, and when they stop being honoured.
     pending_members: dict[str, float] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # By producer id: offsets of transactions not decided yet.
+    pending_txn: dict[int, PendingTxnOffsets] = field(default_factory=dict)
     # Mod revision of the group's record in the metadata store (0: not stored yet); every
     # write of the record or of an offset is conditioned on it, which fences an old coordinator.
     revision: int = 0
@@ -126,6 +138,10 @@ class Group:
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states
+
+    def unstable_offsets(self) -> set[tuple[str, int]]:
+        """The partitions with offsets of an undecided transaction (KIP-447)."""
+        return {key for pending in self.pending_txn.values() for key in pending.offsets}
 
     def member_by_instance(self, group_instance_id: str) -> Member | None:
         return next(

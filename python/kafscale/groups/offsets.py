@@ -32,7 +32,13 @@ from kafscale.groups.store import Fenced, StoreUnavailable
 if TYPE_CHECKING:
     from kafscale import _core
 
-__all__ = ["MAX_METADATA_BYTES", "Offsets", "commit_error_answer"]
+__all__ = [
+    "MAX_METADATA_BYTES",
+    "Offsets",
+    "commit_error_answer",
+    "committed_offset",
+    "partition_error",
+]
 
 # Kafka's offset.metadata.max.bytes default.
 MAX_METADATA_BYTES = 4096
@@ -110,7 +116,7 @@ class Offsets:
                 topic = await self._topic(t.name)
                 for p in t.partitions:
                     key = (t.name, p.partition_index)
-                    error = _partition_error(topic, p)
+                    error = partition_error(topic, p)
                     if error == ErrorCode.NONE and key not in group.offsets and key not in added:
                         if len(group.offsets) + len(added) >= self._limits.committed_offsets:
                             error = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
@@ -119,7 +125,7 @@ class Offsets:
                             added.add(key)
                     results[key] = error
                     if error == ErrorCode.NONE:
-                        accepted.append((t.name, p.partition_index, _committed(p, now_ms)))
+                        accepted.append((t.name, p.partition_index, committed_offset(p, now_ms)))
             if over_cap:
                 log_refusal(
                     group.group_id,
@@ -152,9 +158,13 @@ class Offsets:
         )
 
     @staticmethod
-    def fetch(group: Group, req: _core.OffsetFetchGroup) -> OffsetFetchGroupResult:
+    def fetch(
+        group: Group, req: _core.OffsetFetchGroup, require_stable: bool
+    ) -> OffsetFetchGroupResult:
         """The offsets one group of an OffsetFetch asks for (``req.topics``; None: every
-        partition the group committed)."""
+        partition the group committed). With ``require_stable`` (KIP-447) a partition with
+        offsets of an undecided transaction is UNSTABLE_OFFSET_COMMIT, which consumers retry."""
+        unstable = group.unstable_offsets() if require_stable else set()
         if req.topics is None:
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(group.offsets):
@@ -166,7 +176,13 @@ class Offsets:
             results = []
             for partition in partitions:
                 offset = group.offsets.get((name, partition))
-                if offset is None:
+                if (name, partition) in unstable:
+                    results.append(
+                        OffsetFetchPartitionResult(
+                            partition, error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT
+                        )
+                    )
+                elif offset is None:
                     results.append(OffsetFetchPartitionResult(partition))
                 else:
                     results.append(
@@ -178,7 +194,7 @@ class Offsets:
         return OffsetFetchGroupResult(group.group_id, ErrorCode.NONE, topics)
 
 
-def _partition_error(topic: _core.TopicInfo | None, p: _core.OffsetCommitPartition) -> int:
+def partition_error(topic: _core.TopicInfo | None, p: _core.OffsetCommitPartition) -> int:
     if topic is None or not 0 <= p.partition_index < topic.partitions:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     metadata = p.committed_metadata or ""
@@ -187,7 +203,7 @@ def _partition_error(topic: _core.TopicInfo | None, p: _core.OffsetCommitPartiti
     return ErrorCode.NONE
 
 
-def _committed(p: _core.OffsetCommitPartition, now_ms: int) -> CommittedOffset:
+def committed_offset(p: _core.OffsetCommitPartition, now_ms: int) -> CommittedOffset:
     timestamp = min(p.commit_timestamp, now_ms) if p.commit_timestamp >= 0 else now_ms
     # Kafka stores a null metadata as "" (and OffsetFetch answers "" for it).
     metadata = p.committed_metadata or ""

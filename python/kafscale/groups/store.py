@@ -5,6 +5,8 @@ single node), under the core's group root:
                                         leader, coordinator epoch, members with their metadata
                                         and assignment
     {group}/offsets/{topic}/{partition} a committed offset (JSON)
+    {group}/txn-offsets/{producer id}   offsets of a transaction not decided yet (JSON): its
+                                        transactional id, producer epoch and offsets
 
 ``{group}`` is the group id percent-encoded, so any id is one path segment. Every write is
 conditioned on the record's revision as this coordinator last saw it: a coordinator that lost
@@ -21,7 +23,7 @@ from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, NotRequired, TypedDict, TypeVar
 from urllib.parse import quote, unquote
 
-from kafscale.groups.model import CommittedOffset, Group, GroupState, Member
+from kafscale.groups.model import CommittedOffset, Group, GroupState, Member, PendingTxnOffsets
 
 if TYPE_CHECKING:
     from kafscale import _core
@@ -57,6 +59,14 @@ def _offsets_prefix(group_id: str) -> str:
 
 def _offset_key(group_id: str, topic: str, partition: int) -> str:
     return f"{_offsets_prefix(group_id)}{topic}/{partition}"
+
+
+def _pending_prefix(group_id: str) -> str:
+    return f"{_group_key(group_id)}/txn-offsets/"
+
+
+def _pending_key(group_id: str, producer_id: int) -> str:
+    return f"{_pending_prefix(group_id)}{producer_id}"
 
 
 def _b64(data: bytes) -> str:
@@ -111,7 +121,18 @@ class _OffsetRecord(TypedDict):
     commit_timestamp_ms: int
 
 
-def _json(record: _GroupRecord | _OffsetRecord | _MemberRecord) -> bytes:
+class _PendingOffsetRecord(_OffsetRecord):
+    topic: str
+    partition: int
+
+
+class _PendingRecord(TypedDict):
+    transactional_id: str
+    producer_epoch: int
+    offsets: list[_PendingOffsetRecord]
+
+
+def _json(record: _GroupRecord | _OffsetRecord | _MemberRecord | _PendingRecord) -> bytes:
     # UTF-8 rather than \uXXXX escapes: a non-ASCII name takes its own size, not up to 3 times it.
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -213,6 +234,40 @@ def decode_offset(value: bytes) -> CommittedOffset:
     )
 
 
+def encode_pending(pending: PendingTxnOffsets) -> bytes:
+    return _json(
+        {
+            "transactional_id": pending.transactional_id,
+            "producer_epoch": pending.producer_epoch,
+            "offsets": [
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": o.offset,
+                    "leader_epoch": o.leader_epoch,
+                    "metadata": o.metadata,
+                    "commit_timestamp_ms": o.commit_timestamp_ms,
+                }
+                for (topic, partition), o in pending.offsets.items()
+            ],
+        }
+    )
+
+
+def decode_pending(value: bytes) -> PendingTxnOffsets:
+    record: _PendingRecord = json.loads(value)
+    return PendingTxnOffsets(
+        record["transactional_id"],
+        record["producer_epoch"],
+        {
+            (o["topic"], o["partition"]): CommittedOffset(
+                o["offset"], o["leader_epoch"], o["metadata"], o["commit_timestamp_ms"]
+            )
+            for o in record["offsets"]
+        },
+    )
+
+
 def _transactions(puts: list[tuple[str, bytes]]) -> Iterable[list[tuple[str, bytes]]]:
     batch: list[tuple[str, bytes]] = []
     size = 0
@@ -259,6 +314,9 @@ class GroupStorage:
                 _offsets_prefix(group_id)
             ).rpartition("/")
             group.offsets[(topic, int(partition))] = decode_offset(offset_entry.value)
+        for pending_entry in await self._call(self._store.list(_pending_prefix(group_id))):
+            producer_id = int(pending_entry.key.removeprefix(_pending_prefix(group_id)))
+            group.pending_txn[producer_id] = decode_pending(pending_entry.value)
         return group
 
     async def group_ids(self) -> list[str]:
@@ -284,6 +342,22 @@ class GroupStorage:
         for batch in _transactions(puts):
             await self._commit(group, batch)
 
+    async def put_pending(self, group: Group, producer_id: int, pending: PendingTxnOffsets) -> None:
+        """Stores a transaction's offsets until it is decided, fenced on the group record (a
+        group never stored is created with them)."""
+        puts = [(_pending_key(group.group_id, producer_id), encode_pending(pending))]
+        if group.revision == 0:
+            puts.insert(0, (_group_key(group.group_id), encode_group(group, self._broker_id)))
+        await self._commit(group, puts)
+
+    async def drop_pending(self, group: Group, producer_id: int) -> None:
+        """Removes a decided transaction's offsets (after they were committed, or aborted)."""
+        record = _group_key(group.group_id)
+        key = _pending_key(group.group_id, producer_id)
+        revision = await self._call(self._store.commit([(record, group.revision)], [], [key], []))
+        if revision is None:
+            raise Fenced(group.group_id)
+
     async def delete_offsets(self, group: Group, partitions: list[tuple[str, int]]) -> None:
         """Removes these partitions' committed offsets, fenced on the group record, in as many
         transactions as etcd's operation limit takes (each fenced)."""
@@ -302,7 +376,10 @@ class GroupStorage:
         key = _group_key(group.group_id)
         revision = await self._call(
             self._store.commit(
-                [(key, group.revision)], [], [key], [_offsets_prefix(group.group_id)]
+                [(key, group.revision)],
+                [],
+                [key],
+                [_offsets_prefix(group.group_id), _pending_prefix(group.group_id)],
             )
         )
         if revision is None:

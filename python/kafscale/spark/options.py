@@ -274,6 +274,8 @@ class ReadOptions:
     storage: StorageOptions = field(default_factory=StorageOptions)
     etcd_endpoints: str | None = None
     namespace: str = ""
+    # What the reader sees of transactions (SegmentSource.open's isolation_level).
+    isolation_level: str = "read_committed"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -309,7 +311,19 @@ class ReadOptions:
             storage=_storage_options(opts),
             etcd_endpoints=etcd_endpoints,
             namespace=namespace,
+            isolation_level=_parse_isolation(opts),
         )
+
+
+def _parse_isolation(opts: _Options) -> str:
+    from kafscale.segment import check_isolation_level
+
+    level = opts.get("isolationLevel") or "read_committed"
+    try:
+        check_isolation_level(level)
+    except ValueError as exc:
+        raise KafScaleOptionError(f"kafscale: the option isolationLevel: {exc}") from None
+    return level
 
 
 def _storage_options(opts: _Options) -> StorageOptions:

@@ -51,6 +51,7 @@ def open_source(options: ReadOptions) -> SegmentSource:
         max_uncompressed_batch_bytes=options.max_uncompressed_batch_bytes
         or DEFAULT_MAX_UNCOMPRESSED_BATCH_BYTES,
         etcd_endpoints=options.etcd_endpoints or None,
+        isolation_level=options.isolation_level,
         **options.storage,
     )
 

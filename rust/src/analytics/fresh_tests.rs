@@ -62,7 +62,7 @@ impl Bench {
             .put(&format!("topics/{TOPIC}"), encoded)
             .await
             .unwrap();
-        let reader = TopicReader::new(store, Some(Metadata::Published), 1 << 20);
+        let reader = TopicReader::new(store, Some(Metadata::Published), 1 << 20, true);
         let reader = Arc::new(reader);
         Bench {
             store: reader.store().clone(),
@@ -110,6 +110,7 @@ impl Bench {
                 topic: TOPIC.into(),
                 id: topic_id(),
                 runs: vec![run],
+                transactional: Vec::new(),
             }],
         };
         let shelf = self.store.published_shelf();

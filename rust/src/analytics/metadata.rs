@@ -40,6 +40,8 @@ pub(crate) struct RunRef {
     pub length: u64,
     pub base_offset: i64,
     pub end_offset: i64,
+    /// It holds a transaction's batches or markers.
+    pub transactional: bool,
 }
 
 /// A topic's committed state at one moment.
@@ -195,14 +197,17 @@ fn snapshot(
             .topics
             .iter()
             .filter(|t| t.topic == topic.name && t.id == topic.id);
-        for run in of_topic.flat_map(|t| &t.runs) {
-            runs.entry(run.partition).or_default().push(RunRef {
-                object: manifest.object.clone(),
-                position: run.position,
-                length: run.length,
-                base_offset: run.base_offset,
-                end_offset: run.last_offset + 1,
-            });
+        for topic_runs in of_topic {
+            for run in &topic_runs.runs {
+                runs.entry(run.partition).or_default().push(RunRef {
+                    object: manifest.object.clone(),
+                    position: run.position,
+                    length: run.length,
+                    base_offset: run.base_offset,
+                    end_offset: run.last_offset + 1,
+                    transactional: topic_runs.transactional.contains(&run.partition),
+                });
+            }
         }
     }
     for list in runs.values_mut() {

@@ -14,6 +14,7 @@ pub(crate) mod metadata;
 pub(crate) mod reader;
 pub(crate) mod records;
 pub(crate) mod scan;
+pub(crate) mod transactions;
 pub(crate) mod verify;
 
 #[cfg(test)]

@@ -10,8 +10,10 @@ use super::error::ReadError;
 use super::metadata::{Metadata, RunRef, TopicSnapshot};
 use super::records::first_offset_at_or_after;
 use super::scan::{BatchCursor, SegmentRef};
+use super::transactions::{self, Committed};
 use crate::log::committed_segments;
 use crate::log::segment::{FOOTER_MAGIC, SEGMENT_FOOTER_LEN};
+use crate::meta::catalog::PartitionRecord;
 use crate::store::{ListedSegment, SegmentObject, SegmentStore};
 
 pub(crate) struct TopicReader {
@@ -21,6 +23,10 @@ pub(crate) struct TopicReader {
     /// Largest size one Kafka batch's records may decompress to: a segment holding a bigger
     /// batch (a decompression bomb) fails the read instead of allocating.
     max_uncompressed: usize,
+    /// Reads as a read_committed consumer does: below the last stable offset, without the
+    /// records of aborted transactions (`transactions`). Needs the metadata: without it the
+    /// segments are read as they are.
+    read_committed: bool,
 }
 
 /// What a reader may read of one partition: `log_start..end`, in its committed segments and
@@ -31,6 +37,8 @@ pub(crate) struct PartitionLog {
     pub segments: Vec<SegmentRef>,
     pub runs: Vec<RunRef>,
     pub end: i64,
+    /// Read committed: the transactions aborted in it (its end is the last stable offset).
+    pub committed: Committed,
 }
 
 impl TopicReader {
@@ -40,11 +48,13 @@ impl TopicReader {
         store: SegmentStore,
         metadata: Option<Metadata>,
         max_uncompressed: usize,
+        read_committed: bool,
     ) -> TopicReader {
         TopicReader {
             store: Arc::new(store),
             metadata: OnceCell::new_with(metadata),
             max_uncompressed,
+            read_committed,
         }
     }
 
@@ -83,6 +93,7 @@ impl TopicReader {
                 segments,
                 runs: Vec::new(),
                 end,
+                committed: Committed::default(),
             });
         };
         let Some(record) = snapshot.records.get(&partition) else {
@@ -108,12 +119,52 @@ impl TopicReader {
             });
         }
         let end = runs.last().map_or(record.segment_end(), |r| r.end_offset);
+        let committed = self.committed(topic, partition, record, &runs).await?;
+        let end = committed.first_unstable.map_or(end, |first| first.min(end));
         Ok(PartitionLog {
             log_start: record.log_start_offset,
             segments,
             runs,
             end: end.max(record.log_start_offset),
+            committed,
         })
+    }
+
+    /// A read_committed reader's view of the partition's transactions (none for one reading
+    /// uncommitted, or a partition without transactions).
+    async fn committed(
+        &self,
+        topic: &str,
+        partition: i32,
+        record: &PartitionRecord,
+        runs: &[RunRef],
+    ) -> Result<Committed, ReadError> {
+        if !(self.read_committed && transactions::may_hold_transactions(record, runs)) {
+            return Ok(Committed::default());
+        }
+        transactions::committed(&self.store, (topic, partition), record, runs).await
+    }
+
+    /// (partition, log start, end) of each partition `snapshot` has: the committed end, or for
+    /// a read_committed reader the last stable offset.
+    pub(crate) async fn bounds(
+        &self,
+        topic: &str,
+        snapshot: &TopicSnapshot,
+    ) -> Result<Vec<(i32, i64, i64)>, ReadError> {
+        let mut bounds = Vec::with_capacity(snapshot.records.len());
+        for (&partition, record) in &snapshot.records {
+            let end = snapshot.committed_end(partition);
+            let (runs, _) = snapshot.runs_after_segments(partition);
+            let committed = self.committed(topic, partition, record, &runs).await?;
+            let end = committed.first_unstable.map_or(end, |first| first.min(end));
+            bounds.push((
+                partition,
+                record.log_start_offset,
+                end.max(record.log_start_offset),
+            ));
+        }
+        Ok(bounds)
     }
 
     /// `log` from a fresh snapshot, taken again while a compaction moves the log meanwhile.

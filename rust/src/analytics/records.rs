@@ -9,9 +9,8 @@ use arrow_array::types::{Int64Type, TimestampMillisecondType};
 
 use super::columns::{Columns, TimestampType};
 use crate::log::batch::BatchHeader;
+use crate::log::markers::is_control;
 use crate::log::records::{walk_records, Record, RecordError, Visitor};
-
-const CONTROL_BATCH: i16 = 0x20;
 
 /// Why a batch's records do not decode (the segment holding them is corrupt).
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +30,7 @@ pub fn decode_records(
     wanted: &Range<i64>,
     columns: &mut Columns,
 ) -> Result<(), DecodeError> {
-    if header.attributes & CONTROL_BATCH != 0 {
+    if is_control(header) {
         return Ok(());
     }
     let timestamp_type = if header.log_append_time() {

@@ -16,6 +16,7 @@ use super::error::ReadError;
 use super::metadata::RunRef;
 use super::reader::{PartitionLog, TopicReader, MOVED_RETRIES};
 use super::records::decode_records;
+use super::transactions::Committed;
 use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START};
 use crate::log::checksum::crc32c;
 use crate::log::decompress::{Codec, Decompressed};
@@ -345,6 +346,8 @@ pub(crate) struct PartitionScan {
     scratch: Vec<u8>,
     /// New logs taken since the last batch decoded (a compaction moved the log meanwhile).
     retakes: usize,
+    /// Read committed: whose batches are left out.
+    committed: Committed,
 }
 
 impl PartitionScan {
@@ -370,13 +373,17 @@ impl PartitionScan {
             limits,
             scratch: Vec::new(),
             retakes: 0,
+            committed: Committed::default(),
         };
         scan.plan(log);
         scan
     }
 
-    /// Reads what is left of `wanted` from the pieces of `log`.
+    /// Reads what is left of `wanted` from the pieces of `log` (never past its end: for a
+    /// read_committed reader, its last stable offset).
     fn plan(&mut self, log: &PartitionLog) {
+        self.wanted.end = self.wanted.end.min(log.end);
+        self.committed = log.committed.clone();
         let wanted = self.wanted.clone();
         self.pending = log
             .pieces()
@@ -456,6 +463,10 @@ impl PartitionScan {
                 continue;
             }
             if batch.header.last_offset() < self.wanted.start {
+                continue;
+            }
+            if self.committed.aborted(&batch.header) {
+                self.wanted.start = batch.header.last_offset() + 1;
                 continue;
             }
             let records = cursor.records_of(&batch, &mut self.scratch)?;

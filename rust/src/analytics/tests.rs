@@ -101,6 +101,7 @@ async fn write_segments(segments: i64) -> Data {
             store,
             Some(Metadata::SegmentsOnly),
             1 << 20,
+            true,
         )),
         end: offset,
     }
@@ -255,6 +256,7 @@ async fn a_batch_expanding_past_the_bound_fails_the_read() {
                 store,
                 Some(Metadata::SegmentsOnly),
                 1 << 20,
+                true,
             )),
             end: 40,
         };

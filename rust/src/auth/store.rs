@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use super::acl::{AclBinding, AclFilter};
-use crate::meta::catalog::Catalog;
+use crate::meta::catalog::{key_segment, Catalog};
 use crate::meta::kv::{MetaError, Op};
 use crate::meta::mirror::Mirror;
 
@@ -20,17 +20,12 @@ fn key(catalog: &Catalog, acl: &AclBinding) -> String {
         acls_prefix(catalog),
         acl.resource_type.code(),
         acl.pattern_type.code(),
-        escaped(&acl.resource_name),
-        escaped(&acl.principal),
-        escaped(&acl.host),
+        key_segment(&acl.resource_name),
+        key_segment(&acl.principal),
+        key_segment(&acl.host),
         acl.operation.code(),
         acl.permission.code(),
     )
-}
-
-/// `%` and `/` percent-encoded: a name is one key segment, and different names differ.
-fn escaped(text: &str) -> String {
-    text.replace('%', "%25").replace('/', "%2F")
 }
 
 /// Every ACL the mirror holds (a key that does not parse is logged and left out).

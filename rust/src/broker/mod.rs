@@ -20,6 +20,7 @@ pub(crate) mod startup;
 pub(crate) mod tests;
 pub(crate) mod topic_rules;
 pub(crate) mod traffic;
+mod transaction_markers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +60,8 @@ pub(crate) struct Broker {
     pub control: ControlBridge,
     pub metrics: Arc<Metrics>,
     pub(crate) producer_ids: crate::meta::producer_ids::ProducerIds,
+    /// The transaction coordinator's records (every broker coordinates some ids).
+    pub(crate) transactions: crate::transactions::Transactions,
     /// Everything under the cluster's metadata prefix, kept current by a watch.
     pub mirror: Arc<Mirror>,
     /// Decides what each connection's principal may do (every request asks it).
@@ -169,6 +172,10 @@ impl Broker {
         let broker = Arc::new(Broker {
             wal: WalWriter::start(log.clone(), log.wal.clone(), config.broker_id, sweep_mark),
             producer_ids: crate::meta::producer_ids::ProducerIds::new(log.catalog.clone()),
+            transactions: crate::transactions::Transactions::new(
+                log.catalog.clone(),
+                mirror.clone(),
+            ),
             log,
             metrics,
             cluster_id,
@@ -191,6 +198,7 @@ impl Broker {
         retention::spawn(&broker);
         compaction::spawn(&broker);
         cleaner::spawn(&broker);
+        transaction_markers::spawn(&broker);
         broker.wait_for_assigned_partitions().await;
         Ok(broker)
     }

@@ -178,6 +178,7 @@ mod tests {
                 topic: "t".into(),
                 id: owned.topic_id,
                 runs,
+                transactional: Vec::new(),
             }],
         };
         let catalog = &b.log.catalog;

@@ -164,6 +164,8 @@ fn config(dir: &tempfile::TempDir, segment_bytes: usize) -> BrokerConfig {
         log_cleaner_dedupe_buffer_size: 1 << 20,
         log_cleaner_backoff_ms: 15_000,
         file_delete_delay_ms: 60_000,
+        transaction_max_timeout_ms: 900_000,
+        transactional_id_expiration_ms: 604_800_000,
         setting_names: Default::default(),
     }
 }

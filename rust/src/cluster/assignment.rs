@@ -15,20 +15,30 @@ pub(crate) fn partition_weight(topic: &str, partition: i32, broker: i32) -> u64 
 
 /// The coordinator of consumer group `group_id` among `brokers` (None if there are none).
 pub(crate) fn coordinator_of(group_id: &str, brokers: &[i32]) -> Option<i32> {
-    // The tag keeps group keys apart from partition keys (no topic name contains a NUL), so a
-    // group does not land where the same-named topic's partitions do.
+    tagged(GROUP_TAG, group_id, brokers)
+}
+
+/// The coordinator of transactional id `transactional_id` among `brokers`.
+pub(crate) fn transaction_coordinator_of(transactional_id: &str, brokers: &[i32]) -> Option<i32> {
+    tagged(TRANSACTION_TAG, transactional_id, brokers)
+}
+
+// The tags keep group and transaction keys apart from partition keys (no topic name contains
+// a NUL) and from each other, so a group does not land where the same-named topic's
+// partitions do.
+const GROUP_TAG: &[u8] = b"group\0";
+const TRANSACTION_TAG: &[u8] = b"transaction\0";
+
+fn tagged(tag: &[u8], key: &str, brokers: &[i32]) -> Option<i32> {
     highest(brokers, |broker| {
         weight(
-            GROUP_TAG
-                .iter()
+            tag.iter()
                 .copied()
-                .chain(group_id.bytes())
+                .chain(key.bytes())
                 .chain(broker.to_be_bytes()),
         )
     })
 }
-
-const GROUP_TAG: &[u8] = b"group\0";
 
 fn highest(brokers: &[i32], weight_of: impl Fn(i32) -> u64) -> Option<i32> {
     brokers

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::meta::catalog::{BrokerRecord, PartitionRecord, TopicRecord};
 use crate::meta::kv::KeyValue;
 
-use super::assignment::coordinator_of;
+use super::assignment::{coordinator_of, transaction_coordinator_of};
 use super::placement::{Placement, TopicShape};
 
 /// One partition as the store has it.
@@ -234,6 +234,12 @@ impl ClusterState {
     /// The live broker that coordinates consumer group `group_id`.
     pub(crate) fn coordinator(&self, group_id: &str) -> Option<&BrokerRecord> {
         coordinator_of(group_id, &self.live_brokers()).and_then(|id| self.brokers.get(&id))
+    }
+
+    /// The live broker that coordinates `transactional_id`'s transactions.
+    pub(crate) fn transaction_coordinator(&self, transactional_id: &str) -> Option<&BrokerRecord> {
+        transaction_coordinator_of(transactional_id, &self.live_brokers())
+            .and_then(|id| self.brokers.get(&id))
     }
 
     /// Who clients should send writes to: the current owner if it is alive, otherwise the

@@ -132,6 +132,18 @@ macro_rules! control_apis {
                     crate::control::groups::answers::OffsetCommitPartitionResult,
                 ],
             }
+            // Offsets of a transaction, committed with it (v3 adds the member, KIP-447).
+            TxnOffsetCommit {
+                versions: 0..=3,
+                request: TxnOffsetCommitRequest,
+                python: |wire, _| {
+                    crate::control::groups::txn_offsets::TxnOffsetCommitRequest::new(wire)
+                },
+                answer: |a: crate::control::groups::answers::OffsetCommitResponse, _, _| {
+                    crate::control::groups::txn_offsets::answer(a)
+                },
+                classes: [crate::control::groups::txn_offsets::TxnOffsetCommitRequest],
+            }
             // v8+ batch several groups in one request, each answered on its own.
             OffsetFetch {
                 versions: 0..=9,

@@ -9,7 +9,7 @@
 //!   resource anyway.
 //! - DeleteTopics: each distinct entry once (Kafka's ZooKeeper-era set); the topic is deleted
 //!   once.
-//! - OffsetCommit, OffsetDelete, OffsetFetch: each topic-partition once, the last entry of a
+//! - OffsetCommit, TxnOffsetCommit, OffsetDelete, OffsetFetch: each topic-partition once, the last entry of a
 //!   commit winning (Kafka reads them into a map); OffsetFetch v8+ each group once, with the
 //!   topics of all its entries.
 //! - DescribeGroups, DeleteGroups: each group once.
@@ -43,6 +43,7 @@ pub(crate) fn merge(body: &mut ControlBody) {
             merge_by(&mut r.topics, |t| (t.name.clone(), t.topic_id), |_, _| ());
         }
         ControlBody::OffsetCommit(r) => merge_topics(&mut r.topics),
+        ControlBody::TxnOffsetCommit(r) => merge_topics(&mut r.topics),
         ControlBody::OffsetDelete(r) => merge_topics(&mut r.topics),
         ControlBody::OffsetFetch(r) => {
             let group = |g: &OffsetFetchRequestGroup| g.group_id.clone();

@@ -29,13 +29,16 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{self as wire, GroupId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::body::ControlBody;
-use crate::auth::acl::Operation;
+use crate::auth::acl::{Operation, ResourceType};
 use crate::auth::authorizer::Access;
 use crate::protocol::header::{encode_response as enc, WireError};
 use crate::protocol::repeats::merge_by;
@@ -113,6 +116,31 @@ pub(crate) fn refused_answer(
                     .with_partitions(partitions.collect())
             });
             let response = wire::OffsetCommitResponse::default().with_topics(topics.collect());
+            enc(correlation_id, version, &response)
+        }
+        // Kafka checks WRITE on the transactional id, then READ on the group.
+        ControlBody::TxnOffsetCommit(r) => {
+            let transaction = access.allows(
+                Operation::Write,
+                ResourceType::TransactionalId,
+                &r.transactional_id,
+            );
+            let code = match (transaction, denied(Operation::Read, &r.group_id)) {
+                (false, _) => ResponseError::TransactionalIdAuthorizationFailed.code(),
+                (true, true) => code,
+                (true, false) => return None,
+            };
+            let topics = r.topics.iter().map(|t| {
+                let partitions = t.partitions.iter().map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                });
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(partitions.collect())
+            });
+            let response = wire::TxnOffsetCommitResponse::default().with_topics(topics.collect());
             enc(correlation_id, version, &response)
         }
         ControlBody::OffsetDelete(r) if denied(Operation::Delete, &r.group_id) => enc(
@@ -193,6 +221,14 @@ pub(crate) fn screen(
             |t, ()| out.topics.push((t.name.to_string(), Vec::new())),
         ),
         ControlBody::OffsetCommit(r) => keep_allowed(
+            &mut r.topics,
+            |t| topic(Operation::Read, &t.name),
+            |t, ()| {
+                let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+                out.topics.push((t.name.to_string(), partitions));
+            },
+        ),
+        ControlBody::TxnOffsetCommit(r) => keep_allowed(
             &mut r.topics,
             |t| topic(Operation::Read, &t.name),
             |t, ()| {
@@ -429,6 +465,22 @@ impl Complete for wire::OffsetCommitResponse {
                         .with_error_code(denied_topic())
                 });
                 OffsetCommitResponseTopic::default()
+                    .with_name(topic_name(name))
+                    .with_partitions(partitions.collect())
+            }));
+    }
+}
+
+impl Complete for wire::TxnOffsetCommitResponse {
+    fn complete(&mut self, s: &Screened) {
+        self.topics
+            .extend(s.topics.iter().map(|(name, partitions)| {
+                let partitions = partitions.iter().map(|&p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_error_code(denied_topic())
+                });
+                TxnOffsetCommitResponseTopic::default()
                     .with_name(topic_name(name))
                     .with_partitions(partitions.collect())
             }));

@@ -26,6 +26,10 @@ const CRC_AT: usize = 17;
 const MAX_TIMESTAMP_AT: usize = 35;
 /// Attribute bit 3: the records' timestamps are the batch's max timestamp (LogAppendTime).
 const LOG_APPEND_TIME: i16 = 0x08;
+/// Attribute bit 4: written in a transaction.
+pub(crate) const TRANSACTIONAL: i16 = 0x10;
+/// Attribute bit 5: a control batch (a transaction marker).
+pub(crate) const CONTROL: i16 = 0x20;
 
 /// The fields of a batch header the broker uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

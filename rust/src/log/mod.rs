@@ -12,6 +12,7 @@ pub(crate) mod decompress;
 mod idempotence_tests;
 pub(crate) mod index;
 pub(crate) mod limits;
+pub(crate) mod markers;
 pub(crate) mod occupant;
 pub(crate) mod partition;
 mod pieces;
@@ -25,6 +26,8 @@ pub(crate) mod segment;
 mod tests;
 pub(crate) mod timestamps;
 pub(crate) mod topic_config;
+#[cfg(test)]
+mod transaction_tests;
 pub(crate) mod validate;
 pub(crate) mod wal;
 

@@ -11,6 +11,12 @@
 //! expired after `producer.id.expiration.ms`) may start at any sequence, as Kafka accepts it
 //! since 2.5 (KIP-360).
 //!
+//! Transactions (Kafka's `currentTxnFirstOffset`): a producer's first transactional batch in
+//! this partition opens its transaction here at that batch's offset, and the marker the
+//! transaction coordinator has the owner write closes it (`end_transaction`). The log's last
+//! stable offset is the first offset of the oldest transaction still open (`first_unstable`).
+//! A producer with a transaction open here never expires and is never forgotten.
+//!
 //! Pure state; `partition` decides when it applies (appends, commits, failed flushes) and
 //! `producer_snapshots` stores it.
 
@@ -19,7 +25,10 @@ use std::collections::{HashMap, VecDeque};
 use kafka_protocol::ResponseError;
 use serde::{Deserialize, Serialize};
 
-use super::batch::BatchHeader;
+use bytes::Bytes;
+
+use super::batch::{BatchHeader, TRANSACTIONAL};
+use super::markers::{is_control, marker_kind};
 
 /// Batches remembered per producer: what Kafka keeps, and the most a client has in flight
 /// (`max.in.flight.requests.per.connection` ≤ 5 with idempotence).
@@ -32,6 +41,8 @@ pub(crate) struct ProducerBatch {
     pub epoch: i16,
     pub first_seq: i32,
     pub last_seq: i32,
+    /// Written in a transaction (attribute bit 4).
+    pub transactional: bool,
 }
 
 impl ProducerBatch {
@@ -42,6 +53,7 @@ impl ProducerBatch {
             epoch: header.producer_epoch,
             first_seq: header.base_sequence,
             last_seq: add_sequence(header.base_sequence, header.last_offset_delta),
+            transactional: header.attributes & TRANSACTIONAL != 0,
         })
     }
 }
@@ -76,6 +88,89 @@ pub(crate) struct ProducerEntry {
     pub batches: VecDeque<BatchPlace>,
     /// The broker's clock when the producer last wrote (expiry runs from it).
     pub last_write_ms: i64,
+    /// The offset of this producer's first batch in its transaction open here, if one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txn_first_offset: Option<i64>,
+}
+
+impl ProducerEntry {
+    /// Whether the entry can be forgotten once its batches are gone or it stopped writing: not
+    /// while its transaction is open here (the last stable offset depends on it).
+    fn in_transaction(&self) -> bool {
+        self.txn_first_offset.is_some()
+    }
+}
+
+/// A transaction aborted in this partition: its producer, the offset of its first batch here
+/// and the offset of its abort marker (what Fetch's aborted-transaction list is made of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+/// A stored snapshot (`producers-{end}.json`, named in the partition record): the producer
+/// state of the log below `end` and its aborted transactions, which a new owner and the
+/// readers outside the brokers start from.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ProducerSnapshot {
+    pub end: i64,
+    pub producers: ProducerStates,
+    /// Absent in snapshots stored before transactions existed: none then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// A transaction marker: its producer, the transaction's epoch, its offset and its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Marker {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub offset: i64,
+    pub commit: bool,
+}
+
+/// A committed marker closes its producer's transaction; an abort joins `aborted`.
+pub(crate) fn close_transaction(
+    producers: &mut ProducerStates,
+    aborted: &mut Vec<AbortedTxn>,
+    marker: Marker,
+    now_ms: i64,
+) {
+    let first = producers.end_transaction(marker.producer_id, marker.epoch, now_ms);
+    if let (Some(first_offset), false) = (first, marker.commit) {
+        aborted.push(AbortedTxn {
+            producer_id: marker.producer_id,
+            first_offset,
+            last_offset: marker.offset,
+        });
+    }
+}
+
+/// Replays one committed batch of a log into its producer state and aborted transactions (a
+/// new owner's rebuild, the readers outside the brokers): a marker by its kind (`bytes`, the
+/// whole batch, is read only for a control batch), a producer's batch by its sequence range.
+pub(crate) fn replay_batch(
+    producers: &mut ProducerStates,
+    aborted: &mut Vec<AbortedTxn>,
+    header: &BatchHeader,
+    bytes: impl FnOnce() -> Bytes,
+    now_ms: i64,
+) {
+    if is_control(header) {
+        if let Some(commit) = marker_kind(header, &bytes()) {
+            let marker = Marker {
+                producer_id: header.producer_id,
+                epoch: header.producer_epoch,
+                offset: header.base_offset,
+                commit,
+            };
+            close_transaction(producers, aborted, marker, now_ms);
+        }
+    } else if let Some(batch) = ProducerBatch::of(header) {
+        producers.record(&batch, header.base_offset, header.last_offset(), now_ms);
+    }
 }
 
 /// What to do with a batch.
@@ -148,6 +243,7 @@ impl ProducerStates {
                 epoch: batch.epoch,
                 batches: VecDeque::new(),
                 last_write_ms: now_ms,
+                txn_first_offset: None,
             });
         if entry.epoch != batch.epoch {
             entry.epoch = batch.epoch;
@@ -163,12 +259,58 @@ impl ProducerStates {
             last_offset,
         });
         entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        if batch.transactional && entry.txn_first_offset.is_none() {
+            entry.txn_first_offset = Some(base_offset);
+        }
     }
 
-    /// Forgets the producers that wrote nothing for `expiration_ms`.
-    pub(crate) fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
+    /// A transaction marker of `producer_id` at `epoch` (the coordinator's, never older than
+    /// the producer's) closes its open transaction here: returns where that began, if one was
+    /// open. A newer epoch fences the producer's older one, as Kafka's marker append does.
+    pub(crate) fn end_transaction(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Option<i64> {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch,
+                batches: VecDeque::new(),
+                last_write_ms: now_ms,
+                txn_first_offset: None,
+            });
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        entry.txn_first_offset.take()
+    }
+
+    /// Where `producer_id`'s transaction open here began, if one is.
+    pub(crate) fn open_transaction(&self, producer_id: i64) -> Option<(i16, i64)> {
+        let entry = self.producers.get(&producer_id)?;
+        Some((entry.epoch, entry.txn_first_offset?))
+    }
+
+    /// The first offset of the oldest transaction still open here: the last stable offset,
+    /// unless the log ends before it.
+    pub(crate) fn first_unstable(&self) -> Option<i64> {
         self.producers
-            .retain(|_, entry| now_ms - entry.last_write_ms < expiration_ms);
+            .values()
+            .filter_map(|entry| entry.txn_first_offset)
+            .min()
+    }
+
+    /// Forgets the producers that wrote nothing for `expiration_ms` (not one whose
+    /// transaction is open here).
+    pub(crate) fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
+        self.producers.retain(|_, entry| {
+            now_ms - entry.last_write_ms < expiration_ms || entry.in_transaction()
+        });
     }
 
     /// Forgets every batch below `log_start` (DeleteRecords, retention): a producer whose
@@ -176,7 +318,7 @@ impl ProducerStates {
     pub(crate) fn truncate_below(&mut self, log_start: i64) {
         self.producers.retain(|_, entry| {
             entry.batches.retain(|b| b.last_offset >= log_start);
-            !entry.batches.is_empty()
+            !entry.batches.is_empty() || entry.in_transaction()
         });
     }
 
@@ -207,6 +349,7 @@ mod tests {
             epoch,
             first_seq,
             last_seq: add_sequence(first_seq, count - 1),
+            transactional: false,
         }
     }
 
@@ -383,6 +526,32 @@ mod tests {
         assert_eq!(
             ProducerBatch::of(&header(42, 10)),
             Some(batch(42, 2, 10, 5))
+        );
+    }
+
+    #[test]
+    fn a_transaction_stays_open_from_its_first_batch_to_its_marker_and_keeps_its_producer() {
+        let mut states = ProducerStates::default();
+        let txn = |first_seq, count| ProducerBatch {
+            transactional: true,
+            ..batch(1, 0, first_seq, count)
+        };
+        append(&mut states, txn(0, 2), 10, 0).unwrap();
+        append(&mut states, txn(2, 2), 14, 0).unwrap();
+        append(&mut states, batch(2, 0, 0, 1), 16, 0).unwrap();
+        assert_eq!(states.open_transaction(1), Some((0, 10)));
+        assert_eq!(states.first_unstable(), Some(10));
+        // Neither expiry nor a log start past its batches forgets a producer mid-transaction.
+        states.expire(10 * DAY, DAY);
+        states.truncate_below(100);
+        assert_eq!(states.first_unstable(), Some(10));
+        // The marker closes it; a newer epoch in the marker fences the producer's old one.
+        assert_eq!(states.end_transaction(1, 1, 0), Some(10));
+        assert_eq!(states.first_unstable(), None);
+        assert_eq!(states.end_transaction(1, 1, 0), None, "closed already");
+        assert_eq!(
+            states.check(&txn(4, 1), 0, DAY),
+            Err(ResponseError::InvalidProducerEpoch)
         );
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct ReadResult {
     pub record_count: u64,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// The offset after the last batch read (the fetch offset if none was).
+    pub next_offset: i64,
 }
 
 /// Batches taken into a fetch response so far.
@@ -40,6 +42,8 @@ struct Collected {
     next: i64,
     max_bytes: usize,
     must_progress: bool,
+    /// No batch starting here or later is taken (a read_committed fetch's last stable offset).
+    limit: i64,
 }
 
 impl Collected {
@@ -52,6 +56,9 @@ impl Collected {
             let (batch, header) = item.map_err(|_| TakeError::Malformed)?;
             if header.last_offset() < self.next {
                 continue;
+            }
+            if header.base_offset >= self.limit {
+                return Ok(false);
             }
             if header.base_offset > self.next && !gaps {
                 return Err(TakeError::Gap {
@@ -100,9 +107,27 @@ pub(crate) async fn read(
     max_bytes: usize,
     must_progress: bool,
 ) -> Result<ReadResult, ResponseError> {
+    read_below(ctx, partition, (offset, i64::MAX), max_bytes, must_progress).await
+}
+
+/// `read`, of the batches that start below `limit` only (a read_committed fetch reads below
+/// the last stable offset).
+pub(crate) async fn read_below(
+    ctx: &Arc<LogContext>,
+    partition: &Arc<Partition>,
+    (offset, limit): (i64, i64),
+    max_bytes: usize,
+    must_progress: bool,
+) -> Result<ReadResult, ResponseError> {
     let mut attempts = 0;
+    let wanted = Wanted {
+        offset,
+        limit,
+        max_bytes,
+        must_progress,
+    };
     loop {
-        let failure = match read_once(ctx, partition, offset, max_bytes, must_progress).await {
+        let failure = match read_once(ctx, partition, &wanted).await {
             Ok(result) => return Ok(result),
             Err(ReadFailure::Error(e)) => return Err(e),
             Err(failure) => failure,
@@ -243,22 +268,29 @@ impl From<ResponseError> for ReadFailure {
     }
 }
 
+/// What one read asks for.
+struct Wanted {
+    offset: i64,
+    limit: i64,
+    max_bytes: usize,
+    must_progress: bool,
+}
+
 async fn read_once(
     ctx: &Arc<LogContext>,
     partition: &Arc<Partition>,
-    offset: i64,
-    max_bytes: usize,
-    must_progress: bool,
+    wanted: &Wanted,
 ) -> Result<ReadResult, ReadFailure> {
     partition.sync_segments(ctx).await?;
-    let view = partition.read_view(offset)?;
+    let view = partition.read_view(wanted.offset)?;
     let mut collected = Collected {
         slices: Vec::new(),
         records: 0,
         total: 0,
-        next: offset,
-        max_bytes,
-        must_progress,
+        next: wanted.offset,
+        max_bytes: wanted.max_bytes,
+        must_progress: wanted.must_progress,
+        limit: wanted.limit,
     };
     let mut full = false;
     for (i, segment) in view.segments.iter().enumerate() {
@@ -320,6 +352,7 @@ async fn read_once(
         record_count: collected.records,
         high_watermark: view.high_watermark,
         log_start_offset: view.log_start_offset,
+        next_offset: collected.next,
     })
 }
 

@@ -29,7 +29,22 @@ fn collecting_from(next: i64) -> Collected {
         next,
         max_bytes: 1 << 20,
         must_progress: true,
+        limit: i64::MAX,
     }
+}
+
+#[test]
+fn a_read_below_a_limit_stops_at_the_first_batch_starting_there() {
+    let mut collected = Collected {
+        limit: 5,
+        ..collecting_from(0)
+    };
+    assert_eq!(
+        collected.take(&batches(&[(0, 2), (2, 3), (5, 1)]), false),
+        Ok(false)
+    );
+    assert_eq!(collected.next, 5);
+    assert_eq!(collected.records, 5);
 }
 
 #[test]

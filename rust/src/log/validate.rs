@@ -16,13 +16,11 @@
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
-use super::batch::{validate_batches, BatchHeader, IncomingBatch};
+use super::batch::{validate_batches, BatchHeader, IncomingBatch, CONTROL, TRANSACTIONAL};
 use super::records::walk_batch;
 use super::rejection::invalid_record;
 pub(crate) use super::rejection::Rejection;
 
-const TRANSACTIONAL_BATCH: i16 = 0x10;
-const CONTROL_BATCH: i16 = 0x20;
 /// A record without a timestamp (Kafka's RecordBatch.NO_TIMESTAMP): not range-checked.
 const NO_TIMESTAMP: i64 = -1;
 
@@ -67,23 +65,21 @@ fn validate_records(
     batch: &[u8],
     rules: &ProduceRules,
 ) -> Result<i64, Rejection> {
-    if header.attributes & CONTROL_BATCH != 0 {
+    if header.attributes & CONTROL != 0 {
         return Err(invalid_record(
             None,
             "clients may not write control batches (transaction markers); clear attribute \
              bit 5",
         ));
     }
-    if header.attributes & TRANSACTIONAL_BATCH != 0 {
-        return Err(Rejection {
-            error: ResponseError::InvalidTxnState,
-            message: "transactions are not supported by KafScale; produce without a \
-                      transactional.id (idempotent producers are supported)"
-                .to_string(),
-            record: None,
-        });
-    }
     let (producer_id, base_sequence) = (header.producer_id, header.base_sequence);
+    if header.attributes & TRANSACTIONAL != 0 && producer_id < 0 {
+        return Err(invalid_record(
+            None,
+            "a transactional batch without a producer id; a transactional producer gets one \
+             from InitProducerId",
+        ));
+    }
     if producer_id >= 0 && base_sequence < 0 {
         return Err(invalid_record(
             None,

@@ -229,6 +229,17 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A name as one key segment: `%` and `/` percent-encoded, so any name is one segment and
+/// different names differ (users, ACL fields, transactional ids).
+pub(crate) fn key_segment(name: &str) -> String {
+    name.replace('%', "%25").replace('/', "%2F")
+}
+
+/// The name a key segment of `key_segment` stands for.
+pub(crate) fn segment_name(segment: &str) -> String {
+    segment.replace("%2F", "/").replace("%25", "%")
+}
+
 pub(crate) fn encode<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(value).expect("metadata records serialize"))
 }

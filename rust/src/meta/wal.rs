@@ -82,6 +82,10 @@ pub(crate) struct TopicRuns {
     pub topic: String,
     pub id: Uuid,
     pub runs: Vec<WalRun>,
+    /// The partitions whose run holds a transaction's batches or markers (left out when none
+    /// does, as in manifests written before transactions existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transactional: Vec<i32>,
 }
 
 /// What one committed write-ahead object holds.
@@ -329,6 +333,7 @@ mod tests {
                     length: 100,
                     max_timestamp: 7,
                 }],
+                transactional: Vec::new(),
             }],
         }
     }

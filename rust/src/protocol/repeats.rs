@@ -11,7 +11,8 @@ use std::hash::Hash;
 
 use kafka_protocol::messages::{
     delete_records_request, describe_log_dirs_request, describe_producers_request,
-    offset_commit_request, offset_delete_request, offset_fetch_request, TopicName,
+    offset_commit_request, offset_delete_request, offset_fetch_request, txn_offset_commit_request,
+    TopicName,
 };
 
 /// Keeps the first entry of each key, where it is, and folds every later entry with the same
@@ -103,6 +104,10 @@ topic_entries! {
     }
     offset_fetch_request::OffsetFetchRequestTopic { name, partition_indexes: i32, |p| *p }
     offset_fetch_request::OffsetFetchRequestTopics { name, partition_indexes: i32, |p| *p }
+    txn_offset_commit_request::TxnOffsetCommitRequestTopic {
+        name, partitions: txn_offset_commit_request::TxnOffsetCommitRequestPartition,
+        |p| p.partition_index
+    }
 }
 
 #[cfg(test)]

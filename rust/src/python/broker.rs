@@ -14,10 +14,13 @@ use super::control::ControlRequest;
 use super::errors::{api_error, start_error};
 use super::group_store::GroupStore;
 use super::runtime::on_runtime;
+use super::transactions::TransactionView;
 use crate::broker::Topic;
 use crate::config::BrokerConfig;
+use crate::error::ApiError;
 use crate::metrics::{GroupSnapshot, GroupState};
 use crate::running::Running;
+use crate::transactions::coordinator::Members;
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 pub(super) struct TopicInfo {
@@ -217,6 +220,48 @@ impl Broker {
     fn coordinator_for(&self, group_id: &str) -> PyResult<Option<i32>> {
         let cluster = self.running()?.core.cluster();
         Ok(cluster.coordinator(group_id).map(|broker| broker.id))
+    }
+
+    /// A transactional id's record as this broker's mirror holds it, or None. Only reads the
+    /// mirror: it never waits while holding the GIL.
+    fn transaction(&self, transactional_id: &str) -> PyResult<Option<TransactionView>> {
+        let core = self.running()?.core.clone();
+        let record = core.transactions.mirrored(transactional_id);
+        Ok(record.map(|r| TransactionView::new(transactional_id, &r)))
+    }
+
+    /// The decided transactions (PrepareCommit, PrepareAbort) with groups still to be told,
+    /// as this broker's mirror holds them.
+    fn decided_transactions(&self) -> PyResult<Vec<TransactionView>> {
+        let core = self.running()?.core.clone();
+        let all = core.transactions.all();
+        let decided = all
+            .iter()
+            .filter(|(_, r)| r.state.preparing().is_some() && !r.unmarked_groups.is_empty());
+        Ok(decided.map(|(id, r)| TransactionView::new(id, r)).collect())
+    }
+
+    /// Reports that the group coordinator made the decided transaction's offsets of `group_id`
+    /// committed (or dropped them); raises KafkaApiError when the record could not be updated.
+    fn transaction_group_marked<'py>(
+        &self,
+        py: Python<'py>,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        group_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        on_runtime(&self.runtime, py, async move {
+            let producer = (producer_id, producer_epoch);
+            let done = Members::Group(&group_id);
+            core.transactions
+                .marked(&transactional_id, producer, done)
+                .await
+                .map_err(|e| {
+                    api_error(ApiError::new(e, "reporting a transaction's offsets failed"))
+                })
+        })
     }
 
     fn group_store(&self) -> PyResult<GroupStore> {

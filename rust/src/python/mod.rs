@@ -9,6 +9,7 @@ mod logging;
 mod runtime;
 mod segments;
 mod topic_configs;
+mod transactions;
 
 use pyo3::prelude::*;
 
@@ -27,6 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(segments::committed_bounds, m)?)?;
     m.add_function(wrap_pyfunction!(segments::empty_kafka_batch, m)?)?;
     m.add_class::<topic_configs::TopicConfig>()?;
+    m.add_class::<transactions::TransactionView>()?;
     m.add_function(wrap_pyfunction!(topic_configs::topic_configs, m)?)?;
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(logging::init_logging, m)?)?;

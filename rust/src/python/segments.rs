@@ -156,7 +156,8 @@ impl SegmentSource {
 impl SegmentSource {
     #[new]
     #[pyo3(signature = (location, *, max_uncompressed_batch_bytes, region=None, endpoint=None,
-        access_key_id=None, secret_access_key=None, session_token=None, etcd_endpoints=None))]
+        access_key_id=None, secret_access_key=None, session_token=None, etcd_endpoints=None,
+        read_committed=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         location: String,
@@ -167,6 +168,7 @@ impl SegmentSource {
         secret_access_key: Option<String>,
         session_token: Option<String>,
         etcd_endpoints: Option<Vec<String>>,
+        read_committed: bool,
     ) -> PyResult<SegmentSource> {
         let credentials = match (access_key_id, secret_access_key) {
             (Some(access_key_id), Some(secret_access_key)) => Some(S3Credentials {
@@ -195,6 +197,7 @@ impl SegmentSource {
                 store,
                 metadata,
                 max_uncompressed_batch_bytes,
+                read_committed,
             )),
             location,
         })
@@ -228,15 +231,20 @@ impl SegmentSource {
         ))
     }
 
-    /// `(partition, log start, committed end)` of each partition of `topic` that the metadata
-    /// knows; None without metadata or when it knows no such topic.
+    /// `(partition, log start, end)` of each partition of `topic` that the metadata knows (the
+    /// committed end; reading committed, the last stable offset); None without metadata or
+    /// when it knows no such topic.
     fn committed_bounds(
         &self,
         py: Python<'_>,
         topic: &str,
     ) -> PyResult<Option<Vec<(i32, i64, i64)>>> {
-        let snapshot = self.block_on(py, self.reader.snapshot(topic))?;
-        Ok(snapshot.as_ref().map(bounds))
+        self.block_on(py, async {
+            match self.reader.snapshot(topic).await? {
+                Some(snapshot) => Ok(Some(self.reader.bounds(topic, &snapshot).await?)),
+                None => Ok(None),
+            }
+        })
     }
 
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {

@@ -13,8 +13,9 @@ use kafka_protocol::messages::ApiKey;
 
 use super::handlers::{
     self, acls, delete_records, describe_cluster, describe_log_dirs, describe_producers,
-    describe_topic_partitions, fetch, find_coordinator, init_producer_id, list_offsets, metadata,
-    offset_for_leader_epoch, produce, scram_credentials, Handler, Handling, RequestContext,
+    describe_topic_partitions, describe_transactions, fetch, find_coordinator, init_producer_id,
+    list_offsets, metadata, offset_for_leader_epoch, produce, scram_credentials, transactions,
+    Handler, Handling, RequestContext,
 };
 use crate::control::body::ControlBody;
 use crate::protocol::header::Request;
@@ -49,8 +50,15 @@ pub(crate) const DATA_PLANE: &[DataPlaneApi] = &[
     api(ApiKey::FindCoordinator, 0, 5, find_coordinator::handle),
     api(ApiKey::ApiVersions, 0, 4, api_versions),
     api(ApiKey::OffsetForLeaderEpoch, 0, 4, offset_for_leader_epoch::handle),
-    // Idempotent producers only (no transactional id).
     api(ApiKey::InitProducerId, 0, 5, init_producer_id::handle),
+    // The transaction coordinator's: v4+ of AddPartitionsToTxn are brokers' (KIP-890), v4
+    // of EndTxn asks for TRANSACTION_ABORTABLE, v5 for an epoch bump per transaction.
+    api(ApiKey::AddPartitionsToTxn, 0, 3, transactions::handle_add_partitions),
+    api(ApiKey::AddOffsetsToTxn, 0, 3, transactions::handle_add_offsets),
+    api(ApiKey::EndTxn, 0, 3, transactions::handle_end),
+    api(ApiKey::DescribeTransactions, 0, 0, describe_transactions::handle_describe),
+    // v1 adds a filter by how long a transaction has run (KIP-994).
+    api(ApiKey::ListTransactions, 0, 1, describe_transactions::handle_list),
     api(ApiKey::DescribeProducers, 0, 0, describe_producers::handle),
     api(ApiKey::DeleteRecords, 0, 2, delete_records::handle),
     api(ApiKey::DescribeLogDirs, 0, 4, describe_log_dirs::handle),

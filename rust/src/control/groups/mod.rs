@@ -3,3 +3,4 @@
 
 pub(crate) mod answers;
 pub(crate) mod requests;
+pub(crate) mod txn_offsets;

@@ -162,18 +162,18 @@ impl LeaveGroupRequest {
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
 pub(crate) struct OffsetCommitPartition {
-    partition_index: i32,
-    committed_offset: i64,
-    committed_leader_epoch: i32,
-    committed_metadata: Option<String>,
-    commit_timestamp: i64,
+    pub(super) partition_index: i32,
+    pub(super) committed_offset: i64,
+    pub(super) committed_leader_epoch: i32,
+    pub(super) committed_metadata: Option<String>,
+    pub(super) commit_timestamp: i64,
 }
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]
 #[derive(Debug, Clone)]
 pub(crate) struct OffsetCommitTopic {
-    name: String,
-    partitions: Vec<OffsetCommitPartition>,
+    pub(super) name: String,
+    pub(super) partitions: Vec<OffsetCommitPartition>,
 }
 
 #[pyclass(frozen, get_all, module = "kafscale._core")]

@@ -8,7 +8,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::log::batch::{BatchHeader, BATCH_HEADER_LEN, CRC_START, LOG_OVERHEAD};
+use crate::log::batch::{
+    BatchHeader, BATCH_HEADER_LEN, CONTROL, CRC_START, LOG_OVERHEAD, TRANSACTIONAL,
+};
 use crate::log::checksum::crc32c;
 use crate::log::compress::compress;
 use crate::log::decompress::{Codec, Decompressed};
@@ -75,8 +77,17 @@ pub(crate) fn records_section<'a>(
     Ok(scratch)
 }
 
+/// Whether the cleaner leaves `header`'s batch as it is and keeps its keys out of the offset
+/// map: a transaction's batch or marker. Its records stay whatever came after them (an aborted
+/// record never supersedes a committed one, a committed one is never dropped for a record of a
+/// transaction that may yet abort), and read_committed readers still find every marker.
+pub(crate) fn in_transaction(header: &BatchHeader) -> bool {
+    header.attributes & (TRANSACTIONAL | CONTROL) != 0
+}
+
 /// Cleans one batch (its whole bytes): keeps each record `latest` says is its key's last
-/// (given its offset and key), unless it is a tombstone past its horizon.
+/// (given its offset and key), unless it is a tombstone past its horizon. A transaction's
+/// batches and markers stay as they are (`in_transaction`).
 pub(crate) fn clean_batch(
     header: &BatchHeader,
     batch: &[u8],
@@ -84,6 +95,9 @@ pub(crate) fn clean_batch(
     clock: TombstoneClock,
     mut latest: impl FnMut(i64, Option<&[u8]>) -> bool,
 ) -> Result<CleanedBatch, BatchProblem> {
+    if in_transaction(header) {
+        return Ok(CleanedBatch::Unchanged);
+    }
     let mut scratch = Vec::new();
     let section = records_section(header, batch, max_uncompressed, &mut scratch)?;
     let horizon = (header.attributes & DELETE_HORIZON != 0).then_some(header.base_timestamp);

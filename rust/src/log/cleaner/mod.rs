@@ -296,6 +296,10 @@ async fn offset_map(
             if header.last_offset() < from {
                 continue;
             }
+            if batch::in_transaction(&header) {
+                end = header.last_offset() + 1;
+                continue;
+            }
             // A batch is taken in whole, or not at all once the map may not hold its keys.
             if header.record_count.max(0) as usize > map.room() && end > from {
                 return Ok((map, end));

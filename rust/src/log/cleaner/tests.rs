@@ -494,3 +494,72 @@ async fn a_part_of_the_log_left_without_records_is_an_empty_segment_reads_skip()
         assert_eq!(read.iter().map(|r| r.0).collect::<Vec<_>>(), expected);
     }
 }
+
+/// A transactional batch of one record of producer `id` (sequence `seq`).
+fn txn_batch(id: i64, seq: i32, (key, value): Kv) -> Bytes {
+    let record = kafka_protocol::records::Record {
+        transactional: true,
+        producer_id: id,
+        producer_epoch: 0,
+        sequence: seq,
+        key: key.map(|k| Bytes::from_static(k.as_bytes())),
+        value: value.map(|v| Bytes::from_static(v.as_bytes())),
+        ..record_at(0, T0, Bytes::new())
+    };
+    encode_records(&[record], Compression::None)
+}
+
+/// Appends a transactional batch (its transaction confirmed) and the marker that ends it.
+async fn transaction(f: &Fixture, p: &Arc<Partition>, id: i64, kv: Kv, commit: bool) {
+    let validated = validate_batches(&txn_batch(id, 0, kv), 1 << 20).unwrap();
+    let (ack, appended) = p
+        .append_verified(validated, true, &|_, _| Ok(()))
+        .unwrap()
+        .buffered();
+    f.writer.note_append(p, appended);
+    assert!(f.writer.flush().await);
+    ack.await.unwrap().unwrap();
+    let crate::log::partition::Marked::Buffered(ack, bytes) =
+        p.append_marker(id, 0, commit).unwrap()
+    else {
+        panic!("the transaction is open");
+    };
+    f.writer.note_append(p, bytes);
+    assert!(f.writer.flush().await);
+    ack.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_transactions_records_and_markers_pass_through_and_never_supersede_others() {
+    let (f, p) = fixture().await;
+    p.load_producers(&f.ctx).await;
+    segments_of(
+        &f,
+        &p,
+        &[&[(Some("a"), Some("x0"))], &[(Some("a"), Some("x1"))]],
+    )
+    .await;
+    transaction(&f, &p, 9, (Some("a"), Some("t2")), true).await;
+    transaction(&f, &p, 10, (Some("a"), Some("t4")), false).await;
+    compact_all(&f, &p).await;
+    tail(&f, &p).await;
+    let cleaning = clean_now(&f, &p, rules(), now_ms()).await;
+    assert_eq!(cleaning.records_removed, 1, "x0 only");
+    let read = read_from(&f, &p, 0).await;
+    let values: Vec<(i64, Option<&str>)> = offsets_and_values(&read);
+    // x1 stays although a committed transaction wrote "a" after it: transactional records do
+    // not enter the map; both markers (control records, no value of their own here) stay.
+    assert_eq!(
+        values.iter().map(|v| v.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5],
+        "x1, t2 and its marker, t4 and its marker"
+    );
+    assert_eq!(
+        p.aborted_between(0, 10),
+        [crate::log::producers::AbortedTxn {
+            producer_id: 10,
+            first_offset: 4,
+            last_offset: 5
+        }]
+    );
+}

@@ -13,13 +13,15 @@
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::{now_ms, AppendResult, Partition};
 use crate::log::batch::BatchHeader;
 use crate::log::occupant::{self, PutOutcome};
-use crate::log::producers::{BatchPlace, ProducerBatch, ProducerStates, Verdict};
+use crate::log::producers::{
+    close_transaction, replay_batch, AbortedTxn, BatchPlace, Marker, ProducerBatch,
+    ProducerSnapshot, ProducerStates, Verdict,
+};
 use crate::log::LogContext;
 use crate::store::SegmentObject;
 
@@ -33,18 +35,27 @@ pub(super) struct Idempotence {
     committed_end: i64,
     /// The committed state plus what the buffered and in-flight batches add.
     current: ProducerStates,
+    /// The transactions aborted in the committed log, by the offset of their marker (Fetch's
+    /// aborted-transaction lists for read_committed consumers).
+    aborted: Vec<AbortedTxn>,
     /// Retries of batches not committed yet: answered when the original is.
     duplicates: Vec<(BatchPlace, oneshot::Sender<AppendResult>)>,
 }
 
-/// An idempotent producer's batch as appended, taken into the committed state once its flush
-/// commits.
+/// An idempotent producer's batch, or a transaction marker, as appended: taken into the
+/// committed state once its flush commits.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Recorded {
-    batch: ProducerBatch,
-    base_offset: i64,
-    last_offset: i64,
-    at_ms: i64,
+pub(crate) enum Recorded {
+    Batch {
+        batch: ProducerBatch,
+        base_offset: i64,
+        last_offset: i64,
+        at_ms: i64,
+    },
+    Marker {
+        marker: Marker,
+        at_ms: i64,
+    },
 }
 
 /// What the producer state says about a partition's batches.
@@ -55,11 +66,14 @@ pub(super) enum Admission {
     Duplicate(BatchPlace),
 }
 
-/// A stored snapshot: the producer state of the log below `end`.
-#[derive(Serialize, Deserialize)]
-struct Snapshot {
-    end: i64,
-    producers: ProducerStates,
+impl Recorded {
+    /// A transaction's batch or marker.
+    pub(crate) fn is_transactional(&self) -> bool {
+        match self {
+            Recorded::Batch { batch, .. } => batch.transactional,
+            Recorded::Marker { .. } => true,
+        }
+    }
 }
 
 impl Idempotence {
@@ -120,12 +134,55 @@ impl Idempotence {
     ) -> Recorded {
         let at_ms = now_ms();
         self.current.record(&batch, base_offset, last_offset, at_ms);
-        Recorded {
+        Recorded::Batch {
             batch,
             base_offset,
             last_offset,
             at_ms,
         }
+    }
+
+    /// Takes a marker of `producer_id`'s transaction, stored at `offset`, into the current
+    /// state: its transaction here is closed.
+    pub(super) fn record_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        offset: i64,
+        commit: bool,
+    ) -> Recorded {
+        let at_ms = now_ms();
+        self.current.end_transaction(producer_id, epoch, at_ms);
+        let marker = Marker {
+            producer_id,
+            epoch,
+            offset,
+            commit,
+        };
+        Recorded::Marker { marker, at_ms }
+    }
+
+    /// Where `producer_id`'s transaction open here (with what is buffered) began, and at
+    /// which epoch the producer writes.
+    pub(super) fn open_transaction(&self, producer_id: i64) -> Option<(i16, i64)> {
+        self.current.open_transaction(producer_id)
+    }
+
+    /// The last stable offset of a log committed up to `end`: where its oldest committed
+    /// transaction still open began, else `end`.
+    pub(super) fn last_stable(&self, end: i64) -> i64 {
+        self.committed
+            .first_unstable()
+            .map_or(end, |first| first.min(end))
+    }
+
+    /// The aborted transactions with records in `from..to`, as Fetch lists them.
+    pub(super) fn aborted_between(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+        self.aborted
+            .iter()
+            .filter(|a| a.last_offset >= from && a.first_offset < to)
+            .copied()
+            .collect()
     }
 
     /// Answers a retry once its original is committed (or fails it with the original).
@@ -138,8 +195,7 @@ impl Idempotence {
     /// A flush committed `recorded`; the log is committed up to `end`.
     pub(super) fn commit(&mut self, recorded: &[Recorded], end: i64) {
         for r in recorded {
-            self.committed
-                .record(&r.batch, r.base_offset, r.last_offset, r.at_ms);
+            apply(&mut self.committed, &mut self.aborted, r);
         }
         self.committed_end = self.committed_end.max(end);
         let (done, waiting) = std::mem::take(&mut self.duplicates)
@@ -163,6 +219,20 @@ impl Idempotence {
     pub(super) fn truncate_below(&mut self, log_start: i64) {
         self.committed.truncate_below(log_start);
         self.current.truncate_below(log_start);
+        self.aborted.retain(|a| a.last_offset >= log_start);
+    }
+}
+
+/// Takes a committed batch or marker into `producers` (and an abort into `aborted`).
+fn apply(producers: &mut ProducerStates, aborted: &mut Vec<AbortedTxn>, recorded: &Recorded) {
+    match *recorded {
+        Recorded::Batch {
+            ref batch,
+            base_offset,
+            last_offset,
+            at_ms,
+        } => producers.record(batch, base_offset, last_offset, at_ms),
+        Recorded::Marker { marker, at_ms } => close_transaction(producers, aborted, marker, at_ms),
     }
 }
 
@@ -173,6 +243,8 @@ pub(crate) struct ActiveProducer {
     pub epoch: i16,
     pub last_sequence: i32,
     pub last_write_ms: i64,
+    /// Where its transaction open here began, if one is.
+    pub txn_start_offset: Option<i64>,
 }
 
 impl Partition {
@@ -188,12 +260,15 @@ impl Partition {
             .producers
             .current
             .iter()
-            .filter(|(_, entry)| now - entry.last_write_ms < expiration_ms)
+            .filter(|(_, entry)| {
+                now - entry.last_write_ms < expiration_ms || entry.txn_first_offset.is_some()
+            })
             .map(|(producer_id, entry)| ActiveProducer {
                 producer_id,
                 epoch: entry.epoch,
                 last_sequence: entry.batches.back().map_or(-1, |b| b.last_seq),
                 last_write_ms: entry.last_write_ms,
+                txn_start_offset: entry.txn_first_offset,
             })
             .collect();
         active.sort_by_key(|p| p.producer_id);
@@ -229,7 +304,7 @@ impl Partition {
         };
         let record = &owned.record;
         let expiration_ms = self.limits.producer_id_expiration_ms();
-        let (mut producers, from) = match record.producer_snapshot {
+        let (mut producers, mut aborted, from) = match record.producer_snapshot {
             Some(end) if end >= record.segment_end() => {
                 let path = self.segment_path(ctx, end, SegmentObject::ProducerSnapshot);
                 let bytes = ctx
@@ -237,11 +312,11 @@ impl Partition {
                     .get(&path)
                     .await
                     .map_err(|e| format!("{path}: {e}"))?;
-                let snapshot: Snapshot = serde_json::from_slice(&bytes)
+                let snapshot: ProducerSnapshot = serde_json::from_slice(&bytes)
                     .map_err(|e| format!("{path} is not a producer snapshot: {e}"))?;
-                (snapshot.producers, snapshot.end)
+                (snapshot.producers, snapshot.aborted, snapshot.end)
             }
-            _ => (ProducerStates::default(), record.segment_end()),
+            _ => (ProducerStates::default(), Vec::new(), record.segment_end()),
         };
         // Idempotent batches wait for this, so what commits meanwhile has no producer id:
         // replaying up to the end as of now takes in every producer batch.
@@ -250,10 +325,9 @@ impl Partition {
             // Run by run: a log with much written since its snapshot (a backlog of
             // compaction) is never held in memory whole.
             let now = now_ms();
-            let read = self.visit_committed_batches(ctx, from, end - 1, |_, header| {
-                if let Some(batch) = ProducerBatch::of(header) {
-                    producers.record(&batch, header.base_offset, header.last_offset(), now);
-                }
+            let read = self.visit_committed_batches(ctx, from, end - 1, |batch, header| {
+                let bytes = || batch.joined();
+                replay_batch(&mut producers, &mut aborted, header, bytes, now);
             });
             if !read.await {
                 return Err("the write-ahead runs after the snapshot cannot be read".into());
@@ -261,12 +335,15 @@ impl Partition {
         }
         producers.expire(now_ms(), expiration_ms);
         let mut state = self.state();
-        producers.truncate_below(state.committed.record.log_start_offset);
+        let log_start = state.committed.record.log_start_offset;
+        producers.truncate_below(log_start);
+        aborted.retain(|a| a.last_offset >= log_start);
         tracing::debug!(topic = %self.topic, partition = self.id, producers = producers.len(),
             "producer state rebuilt");
         let rebuilt = &mut state.producers;
         rebuilt.committed = producers.clone();
         rebuilt.current = producers;
+        rebuilt.aborted = aborted;
         rebuilt.committed_end = rebuilt.committed_end.max(end);
         rebuilt.loaded = true;
         Ok(())
@@ -292,16 +369,17 @@ impl Partition {
             let now = now_ms();
             producers.committed.expire(now, expiration_ms);
             producers.current.expire(now, expiration_ms);
-            if producers.committed.is_empty() {
+            if producers.committed.is_empty() && producers.aborted.is_empty() {
                 return Ok(None);
             }
             let end = producers.committed_end;
             if stored == Some(end) {
                 return Ok(stored);
             }
-            let snapshot = Snapshot {
+            let snapshot = ProducerSnapshot {
                 end,
                 producers: producers.committed.clone(),
+                aborted: producers.aborted.clone(),
             };
             (
                 end,

@@ -12,6 +12,7 @@ mod cleaning;
 pub(crate) mod compaction;
 mod idempotence;
 mod roles;
+mod transactions;
 
 pub(crate) use compaction::Compacted;
 pub(crate) use idempotence::Recorded;
@@ -31,6 +32,7 @@ use super::LogContext;
 use crate::meta::catalog::{CatalogError, VersionedPartition};
 use crate::store::SegmentObject;
 use idempotence::{Admission, Idempotence};
+pub(crate) use transactions::{Marked, Verifier};
 
 /// Result of a produce once its flush finished: the base offset of its first batch.
 pub(crate) type AppendResult = Result<i64, ResponseError>;
@@ -44,6 +46,9 @@ pub(crate) struct Taken {
     pub batches: Vec<StoredBatch>,
     pub bytes: usize,
     pub leader_epoch: i32,
+    /// Some of them are a transaction's batches or markers (the manifest says so, for the
+    /// readers outside the brokers that work out which transactions are open or aborted).
+    pub transactional: bool,
     /// Kept until the object is committed or failed.
     pub owed: Owed,
 }
@@ -239,15 +244,29 @@ impl Partition {
     /// and the bytes appended, for the write-ahead writer's accounting; or, for a retry of
     /// stored batches, where they are (without `want_ack`, acks=0, also for a retry of
     /// batches still buffered).
+    #[cfg(test)]
     pub(crate) fn append(
         &self,
         batches: Vec<IncomingBatch>,
         want_ack: bool,
     ) -> Result<Appended, ResponseError> {
+        self.append_verified(batches, want_ack, &transactions::no_transaction)
+    }
+
+    /// `append`, for a request whose transactional batches `verify` checks against the
+    /// transaction coordinator's record (under the partition's lock, so no marker of the
+    /// same transaction slips in between; `transactions`).
+    pub(crate) fn append_verified(
+        &self,
+        batches: Vec<IncomingBatch>,
+        want_ack: bool,
+        verify: Verifier<'_>,
+    ) -> Result<Appended, ResponseError> {
         let mut state = self.state();
         if let Some(error) = state.closed {
             return Err(error);
         }
+        transactions::check_transactional(&state.producers, &batches, verify)?;
         let expiration_ms = self.limits.producer_id_expiration_ms();
         let admitted = state
             .producers
@@ -276,22 +295,9 @@ impl Partition {
                 let last_offset = batch.header.last_offset_delta as i64 + base_offset;
                 recorded.push(state.producers.record(producer, base_offset, last_offset));
             }
-            stored.push(StoredBatch {
-                prefix: rewritten_prefix(base_offset, batch.header.size, epoch),
-                body: smallvec![batch.bytes.slice(REWRITTEN_PREFIX_LEN..)],
-                base_offset,
-                offset_count: batch.header.offset_count(),
-                max_timestamp: batch.header.max_timestamp,
-            });
+            stored.push(stored_batch(&batch, base_offset, epoch));
         }
-        let (waiter, receiver) = oneshot::channel();
-        state.pending.push(Chunk {
-            batches: stored,
-            bytes,
-            waiter,
-            recorded,
-        });
-        state.pending_bytes += bytes;
+        let receiver = state.buffer(stored, bytes, recorded);
         Ok(Appended::Buffered(receiver, bytes))
     }
 
@@ -395,6 +401,7 @@ impl Partition {
             batches,
             bytes,
             leader_epoch: state.committed.record.leader_epoch,
+            transactional: recorded.iter().any(Recorded::is_transactional),
             owed: Owed { replies, recorded },
         })
     }
@@ -537,6 +544,38 @@ impl Partition {
         {
             segment.max_timestamp = Some(max_timestamp);
         }
+    }
+}
+
+/// `batch` as buffered at `base_offset`, in leader epoch `epoch`.
+fn stored_batch(batch: &IncomingBatch, base_offset: i64, epoch: i32) -> StoredBatch {
+    StoredBatch {
+        prefix: rewritten_prefix(base_offset, batch.header.size, epoch),
+        body: smallvec![batch.bytes.slice(REWRITTEN_PREFIX_LEN..)],
+        base_offset,
+        offset_count: batch.header.offset_count(),
+        max_timestamp: batch.header.max_timestamp,
+    }
+}
+
+impl State {
+    /// Puts appended batches in the write buffer; the receiver completes once they are
+    /// durable or failed.
+    fn buffer(
+        &mut self,
+        batches: Vec<StoredBatch>,
+        bytes: usize,
+        recorded: Vec<Recorded>,
+    ) -> oneshot::Receiver<AppendResult> {
+        let (waiter, receiver) = oneshot::channel();
+        self.pending.push(Chunk {
+            batches,
+            bytes,
+            waiter,
+            recorded,
+        });
+        self.pending_bytes += bytes;
+        receiver
     }
 }
 

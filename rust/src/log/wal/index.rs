@@ -199,6 +199,7 @@ mod tests {
                 topic: "t".into(),
                 id,
                 runs: runs.collect(),
+                transactional: Vec::new(),
             }],
         }
     }

@@ -526,13 +526,21 @@ fn manifest_of(
             length: placement.length,
             max_timestamp: batches.iter().map(|b| b.max_timestamp).max().unwrap_or(-1),
         };
-        match topics.last_mut() {
-            Some(t) if t.id == p.topic_id => t.runs.push(run),
-            _ => topics.push(TopicRuns {
-                topic: p.topic.to_string(),
-                id: p.topic_id,
-                runs: vec![run],
-            }),
+        let runs = match topics.last_mut() {
+            Some(t) if t.id == p.topic_id => t,
+            _ => {
+                topics.push(TopicRuns {
+                    topic: p.topic.to_string(),
+                    id: p.topic_id,
+                    runs: Vec::new(),
+                    transactional: Vec::new(),
+                });
+                topics.last_mut().expect("just pushed")
+            }
+        };
+        runs.runs.push(run);
+        if taken.transactional {
+            runs.transactional.push(p.id);
         }
     }
     WalManifest {

@@ -63,7 +63,13 @@ mod tests {
             assert_eq!(listed(ApiKey::InitProducerId), Some((0, 5)));
             assert_eq!(listed(ApiKey::DescribeCluster), Some((0, 1)));
             assert_eq!(listed(ApiKey::AllocateProducerIds), None);
-            assert_eq!(listed(ApiKey::EndTxn), None);
+            assert_eq!(listed(ApiKey::EndTxn), Some((0, 3)));
+            assert_eq!(listed(ApiKey::TxnOffsetCommit), Some((0, 3)));
+            assert_eq!(
+                listed(ApiKey::WriteTxnMarkers),
+                None,
+                "brokers write their own"
+            );
             assert_eq!(response.api_keys.len(), served().count());
         }
     }

@@ -1,7 +1,8 @@
 //! DescribeProducers v0 (KIP-664): the idempotent producers each partition's owner remembers,
 //! with their epoch, last sequence and last write, as `kafka-transactions.sh
-//! describe-producers` and admin clients list them. Transactions are not supported, so there is
-//! never a coordinator epoch or an open transaction (-1). A topic needs READ, else each of its
+//! describe-producers` and admin clients list them, and where each one's transaction open in
+//! the partition began (else -1); the coordinator epoch is -1 (the coordinator's record is
+//! fenced by its revision, not an epoch). A topic needs READ, else each of its
 //! partitions gets TOPIC_AUTHORIZATION_FAILED. A partition named more than once is answered
 //! once: Kafka answers every entry, but a partition's producers can outnumber the bytes that
 //! name it a thousandfold, so repeats would multiply the answer.
@@ -49,7 +50,7 @@ pub(crate) fn answer(
                                 .with_last_sequence(p.last_sequence)
                                 .with_last_timestamp(p.last_write_ms)
                                 .with_coordinator_epoch(-1)
-                                .with_current_txn_start_offset(-1)
+                                .with_current_txn_start_offset(p.txn_start_offset.unwrap_or(-1))
                         })
                         .collect(),
                 ),

@@ -7,6 +7,9 @@
 //! response: the encoded frame holds slices of the cached objects it was read from, written
 //! with vectored writes (protocol/splice.rs).
 //!
+//! A read_committed consumer (isolation level 1) reads below the partition's last stable
+//! offset and gets the aborted transactions of what it read; only the owner answers it.
+//!
 //! A partition named twice is read once: like Kafka (which builds the request's partitions
 //! into a map keyed by topic-partition), the last entry's offset and MaxBytes win and the
 //! answer has one entry per partition, where the partition was first named.
@@ -23,13 +26,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::select_all;
 use futures::FutureExt;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::{check_leader_epoch, Handling, RequestContext};
+use super::{check_leader_epoch, Handling, RequestContext, READ_COMMITTED};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Slot};
@@ -64,6 +69,16 @@ struct Wanted {
     offset: i64,
     max_bytes: usize,
     client_epoch: i32,
+    /// A consumer's read_committed fetch: below the last stable offset, with the aborted
+    /// transactions listed (only the partition's owner knows them).
+    read_committed: bool,
+}
+
+/// What a read_committed read adds to its answer: the last stable offset it read below and the
+/// aborted transactions of what it read.
+struct Committed {
+    last_stable: i64,
+    aborted: Vec<AbortedTransaction>,
 }
 
 /// `room` charges the records read while the request holds them (the encoded response is
@@ -231,6 +246,7 @@ fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) 
                 offset: p.fetch_offset,
                 max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
                 client_epoch: p.current_leader_epoch,
+                read_committed: !follower && body.isolation_level == READ_COMMITTED,
             };
             // By id from v13 on, by name before: the key the request names topics by.
             let key = if by_id {
@@ -266,10 +282,7 @@ async fn read_all(
         let data = nothing_known(w.index);
         let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
         let read = match log {
-            Ok(partition) => match check_leader_epoch(broker, partition, w.client_epoch) {
-                Ok(()) => reader::read(&broker.log, partition, w.offset, budget, total == 0).await,
-                Err(e) => Err(e),
-            },
+            Ok(partition) => read_one(broker, w, partition, budget, total == 0).await,
             Err(ResponseError::TopicAuthorizationFailed) => {
                 let denied = data.with_error_code(ResponseError::TopicAuthorizationFailed.code());
                 responses.push(w.answer(denied, None));
@@ -278,12 +291,18 @@ async fn read_all(
             Err(e) => Err(*e),
         };
         let answer = match read {
-            Ok(result) => {
+            Ok((result, committed)) => {
                 total += result.records.iter().map(Bytes::len).sum::<usize>();
                 let data = data
                     .with_high_watermark(result.high_watermark)
                     .with_last_stable_offset(result.high_watermark)
                     .with_log_start_offset(result.log_start_offset);
+                let data = match committed {
+                    Some(c) => data
+                        .with_last_stable_offset(c.last_stable)
+                        .with_aborted_transactions(Some(c.aborted)),
+                    None => data,
+                };
                 Answered {
                     record_count: result.record_count,
                     ..w.answer(data, Some(result.records))
@@ -311,6 +330,42 @@ async fn read_all(
     (responses, total, any_error)
 }
 
+/// Reads one partition from `partition`, its log now: below the last stable offset for a
+/// read_committed fetch, which only the owner answers (a follower view has no producer state:
+/// NOT_LEADER_OR_FOLLOWER sends the consumer to the owner, as Kafka's followers answer).
+async fn read_one(
+    broker: &Broker,
+    w: &Wanted,
+    partition: &Arc<Partition>,
+    budget: usize,
+    must_progress: bool,
+) -> Result<(reader::ReadResult, Option<Committed>), ResponseError> {
+    check_leader_epoch(broker, partition, w.client_epoch)?;
+    if !w.read_committed {
+        let read = reader::read(&broker.log, partition, w.offset, budget, must_progress).await?;
+        return Ok((read, None));
+    }
+    let last_stable = partition.last_stable_offset()?;
+    let wanted = (w.offset, last_stable);
+    let read = reader::read_below(&broker.log, partition, wanted, budget, must_progress).await?;
+    let aborted = partition
+        .aborted_between(w.offset, read.next_offset)
+        .into_iter()
+        .map(|a| {
+            AbortedTransaction::default()
+                .with_producer_id(ProducerId(a.producer_id))
+                .with_first_offset(a.first_offset)
+        })
+        .collect();
+    Ok((
+        read,
+        Some(Committed {
+            last_stable,
+            aborted,
+        }),
+    ))
+}
+
 /// Brings the answers up to the moment they are sent. A read may wait for the object store
 /// (seconds under load) while its partition is handed off, or committed further: a partition
 /// this broker owned when the request came and has given up since is answered
@@ -327,7 +382,10 @@ fn settle(wanted: &[Wanted], responses: &mut [Answered]) {
             Ok(log) => {
                 let end = answered.data.high_watermark.max(log.high_watermark());
                 answered.data.high_watermark = end;
-                answered.data.last_stable_offset = end;
+                // A read_committed answer keeps the last stable offset it read below.
+                if !w.read_committed {
+                    answered.data.last_stable_offset = end;
+                }
             }
             Err(error) => {
                 answered.data = nothing_known(w.index).with_error_code(error.code());

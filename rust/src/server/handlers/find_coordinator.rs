@@ -1,7 +1,6 @@
-//! FindCoordinator v0–5 (v4+ look up a batch of keys). A group's coordinator is the live
-//! broker that rendezvous hashing of the group id picks from this broker's cluster view, so
-//! every broker names the same one. Transactions are not supported: a transaction key gets
-//! an error every client treats as fatal, with a message saying so.
+//! FindCoordinator v0–5 (v4+ look up a batch of keys). A group's coordinator, and a
+//! transactional id's, is the live broker that rendezvous hashing of the key picks from this
+//! broker's cluster view, so every broker names the same one.
 //! librdkafka also reads this API's presence as "the broker supports LZ4" (its LZ4 feature
 //! depends on FindCoordinator v0), so answering it is what lets lz4 producers compress.
 //! As in Kafka, a group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED), a
@@ -100,13 +99,12 @@ fn lookup(
                 "no live broker is known yet; retry shortly",
             )
         }),
-        // Fatal in every client (COORDINATOR_NOT_AVAILABLE is retried until max.block.ms);
-        // librdkafka prints the message.
-        TRANSACTION => Err(ApiError::new(
-            ResponseError::TransactionalIdAuthorizationFailed,
-            "transactions are not supported by KafScale; produce without a transactional.id \
-             (idempotent producers are supported)",
-        )),
+        TRANSACTION => cluster.transaction_coordinator(key).ok_or_else(|| {
+            ApiError::new(
+                ResponseError::CoordinatorNotAvailable,
+                "no live broker is known yet; retry shortly",
+            )
+        }),
         other => Err(ApiError::new(
             ResponseError::InvalidRequest,
             format!("unknown coordinator key type {other}"),
@@ -217,14 +215,13 @@ mod tests {
     }
 
     #[test]
-    fn no_reachable_broker_is_retried_and_a_transaction_key_refused_with_a_reason() {
+    fn no_reachable_broker_is_retried_with_a_reason() {
         let unavailable = ResponseError::CoordinatorNotAvailable.code();
-        let no_transactions = ResponseError::TransactionalIdAuthorizationFailed.code();
         for (state, key_type, listener, error) in [
             (cluster(&[]), GROUP, "PLAINTEXT", unavailable),
+            (cluster(&[]), TRANSACTION, "PLAINTEXT", unavailable),
             // the coordinator has no listener of the name the client came in on
             (cluster(&[1]), GROUP, "SSL", unavailable),
-            (cluster(&[1]), TRANSACTION, "PLAINTEXT", no_transactions),
         ] {
             for version in 0..=5 {
                 let wire = on_the_wire(
@@ -250,6 +247,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_transactional_id_is_placed_apart_from_the_group_of_its_name() {
+        let state = cluster(&[1, 2, 3]);
+        let mut apart = 0;
+        for n in 0..30 {
+            let key = format!("tx-{n}");
+            let wire = on_the_wire(
+                &answer(
+                    &state,
+                    &request(TRANSACTION, &[&key]),
+                    3,
+                    "PLAINTEXT",
+                    &open(),
+                ),
+                3,
+            );
+            let coordinator = state.transaction_coordinator(&key).unwrap().id;
+            assert_eq!((wire.error_code, wire.node_id.0), (0, coordinator));
+            apart += usize::from(coordinator != state.coordinator(&key).unwrap().id);
+        }
+        assert!(apart > 0, "transactions follow a hash of their own");
     }
 
     #[test]

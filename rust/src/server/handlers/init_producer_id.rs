@@ -1,13 +1,13 @@
-//! InitProducerId v0–5 for idempotent producers: a producer id unique across the cluster and
-//! its restarts (`meta::producer_ids`), at epoch 0. As in Kafka, a producer without a
+//! InitProducerId v0–5. An idempotent producer gets a producer id unique across the cluster
+//! and its restarts (`meta::producer_ids`), at epoch 0; as in Kafka, a producer without a
 //! transactional id always gets a fresh id, also when it names its current one (v3+, KIP-360:
-//! a producer whose sequence state it lost starts over). Transactions are not supported: a
-//! transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which every client treats as
-//! fatal at once, instead of an error it would retry until its timeout.
+//! a producer whose sequence state it lost starts over). A transactional producer asks the
+//! coordinator of its transactional id (`transactions`), which keeps its producer id and bumps
+//! its epoch, fencing older instances, and aborts a transaction they left open.
 //!
 //! Authorization as in Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or
-//! WRITE on some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED. (A transactional id needs
-//! WRITE on it, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the answer it gets anyway.)
+//! WRITE on some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED; a transactional id needs
+//! WRITE on it, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 use std::sync::Arc;
 
@@ -27,9 +27,8 @@ pub(crate) async fn answer(
     access: &Access,
 ) -> Result<bytes::Bytes, WireError> {
     let body: InitProducerIdRequest = request.body()?;
-    let response = if body.transactional_id.is_some() {
-        // Kafka checks WRITE on the transactional id first: refused whatever it says.
-        failure(ResponseError::TransactionalIdAuthorizationFailed)
+    let response = if let Some(id) = &body.transactional_id {
+        transactional(broker, request.api_version, &body, id, access).await
     } else if !(access.allows_cluster(Operation::IdempotentWrite)
         || access.allows_any(Operation::Write, ResourceType::Topic))
     {
@@ -46,6 +45,34 @@ pub(crate) async fn answer(
         }
     };
     encode_response(request.correlation_id, request.api_version, &response)
+}
+
+async fn transactional(
+    broker: &Arc<Broker>,
+    version: i16,
+    body: &InitProducerIdRequest,
+    id: &str,
+    access: &Access,
+) -> InitProducerIdResponse {
+    if let Some(error) = super::transactions::refusal(broker, access, id) {
+        return failure(error);
+    }
+    // v3+ name the producer's current id and epoch when it has them (KIP-360).
+    let expected = (body.producer_id.0 >= 0).then_some((body.producer_id.0, body.producer_epoch));
+    let timeout_ms = (
+        body.transaction_timeout_ms,
+        broker.config.transaction_max_timeout_ms,
+    );
+    let initialised =
+        broker
+            .transactions
+            .init_producer_id(id, timeout_ms, expected, &broker.producer_ids);
+    match initialised.await {
+        Ok((producer_id, epoch)) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch),
+        Err(error) => failure(super::transactions::for_version(error, version, 4)),
+    }
 }
 
 fn failure(error: ResponseError) -> InitProducerIdResponse {
@@ -116,17 +143,42 @@ mod tests {
         assert!(ids.iter().all(|&id| id >= 0));
     }
 
+    fn transactional(timeout_ms: i32) -> InitProducerIdRequest {
+        InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))))
+            .with_transaction_timeout_ms(timeout_ms)
+    }
+
     #[tokio::test]
-    async fn a_transactional_id_is_refused_for_good() {
+    async fn a_transactional_id_keeps_its_producer_id_and_gets_the_next_epoch() {
         let b = broker(1 << 20).await;
-        let body = InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))));
-        let answer = ask(&b.broker, 4, body).await;
+        let first = ask(&b.broker, 4, transactional(60_000)).await;
+        assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+        for (version, epoch) in [(0, 1), (3, 2), (5, 3)] {
+            let next = ask(&b.broker, version, transactional(60_000)).await;
+            assert_eq!(next.error_code, 0, "v{version}");
+            assert_eq!(
+                (next.producer_id, next.producer_epoch),
+                (first.producer_id, epoch)
+            );
+        }
+        // KIP-360: naming an epoch it does not have, a producer is fenced (v4+ say so).
+        let stale = transactional(60_000)
+            .with_producer_id(first.producer_id)
+            .with_producer_epoch(1);
+        let fenced = ask(&b.broker, 4, stale.clone()).await;
+        assert_eq!(fenced.error_code, ResponseError::ProducerFenced.code());
+        let old_client = ask(&b.broker, 3, stale).await;
         assert_eq!(
-            answer.error_code,
-            ResponseError::TransactionalIdAuthorizationFailed.code()
+            old_client.error_code,
+            ResponseError::InvalidProducerEpoch.code()
         );
-        assert_eq!(answer.producer_id.0, -1);
+        // A timeout above transaction.max.timeout.ms is refused.
+        let too_long = ask(&b.broker, 4, transactional(900_001)).await;
+        assert_eq!(
+            too_long.error_code,
+            ResponseError::InvalidTransactionTimeout.code()
+        );
     }
 
     #[tokio::test]
@@ -167,14 +219,15 @@ mod tests {
             assert_eq!(answer.error_code, code, "{why}");
             assert_eq!(answer.producer_id.0 >= 0, code == 0, "{why}");
         }
-        // A transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, allowed or not.
-        let transactional = InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))));
-        let writer = alice(vec![
-            allow(TxnId, "tx", Operation::Write),
+        // A transactional id needs WRITE on it, whatever else is allowed.
+        let writer = alice(vec![allow(TxnId, "tx", Operation::Write)]);
+        let answer = ask_as(&b.broker, 4, transactional(60_000), &writer).await;
+        assert_eq!(answer.error_code, 0);
+        let other = alice(vec![
+            allow(TxnId, "other", Operation::Write),
             allow(Cluster, CLUSTER_NAME, Operation::IdempotentWrite),
         ]);
-        let answer = ask_as(&b.broker, 4, transactional, &writer).await;
+        let answer = ask_as(&b.broker, 4, transactional(60_000), &other).await;
         assert_eq!(
             answer.error_code,
             ResponseError::TransactionalIdAuthorizationFailed.code()

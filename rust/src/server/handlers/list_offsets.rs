@@ -1,4 +1,5 @@
-//! ListOffsets v0–9: earliest (-2), latest (-1, the high watermark), the first offset whose
+//! ListOffsets v0–9: earliest (-2), latest (-1, the high watermark; for isolation level 1,
+//! read_committed, the last stable offset, which only the partition's owner knows), the first offset whose
 //! record timestamp is at or after the given one, and from v7 the first record with the largest
 //! timestamp (-3, KIP-734). v8's earliest local offset (-4, KIP-405) is the log start: every
 //! offset is in object storage alike. v9's earliest offset pending upload to remote storage (-5,
@@ -16,7 +17,7 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 
-use super::{check_leader_epoch, find_partition, Handling, RequestContext};
+use super::{check_leader_epoch, find_partition, Handling, RequestContext, READ_COMMITTED};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
@@ -82,6 +83,7 @@ pub(crate) async fn answer(
                 p.current_leader_epoch,
                 p.timestamp,
                 request.api_version,
+                body.isolation_level == READ_COMMITTED,
             )
             .await;
             partitions.push(match found {
@@ -115,12 +117,14 @@ async fn lookup(
     client_epoch: i32,
     timestamp: i64,
     version: i16,
+    read_committed: bool,
 ) -> Result<(i64, i64, i32), ResponseError> {
     let partition = find_partition(broker, topic, index)?;
     check_leader_epoch(broker, &partition, client_epoch)?;
     let epoch = partition.leader_epoch();
     let found = |hit: Option<(i64, i64)>| hit.map_or((-1, -1, -1), |(o, ts)| (o, ts, epoch));
     match timestamp {
+        LATEST if read_committed => Ok((partition.last_stable_offset()?, -1, epoch)),
         LATEST => Ok((partition.high_watermark(), -1, epoch)),
         EARLIEST => Ok((partition.log_start_offset(), -1, epoch)),
         MAX_TIMESTAMP if version >= 7 => {

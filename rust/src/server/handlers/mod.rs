@@ -10,6 +10,7 @@ pub(crate) mod describe_cluster;
 pub(crate) mod describe_log_dirs;
 pub(crate) mod describe_producers;
 pub(crate) mod describe_topic_partitions;
+pub(crate) mod describe_transactions;
 pub(crate) mod fetch;
 pub(crate) mod find_coordinator;
 pub(crate) mod init_producer_id;
@@ -18,6 +19,7 @@ pub(crate) mod metadata;
 pub(crate) mod offset_for_leader_epoch;
 pub(crate) mod produce;
 pub(crate) mod scram_credentials;
+pub(crate) mod transactions;
 pub(crate) mod unsupported;
 
 use std::net::SocketAddr;
@@ -89,6 +91,10 @@ impl<T: Into<ResponseFrame>> From<Result<T, WireError>> for Reply {
         }
     }
 }
+
+/// The isolation level (Fetch, ListOffsets) of a consumer that reads committed transactions
+/// only; 0 reads everything below the high watermark.
+pub(crate) const READ_COMMITTED: i8 = 1;
 
 pub(crate) fn code(error: Option<ResponseError>) -> i16 {
     error.map_or(0, |e| e.code())

@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::hashing::PasswordHashing;
 use super::scram::{same, ScramCredential, ScramMechanism, MIN_ITERATIONS};
-use crate::meta::catalog::Catalog;
+use crate::meta::catalog::{key_segment, segment_name, Catalog};
 use crate::meta::kv::{MetaError, Op};
 
 /// Why a credential could not be looked up (not: that there is none).
@@ -38,20 +38,11 @@ pub(crate) fn file_password(path: &Path, user: &str) -> Result<Option<String>, L
 }
 
 fn key(catalog: &Catalog, mechanism: ScramMechanism, user: &str) -> String {
-    format!("{}{}", prefix(catalog, mechanism), escape(user))
+    format!("{}{}", prefix(catalog, mechanism), key_segment(user))
 }
 
 fn prefix(catalog: &Catalog, mechanism: ScramMechanism) -> String {
     format!("{}/scram/{}/", catalog.root(), mechanism.name())
-}
-
-/// A user name as one key segment ('%' and '/' escaped).
-fn escape(user: &str) -> String {
-    user.replace('%', "%25").replace('/', "%2F")
-}
-
-fn unescape(segment: &str) -> String {
-    segment.replace("%2F", "/").replace("%25", "%")
 }
 
 pub(crate) async fn stored(
@@ -127,7 +118,7 @@ pub(crate) async fn described(
     for mechanism in ScramMechanism::ALL {
         let prefix = prefix(catalog, mechanism);
         for kv in catalog.kv().range(&prefix).await?.kvs {
-            let user = unescape(kv.key.strip_prefix(&prefix).unwrap_or(&kv.key));
+            let user = segment_name(kv.key.strip_prefix(&prefix).unwrap_or(&kv.key));
             let credential: ScramCredential = serde_json::from_slice(&kv.value)
                 .map_err(|e| LookupError::Corrupt(user.clone(), e))?;
             users
@@ -185,8 +176,8 @@ mod tests {
     #[test]
     fn user_names_are_one_key_segment() {
         for name in ["alice", "a/b", "100%", "%2F"] {
-            assert_eq!(unescape(&escape(name)), name);
-            assert!(!escape(name).contains('/'));
+            assert_eq!(segment_name(&key_segment(name)), name);
+            assert!(!key_segment(name).contains('/'));
         }
     }
 }

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 
 use super::find_partition;
 use super::{Handling, Reply, RequestContext};
-use crate::auth::acl::Operation;
+use crate::auth::acl::{Operation, ResourceType};
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::log::partition::{AppendResult, Appended, Partition};
@@ -25,6 +25,7 @@ use crate::log::validate::{validate_produce, Rejection};
 use crate::log::wal::object::{sliced, slices_pay};
 use crate::protocol::header::{encode_response, Request};
 use crate::server::budget::Charge;
+use crate::transactions::TxnPartition;
 
 mod window;
 pub(crate) use window::ProduceWindow;
@@ -39,8 +40,10 @@ enum Pending {
 }
 
 /// A topic needs WRITE (else TOPIC_AUTHORIZATION_FAILED for each of its partitions, nothing of
-/// it appended, whether it exists or not); the request's other topics go on. A transactional
-/// id is not checked: transactional batches are refused anyway. `held`: where the request's
+/// it appended, whether it exists or not); the request's other topics go on. A request with a
+/// transactional id needs WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
+/// partition), and its transactional batches are checked against the coordinator's record of
+/// that id (`log::partition::transactions`). `held`: where the request's
 /// bytes stay charged until they are durable once its answer no longer holds them (acks=0,
 /// answered at once; or answered REQUEST_TIMED_OUT before its flush).
 pub(crate) fn start(
@@ -60,6 +63,10 @@ pub(crate) fn start(
     let records = body.topic_data.iter().flat_map(|t| &t.partition_data);
     let records = records.filter_map(|p| p.records.as_deref());
     let slices_pay = slices_pay(records, request.body.len());
+    let transactional_id = body.transactional_id.as_ref().map(|id| id.0.to_string());
+    let transaction_allowed = transactional_id
+        .as_deref()
+        .is_none_or(|id| access.allows(Operation::Write, ResourceType::TransactionalId, id));
     let mut topics = Vec::with_capacity(body.topic_data.len());
     let mut load = Load::default();
     for topic in body.topic_data {
@@ -70,13 +77,16 @@ pub(crate) fn start(
             .partition_data
             .into_iter()
             .map(|data| {
-                let pending = if !allowed {
+                let pending = if !transaction_allowed {
+                    Pending::Now(ResponseError::TransactionalIdAuthorizationFailed.into())
+                } else if !allowed {
                     Pending::Now(ResponseError::TopicAuthorizationFailed.into())
                 } else if acks_valid {
                     let wanted = Wanted {
                         index: data.index,
                         want_ack: acks != 0,
                         slices_pay,
+                        transactional_id: transactional_id.as_deref(),
                     };
                     append(
                         broker,
@@ -171,24 +181,27 @@ struct TopicTotals {
 }
 
 /// How one partition's records are to be appended.
-struct Wanted {
+struct Wanted<'a> {
     index: i32,
     want_ack: bool,
     /// The request's large batches may stay slices of it (`wal::object::slices_pay`).
     slices_pay: bool,
+    /// The request's, which its transactional batches are checked against.
+    transactional_id: Option<&'a str>,
 }
 
 fn append(
     broker: &Broker,
     topic: &str,
     records: Option<bytes::Bytes>,
-    wanted: Wanted,
+    wanted: Wanted<'_>,
     (totals, load): (&mut TopicTotals, &mut Load),
 ) -> Pending {
     let Wanted {
         index,
         want_ack,
         slices_pay,
+        transactional_id,
     } = wanted;
     let partition = match find_partition(broker, topic, index) {
         Ok(partition) => partition,
@@ -215,7 +228,12 @@ fn append(
         batches_load.add_batch(batch.bytes.len());
         records + batch.header.record_count.max(0) as u64
     });
-    match partition.append(batches, want_ack) {
+    let this = TxnPartition(topic.to_string(), index);
+    let verify = |producer_id: i64, epoch: i16| match transactional_id {
+        Some(id) => broker.transactions.verify(id, (producer_id, epoch), &this),
+        None => Err(ResponseError::InvalidTxnState),
+    };
+    match partition.append_verified(batches, want_ack, &verify) {
         Ok(Appended::Buffered(receiver, buffered)) => {
             if buffered > 0 {
                 totals.records += records;
@@ -226,6 +244,14 @@ fn append(
             Pending::Flush(partition, receiver)
         }
         Ok(Appended::Stored(base_offset)) => Pending::Stored(partition, base_offset),
+        Err(ResponseError::NotEnoughReplicas) => Pending::Now(Rejection {
+            error: ResponseError::NotEnoughReplicas,
+            message: format!(
+                "the transaction coordinator's record does not (yet) show {topic}-{index} added \
+                 to this producer's ongoing transaction; retry (send AddPartitionsToTxn first)"
+            ),
+            record: None,
+        }),
         Err(error) => Pending::Now(error.into()),
     }
 }
