@@ -433,10 +433,12 @@ def test_consume_transform_produce_is_exactly_once(tbroker: Broker, client: str)
     try:
         aborted = run_app(app, output, ends)
         assert aborted, "no round was aborted"
+        # the last commit's offsets may still be on their way to the group (the transaction
+        # completes after EndTxn is answered): the stable offsets, then the consumer's view
+        assert stable(bs, group, source, [ends]) == ends
         assert app.committed() == ends, "the group's committed offsets, as the consumer tells"
     finally:
         app.close()
-    assert stable(bs, group, source, [ends]) == ends
     assert committed(bs, group, source) == ends
     # the output: each input record once (read_committed), the aborted rounds' too (uncommitted)
     out_ends = tx.ends(bs, output, ALL, tx.READ_UNCOMMITTED)
@@ -520,9 +522,10 @@ def watch_decision(
     coordinator: str | None = None,
 ) -> None:
     """After EndTxn, until DescribeTransactions (to ``coordinator``, default ``bs``) tells
-    ``state`` (CompleteCommit or CompleteAbort; a bounded wait): the group's offsets (OffsetFetch) are ``before`` or
-    ``after``, never ``before`` again once ``after`` showed; once the transaction is complete
-    they are ``after``, stable (require_stable answers them, no UNSTABLE_OFFSET_COMMIT)."""
+    ``state`` (CompleteCommit or CompleteAbort; a bounded wait): the group's offsets
+    (OffsetFetch) are ``before`` or ``after``, never ``before`` again once ``after`` showed;
+    once the transaction is complete they are ``after``, stable (require_stable answers them,
+    no UNSTABLE_OFFSET_COMMIT)."""
     seen_after = False
     deadline = time.monotonic() + HANG_GUARD
     while True:
@@ -646,7 +649,8 @@ def test_offsets_of_a_transaction_the_coordinator_aborts_are_dropped(
 ) -> None:
     """Offsets 10, 11 over committed 3 in a transaction the coordinator aborts: past its 2 s
     timeout, or when a new producer with the same transactional id initialises. Once the
-    transaction is complete (CompleteAbort) the offsets are 3, none, stable; the old
+    transaction is complete (DescribeTransactions: CompleteAbort; or the new producer's
+    InitProducerId answered) the offsets are 3, none, stable; the old
     producer's next TxnOffsetCommit is refused (INVALID_PRODUCER_EPOCH or PRODUCER_FENCED)
     and changes nothing."""
     bs = tbroker.bootstrap
@@ -670,11 +674,14 @@ def test_offsets_of_a_transaction_the_coordinator_aborts_are_dropped(
             )
             assert init.error_code == kw.NONE and init.epoch > old[1], init
 
-    def aborted() -> str | None:
-        d = described(bs, transactional_id)
-        return None if d.state == "CompleteAbort" else f"described {d}"
+    if ended_by == "timeout":
 
-    tx.wait_for(aborted)
+        def aborted() -> str | None:
+            d = described(bs, transactional_id)
+            return None if d.state == "CompleteAbort" else f"described {d}"
+
+        tx.wait_for(aborted)
+    # else the new producer's InitProducerId answered once the abort was complete
     parts = fetch_offsets(bs, group, topic, require_stable=True)
     assert {p: (o.error_code, o.offset) for p, o in parts.items()} == {
         p: (kw.NONE, o) for p, o in before.items()
@@ -707,6 +714,60 @@ def test_a_later_plain_commit_outlives_an_earlier_transactional_one(tbroker: Bro
 
     tx.wait_for(complete)
     assert stable(bs, group, topic, [{0: 15, 1: 10, 2: -1}]) == {0: 15, 1: 10, 2: -1}
+
+
+def test_txn_offset_commit_of_a_group_member_is_checked(tbroker: Broker) -> None:
+    """TxnOffsetCommit v3 names the consumer the offsets come from (KIP-447): the group's one
+    member, in its generation, commits offset 7 for partition 0; an unknown member id is
+    UNKNOWN_MEMBER_ID and a generation other than the group's ILLEGAL_GENERATION, and their
+    offsets for partition 1 are kept nowhere: once the transaction commits partition 0 is at
+    7, partition 1 has none."""
+    bs = tbroker.bootstrap
+    topic = new_topic(bs)
+    group = unique("grp")
+    transactional_id = unique("tx")
+    protocols = [("range", gw.subscription([topic]))]
+    with kw.RawConnection.to(bs) as conn:
+        first = gw.join_group(conn, group, protocols=protocols)
+        assert first.error_code == gw.MEMBER_ID_REQUIRED, first
+        joined = gw.join_group(conn, group, first.member_id, protocols=protocols)
+        assert joined.error_code == kw.NONE, joined
+        member, generation = joined.member_id, joined.generation_id
+        assignment = {member: gw.assignment({topic: list(ALL)})}
+        synced = gw.sync_group(conn, group, generation, member, assignment)
+        assert synced.error_code == kw.NONE, synced
+
+        init = tx.init_producer_id(conn, transactional_id)
+        assert init.error_code == kw.NONE, init
+        producer = (init.producer_id, init.epoch)
+        assert tx.add_offsets_to_txn(conn, transactional_id, producer, group) == kw.NONE
+
+        def commit(offsets: dict[tuple[str, int], int], gen: int, who: str) -> int:
+            answer = retried(
+                lambda: tx.txn_offset_commit_v3(
+                    conn,
+                    transactional_id,
+                    group,
+                    producer,
+                    offsets,
+                    generation_id=gen,
+                    member_id=who,
+                ),
+                first_retriable,
+                "TxnOffsetCommit v3",
+            )
+            assert set(answer) == set(offsets), answer
+            assert len(set(answer.values())) == 1, answer
+            return next(iter(answer.values()))
+
+        assert commit({(topic, 1): 99}, generation, "nobody") == gw.UNKNOWN_MEMBER_ID
+        assert commit({(topic, 1): 99}, generation + 1, member) == gw.ILLEGAL_GENERATION
+        assert commit({(topic, 0): 7}, generation, member) == kw.NONE
+        nothing = dict.fromkeys(ALL, -1)
+        assert_not_visible(bs, group, topic, nothing, pending={0}, duration=0.2)
+        assert tx.end_txn(conn, transactional_id, producer, True) == kw.NONE
+    after = {0: 7, 1: -1, 2: -1}
+    watch_decision(bs, transactional_id, group, topic, nothing, after, "CompleteCommit")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -778,37 +839,65 @@ def open_offsets(
 # the group's coordinator restarts or goes away between TxnOffsetCommit and EndTxn
 
 
-@pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "sigkill"])
+@pytest.mark.parametrize(
+    ("via", "hard"),
+    [("wire", False), ("wire", True), ("confluent", True)],
+    ids=["wire-sigterm", "wire-sigkill", "confluent-sigkill"],
+)
 def test_pending_offsets_survive_a_restart(
-    broker_factory: Callable[..., Broker], hard: bool
+    broker_factory: Callable[..., Broker], via: str, hard: bool
 ) -> None:
-    """One broker (the transaction's and the group's coordinator): TxnOffsetCommit of 10, 11,
-    12 over committed 3; the broker restarts on its data dir: the offsets are still pending
-    (require_stable: UNSTABLE_OFFSET_COMMIT; without: 3, none, none); EndTxn commits:
-    they are the group's."""
+    """One broker (the transaction's and the group's coordinator): offsets 10, 11, 12 over
+    committed 3 in an open transaction (over the wire: AddOffsetsToTxn, TxnOffsetCommit; or
+    confluent-kafka's producer, which also writes 6 records); the broker restarts on its data
+    dir (SIGTERM or SIGKILL): the offsets are still pending (require_stable:
+    UNSTABLE_OFFSET_COMMIT; without: 3, none, none) and the transaction Ongoing; EndTxn (the
+    producer's commit) commits: the offsets are the group's, the records readable."""
     broker = broker_factory(BROKER_ARGS, name="restarted")
     bs = broker.bootstrap
-    topic = new_topic(bs)
+    topic, output = new_topic(bs), new_topic(bs)
     group = unique("grp")
     transactional_id = unique("tx")
-    pending = {(topic, 0): 10, (topic, 1): 11, (topic, 2): 12}
     with kw.RawConnection.to(bs) as conn:
-        assert gw.offset_commit(conn, group, {(topic, 0): gw.CommitOffset(3)}) == {
-            (topic, 0): kw.NONE
-        }
-        producer = open_offsets(conn, transactional_id, group, pending)
+        answer = gw.offset_commit(conn, group, {(topic, 0): gw.CommitOffset(3)})
+    assert answer == {(topic, 0): kw.NONE}, answer
     before = {0: 3, 1: -1, 2: -1}
-    assert_not_visible(bs, group, topic, before, pending=set(ALL), duration=0.2)
-    broker.restart(hard=hard)
-    assert_not_visible(bs, group, topic, before, pending=set(ALL), duration=0.2)
-    assert described(bs, transactional_id).state == "Ongoing"
-    with kw.RawConnection.to(bs) as conn:
-        ended = retried(
-            lambda: tx.end_txn(conn, transactional_id, producer, True), lambda e: e, "EndTxn"
-        )
-    assert ended == kw.NONE, ended
     after = {0: 10, 1: 11, 2: 12}
-    watch_decision(bs, transactional_id, group, topic, before, after, "CompleteCommit")
+    client: tx.TxnProducer | None = None
+    written: list[tuple[int, int, bytes | None]] = []
+    try:
+        if via == "wire":
+            pending = {(topic, p): o for p, o in after.items()}
+            with kw.RawConnection.to(bs) as conn:
+                wire = open_offsets(conn, transactional_id, group, pending)
+        else:
+            client = tx.PRODUCERS[via](bs, transactional_id)
+            client.init()
+            client.begin()
+            msgs = tx.records(via, 6, PARTITIONS)
+            written = tx.placed(msgs, client.send(output, msgs))
+            send_offsets(client, bs, topic, group, after)
+        assert_not_visible(bs, group, topic, before, pending=set(ALL), duration=0.2)
+        broker.restart(hard=hard)
+        assert_not_visible(bs, group, topic, before, pending=set(ALL), duration=0.2)
+        assert described(bs, transactional_id).state == "Ongoing"
+        if client is None:
+            with kw.RawConnection.to(bs) as conn:
+                ended = retried(
+                    lambda: tx.end_txn(conn, transactional_id, wire, True), lambda e: e, "EndTxn"
+                )
+            assert ended == kw.NONE, ended
+        else:
+            client.commit()
+        watch_decision(bs, transactional_id, group, topic, before, after, "CompleteCommit")
+    finally:
+        if client is not None:
+            client.close()
+    if written:
+        ends = tx.ends(bs, output, ALL, tx.READ_UNCOMMITTED)
+        assert tx.ends(bs, output, ALL, tx.READ_COMMITTED) == ends
+        shown = tx.read_all("confluent", bs, output, ends, committed=True)
+        assert tx.shown(shown) == written
     assert_no_panic(broker)
 
 
@@ -979,10 +1068,12 @@ def test_describe_and_list_transactions(tbroker: Broker) -> None:
         assert transactional_id not in other_producer.transactions
         not_yet = tx.list_transactions(conn, ["CompleteCommit"])
         assert transactional_id not in not_yet.transactions
-        # v1: transactions running longer than the duration filter
+        # v1: transactions running longer than the duration filter (this one: a while now)
+        time.sleep(0.02)
         assert transactional_id in tx.list_transactions(conn, [], duration_ms=0).transactions
         long = tx.list_transactions(conn, [], duration_ms=3_600_000)
-        assert (long.error_code, long.transactions) == (kw.NONE, {}), long
+        assert long.error_code == kw.NONE, long
+        assert transactional_id not in long.transactions, long
 
         assert tx.end_txn(conn, transactional_id, producer, True) == kw.NONE
 
@@ -994,8 +1085,8 @@ def test_describe_and_list_transactions(tbroker: Broker) -> None:
     done = described(bs, transactional_id)
     assert done.error_code == kw.NONE
     assert (done.producer_id, done.timeout_ms) == (producer[0], 45_000), done
+    assert done.partitions == {}, "a complete transaction has no partitions (as in Kafka)"
     with kw.RawConnection.to(bs) as conn:
         listed = tx.list_transactions(conn, ["CompleteCommit"])
         assert listed.transactions.get(transactional_id) == (producer[0], "CompleteCommit")
         assert transactional_id not in tx.list_transactions(conn, ["Ongoing"]).transactions
-        assert transactional_id not in tx.list_transactions(conn, [], duration_ms=0).transactions

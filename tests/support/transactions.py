@@ -770,3 +770,45 @@ def list_transactions(
     r.skip_tagged_fields()
     assert r.remaining() == 0, f"{r.remaining()} unexpected bytes after ListTransactions"
     return ListedTxns(error, unknown, listed)
+
+
+def txn_offset_commit_v3(
+    conn: kw.RawConnection,
+    transactional_id: str,
+    group: str,
+    producer: tuple[int, int],
+    offsets: dict[tuple[str, int], int],
+    *,
+    generation_id: int,
+    member_id: str,
+    group_instance_id: str | None = None,
+) -> dict[tuple[str, int], int]:
+    """TxnOffsetCommit v3 (flexible; KIP-447: the offsets of a member of a generation):
+    {(topic, partition): error code}."""
+    producer_id, epoch = producer
+    w = kw.Writer().compact_string(transactional_id).compact_string(group)
+    w.i64(producer_id).i16(epoch).i32(generation_id).compact_string(member_id)
+    w.compact_string(group_instance_id)
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append((partition, offset))
+    w.uvarint(len(by_topic) + 1)
+    for topic, parts in by_topic.items():
+        w.compact_string(topic).uvarint(len(parts) + 1)
+        for partition, offset in parts:
+            w.i32(partition).i64(offset).i32(-1).compact_string(None).tagged_fields()
+        w.tagged_fields()
+    r = conn.request(TXN_OFFSET_COMMIT, 3, w.tagged_fields().done(), flexible=True)
+    r.i32()  # throttle
+    out = {}
+    for _ in range(r.compact_array_len()):
+        name = r.compact_string()
+        assert name is not None
+        for _ in range(r.compact_array_len()):
+            index, error = r.i32(), r.i16()
+            r.skip_tagged_fields()
+            out[(name, index)] = error
+        r.skip_tagged_fields()
+    r.skip_tagged_fields()
+    assert r.remaining() == 0, f"{r.remaining()} unexpected bytes after TxnOffsetCommit v3"
+    return out

@@ -15,8 +15,10 @@ documentation prescribes: retry the call when the error is retriable, abort the 
 rewind the consumer to the group's committed offsets when the transaction requires an abort, and
 re-create the producer and the consumer (then rewind) when the error is fatal. A commit that
 failed fatally is in doubt: the group's committed offsets (stable ones: librdkafka's
-read_committed consumer asks with require_stable) say what it did. ``hook(round, phase)`` lets
-a test inject a fault at a given point of a given round.
+read_committed consumer asks with require_stable) say what it did. ``hook(round, phase,
+partitions)`` lets a test inject a fault at a point of a round: "produced" (its records
+written and acknowledged), "offsets" (its offsets sent too) or "committed"; ``partitions``
+are the output partitions the round writes to.
 
 ``TxnWorkload``: one transactional producer (a background thread) writing transactions of a
 few records to random partitions, each committed or aborted as a seeded RNG says; every value
@@ -243,7 +245,7 @@ def assert_no_open_transaction(
 # ---------------------------------------------------------------------------------------------
 # a consume-transform-produce app
 
-Hook = Callable[[int, str], None]
+Hook = Callable[[int, str, set[int]], None]  # (round, phase, output partitions)
 
 
 def transform(value: bytes) -> bytes:
@@ -257,7 +259,7 @@ class CtpStats:
     aborts: int = 0  # abortable errors: transaction aborted, consumer rewound
     recreated: int = 0  # fatal errors: producer and consumer re-created
     retried: int = 0  # retriable errors: the call made again
-    in_doubt: int = 0  # commits that failed fatally (settled by the committed offsets)
+    in_doubt: int = 0  # rounds ended by a fatal error (a commit under way then is in doubt)
     errors: list[str] = field(default_factory=list)
 
 
@@ -289,7 +291,7 @@ class CtpApp:
         self.group = group
         self.transactional_id = transactional_id
         self.batch = batch
-        self.hook = hook or (lambda _round, _phase: None)
+        self.hook = hook or (lambda _round, _phase, _partitions: None)
         self.stats = CtpStats()
         self.committed: dict[int, int] = {}  # the group's, as far as the app knows
         self.producer: Any = None
@@ -432,7 +434,7 @@ class CtpApp:
     def _round(self, msgs: list[Any]) -> None:
         """One transaction: the batch transformed, its offsets, the commit. Raises Abortable
         or Fatal (the commit is then in doubt if it got that far)."""
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         n = self.stats.rounds
         self.stats.rounds += 1
@@ -440,18 +442,22 @@ class CtpApp:
         self._retrying(self.producer.begin_transaction, "begin")
         offsets: dict[int, int] = {}
         for msg in msgs:
-            self.producer.produce(
-                self.output,
-                key=msg.key(),
-                value=transform(msg.value()),
-                partition=msg.partition(),
-                on_delivery=self._delivered,
-            )
+            try:
+                self.producer.produce(
+                    self.output,
+                    key=msg.key(),
+                    value=transform(msg.value()),
+                    partition=msg.partition(),
+                    on_delivery=self._delivered,
+                )
+            except KafkaException as exc:  # the transaction is in an error state already
+                self.stats.errors.append(f"produce: {kafka_error(exc)}")
+                raise Abortable(str(kafka_error(exc))) from exc
             offsets[msg.partition()] = msg.offset() + 1
         self.producer.flush(HANG_GUARD)
         if self.delivery_errors:
             raise Abortable(f"delivery failed: {self.delivery_errors[0]}")
-        self.hook(n, "produced")
+        self.hook(n, "produced", set(offsets))
         tps = [TopicPartition(self.source, p, o) for p, o in sorted(offsets.items())]
         self._retrying(
             lambda: self.producer.send_offsets_to_transaction(
@@ -459,11 +465,11 @@ class CtpApp:
             ),
             "send_offsets",
         )
-        self.hook(n, "offsets")
+        self.hook(n, "offsets", set(offsets))
         self._retrying(lambda: self.producer.commit_transaction(HANG_GUARD), "commit")
         self.stats.commits += 1
         self.committed.update(offsets)
-        self.hook(n, "committed")
+        self.hook(n, "committed", set(offsets))
 
     def run(self, ends: dict[int, int]) -> CtpStats:
         """Rounds until the group's committed offsets are ``ends``."""
@@ -579,6 +585,8 @@ class TxnWorkload:
 
     def _one(self, txn: Txn, commit: bool) -> str:
         """Writes and ends ``txn``; its outcome."""
+        from confluent_kafka import KafkaException
+
         failed: list[Any] = []
 
         def delivered(err: Any, _msg: Any) -> None:
@@ -587,7 +595,12 @@ class TxnWorkload:
 
         self._call(self.producer.begin_transaction, "begin")
         for value, partition in txn.values.items():
-            self.producer.produce(self.topic, value=value, partition=partition, on_delivery=delivered)
+            try:
+                self.producer.produce(
+                    self.topic, value=value, partition=partition, on_delivery=delivered
+                )
+            except KafkaException as exc:  # the transaction is in an error state already
+                raise Abortable(str(kafka_error(exc))) from exc
         self.producer.flush(HANG_GUARD)
         if failed:
             raise Abortable(f"delivery failed: {failed[0]}")
@@ -685,7 +698,12 @@ class TxnWorkload:
             [(g.partition, g.value) for g in shown], {g.value for g in everything}
         )
         assert not problems, f"{len(problems)} problems: {problems[:20]}; {self.summary()}"
-        return {**self.summary(), "shown": len(shown), "stored": len(everything), "state": done.state}
+        return {
+            **self.summary(),
+            "shown": len(shown),
+            "stored": len(everything),
+            "state": done.state,
+        }
 
     def problems(
         self, shown: list[tuple[int, bytes | None]], stored: set[bytes | None]

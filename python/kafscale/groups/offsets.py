@@ -14,11 +14,19 @@ future is taken as now: a client can make its offsets expire sooner, never later
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.limits import GroupLimits, log_refusal, offsets_cap_reason
-from kafscale.groups.model import CommittedOffset, Group, GroupState, WallClock, wall_clock_ms
+from kafscale.groups.model import (
+    CommittedOffset,
+    Group,
+    GroupState,
+    PendingTxnOffsets,
+    WallClock,
+    wall_clock_ms,
+)
 from kafscale.groups.protocol import (
     OffsetCommitPartitionResult,
     OffsetCommitResponse,
@@ -46,7 +54,10 @@ MAX_METADATA_BYTES = 4096
 
 class OffsetWriter(Protocol):
     async def commit_offsets(
-        self, group: Group, offsets: list[tuple[str, int, CommittedOffset]]
+        self,
+        group: Group,
+        offsets: list[tuple[str, int, CommittedOffset]],
+        pending: list[tuple[int, PendingTxnOffsets]],
     ) -> None: ...
 
 
@@ -133,8 +144,11 @@ class Offsets:
                     offsets_cap_reason(over_cap, self._limits),
                 )
             if accepted:
+                # Kafka's rule: the most recent commit of a partition wins, so a transaction's
+                # offset committed before this one no longer applies when it commits.
+                superseded = _without(group, {(t, p) for t, p, _ in accepted})
                 try:
-                    await self._storage.commit_offsets(group, accepted)
+                    await self._storage.commit_offsets(group, accepted, superseded)
                 except Fenced:
                     self._lose(group, ErrorCode.NOT_COORDINATOR)
                     return commit_error_answer(req, ErrorCode.NOT_COORDINATOR)
@@ -142,6 +156,7 @@ class Offsets:
                     return commit_error_answer(req, ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 for topic_name, partition, offset in accepted:
                     group.offsets[(topic_name, partition)] = offset
+                group.pending_txn.update(superseded)
         return OffsetCommitResponse(
             [
                 OffsetCommitTopicResult(
@@ -192,6 +207,18 @@ class Offsets:
                     )
             topics.append(OffsetFetchTopicResult(name, results))
         return OffsetFetchGroupResult(group.group_id, ErrorCode.NONE, topics)
+
+
+def _without(group: Group, keys: set[tuple[str, int]]) -> list[tuple[int, PendingTxnOffsets]]:
+    """The group's undecided transactions' offsets that name any of ``keys``, without them."""
+    return [
+        (
+            producer_id,
+            replace(pending, offsets={k: o for k, o in pending.offsets.items() if k not in keys}),
+        )
+        for producer_id, pending in group.pending_txn.items()
+        if keys & pending.offsets.keys()
+    ]
 
 
 def partition_error(topic: _core.TopicInfo | None, p: _core.OffsetCommitPartition) -> int:

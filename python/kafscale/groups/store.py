@@ -331,12 +331,17 @@ class GroupStorage:
         )
 
     async def commit_offsets(
-        self, group: Group, offsets: Iterable[tuple[str, int, CommittedOffset]]
+        self,
+        group: Group,
+        offsets: Iterable[tuple[str, int, CommittedOffset]],
+        pending: Iterable[tuple[int, PendingTxnOffsets]] = (),
     ) -> None:
         """Stores offsets, fenced on the group record. A group never stored is created with
         them (a simple consumer's group exists once it commits). Large commits go in several
-        transactions etcd accepts; each is fenced, so a lost group stops the rest."""
-        puts = [(_offset_key(group.group_id, t, p), encode_offset(o)) for t, p, o in offsets]
+        transactions etcd accepts; each is fenced, so a lost group stops the rest. ``pending``:
+        transactions' offsets rewritten in the first of them (those the commit supersedes)."""
+        puts = [(_pending_key(group.group_id, pid), encode_pending(p)) for pid, p in pending]
+        puts += [(_offset_key(group.group_id, t, p), encode_offset(o)) for t, p, o in offsets]
         if group.revision == 0:
             puts.insert(0, (_group_key(group.group_id), encode_group(group, self._broker_id)))
         for batch in _transactions(puts):
