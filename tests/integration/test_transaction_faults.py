@@ -387,34 +387,53 @@ def busiest(c: Cluster, topic: str) -> Broker:
     return c.brokers[max(owners, key=lambda b: (len(owners[b]), -b))]
 
 
-def test_random_transactions_through_an_owner_kill_and_an_etcd_freeze(
+def test_random_transactions_through_kills_a_zombie_and_an_etcd_freeze(
     cluster: Callable[..., Cluster],
 ) -> None:
-    """Seeded random transactions (60 % committed) on 6 partitions: 15 of them, the busiest
-    owner killed -9; 15 more once its partitions moved, then it starts again; 10 more, etcd
-    frozen for twice the lease; 15 more. Then ``TxnWorkload.verify``: no transaction open, a
-    read_committed consumer shows exactly the committed transactions' records, each once."""
+    """Seeded random transactions (60 % committed) on 6 partitions, 10 or more between
+    faults: the busiest owner killed -9 (started again once its partitions moved); the
+    coordinator of the transactional id killed -9 (started again once the others agree
+    without it); the busiest owner frozen (SIGSTOP) until its partitions moved and more
+    transactions went through, then thawed (a zombie); etcd frozen for twice the lease (every
+    broker's session lost). Then ``TxnWorkload.verify``: no transaction open, a read_committed
+    consumer shows exactly the committed transactions' records, each once, none torn."""
     c = start(cluster)
     topic = new_topic(c, "random-txn")
     faults: list[str] = []
     with tf.TxnWorkload(c, topic, PARTITIONS, SEED) as wl:
-        wl.wait_txns(15)
-        victim = busiest(c, topic)
+
+        def kill_and_restart(victim: Broker, what: str) -> None:
+            assert victim.broker_id is not None
+            before = {topic: c.leaders(topic)}
+            victim.kill()
+            faults.append(f"killed broker{victim.broker_id} ({what})")
+            c.wait_converged(
+                [topic], {topic: PARTITIONS}, until=moved_away(before, victim.broker_id)
+            )
+            wl.wait_txns(10)
+            victim.start()
+            c.wait_converged([topic], {topic: PARTITIONS}, until=c.claimed)
+            wl.wait_txns(10)
+
+        wl.wait_txns(10)
+        kill_and_restart(busiest(c, topic), "the busiest owner")
+        kill_and_restart(c.brokers[txn_coordinator(c, wl.transactional_id)], "the coordinator")
+        zombie = busiest(c, topic)
+        assert zombie.broker_id is not None
         before = {topic: c.leaders(topic)}
-        assert victim.broker_id is not None
-        victim.kill()
-        faults.append(f"killed broker{victim.broker_id}")
-        c.wait_converged([topic], {topic: PARTITIONS}, until=moved_away(before, victim.broker_id))
-        wl.wait_txns(15)
-        victim.start()
-        faults.append(f"started broker{victim.broker_id}")
+        with paused(zombie):
+            c.wait_converged(
+                [topic], {topic: PARTITIONS}, until=moved_away(before, zombie.broker_id)
+            )
+            wl.wait_txns(10)
+        faults.append(f"froze broker{zombie.broker_id} past its lease")
         c.wait_converged([topic], {topic: PARTITIONS}, until=c.claimed)
         wl.wait_txns(10)
         with paused(c.etcd):
             time.sleep(2 * LEASE_TTL_MS / 1000)  # the fault's length, not a wait for anything
         faults.append("etcd frozen for twice the lease")
         c.wait_converged([topic], {topic: PARTITIONS}, until=c.claimed)
-        wl.wait_txns(15)
+        wl.wait_txns(10)
         stats = wl.verify()
     outcomes = stats["transactions"]
     assert outcomes.get(tf.COMMITTED, 0) >= 10 and outcomes.get(tf.ABORTED, 0) >= 10, stats

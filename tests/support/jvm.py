@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -221,11 +222,18 @@ def run(main_class: str, args: list[str], timeout: float | None = None) -> dict[
 
 
 def main() -> None:
-    """Print the Kafka release each module builds with here."""
+    """Print the Kafka release each module builds with here; with ``--newer``, print only
+    ``newer`` if any module builds with a release other than its pom's (else ``pinned``)."""
+    newer = False
     for module in (CLIENTS, CONNECT):
-        source = "newest on Maven Central" if module.kafka_version else "pinned"
-        version = module.kafka_version or _pom_version(module.dir / "pom.xml")
-        print(f"{module.dir.relative_to(JVM_DIR.parent.parent)}: Kafka {version} ({source})")
+        pinned = _pom_version(module.dir / "pom.xml")
+        version = module.kafka_version or pinned
+        newer |= version != pinned
+        if "--newer" not in sys.argv:
+            source = "newest on Maven Central" if module.kafka_version else "pinned"
+            print(f"{module.dir.relative_to(JVM_DIR.parent.parent)}: Kafka {version} ({source})")
+    if "--newer" in sys.argv:
+        print("newer" if newer else "pinned")
 
 
 def _pom_version(pom: Path) -> str:
