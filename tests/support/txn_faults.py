@@ -31,6 +31,7 @@ nothing twice. It has the shape of support/load's ``Workload`` (a context manage
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -609,6 +610,14 @@ class TxnWorkload:
             return ABORTED
         try:
             self._call(lambda: self.producer.commit_transaction(HANG_GUARD), "commit")
+        except Abortable:
+            # EndTxn(commit) may be on its way (a request timed out): aborted only if the
+            # abort goes through
+            try:
+                self._call(lambda: self.producer.abort_transaction(HANG_GUARD), "abort")
+            except Fatal:
+                return IN_DOUBT
+            return ABORTED
         except Fatal:
             return IN_DOUBT  # the decision may have been stored: all of it or none of it
         return COMMITTED
@@ -650,7 +659,10 @@ class TxnWorkload:
             self.crash = exc
         finally:
             if self.producer is not None:
-                self.producer.flush(0)
+                from confluent_kafka import KafkaException
+
+                with contextlib.suppress(KafkaException):  # a fenced one raises it again
+                    self.producer.flush(0)
 
     # --- progress ----------------------------------------------------------------------------
 
