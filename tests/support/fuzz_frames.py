@@ -63,7 +63,9 @@ INTS = {
     "mechanism": 1,  # SCRAM-SHA-256 (the SCRAM credential APIs)
     "iterations": 4096,
 }
-# Nullable strings that are null in a plain request (an idempotent producer's InitProducerId).
+# Strings that are null in a plain request where the API lets them be (an idempotent producer's
+# InitProducerId and Produce); where they may not be null (EndTxn, TxnOffsetCommit) they are
+# filled like any other.
 NULLS = {"transactional_id"}
 INT_TYPES = {"int8", "int16", "int32", "int64", "uint16", "uint32"}
 _BATCH = sf.build_record_batch([(b"k", b"fuzz", [])], base_timestamp=1_700_000_000_000)
@@ -104,7 +106,7 @@ def _filled(cls, fields: list[dict]):
                 values[name] = [_filled(struct_cls, f["fields"])]
             elif _scalar(inner, name) is not None:
                 values[name] = [_scalar(inner, name)]
-        elif name in NULLS:
+        elif name in NULLS and "nullableVersions" in f:
             values[name] = None
         elif "default" in f and name not in INTS:
             pass  # the class has it
