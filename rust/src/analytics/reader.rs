@@ -145,26 +145,31 @@ impl TopicReader {
         transactions::committed(&self.store, (topic, partition), record, runs).await
     }
 
-    /// (partition, log start, end) of each partition `snapshot` has: the committed end, or for
-    /// a read_committed reader the last stable offset.
+    /// (partition, log start, end) of each partition of `topic` (the committed end; for a
+    /// read_committed reader the last stable offset), from a fresh snapshot, taken again while
+    /// a compaction moves the log meanwhile (an object the snapshot named is gone: the run a
+    /// transaction's state is read from, a producer snapshot replaced). None when the metadata
+    /// knows no such topic.
     pub(crate) async fn bounds(
         &self,
         topic: &str,
-        snapshot: &TopicSnapshot,
-    ) -> Result<Vec<(i32, i64, i64)>, ReadError> {
-        let mut bounds = Vec::with_capacity(snapshot.records.len());
-        for (&partition, record) in &snapshot.records {
-            let end = snapshot.committed_end(partition);
-            let (runs, _) = snapshot.runs_after_segments(partition);
-            let committed = self.committed(topic, partition, record, &runs).await?;
-            let end = committed.first_unstable.map_or(end, |first| first.min(end));
-            bounds.push((
-                partition,
-                record.log_start_offset,
-                end.max(record.log_start_offset),
-            ));
-        }
-        Ok(bounds)
+    ) -> Result<Option<Vec<(i32, i64, i64)>>, ReadError> {
+        again_if_moved(|| async {
+            let Some(snapshot) = self.snapshot(topic).await? else {
+                return Ok(None);
+            };
+            let mut bounds = Vec::with_capacity(snapshot.records.len());
+            for (&partition, record) in &snapshot.records {
+                let end = snapshot.committed_end(partition);
+                let (runs, _) = snapshot.runs_after_segments(partition);
+                let committed = self.committed(topic, partition, record, &runs).await?;
+                let end = committed.first_unstable.map_or(end, |first| first.min(end));
+                let start = record.log_start_offset;
+                bounds.push((partition, start, end.max(start)));
+            }
+            Ok(Some(bounds))
+        })
+        .await
     }
 
     /// `log` from a fresh snapshot, taken again while a compaction moves the log meanwhile.
@@ -173,14 +178,11 @@ impl TopicReader {
         topic: &str,
         partition: i32,
     ) -> Result<PartitionLog, ReadError> {
-        let mut attempts = 0;
-        loop {
+        again_if_moved(|| async {
             let snapshot = self.snapshot(topic).await?;
-            match self.log(topic, partition, snapshot.as_ref()).await {
-                Err(ReadError::Moved { .. }) if attempts < MOVED_RETRIES => attempts += 1,
-                result => return result,
-            }
-        }
+            self.log(topic, partition, snapshot.as_ref()).await
+        })
+        .await
     }
 
     pub(crate) fn max_uncompressed(&self) -> usize {
@@ -319,14 +321,11 @@ impl TopicReader {
         partition: i32,
         timestamp: i64,
     ) -> Result<Option<i64>, ReadError> {
-        let mut attempts = 0;
-        loop {
+        again_if_moved(|| async {
             let log = self.current_log(topic, partition).await?;
-            match self.search(topic, partition, &log, timestamp).await {
-                Err(ReadError::Moved { .. }) if attempts < MOVED_RETRIES => attempts += 1,
-                found => return found,
-            }
-        }
+            self.search(topic, partition, &log, timestamp).await
+        })
+        .await
     }
 
     async fn search(
@@ -369,6 +368,21 @@ impl TopicReader {
 
 /// How often a read takes a new snapshot because a compaction moved the log meanwhile.
 pub(crate) const MOVED_RETRIES: usize = 3;
+
+/// `attempt` again, up to MOVED_RETRIES times, while a compaction moved the log under it.
+async fn again_if_moved<T, F, Fut>(mut attempt: F) -> Result<T, ReadError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ReadError>>,
+{
+    let mut attempts = 0;
+    loop {
+        match attempt().await {
+            Err(ReadError::Moved { .. }) if attempts < MOVED_RETRIES => attempts += 1,
+            result => return result,
+        }
+    }
+}
 
 /// The base offsets and generations of the listed segments that have an index.
 fn indexed(listed: &[ListedSegment]) -> HashSet<(i64, Option<u64>)> {

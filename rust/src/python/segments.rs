@@ -239,12 +239,7 @@ impl SegmentSource {
         py: Python<'_>,
         topic: &str,
     ) -> PyResult<Option<Vec<(i32, i64, i64)>>> {
-        self.block_on(py, async {
-            match self.reader.snapshot(topic).await? {
-                Some(snapshot) => Ok(Some(self.reader.bounds(topic, &snapshot).await?)),
-                None => Ok(None),
-            }
-        })
+        self.block_on(py, self.reader.bounds(topic))
     }
 
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
