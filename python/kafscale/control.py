@@ -36,6 +36,7 @@ from kafscale.admin.protocol import (
 from kafscale.api_keys import ApiKey
 from kafscale.errors import ErrorCode
 from kafscale.groups import GROUP_APIS, GroupCoordinator, error_answer, fetch_offsets_failure
+from kafscale.groups.offsets import commit_error_answer
 from kafscale.groups.protocol import (
     DeletableGroupResult,
     DeleteGroupsResponse,
@@ -44,7 +45,6 @@ from kafscale.groups.protocol import (
     ListGroupsResponse,
     OffsetDeleteResponse,
 )
-from kafscale.groups.txn_offsets import txn_commit_error_answer
 
 if TYPE_CHECKING:
     from kafscale import _core
@@ -179,7 +179,7 @@ class ControlPlane:
                     lambda req: groups.txn_commit_offsets(
                         cast("_core.TxnOffsetCommitRequest", req.body)
                     ),
-                    lambda req, code: txn_commit_error_answer(
+                    lambda req, code: commit_error_answer(
                         cast("_core.TxnOffsetCommitRequest", req.body), code
                     ),
                 ),

@@ -55,7 +55,7 @@ from kafscale.groups.protocol import (
 )
 from kafscale.groups.retention import expired_offsets, removable
 from kafscale.groups.store import Fenced, GroupStorage, StoreUnavailable
-from kafscale.groups.txn_offsets import TransactionalOffsets, txn_commit_error_answer
+from kafscale.groups.txn_offsets import TransactionalOffsets
 from kafscale.log_limit import LogLimit
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ class GroupCoordinator:
         """TxnOffsetCommit: see :mod:`kafscale.groups.txn_offsets`."""
         group = await self._acquire(req.group_id)
         if isinstance(group, int):
-            return txn_commit_error_answer(req, group)
+            return commit_error_answer(req, group)
         return await self._txn_offsets.commit(group, req)
 
     # --- ops: DescribeGroups, ListGroups, DeleteGroups ------------------------------------------

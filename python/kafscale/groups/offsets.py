@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_METADATA_BYTES",
     "Offsets",
+    "commit_answer",
     "commit_error_answer",
     "committed_offset",
     "partition_error",
@@ -64,16 +65,33 @@ class OffsetWriter(Protocol):
 TopicLookup = Callable[[str], Awaitable["_core.TopicInfo | None"]]
 
 
-def commit_error_answer(req: _core.OffsetCommitRequest, code: int) -> OffsetCommitResponse:
-    """The same error for every partition of the request."""
+def commit_answer(
+    req: _core.OffsetCommitRequest | _core.TxnOffsetCommitRequest,
+    code_of: Callable[[str, int], int],
+) -> OffsetCommitResponse:
+    """The answer to an OffsetCommit or TxnOffsetCommit: ``code_of(topic, partition)`` for each
+    partition of the request."""
     return OffsetCommitResponse(
         [
             OffsetCommitTopicResult(
-                t.name, [OffsetCommitPartitionResult(p.partition_index, code) for p in t.partitions]
+                t.name,
+                [
+                    OffsetCommitPartitionResult(
+                        p.partition_index, code_of(t.name, p.partition_index)
+                    )
+                    for p in t.partitions
+                ],
             )
             for t in req.topics
         ]
     )
+
+
+def commit_error_answer(
+    req: _core.OffsetCommitRequest | _core.TxnOffsetCommitRequest, code: int
+) -> OffsetCommitResponse:
+    """The same error for every partition of the request."""
+    return commit_answer(req, lambda _topic, _partition: code)
 
 
 class Offsets:
@@ -157,20 +175,7 @@ class Offsets:
                 for topic_name, partition, offset in accepted:
                     group.offsets[(topic_name, partition)] = offset
                 group.pending_txn.update(superseded)
-        return OffsetCommitResponse(
-            [
-                OffsetCommitTopicResult(
-                    t.name,
-                    [
-                        OffsetCommitPartitionResult(
-                            p.partition_index, results[(t.name, p.partition_index)]
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
-        )
+        return commit_answer(req, lambda topic, partition: results[(topic, partition)])
 
     @staticmethod
     def fetch(

@@ -29,18 +29,19 @@ from typing import TYPE_CHECKING
 
 from kafscale.errors import ErrorCode
 from kafscale.groups.model import CommittedOffset, Group, PendingTxnOffsets, WallClock
-from kafscale.groups.offsets import committed_offset, partition_error
-from kafscale.groups.protocol import (
-    OffsetCommitPartitionResult,
-    OffsetCommitResponse,
-    OffsetCommitTopicResult,
+from kafscale.groups.offsets import (
+    commit_answer,
+    commit_error_answer,
+    committed_offset,
+    partition_error,
 )
+from kafscale.groups.protocol import OffsetCommitResponse
 from kafscale.groups.store import Fenced, GroupStorage, StoreUnavailable
 
 if TYPE_CHECKING:
     from kafscale import _core
 
-__all__ = ["TransactionalOffsets", "txn_commit_error_answer"]
+__all__ = ["TransactionalOffsets"]
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +51,6 @@ PREPARE_ABORT = "PrepareAbort"
 
 TopicLookup = Callable[[str], Awaitable["_core.TopicInfo | None"]]
 Acquire = Callable[[str], Awaitable["Group | int"]]
-
-
-def txn_commit_error_answer(req: _core.TxnOffsetCommitRequest, code: int) -> OffsetCommitResponse:
-    """The same error for every partition of the request."""
-    return OffsetCommitResponse(
-        [
-            OffsetCommitTopicResult(
-                t.name, [OffsetCommitPartitionResult(p.partition_index, code) for p in t.partitions]
-            )
-            for t in req.topics
-        ]
-    )
 
 
 class TransactionalOffsets:
@@ -86,7 +75,7 @@ class TransactionalOffsets:
         async with group.lock:
             code = self._may_commit(group, req)
             if code != ErrorCode.NONE:
-                return txn_commit_error_answer(req, code)
+                return commit_error_answer(req, code)
             now_ms = self._wall_clock()
             results: dict[tuple[str, int], int] = {}
             accepted: dict[tuple[str, int], CommittedOffset] = {}
@@ -108,24 +97,11 @@ class TransactionalOffsets:
                     await self._storage.put_pending(group, req.producer_id, pending)
                 except Fenced:
                     self._lose(group, ErrorCode.NOT_COORDINATOR)
-                    return txn_commit_error_answer(req, ErrorCode.NOT_COORDINATOR)
+                    return commit_error_answer(req, ErrorCode.NOT_COORDINATOR)
                 except StoreUnavailable:
-                    return txn_commit_error_answer(req, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    return commit_error_answer(req, ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 group.pending_txn[req.producer_id] = pending
-        return OffsetCommitResponse(
-            [
-                OffsetCommitTopicResult(
-                    t.name,
-                    [
-                        OffsetCommitPartitionResult(
-                            p.partition_index, results[(t.name, p.partition_index)]
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
-        )
+        return commit_answer(req, lambda topic, partition: results[(topic, partition)])
 
     def _may_commit(self, group: Group, req: _core.TxnOffsetCommitRequest) -> int:
         view = self._core.transaction(req.transactional_id)

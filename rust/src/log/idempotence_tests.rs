@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use super::batch::tests::{encode_records, record_at};
 use super::batch::validate_batches;
 use super::partition::{AppendResult, Appended, Partition};
-use super::tests::{compact_and_commit, fixture, open, produce, release, Fixture};
+use super::tests::{compact_and_commit, fixture, new_owner, open, produce, release, Fixture};
 
 /// A batch of `count` records from producer `id` at `epoch`, sequences from `first_seq`.
 fn batch(id: i64, epoch: i16, first_seq: i32, count: usize) -> Bytes {
@@ -128,15 +128,6 @@ async fn an_older_epoch_is_fenced_and_a_new_one_starts_at_zero() {
     let bumped = waiting(append(&f, &p, &batch(5, 2, 0, 1)));
     assert!(f.writer.flush().await);
     assert_eq!(bumped.await.unwrap(), Ok(2));
-}
-
-/// Gives the partition up and claims it again, as a new owner would, rebuilding its
-/// producer state.
-async fn new_owner(f: &Fixture, p: &Partition) -> Arc<Partition> {
-    release(f, p).await;
-    let next = open(f).await;
-    next.load_producers(&f.ctx).await;
-    next
 }
 
 #[tokio::test]

@@ -134,6 +134,15 @@ pub(super) async fn release(f: &Fixture, p: &Partition) {
         .unwrap();
 }
 
+/// Gives the partition up and claims it again, as a new owner would, rebuilding its
+/// producer state.
+pub(super) async fn new_owner(f: &Fixture, p: &Partition) -> Arc<Partition> {
+    release(f, p).await;
+    let next = open(f).await;
+    next.load_producers(&f.ctx).await;
+    next
+}
+
 /// Appends and also returns the bytes appended (what the writer is told).
 fn append_buffered(
     p: &Partition,

@@ -14,7 +14,7 @@ use super::batch::validate_batches;
 use super::partition::{AppendResult, Appended, Marked, Partition};
 use super::producers::AbortedTxn;
 use super::reader;
-use super::tests::{compact_and_commit, fixture, open, produce, release, Fixture};
+use super::tests::{compact_and_commit, fixture, new_owner, open, produce, Fixture};
 
 /// `count` records of producer `id` at `epoch` in a transaction, sequences from `first_seq`.
 fn txn_batch(id: i64, epoch: i16, first_seq: i32, count: usize) -> Bytes {
@@ -190,14 +190,6 @@ async fn a_marker_whose_flush_failed_leaves_the_transaction_open_for_the_next_tr
     assert_eq!(flushed(&f, vec![again]).await, vec![2]);
     assert_eq!(p.last_stable_offset(), Ok(3));
     assert_eq!(p.aborted_between(0, 3).len(), 1);
-}
-
-/// Gives the partition up and claims it again, rebuilding its producer state.
-async fn new_owner(f: &Fixture, p: &Partition) -> Arc<Partition> {
-    release(f, p).await;
-    let next = open(f).await;
-    next.load_producers(&f.ctx).await;
-    next
 }
 
 #[tokio::test]

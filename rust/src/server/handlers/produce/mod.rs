@@ -228,9 +228,12 @@ fn append(
         batches_load.add_batch(batch.bytes.len());
         records + batch.header.record_count.max(0) as u64
     });
-    let this = TxnPartition(topic.to_string(), index);
+    // Asked only for a transactional batch whose transaction is not open here yet.
     let verify = |producer_id: i64, epoch: i16| match transactional_id {
-        Some(id) => broker.transactions.verify(id, (producer_id, epoch), &this),
+        Some(id) => {
+            let this = TxnPartition(topic.to_string(), index);
+            broker.transactions.verify(id, (producer_id, epoch), &this)
+        }
         None => Err(ResponseError::InvalidTxnState),
     };
     match partition.append_verified(batches, want_ack, &verify) {
