@@ -385,6 +385,9 @@ class TxnOffsetCommitRequest:
     group_instance_id: Final[str | None]
     topics: Final[list[OffsetCommitTopic]]
     """Each partition's ``commit_timestamp`` is -1."""
+    adds_group: Final[bool]
+    """v5 (the second transaction protocol): the group is to be added to the transaction
+    first (``Broker.transaction_add_group``)."""
 
 @final
 class TransactionView:
@@ -393,6 +396,9 @@ class TransactionView:
     transactional_id: Final[str]
     producer_id: Final[int]
     producer_epoch: Final[int]
+    transaction_epoch: Final[int]
+    """The epoch the transaction ran with (its offsets were committed with): the record's,
+    unless the decision bumped it (the second transaction protocol, a timeout)."""
     state: Final[str]
     """Kafka's name of the state: Empty, Ongoing, PrepareCommit, PrepareAbort,
     CompleteCommit, CompleteAbort."""
@@ -620,6 +626,11 @@ class Broker:
     def decided_transactions(self) -> list[TransactionView]:
         """The decided transactions (PrepareCommit, PrepareAbort) with groups still to be
         told."""
+    def transaction_add_group(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> asyncio.Future[None]:
+        """Adds ``group_id`` to the producer's transaction (TxnOffsetCommit v5), as
+        AddOffsetsToTxn does; what could not be added, the record then shows."""
     def transaction_group_marked(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> asyncio.Future[None]:

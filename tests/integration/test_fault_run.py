@@ -1,5 +1,6 @@
 """A short randomized fault run with a fixed seed (support/fault_run: three brokers on etcd and
-S3 under idempotent load and a consumer group). The seed's schedule covers a broker killed, S3
+S3 under idempotent load, a consumer group and random commits and aborts of a transactional
+producer). The seed's schedule covers a broker killed, S3
 answering 503 and slow, a broker's session expiring alone and etcd frozen past the lease.
 bench/fault_runs.py runs many seeds through this test (KAFSCALE_FAULT_RUN_SEED and
 KAFSCALE_FAULT_RUN_FAULTS choose another run)."""

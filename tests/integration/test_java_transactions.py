@@ -1,7 +1,8 @@
 """Transactions through the JVM: the Java client's transactional producer and read_committed
 consumer (kafka-clients 4.4, pinned in tests/jvm/pom.xml), Kafka's ``kafka-transactions.sh``
-and console consumer, and Kafka Streams with ``processing.guarantee=exactly_once_v2``, all
-against one broker.
+and console consumer, and Kafka Streams with ``processing.guarantee=exactly_once_v2``: the
+producer and consumer checks on one broker and on the 3-broker cluster, the tools and Streams
+on one broker.
 
 The Java side (tests/jvm's TransactionChecks and StreamsEosChecks) reports what it saw as
 [partition, offset, value] rows; these tests decide what is right. A "read" is what a consumer
@@ -9,9 +10,10 @@ assigned every partition from the beginning showed, in order, until its position
 end offsets it was told (read_committed: the last stable offsets), so nothing is missed and
 nothing stops the reading early.
 
-The Java producer 4.x asks for EndTxn up to v3 and Produce up to v11 here (the broker serves
-no more), so it runs the protocol from before KIP-890's second part: AddPartitionsToTxn from
-the client, the epoch bumped only by InitProducerId.
+The Java producer 4.x finds the feature ``transaction.version`` finalized at 2 in ApiVersions
+and runs the second transaction protocol (KIP-890 part 2): no AddPartitionsToTxn or
+AddOffsetsToTxn from the client (the brokers add what its Produce v12 and TxnOffsetCommit v5
+name), an epoch bump with every EndTxn v5.
 
 Streams (exactly_once_v2) is killed -9 with a transaction open in both of its tests, and its
 restart ends that transaction two ways: the stateless application keeps no state directory, so
@@ -39,6 +41,7 @@ from support import jvm
 from support import kafka_wire as kw
 from support import transactions as tx
 from support.clients import HANG_GUARD, Got, unique
+from support.cluster import Cluster
 from support.procs import Broker, assert_no_panic
 
 PARTITIONS = 3  # of the topics TransactionChecks creates
@@ -56,10 +59,38 @@ def jbroker(module_broker_factory: Callable[..., Broker]) -> Broker:
     )
 
 
+@pytest.fixture(scope="module")
+def jcluster(module_cluster: Callable[..., Cluster]) -> Cluster:
+    return module_cluster(3)
+
+
+@pytest.fixture(params=["one broker", "three brokers"])
+def bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The producer and consumer checks run on one broker and on the 3-broker cluster (etcd,
+    S3), where the transactional id's coordinator and the partitions' owners are spread over
+    the brokers."""
+    if request.param == "one broker":
+        yield request.getfixturevalue("jbroker").bootstrap
+        return
+    c: Cluster = request.getfixturevalue("jcluster")
+    yield c.bootstrap()
+    for b in c.live:
+        assert_no_panic(b)
+
+
 @pytest.fixture(autouse=True)
 def _broker_survives(jbroker: Broker) -> Iterator[None]:
     yield
     assert_no_panic(jbroker)
+
+
+def described(bootstrap: str, transactional_id: str) -> tx.DescribedTxn:
+    """DescribeTransactions of the id, asked of its coordinator."""
+    with kw.RawConnection.to(bootstrap.split(",")[0]) as conn:
+        found = tx.find_coordinator(conn, transactional_id, tx.TRANSACTION_KEY)
+    assert found.error_code == kw.NONE, found
+    with kw.RawConnection.to(f"{found.host}:{found.port}") as conn:
+        return tx.describe_transactions(conn, [transactional_id])[transactional_id]
 
 
 def checks(*args: str) -> dict[str, Any]:
@@ -100,47 +131,59 @@ def all_partitions(offset: int, n: int = PARTITIONS) -> dict[str, int]:
 
 
 def test_committed_and_aborted_transactions_seen_by_read_committed_and_uncommitted(
-    jbroker: Broker,
+    bootstrap: str,
 ) -> None:
     """Five transactions of two records per partition, committed and aborted in turn: a
     read_committed consumer shows the committed ones once, in order, at their offsets; a
     read_uncommitted one shows the aborted ones too; both stop at the end, past the last
-    marker (2 records and a marker per transaction and partition)."""
-    got = checks("commit-abort", jbroker.bootstrap, unique("jtx"), unique("jtx"))
+    marker (2 records and a marker per transaction and partition). The Java client finds the
+    second transaction protocol (transaction.version 2, KIP-890 part 2) and uses it: each
+    EndTxn bumped the producer's epoch, so the coordinator's record is at epoch 5."""
+    transactional_id = unique("jtx")
+    got = checks("commit-abort", bootstrap, unique("jtx"), transactional_id)
     sent = rows(got["sent"])
     assert len(sent) == 30 and len(set(sent)) == 30, sent
     ends = all_partitions(15)
     assert_read(got["read_committed"], rows(got["sent"], "committed"), ends)
     assert_read(got["read_uncommitted"], sent, ends)
+    record = described(bootstrap, transactional_id)
+    assert (record.state, record.producer_epoch) == ("CompleteCommit", 5), record
 
 
 @pytest.mark.parametrize("next_step", ["commit", "send"])
 def test_a_second_producer_fences_the_first_and_aborts_its_transaction(
-    jbroker: Broker, next_step: str
+    bootstrap: str, next_step: str
 ) -> None:
     """The first producer leaves a transaction open over partitions 0 and 1; a second with
     the same transactional.id initialises, which aborts it (a marker after its records, the
-    last stable offset past it). The first's next step fails with ProducerFencedException: its
-    commit, or a send to partition 2 (not in its transaction), which stores nothing. The
-    second's transaction commits; read_committed shows only that one."""
-    got = checks("fence", jbroker.bootstrap, unique("jtx"), unique("jtx"), next_step)
+    last stable offset past it). The first's next step fails: its commit with
+    ProducerFencedException, or a send to partition 2 (not in its transaction), which stores
+    nothing, with InvalidProducerEpochException (which its commit then throws too): the Java
+    client runs the second transaction protocol here, so the broker adds the partition and the
+    coordinator refuses the old epoch (Kafka 4 answers the same). The second's transaction
+    commits; read_committed shows only that one."""
+    got = checks("fence", bootstrap, unique("jtx"), unique("jtx"), next_step)
     assert got["ends_old_open"] == {"0": 2, "1": 2, "2": 0}
     assert got["stable_old_open"] == all_partitions(0)
     after_init = {"0": 3, "1": 3, "2": 0}
     assert (got["ends_after_init"], got["stable_after_init"]) == (after_init, after_init)
     if next_step == "send":
-        assert got["send_error"].startswith(FENCED), got["send_error"]
-    assert got["commit_error"] is not None and got["commit_error"].startswith(FENCED), got
+        refused = "InvalidProducerEpochException"
+        assert got["send_error"].startswith(refused), got["send_error"]
+        # The client keeps the send's error and throws it from the commit.
+        assert got["commit_error"] is not None and got["commit_error"].startswith(refused), got
+    else:
+        assert got["commit_error"] is not None and got["commit_error"].startswith(FENCED), got
     ends = {"0": 6, "1": 6, "2": 3}
     assert_read(got["read_committed"], rows(got["sent"], "committed"), ends)
     assert_read(got["read_uncommitted"], rows(got["sent"]), ends)
 
 
-def test_the_coordinator_aborts_a_transaction_past_its_timeout(jbroker: Broker) -> None:
+def test_the_coordinator_aborts_a_transaction_past_its_timeout(bootstrap: str) -> None:
     """A producer with transaction.timeout.ms=2000 writes and waits: the coordinator aborts
     the transaction (a marker in each partition, the last stable offset past it), and the
     producer's commit then fails with ProducerFencedException."""
-    got = checks("timeout", jbroker.bootstrap, unique("jtx"), unique("jtx"), "2000")
+    got = checks("timeout", bootstrap, unique("jtx"), unique("jtx"), "2000")
     assert got["stable_while_open"] == all_partitions(0)
     assert got["aborted_by_coordinator"], got
     assert got["commit_error"] is not None and got["commit_error"].startswith(FENCED), got
@@ -153,7 +196,7 @@ def test_the_coordinator_aborts_a_transaction_past_its_timeout(jbroker: Broker) 
 CTP_RECORDS = 300
 
 
-def test_consume_transform_produce_copies_each_record_exactly_once(jbroker: Broker) -> None:
+def test_consume_transform_produce_copies_each_record_exactly_once(bootstrap: str) -> None:
     """A consume-transform-produce loop (read_committed consumer, manual offsets sent to the
     transaction with the consumer's group metadata): the first worker commits, aborts one
     transaction (and seeks back to the group's committed offsets), commits more and dies with
@@ -164,7 +207,7 @@ def test_consume_transform_produce_copies_each_record_exactly_once(jbroker: Brok
     worker's producer is fenced."""
     group = unique("jtx-group")
     args = [unique("jtx-in"), unique("jtx-out"), group, unique("jtx"), str(CTP_RECORDS)]
-    got = checks("consume-transform-produce", jbroker.bootstrap, *args)
+    got = checks("consume-transform-produce", bootstrap, *args)
     steps = got["steps"]
     assert [s.split(":")[0] for s in steps[:6]] == [
         *("commit", "commit", "abort", "commit", "commit", "crash")

@@ -27,9 +27,10 @@ read_committed consumers show afterwards.
   partitions, committed or aborted as a seeded RNG says) through the kill -9 of the busiest
   owner (started again later) and etcd frozen for twice the lease: nothing of an aborted
   transaction is visible to read_committed, all of every committed transaction is (no torn
-  transaction), nothing else is, nothing twice. support/fault_run's ``run`` opens its workloads
-  itself and takes no other, so this runs here under those two faults rather than inside the
-  randomized fault run; ``TxnWorkload`` has the ``Workload`` shape to be added there.
+  transaction), nothing else is, nothing twice. The randomized fault run
+  (support/fault_run, tests/integration/test_fault_run.py) runs the same workload through its
+  seeded schedule of faults; here it meets the faults aimed at transactions (the coordinator
+  killed, a zombie owner) that the schedule may not draw.
 
 Read_committed visibility is per partition, as in Kafka: between the first and the last marker
 of a transaction, a consumer of a marked partition may see its part while another partition's

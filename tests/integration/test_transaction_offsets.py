@@ -29,6 +29,7 @@ import pytest
 from support import group_wire as gw
 from support import kafka_wire as kw
 from support import transactions as tx
+from support import txn_wire_v2 as v2
 from support.clients import HANG_GUARD, Got, Msg, confluent_produce, unique
 from support.cluster import Cluster, create_topic
 from support.procs import Broker, assert_no_panic
@@ -744,8 +745,9 @@ def test_txn_offset_commit_of_a_group_member_is_checked(tbroker: Broker) -> None
 
         def commit(offsets: dict[tuple[str, int], int], gen: int, who: str) -> int:
             answer = retried(
-                lambda: tx.txn_offset_commit_v3(
+                lambda: v2.txn_offset_commit(
                     conn,
+                    3,
                     transactional_id,
                     group,
                     producer,

@@ -1,9 +1,13 @@
 """A randomized fault run: three brokers on etcd and S3 (moto behind support/s3_faults) under
-idempotent acks=all load and a consumer group, through a seeded schedule of faults drawn from
-``FAULTS``. It ends with every check of ``Workload.verify`` (every acked record at its acked
-offset exactly once, the storage invariants over etcd's whole history, the live consumer never
-rewound nor out of range), the group's checks (support/group_reader), and no broker logging a
-gap in its write-ahead runs or answering KAFKA_STORAGE_ERROR once the faults are over.
+idempotent acks=all load, a consumer group and a transactional producer on a second topic
+(seeded random transactions, committed or aborted: support/txn_faults ``TxnWorkload``),
+through a seeded schedule of faults drawn from ``FAULTS``. It ends with every check of
+``Workload.verify`` (every acked record at its acked offset exactly once, the storage
+invariants over etcd's whole history, the live consumer never rewound nor out of range), the
+group's checks (support/group_reader), ``TxnWorkload.verify`` (no aborted record visible to
+read_committed, no committed transaction lost or torn, nothing twice, nothing left open), and
+no broker logging a gap in its write-ahead runs or answering KAFKA_STORAGE_ERROR once the
+faults are over.
 
 ``run(seed)`` is the whole run; tests/integration/test_fault_run.py runs a short fixed seed,
 bench/fault_runs.py many seeds."""
@@ -20,6 +24,7 @@ from .group_reader import GroupReader
 from .load import LIVENESS_TIMEOUT, Workload, wait_for
 from .procs import paused
 from .s3_faults import S3FaultProxy
+from .txn_faults import TxnWorkload
 
 PARTITIONS = 6
 LEASE_TTL_MS = 3000
@@ -158,24 +163,30 @@ def run(make_cluster, moto, seed: int, faults: int) -> dict:
     proxy = S3FaultProxy(moto.endpoint).start()
     try:
         c = start_cluster(make_cluster, proxy)
-        topic = f"fault-run-{seed}"
-        create_topic(c.bootstrap(), topic, PARTITIONS)
-        c.wait_converged([topic], {topic: PARTITIONS}, until=c.claimed)
+        topic, txn_topic = f"fault-run-{seed}", f"fault-run-txn-{seed}"
+        topics = {topic: PARTITIONS, txn_topic: PARTITIONS}
+        for name in topics:
+            create_topic(c.bootstrap(), name, PARTITIONS)
+        c.wait_converged(list(topics), topics, until=c.claimed)
         r = Run(c, proxy, random.Random(seed))
         with (
             Workload(c, topic, PARTITIONS, idempotent=True) as wl,
             GroupReader(c.bootstrap(), topic, f"group-{seed}") as group,
+            TxnWorkload(c, txn_topic, PARTITIONS, seed) as txns,
         ):
             wl.wait_acks(10)
+            txns.wait_txns(3)
             for name in schedule(seed, faults):
                 r.done.append(name)
                 FAULTS[name](r)
-                c.wait_converged([topic], {topic: PARTITIONS})
+                c.wait_converged(list(topics), topics)
                 wl.wait_acks(5)
+                txns.wait_txns(3)
             marks = {b.broker_id: b.log_size() for b in c.live}
             wl.wait_acks(20)
             try:
                 stats = wl.verify()
+                txn_stats = txns.verify()
             except AssertionError as exc:
                 raise AssertionError(f"seed {seed}, faults {r.done}: {exc}") from None
             ends = {p: end for p, (_start, end) in _ends(c, topic).items()}
@@ -191,7 +202,17 @@ def run(make_cluster, moto, seed: int, faults: int) -> dict:
                 f"{b.name} logged {w!r} after the faults" for w in AFTER_FAULTS if w in after
             ]
         assert not problems, f"seed {seed}, faults {r.done}: {problems[:10]}"
-        return {"seed": seed, "faults": r.done, "s3_refused": proxy.refused, **stats}
+        transactions = {
+            "transactions": txn_stats["transactions"],
+            "txn_errors": txn_stats["errors"],
+        }
+        return {
+            "seed": seed,
+            "faults": r.done,
+            "s3_refused": proxy.refused,
+            **stats,
+            **transactions,
+        }
     finally:
         proxy.stop()
 

@@ -17,8 +17,11 @@ metadata store holds it: the producer's transaction must be ongoing with the gro
 copy can lag the transaction coordinator's write by a moment: anything it cannot confirm is
 answered COORDINATOR_LOAD_IN_PROGRESS, which producers retry; a producer whose epoch was
 bumped gets INVALID_PRODUCER_EPOCH, one whose transaction is already being decided
-INVALID_TXN_STATE. Until the transaction is decided, OffsetFetch with ``require_stable``
-(KIP-447) answers UNSTABLE_OFFSET_COMMIT for its partitions.
+INVALID_TXN_STATE. A producer of the second transaction protocol (TxnOffsetCommit v5,
+KIP-890 part 2) sends no AddOffsetsToTxn: the group is added here first, and its record at
+the same epoch still being decided is its previous transaction being marked (retried).
+Until the transaction is decided, OffsetFetch with ``require_stable`` (KIP-447) answers
+UNSTABLE_OFFSET_COMMIT for its partitions.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ class TransactionalOffsets:
 
     async def commit(self, group: Group, req: _core.TxnOffsetCommitRequest) -> OffsetCommitResponse:
         """Keeps the request's offsets with the producer's transaction until it is decided."""
+        if req.adds_group:
+            await self._core.transaction_add_group(
+                req.transactional_id, req.producer_id, req.producer_epoch, group.group_id
+            )
         async with group.lock:
             code = self._may_commit(group, req)
             if code != ErrorCode.NONE:
@@ -111,6 +118,9 @@ class TransactionalOffsets:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         same = view.producer_epoch == req.producer_epoch
         if same and view.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if req.adds_group:
+                # The second protocol bumped the epoch as the previous transaction ended.
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             # The copy never runs ahead of the store: the transaction is being decided.
             return ErrorCode.INVALID_TXN_STATE
         if not (same and view.state == ONGOING and group.group_id in view.groups):
@@ -163,7 +173,7 @@ class TransactionalOffsets:
             pending = group.pending_txn.get(view.producer_id)
             if pending is None:
                 return True
-            if commit and pending.producer_epoch == view.producer_epoch:
+            if commit and pending.producer_epoch == view.transaction_epoch:
                 offsets = [(t, p, o) for (t, p), o in pending.offsets.items()]
                 try:
                     await self._storage.commit_offsets(group, offsets)

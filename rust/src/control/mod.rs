@@ -132,12 +132,13 @@ macro_rules! control_apis {
                     crate::control::groups::answers::OffsetCommitPartitionResult,
                 ],
             }
-            // Offsets of a transaction, committed with it (v3 adds the member, KIP-447).
+            // Offsets of a transaction, committed with it (v3 adds the member, KIP-447; v5 is
+            // the second transaction protocol's, KIP-890).
             TxnOffsetCommit {
-                versions: 0..=3,
+                versions: 0..=5,
                 request: TxnOffsetCommitRequest,
-                python: |wire, _| {
-                    crate::control::groups::txn_offsets::TxnOffsetCommitRequest::new(wire)
+                python: |wire, v| {
+                    crate::control::groups::txn_offsets::TxnOffsetCommitRequest::new(wire, v)
                 },
                 answer: |a: crate::control::groups::answers::OffsetCommitResponse, _, _| {
                     crate::control::groups::txn_offsets::answer(a)

@@ -174,6 +174,55 @@ async fn a_transactional_batch_opens_a_transaction_only_when_the_coordinator_con
     assert_eq!(p.last_stable_offset(), Ok(p.high_watermark()));
 }
 
+/// The second transaction protocol (KIP-890 part 2): the marker carries the epoch EndTxn
+/// bumped to, so a late batch of the ended transaction (a retry still in flight) is of an
+/// older epoch than the partition's producer and is refused, while the producer's next
+/// transaction, at the bumped epoch, starts at sequence 0. The late batch can neither reopen
+/// the ended transaction nor slip into the next one (Jepsen's aborted-read anomaly).
+#[tokio::test]
+async fn a_late_batch_of_an_ended_transaction_cannot_join_the_next_one_at_the_bumped_epoch() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    // The coordinator's record: epoch 1 ongoing after the bump (what `Transactions::verify`
+    // answers for this partition).
+    let coordinator = |_: i64, epoch: i16| match epoch {
+        1 => Ok(()),
+        _ => Err(ResponseError::InvalidProducerEpoch),
+    };
+    let verify = |bytes: &Bytes| {
+        let batches = validate_batches(bytes, 1 << 20).unwrap();
+        match p.append_verified(batches, true, &coordinator)? {
+            Appended::Buffered(ack, buffered) => {
+                f.writer.note_append(&p, buffered);
+                Ok(ack)
+            }
+            Appended::Stored(at) => panic!("answered at once with {at}"),
+        }
+    };
+    let first = append(&f, &p, &txn_batch(7, 0, 0, 2), true).unwrap();
+    flushed(&f, vec![first]).await;
+    let marker = mark(&f, &p, 7, 1, true);
+    assert_eq!(flushed(&f, vec![marker]).await, vec![2]);
+    assert_eq!(p.last_stable_offset(), Ok(3));
+    let late = txn_batch(7, 0, 2, 1);
+    assert_eq!(
+        verify(&late).err(),
+        Some(ResponseError::InvalidProducerEpoch)
+    );
+    let next = verify(&txn_batch(7, 1, 0, 2)).unwrap();
+    assert_eq!(flushed(&f, vec![next]).await, vec![3]);
+    assert_eq!(
+        verify(&late).err(),
+        Some(ResponseError::InvalidProducerEpoch)
+    );
+    assert_eq!(p.high_watermark(), 5, "the late batch stored nothing");
+    assert_eq!(
+        p.last_stable_offset(),
+        Ok(3),
+        "the next transaction is open from 3"
+    );
+}
+
 #[tokio::test]
 async fn a_marker_whose_flush_failed_leaves_the_transaction_open_for_the_next_try() {
     let f = fixture(1 << 20).await;

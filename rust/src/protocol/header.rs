@@ -40,6 +40,12 @@ impl Request {
         })
     }
 
+    /// The version of the codec's frame for this request (`newer`): its own, but for a
+    /// version newer than the codec that keeps an older one's frame.
+    pub(crate) fn frame_version(&self) -> i16 {
+        super::newer::frame_version(self.api_key, self.api_version)
+    }
+
     /// Decodes the body as `T` at the request's version; failures close the connection.
     pub fn body<T: Decodable + Message>(&self) -> Result<T, WireError> {
         let undecodable = |reason: String| WireError::Undecodable {
@@ -47,11 +53,12 @@ impl Request {
             version: self.api_version,
             reason,
         };
-        if self.api_version < T::VERSIONS.min || self.api_version > T::VERSIONS.max {
+        let frame = self.frame_version();
+        if frame < T::VERSIONS.min || frame > T::VERSIONS.max {
             return Err(undecodable("outside the codec's version range".into()));
         }
         let mut body = self.body.clone();
-        T::decode(&mut body, self.api_version).map_err(|e| undecodable(e.to_string()))
+        T::decode(&mut body, frame).map_err(|e| undecodable(e.to_string()))
     }
 }
 

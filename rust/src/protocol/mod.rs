@@ -2,6 +2,7 @@
 
 pub(crate) mod frame;
 pub(crate) mod header;
+pub(crate) mod newer;
 pub(crate) mod repeats;
 pub(crate) mod splice;
 pub(crate) mod versions;

@@ -59,6 +59,47 @@ impl Broker {
             .clone()
             .ok_or_else(|| PyRuntimeError::new_err("the broker is not started; call start() first"))
     }
+
+    /// What the group coordinator tells the transaction coordinator about `group_id` in the
+    /// producer's transaction.
+    fn group_step<'py>(
+        &self,
+        py: Python<'py>,
+        step: GroupStep,
+        transactional_id: String,
+        producer: (i64, i16),
+        group_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let core = self.running()?.core.clone();
+        on_runtime(&self.runtime, py, async move {
+            let group = Members::Group(&group_id);
+            let transactions = &core.transactions;
+            match step {
+                GroupStep::Marked => transactions
+                    .marked(&transactional_id, producer, group)
+                    .await
+                    .map_err(|e| {
+                        api_error(ApiError::new(e, "reporting a transaction's offsets failed"))
+                    }),
+                GroupStep::Add => {
+                    let added = transactions.add_implicitly(&transactional_id, producer, group);
+                    if let Err(error) = added.await {
+                        tracing::debug!(transactional_id, group_id, %error,
+                            "a group was not added to its transaction");
+                    }
+                    Ok(())
+                }
+            }
+        })
+    }
+}
+
+/// See `Broker::group_step`.
+enum GroupStep {
+    /// Join the transaction (TxnOffsetCommit v5).
+    Add,
+    /// Its offsets are committed or dropped with the decided transaction.
+    Marked,
 }
 
 #[pymethods]
@@ -251,17 +292,23 @@ impl Broker {
         producer_epoch: i16,
         group_id: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let core = self.running()?.core.clone();
-        on_runtime(&self.runtime, py, async move {
-            let producer = (producer_id, producer_epoch);
-            let done = Members::Group(&group_id);
-            core.transactions
-                .marked(&transactional_id, producer, done)
-                .await
-                .map_err(|e| {
-                    api_error(ApiError::new(e, "reporting a transaction's offsets failed"))
-                })
-        })
+        let producer = (producer_id, producer_epoch);
+        self.group_step(py, GroupStep::Marked, transactional_id, producer, group_id)
+    }
+
+    /// TxnOffsetCommit v5 (the second transaction protocol): adds `group_id` to the producer's
+    /// transaction, as AddOffsetsToTxn would. What could not be added, the caller's check of
+    /// the record (`transaction`) then refuses.
+    fn transaction_add_group<'py>(
+        &self,
+        py: Python<'py>,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        group_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let producer = (producer_id, producer_epoch);
+        self.group_step(py, GroupStep::Add, transactional_id, producer, group_id)
     }
 
     fn group_store(&self) -> PyResult<GroupStore> {

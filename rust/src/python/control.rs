@@ -15,6 +15,7 @@ use crate::control::bridge::{ControlCall, ControlReply};
 use crate::control::control_apis;
 use crate::control::screen::Screened;
 use crate::protocol::header::encode_response;
+use crate::protocol::newer::frame_version;
 use crate::server::log_limit::LogLimit;
 
 #[pyclass(frozen, module = "kafscale._core")]
@@ -131,7 +132,9 @@ fn type_name(path: &'static str) -> &'static str {
 
 impl ControlRequest {
     fn frame<T: Encodable + HeaderVersion>(&self, response: &T) -> ControlReply {
-        encode_response(self.correlation_id, self.api_version, response).inspect_err(|e| {
+        let frame = ApiKey::try_from(self.api_key)
+            .map_or(self.api_version, |key| frame_version(key, self.api_version));
+        encode_response(self.correlation_id, frame, response).inspect_err(|e| {
             // The client chose the version the answer cannot be encoded at.
             static UNENCODABLE: LogLimit = LogLimit::new("unencodable control-plane answers");
             if UNENCODABLE.admit() {

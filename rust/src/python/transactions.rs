@@ -12,6 +12,9 @@ pub(super) struct TransactionView {
     transactional_id: String,
     producer_id: i64,
     producer_epoch: i16,
+    /// The epoch the transaction ran with (its offsets were committed with): the record's,
+    /// unless the decision bumped it (the second transaction protocol, a timeout).
+    transaction_epoch: i16,
     /// Kafka's name of its state ("Ongoing", "PrepareCommit", …).
     state: String,
     /// The groups whose offsets it commits.
@@ -26,6 +29,7 @@ impl TransactionView {
             transactional_id: transactional_id.to_string(),
             producer_id: record.producer_id,
             producer_epoch: record.epoch,
+            transaction_epoch: record.transaction_epoch(),
             state: record.state.name().to_string(),
             groups: record.groups.iter().cloned().collect(),
             unmarked_groups: record.unmarked_groups.iter().cloned().collect(),

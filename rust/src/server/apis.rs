@@ -40,7 +40,9 @@ pub(crate) const DATA_PLANE: &[DataPlaneApi] = &[
     // From v0 as Kafka does: librdkafka enables gzip, snappy and lz4 only when the broker
     // lists Produce v0. Clients send v3+ (RecordBatch) when offered; a v0–2 request (legacy
     // message sets) is answered with UNSUPPORTED_FOR_MESSAGE_FORMAT per partition.
-    api(ApiKey::Produce, 0, 11, produce::handle),
+    // v12 is v11 from a producer of the second transaction protocol (KIP-890 part 2: the
+    // broker adds a transactional batch's partition to its transaction).
+    api(ApiKey::Produce, 0, 12, produce::handle),
     // v14–17 change only what replicas send (replica state, directory id) and add
     // leader-discovery hints (KIP-951) a consumer may go without.
     api(ApiKey::Fetch, 4, 17, fetch::handle),
@@ -52,10 +54,10 @@ pub(crate) const DATA_PLANE: &[DataPlaneApi] = &[
     api(ApiKey::OffsetForLeaderEpoch, 0, 4, offset_for_leader_epoch::handle),
     api(ApiKey::InitProducerId, 0, 5, init_producer_id::handle),
     // The transaction coordinator's: v4+ of AddPartitionsToTxn are brokers' (KIP-890), v4
-    // of EndTxn asks for TRANSACTION_ABORTABLE, v5 for an epoch bump per transaction.
-    api(ApiKey::AddPartitionsToTxn, 0, 3, transactions::handle_add_partitions),
-    api(ApiKey::AddOffsetsToTxn, 0, 3, transactions::handle_add_offsets),
-    api(ApiKey::EndTxn, 0, 3, transactions::handle_end),
+    // of the others lets the answer be TRANSACTION_ABORTABLE, EndTxn v5 bumps the epoch.
+    api(ApiKey::AddPartitionsToTxn, 0, 5, transactions::handle_add_partitions),
+    api(ApiKey::AddOffsetsToTxn, 0, 4, transactions::handle_add_offsets),
+    api(ApiKey::EndTxn, 0, 5, transactions::handle_end),
     api(ApiKey::DescribeTransactions, 0, 0, describe_transactions::handle_describe),
     // v1 adds a filter by how long a transaction has run (KIP-994).
     api(ApiKey::ListTransactions, 0, 1, describe_transactions::handle_list),

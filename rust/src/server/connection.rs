@@ -38,6 +38,7 @@ use tokio_rustls::server::TlsStream;
 use super::admission::Admitted;
 use super::budget::{Budgets, ByteBudget, Charge};
 use super::dispatch::{dispatch, Answer};
+use super::handlers::produce::implicit_add;
 use super::handlers::ConnectionContext;
 use super::handlers::Reply;
 use super::log_limit::LogLimit;
@@ -418,6 +419,14 @@ async fn read_requests<R: ReadSide>(
                         _ = stop.changed() => return ReadEnd::Stopped,
                         () = turn.wait() => {}
                     }
+                }
+                // The second transaction protocol's producers leave adding the partitions
+                // of their batches to the broker (Produce v12+): done before the append.
+                tokio::select! {
+                    biased;
+                    _ = queue.closed() => return ReadEnd::Closed,
+                    _ = stop.changed() => return ReadEnd::Stopped,
+                    () = implicit_add::add_partitions(broker, &request, &access) => {}
                 }
                 turn
             } else {

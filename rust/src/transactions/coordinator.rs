@@ -10,6 +10,12 @@
 //! the next transaction.
 //! While a transaction is decided, nothing else may change it (CONCURRENT_TRANSACTIONS, which
 //! clients retry).
+//!
+//! Two protocols (Kafka's `transaction.version`): in the first, a producer keeps its epoch
+//! from one InitProducerId to the next. In the second (KIP-890 part 2, EndTxn v5) EndTxn bumps
+//! the epoch as it decides, the markers carry the bumped epoch and the producer goes on with
+//! it: a late batch of an ended transaction is then of an older epoch than the marker, which
+//! every partition refuses, so it can never slip into the producer's next transaction.
 
 use kafka_protocol::ResponseError;
 
@@ -56,10 +62,49 @@ pub(crate) enum Ending {
     Complete,
 }
 
+/// EndTxn's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended {
+    pub ending: Ending,
+    /// The producer id and epoch the markers carry (while `Decided`).
+    pub marking: (i64, i16),
+    /// The producer id and epoch of the producer's next transaction (EndTxn v5's answer).
+    pub next: (i64, i16),
+}
+
+impl Ended {
+    fn of(record: &TxnRecord) -> Ended {
+        let ending = match record.state.preparing() {
+            Some(_) => Ending::Decided,
+            None => Ending::Complete,
+        };
+        Ended {
+            ending,
+            marking: (record.producer_id, record.epoch),
+            next: record.next_producer(),
+        }
+    }
+}
+
+/// Which transaction protocol a request is of (see the module's comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// EndTxn v0–4: the epoch stays.
+    KeepEpoch,
+    /// EndTxn v5: an epoch bump per transaction.
+    BumpEpoch,
+}
+
 /// Whether an InitProducerId over `current` needs a new producer id (a first one, or the
 /// epochs of the current one are used up).
 pub(crate) fn needs_producer_id(current: Option<&TxnRecord>) -> bool {
     current.is_none_or(|r| r.epoch >= LAST_EPOCH)
+}
+
+/// Whether an EndTxn v5 over `current` may need a new producer id: its bump would use up the
+/// epochs of the current one.
+pub(crate) fn ending_needs_producer_id(current: Option<&TxnRecord>) -> bool {
+    current.is_some_and(|r| r.epoch.saturating_add(1) >= LAST_EPOCH)
 }
 
 /// What InitProducerId asks.
@@ -81,6 +126,8 @@ pub(crate) fn init(current: Option<&TxnRecord>, init: Init) -> Step<(i64, i16)> 
         producer_id,
         epoch: 0,
         fenced_epoch: None,
+        previous: None,
+        next_producer_id: None,
         timeout_ms: init.timeout_ms,
         state: TxnState::Empty,
         partitions: Default::default(),
@@ -109,6 +156,7 @@ pub(crate) fn init(current: Option<&TxnRecord>, init: Init) -> Step<(i64, i16)> 
         TxnState::Ongoing => Step {
             write: Some(TxnRecord {
                 fenced_epoch: None,
+                previous: None,
                 ..decide(current, false, true, init.now_ms)
             }),
             answer: Err(ResponseError::ConcurrentTransactions),
@@ -152,7 +200,8 @@ pub(crate) enum Members<'a> {
 }
 
 impl Members<'_> {
-    fn in_record(&self, record: &TxnRecord) -> bool {
+    /// Whether all of them are in the record's transaction.
+    pub(crate) fn in_record(&self, record: &TxnRecord) -> bool {
         match self {
             Members::Partitions(partitions) => {
                 partitions.iter().all(|p| record.partitions.contains(p))
@@ -203,44 +252,126 @@ pub(crate) fn add(
     }
 }
 
-/// EndTxn: commit or abort the ongoing transaction.
-pub(crate) fn end(
+/// What EndTxn asks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct End {
+    pub producer: (i64, i16),
+    pub commit: bool,
+    pub protocol: Protocol,
+    /// A producer id nobody has, when `ending_needs_producer_id`.
+    pub fresh_id: Option<i64>,
+    pub now_ms: i64,
+}
+
+/// AddPartitionsToTxn v4+ with VerifyOnly: for each partition, None if the producer's ongoing
+/// transaction has it, else INVALID_TXN_STATE (Kafka's answer); Err for the producer itself
+/// (unknown, or fenced).
+pub(crate) fn check(
     current: Option<&TxnRecord>,
     (producer_id, epoch): (i64, i16),
-    commit: bool,
-    now_ms: i64,
-) -> Step<Ending> {
-    let current = match check_producer(current, producer_id, epoch) {
+    partitions: &[TxnPartition],
+) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+    let current = check_producer(current, producer_id, epoch)?;
+    let ongoing = current.state == TxnState::Ongoing;
+    let has = |p: &TxnPartition| ongoing && current.partitions.contains(p);
+    let missing = |p| (!has(p)).then_some(ResponseError::InvalidTxnState);
+    Ok(partitions.iter().map(missing).collect())
+}
+
+/// EndTxn: commit or abort the ongoing transaction.
+pub(crate) fn end(current: Option<&TxnRecord>, end: End) -> Step<Ended> {
+    let End {
+        producer,
+        commit,
+        protocol,
+        fresh_id,
+        now_ms,
+    } = end;
+    let bump = protocol == Protocol::BumpEpoch;
+    // A retry of the EndTxn v5 that ended the last transaction (the bump moved the producer
+    // on), or an abort after the coordinator aborted it on its timeout.
+    if let Some(current) = current.filter(|r| bump && r.previous == Some(producer)) {
+        return match (current.state, commit) {
+            (TxnState::PrepareCommit | TxnState::CompleteCommit, true)
+            | (TxnState::PrepareAbort | TxnState::CompleteAbort, false) => {
+                answer(Ended::of(current))
+            }
+            _ => refuse(ResponseError::ProducerFenced),
+        };
+    }
+    let current = match check_producer(current, producer.0, producer.1) {
         Ok(current) => current,
         Err(error) => return refuse(error),
     };
+    let settled = matches!(
+        current.state,
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+    );
     match (current.state, commit) {
+        (TxnState::Ongoing, _) if bump => match bumped(current, fresh_id) {
+            Some(base) => {
+                let next = decide(&base, commit, true, now_ms);
+                let ended = Ended::of(&next);
+                store(next, ended)
+            }
+            None => refuse(ResponseError::CoordinatorNotAvailable),
+        },
         (TxnState::Ongoing, _) => {
-            let next = decide(current, commit, false, now_ms);
-            let ending = if next.state.preparing().is_some() {
-                Ending::Decided
-            } else {
-                Ending::Complete
+            let next = TxnRecord {
+                // No retry of the second protocol's EndTxn is answered once the producer uses
+                // the first.
+                previous: None,
+                ..decide(current, commit, false, now_ms)
             };
-            store(next, ending)
+            let ended = Ended::of(&next);
+            store(next, ended)
+        }
+        // The second protocol's producer does not know whether its partitions reached the
+        // coordinator (the brokers add them): it may abort a transaction the coordinator never
+        // saw, which bumps the epoch all the same.
+        (_, false) if bump && settled => match bumped(current, fresh_id) {
+            Some(base) => {
+                let next = decide(&base, false, true, now_ms);
+                let ended = Ended::of(&next);
+                store(next, ended)
+            }
+            None => refuse(ResponseError::CoordinatorNotAvailable),
+        },
+        // The producer's next transaction, before the markers of the last are all written.
+        (TxnState::PrepareCommit | TxnState::PrepareAbort, _) if bump => {
+            refuse(ResponseError::ConcurrentTransactions)
         }
         // A retry of the request that decided it.
-        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-            answer(Ending::Decided)
-        }
-        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
-            answer(Ending::Complete)
+        (TxnState::PrepareCommit, true)
+        | (TxnState::PrepareAbort, false)
+        | (TxnState::CompleteCommit, true)
+        | (TxnState::CompleteAbort, false)
+            if !bump =>
+        {
+            answer(Ended::of(current))
         }
         _ => refuse(ResponseError::InvalidTxnState),
     }
 }
 
+/// `current` about to be decided with an epoch bump (EndTxn v5): remembers the producer's
+/// id and epoch for retries, and takes `fresh_id` for its next transactions when the bump
+/// uses up the current id's epochs (None if one is needed and there is none).
+fn bumped(current: &TxnRecord, fresh_id: Option<i64>) -> Option<TxnRecord> {
+    let mut base = current.clone();
+    base.previous = Some((current.producer_id, current.epoch));
+    if ending_needs_producer_id(Some(current)) {
+        base.next_producer_id = Some(fresh_id?);
+    }
+    Some(base)
+}
+
 /// The ongoing transaction decided: its markers are to be written (complete at once when it
-/// has no partitions). `fence` bumps the epoch first, so that the producer's requests at the
-/// old one are refused (a new instance of it, or the transaction timed out).
-fn decide(current: &TxnRecord, commit: bool, fence: bool, now_ms: i64) -> TxnRecord {
+/// has no partitions). `bump` raises the epoch first, so that the producer's requests at the
+/// old one are refused (a new instance of it, a timeout, or the second protocol's EndTxn).
+fn decide(current: &TxnRecord, commit: bool, bump: bool, now_ms: i64) -> TxnRecord {
     let mut next = current.clone();
-    if fence && next.epoch < i16::MAX {
+    if bump && next.epoch < i16::MAX {
         next.epoch += 1;
     }
     next.unmarked = next.partitions.clone();
@@ -257,8 +388,13 @@ fn decide(current: &TxnRecord, commit: bool, fence: bool, now_ms: i64) -> TxnRec
     next
 }
 
-/// The decided transaction is complete: it has no members any more.
+/// The decided transaction is complete: it has no members any more, and its producer goes on
+/// with a new id if the decision used up the epochs of the old one.
 fn complete(record: &mut TxnRecord, commit: bool) {
+    if let Some(id) = record.next_producer_id.take() {
+        record.producer_id = id;
+        record.epoch = 0;
+    }
     record.state = if commit {
         TxnState::CompleteCommit
     } else {
@@ -275,6 +411,7 @@ pub(crate) fn expire(current: &TxnRecord, now_ms: i64) -> Option<TxnRecord> {
     let overdue = now_ms.saturating_sub(current.started_ms) > i64::from(current.timeout_ms);
     (current.state == TxnState::Ongoing && overdue).then(|| TxnRecord {
         fenced_epoch: Some(current.epoch),
+        previous: Some((current.producer_id, current.epoch)),
         ..decide(current, false, true, now_ms)
     })
 }

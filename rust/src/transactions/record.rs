@@ -19,6 +19,25 @@ pub(crate) enum TxnState {
 }
 
 impl TxnRecord {
+    /// The producer id and epoch the producer's next transaction runs with.
+    pub(crate) fn next_producer(&self) -> (i64, i16) {
+        match self.next_producer_id {
+            Some(id) => (id, 0),
+            None => (self.producer_id, self.epoch),
+        }
+    }
+
+    /// The epoch the producer's transaction ran with: the record's, unless the decision
+    /// bumped it (EndTxn v5 or a timeout: `previous`).
+    pub(crate) fn transaction_epoch(&self) -> i16 {
+        match self.previous {
+            Some((id, epoch)) if self.state.preparing().is_some() && id == self.producer_id => {
+                epoch
+            }
+            _ => self.epoch,
+        }
+    }
+
     /// Every marker of the decided transaction is written (and every group told).
     pub(crate) fn all_marked(&self) -> bool {
         self.unmarked.is_empty() && self.unmarked_groups.is_empty()
@@ -59,6 +78,14 @@ pub(crate) struct TxnRecord {
     /// transaction (a timeout): InitProducerId with that epoch may still resume (KIP-360).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced_epoch: Option<i16>,
+    /// The producer id and epoch that ended the last transaction of the second protocol
+    /// (EndTxn v5, or a timeout), before the bump: a retried EndTxn v5 names them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<(i64, i16)>,
+    /// While a transaction decided with the last epoch of its producer id is marked: the id
+    /// the producer goes on with (at epoch 0) once the transaction is complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_producer_id: Option<i64>,
     pub timeout_ms: i32,
     pub state: TxnState,
     /// The partitions the transaction wrote to (added by AddPartitionsToTxn).

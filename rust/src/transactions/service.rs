@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 
-use super::coordinator::{self, Ending, Init, Members, Step};
+use super::coordinator::{self, End, Ending, Init, Members, Protocol, Step};
 use super::record::{TxnPartition, TxnRecord, TxnState};
 use crate::log::partition::now_ms;
 use crate::meta::catalog::{encode, key_segment, segment_name, Catalog};
@@ -26,6 +26,9 @@ use crate::meta::producer_ids::ProducerIds;
 const MARKERS_WAIT: Duration = Duration::from_secs(5);
 /// Compare-and-swap attempts before a request is answered with a retriable error.
 const ATTEMPTS: usize = 8;
+/// How long an implicit add (`add_implicitly`) waits for the producer's last transaction to
+/// be marked before it gives up (the request is then refused with a retriable error).
+const IMPLICIT_ADD_WAIT: Duration = Duration::from_secs(1);
 
 pub(crate) struct Transactions {
     catalog: Arc<Catalog>,
@@ -122,24 +125,88 @@ impl Transactions {
         .await
     }
 
+    /// The second protocol's implicit add (Produce v12+, TxnOffsetCommit v5): the broker a
+    /// producer's batch or offsets reach adds the partition or group to the transaction
+    /// itself, as AddPartitionsToTxn or AddOffsetsToTxn would. Nothing is written when this
+    /// broker's mirror shows them added already. While the producer's last transaction is
+    /// still being marked (CONCURRENT_TRANSACTIONS) it waits for the mirror to change and
+    /// tries again, for up to a second, as Kafka's brokers retry.
+    pub(crate) async fn add_implicitly(
+        &self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        members: Members<'_>,
+    ) -> Result<(), ResponseError> {
+        let added = |r: &TxnRecord| {
+            (r.producer_id, r.epoch) == producer
+                && r.state == TxnState::Ongoing
+                && members.in_record(r)
+        };
+        if self.mirrored(transactional_id).is_some_and(|r| added(&r)) {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + IMPLICIT_ADD_WAIT;
+        let mut changes = self.mirror.changes();
+        loop {
+            match self.add(transactional_id, producer, members).await {
+                Err(ResponseError::ConcurrentTransactions)
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// AddPartitionsToTxn v4+ with VerifyOnly: whether each partition is in the producer's
+    /// ongoing transaction, as the store has it (`coordinator::check`).
+    pub(crate) async fn check(
+        &self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        partitions: &[TxnPartition],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.apply(transactional_id, |current| Step {
+            write: None,
+            answer: coordinator::check(current, producer, partitions),
+        })
+        .await
+    }
+
     /// EndTxn: stores the decision, then waits (a while) for the markers to be written, so a
     /// read_committed consumer usually sees a committed transaction once its producer heard
-    /// of the commit.
+    /// of the commit. Answers the producer id and epoch of the producer's next transaction.
     pub(crate) async fn end(
         &self,
         transactional_id: &str,
         producer: (i64, i16),
         commit: bool,
-    ) -> Result<(), ResponseError> {
-        let ending = self
+        protocol: Protocol,
+        ids: &ProducerIds,
+    ) -> Result<(i64, i16), ResponseError> {
+        let mut fresh_id = None;
+        if protocol == Protocol::BumpEpoch
+            && coordinator::ending_needs_producer_id(self.mirrored(transactional_id).as_ref())
+        {
+            fresh_id = Some(ids.next().await.map_err(unavailable)?);
+        }
+        let ended = self
             .apply(transactional_id, |current| {
-                coordinator::end(current, producer, commit, now_ms())
+                let end = End {
+                    producer,
+                    commit,
+                    protocol,
+                    fresh_id,
+                    now_ms: now_ms(),
+                };
+                coordinator::end(current, end)
             })
             .await?;
-        if ending == Ending::Decided {
+        if ended.ending == Ending::Decided {
             let settled = || {
                 self.mirrored(transactional_id).is_none_or(|r| {
-                    r.state.preparing().is_none() || (r.producer_id, r.epoch) != producer
+                    r.state.preparing().is_none() || (r.producer_id, r.epoch) != ended.marking
                 })
             };
             let mut changes = self.mirror.changes();
@@ -152,7 +219,7 @@ impl Transactions {
             })
             .await;
         }
-        Ok(())
+        Ok(ended.next)
     }
 
     /// Aborts the transaction if it is past its timeout (as the coordinator's sweep does).
@@ -243,6 +310,13 @@ impl Transactions {
         let record = self.mirrored(transactional_id);
         match record {
             Some(r) if r.producer_id == producer_id && r.epoch > epoch => {
+                Err(ResponseError::InvalidProducerEpoch)
+            }
+            // The producer went on with a new id (its epochs were used up).
+            Some(r)
+                if r.producer_id != producer_id
+                    && r.previous.is_some_and(|p| p.0 == producer_id) =>
+            {
                 Err(ResponseError::InvalidProducerEpoch)
             }
             Some(r)

@@ -1,5 +1,8 @@
-//! TxnOffsetCommit v0–3: offsets a transactional producer commits for a consumer group
-//! (`sendOffsetsToTransaction`), sent to the group's coordinator. The request reaches Python
+//! TxnOffsetCommit v0–5: offsets a transactional producer commits for a consumer group
+//! (`sendOffsetsToTransaction`), sent to the group's coordinator. v4 lets the answer be
+//! TRANSACTION_ABORTABLE (never given here); v5 comes from a producer of the second
+//! transaction protocol (KIP-890 part 2), which sends no AddOffsetsToTxn: the group's
+//! coordinator adds the group to the transaction itself. The request reaches Python
 //! with the offsets in OffsetCommit's shapes (no commit timestamp: -1), and is answered as an
 //! OffsetCommit is, per partition.
 
@@ -26,11 +29,14 @@ pub(crate) struct TxnOffsetCommitRequest {
     member_id: String,
     group_instance_id: Option<String>,
     topics: Vec<OffsetCommitTopic>,
+    /// v5: the group is to be added to the transaction first.
+    adds_group: bool,
 }
 
 impl TxnOffsetCommitRequest {
-    pub(crate) fn new(wire: &WireTxnCommit) -> Self {
+    pub(crate) fn new(wire: &WireTxnCommit, version: i16) -> Self {
         TxnOffsetCommitRequest {
+            adds_group: version >= 5,
             transactional_id: text(&wire.transactional_id),
             group_id: text(&wire.group_id),
             producer_id: wire.producer_id.0,
@@ -102,7 +108,7 @@ mod tests {
                     .with_partition_index(1)
                     .with_committed_offset(42)
                     .with_committed_leader_epoch(5)])]);
-        let request = TxnOffsetCommitRequest::new(&wire);
+        let request = TxnOffsetCommitRequest::new(&wire, 3);
         assert_eq!(
             (request.transactional_id.as_str(), request.group_id.as_str()),
             ("tx", "g")

@@ -26,7 +26,8 @@ pub(crate) async fn answer(
 ) -> Result<Bytes, WireError> {
     let mut body = ControlBody::decode(&request)?;
     crate::control::repeats::merge(&mut body);
-    let (correlation_id, version) = (request.correlation_id, request.api_version);
+    // Refusals are encoded here, at the version of the request's frame.
+    let (correlation_id, version) = (request.correlation_id, request.frame_version());
     if let Some(answer) = screen::refused_answer(&body, access, correlation_id, version) {
         return answer;
     }

@@ -1,4 +1,4 @@
-//! Produce v3–11. Validation and appends run synchronously in request order; the response waits
+//! Produce v3–12 (v12: `implicit_add`). Validation and appends run synchronously in request order; the response waits
 //! until every partition's segment is durable (acks 1 and -1 alike: durability is the object
 //! store's, there are no followers), at most the request's timeout. acks=0 gets no response
 //! but is flushed the same way, its bytes charged to the connection's budgets until then.
@@ -27,6 +27,7 @@ use crate::protocol::header::{encode_response, Request};
 use crate::server::budget::Charge;
 use crate::transactions::TxnPartition;
 
+pub(crate) mod implicit_add;
 mod window;
 pub(crate) use window::ProduceWindow;
 use window::{Load, Waiting};
@@ -128,7 +129,7 @@ pub(crate) fn start(
         waiting
     });
     // Not the request itself: its bytes are freed once the write-ahead object holds them.
-    let (correlation_id, api_version) = (request.correlation_id, request.api_version);
+    let (correlation_id, api_version) = (request.correlation_id, request.frame_version());
     async move {
         let _waiting = waiting;
         let deadline = tokio::time::Instant::now() + ack_timeout;
