@@ -7,7 +7,12 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use super::partition::{now_ms, Partition};
-use super::tests::{fixture_with, open, produce, Fixture};
+use kafka_protocol::records::Compression;
+use kafka_protocol::ResponseError;
+
+use super::batch::tests::encoded_batch;
+use super::batch::validate_batches;
+use super::tests::{fixture_with, new_owner, open, produce, Fixture};
 
 /// Produces `records` and flushes them; asserts they were committed at `base`.
 async fn commit(f: &Fixture, p: &Arc<Partition>, records: usize, base: i64) {
@@ -164,4 +169,38 @@ async fn a_failed_upload_ends_the_compaction_before_it_and_the_next_takes_what_c
         commit_and_read(&f, &p, again).await,
         vec![0, 10, 20, 30, 40, 50]
     );
+}
+
+/// An owner that lost the partition without seeing it yet (frozen past its lease) while the
+/// new owner compacted the log and the sweep deleted the first manifest the new segments hold
+/// (the write-ahead index follows the store): its compaction finds the first run it would read
+/// gone, sees another owner key in the store, and stops taking writes instead of reporting a
+/// hole in the log. (Segments of one run each here: 1 kB segments, 1.2 kB runs.)
+#[tokio::test]
+async fn a_stale_owner_that_finds_its_runs_compacted_away_stops_taking_writes() {
+    let f = fixture_with(1_000, Duration::from_millis(10), 8 << 20, 64 << 20).await;
+    let stale = open(&f).await;
+    for base in [0, 10] {
+        commit(&f, &stale, 10, base).await;
+    }
+    let first_run = f.ctx.wal.runs_from((f.topic.id, 0), 0)[0].object.clone();
+    let owner = new_owner(&f, &stale).await;
+    let compacted = owner.compact(&f.ctx, now_ms()).await.expect("due by size");
+    let revision = compacted.commit_alone(&f.ctx, "orders", 0).await;
+    owner.compacted(&f.ctx, compacted, revision);
+    assert_eq!(owner.owned().unwrap().record.segment_end(), 20);
+    let manifests = f.ctx.wal.manifests().into_iter();
+    let swept = manifests.filter(|(_, m)| *m.object == *first_run);
+    for (key, _) in swept.collect::<Vec<_>>() {
+        f.ctx.wal.remove(&key);
+    }
+    assert!(stale.is_leader(), "it has not seen the loss");
+    assert!(stale.compact(&f.ctx, now_ms()).await.is_none());
+    assert!(!stale.is_leader());
+    let batch = encoded_batch(1, 100, Compression::None);
+    let refused = stale.append(validate_batches(&batch, 1 << 20).unwrap(), true);
+    assert!(matches!(refused, Err(ResponseError::NotLeaderOrFollower)));
+    // The partition's owner goes on.
+    assert!(owner.is_leader());
+    commit(&f, &owner, 1, 20).await;
 }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use kafka_protocol::ResponseError;
 use object_store::PutPayload;
 use tokio::sync::Notify;
 
@@ -415,8 +416,7 @@ impl Partition {
                 // The first batch may begin below `from` (a log start inside a batch).
                 let first_holds_from = first && header.base_offset < next;
                 if header.base_offset != next && !first_holds_from {
-                    tracing::error!(topic = %self.topic, partition = self.id, expected = next,
-                        found = header.base_offset, "write-ahead runs have a gap");
+                    self.runs_gap(ctx, next, header.base_offset).await;
                     return false;
                 }
                 first = false;
@@ -425,6 +425,31 @@ impl Partition {
             }
         }
         next > last
+    }
+
+    /// A gap in the committed runs as this broker's write-ahead index has them. Expected on an
+    /// owner that lost the partition without seeing it yet (frozen, or cut off from the store,
+    /// past its lease): the new owner compacted the log and the manifests below its segment
+    /// end went, which the index (following the store) shows before the ownership reconciler
+    /// acts. The store's owner key then is not the one this broker wrote: it stops taking
+    /// writes at once (it could commit none of them) until the reconciler makes it a
+    /// follower. Otherwise the log has a hole: logged as the error it is.
+    async fn runs_gap(&self, ctx: &LogContext, expected: i64, found: i64) {
+        let owner_revision = self.owned().map_or(0, |owned| owned.owner_revision);
+        let owner_key = ctx.catalog.owner_key(&self.topic, self.id);
+        let still_owner = match ctx.catalog.kv().get(&owner_key).await {
+            Ok(owner) => owner.is_some_and(|kv| kv.mod_revision == owner_revision),
+            Err(_) => true, // cannot tell: reported as the gap it may be
+        };
+        if owner_revision != 0 && !still_owner {
+            tracing::info!(topic = %self.topic, partition = self.id,
+                "the partition has another owner already (its write-ahead runs moved on): \
+                 no longer taking writes for it");
+            self.close(ResponseError::NotLeaderOrFollower);
+            return;
+        }
+        tracing::error!(topic = %self.topic, partition = self.id, expected, found,
+            "write-ahead runs have a gap");
     }
 
     /// Where an uploaded segment's batches wait in the cache until its commit.
