@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support.cluster import Cluster
-from support.procs import Broker, EtcdServer, ManagedProcess, MotoServer, tail
+from support.procs import Broker, EtcdServer, ManagedProcess, MotoServer, assert_no_panic, tail
 
 _ACTIVE: list[ManagedProcess] = []  # every process started by a fixture and not yet cleaned up
 
@@ -88,6 +88,15 @@ def module_broker_factory(tmp_path_factory):
     factory = BrokerFactory(tmp_path_factory.mktemp("brokers"))
     yield factory
     factory.close()
+
+
+@pytest.fixture(autouse=True)
+def _tbroker_survives(request):
+    """A module whose tests share a broker as the ``tbroker`` fixture: after each test that
+    uses it, the broker has not panicked."""
+    yield
+    if "tbroker" in request.fixturenames:
+        assert_no_panic(request.getfixturevalue("tbroker"))
 
 
 @pytest.fixture(scope="session")

@@ -86,7 +86,8 @@ step "stubtest kafscale._core"
 
 # --- pytest ---------------------------------------------------------------------------------
 step "pytest"
-"$PY" -m pytest -ra "$@"
+# The slowest tests are listed at the end: where the suite's time goes.
+"$PY" -m pytest -ra --durations=30 "$@"
 
 # --- the same analytics and client tests on the newest versions the ranges allow -------------
 # pyproject's ranges are promises: a second virtualenv takes the newest version each range
@@ -129,6 +130,6 @@ if [[ $# -eq 0 && ${KAFSCALE_SKIP_LATEST:-0} != 1 ]]; then
     tests/integration/test_clients.py tests/integration/test_idempotence.py \
     tests/integration/test_tls.py tests/integration/test_sasl.py \
     tests/integration/test_compacted_topics.py tests/integration/test_transactions.py \
-    tests/integration/test_transaction_offsets.py \
+    tests/integration/test_transaction_offsets.py tests/integration/test_transaction_coordinators.py \
     tests/integration/test_transactions_analytics.py "${JVM_TESTS[@]}"
 fi

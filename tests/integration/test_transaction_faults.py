@@ -23,11 +23,11 @@ read_committed consumers show afterwards.
   read_committed consumer shows all of it (and of the transaction before it) and nothing
   else, each partition holds exactly one commit marker per transaction and no abort marker, and
   the offsets sent in the transaction are the group's.
-- A randomized transactional workload (``TxnWorkload``: transactions of a few records on random
-  partitions, committed or aborted as a seeded RNG says) through the kill -9 of the busiest
-  owner (started again later) and etcd frozen for twice the lease: nothing of an aborted
-  transaction is visible to read_committed, all of every committed transaction is (no torn
-  transaction), nothing else is, nothing twice. The randomized fault run
+- A randomized transactional workload (support/txn_workload ``TxnWorkload``: transactions of a
+  few records on random partitions, committed or aborted as a seeded RNG says) through the kill
+  -9 of the busiest owner (started again later) and etcd frozen for twice the lease: nothing of
+  an aborted transaction is visible to read_committed, all of every committed transaction is (no
+  torn transaction), nothing else is, nothing twice. The randomized fault run
   (support/fault_run, tests/integration/test_fault_run.py) runs the same workload through its
   seeded schedule of faults; here it meets the faults aimed at transactions (the coordinator
   killed, a zombie owner) that the schedule may not draw.
@@ -51,6 +51,7 @@ import pytest
 from support import kafka_wire as kw
 from support import transactions as tx
 from support import txn_faults as tf
+from support import txn_workload as tw
 from support.clients import HANG_GUARD, Msg, confluent_produce, unique
 from support.cluster import Cluster, create_topic, moved_away
 from support.group_wire import find_coordinator as find_group_coordinator
@@ -401,7 +402,7 @@ def test_random_transactions_through_kills_a_zombie_and_an_etcd_freeze(
     c = start(cluster)
     topic = new_topic(c, "random-txn")
     faults: list[str] = []
-    with tf.TxnWorkload(c, topic, PARTITIONS, SEED) as wl:
+    with tw.TxnWorkload(c, topic, PARTITIONS, SEED) as wl:
 
         def kill_and_restart(victim: Broker, what: str) -> None:
             assert victim.broker_id is not None
@@ -439,6 +440,6 @@ def test_random_transactions_through_kills_a_zombie_and_an_etcd_freeze(
         wl.wait_txns(10)
         stats = wl.verify()
     outcomes = stats["transactions"]
-    assert outcomes.get(tf.COMMITTED, 0) >= 10 and outcomes.get(tf.ABORTED, 0) >= 10, stats
+    assert outcomes.get(tw.COMMITTED, 0) >= 10 and outcomes.get(tw.ABORTED, 0) >= 10, stats
     all_survive(c)
     print(faults, stats)

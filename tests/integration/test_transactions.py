@@ -15,8 +15,8 @@ the aborted ones; a read_committed consumer stops at an open transaction and the
 offset (ListOffsets latest, read_committed; Fetch's last_stable_offset) stays at its first
 offset until it commits; a second producer with the same transactional id fences the first,
 whose open transaction is aborted; a transaction past its timeout is aborted by the coordinator
-and its producer's commit fails; and the same commit/abort rules across brokers, where the
-coordinator and the partitions' owners are different brokers.
+and its producer's commit fails (both also on the cluster); and the same commit/abort rules
+across brokers, where the coordinator and the partitions' owners are different brokers.
 
 Not covered here: offsets sent to a transaction (send_offsets_to_transaction: AddOffsetsToTxn,
 TxnOffsetCommit), DescribeTransactions, ListTransactions.
@@ -25,8 +25,8 @@ TxnOffsetCommit), DescribeTransactions, ListTransactions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import pytest
 from support import kafka_wire as kw
@@ -47,17 +47,52 @@ def tbroker(module_broker_factory: Callable[..., Broker]) -> Broker:
     return module_broker_factory(["--default-partitions", str(PARTITIONS)], name="transactions")
 
 
-@pytest.fixture(autouse=True)
-def _broker_survives(request: pytest.FixtureRequest) -> Any:
-    yield
-    if "tbroker" in request.fixturenames:
-        assert_no_panic(request.getfixturevalue("tbroker"))
-
-
 def new_topic(bootstrap: str) -> str:
     topic = unique("txn")
     kw.ensure_topic(bootstrap, topic, PARTITIONS)
     return topic
+
+
+@dataclass(frozen=True)
+class Where:
+    """One broker or the 3-broker cluster: where clients connect, how a topic is made, and
+    whom the ends of a partition are asked (its owner: the last stable offset is the owner's
+    to tell)."""
+
+    bootstrap: str
+    new_topic: Callable[[], str]
+    owner_of: Callable[[str, int], str]
+
+    def ends(self, topic: str, isolation: int, partitions: Iterable[int] = ALL) -> dict[int, int]:
+        out = {}
+        for p in partitions:
+            with kw.RawConnection.to(self.owner_of(topic, p)) as conn:
+                res = tx.list_offset(conn, topic, p, isolation)
+            assert res.error_code == kw.NONE, (topic, p, res)
+            out[p] = res.offset
+        return out
+
+
+@pytest.fixture(params=["one broker", "three brokers"])
+def where(request: pytest.FixtureRequest) -> Iterator[Where]:
+    """The fencing and timeout tests run on one broker and on the 3-broker cluster, where the
+    transactional id's coordinator and the partitions' owners are spread over the brokers."""
+    if request.param == "one broker":
+        b: Broker = request.getfixturevalue("tbroker")
+        yield Where(b.bootstrap, lambda: new_topic(b.bootstrap), lambda _t, _p: b.bootstrap)
+        assert_no_panic(b)
+        return
+    c: Cluster = request.getfixturevalue("tcluster")
+
+    def cluster_topic() -> str:
+        topic = unique("txn")
+        create_topic(c.bootstrap(), topic, PARTITIONS)
+        c.wait_converged([topic], {topic: PARTITIONS}, until=c.claimed)
+        return topic
+
+    yield Where(c.bootstrap(), cluster_topic, lambda t, p: c.owner(t, p).bootstrap)
+    for b in c.live:
+        assert_no_panic(b)
 
 
 def in_order(got: list[Got]) -> dict[int, list[Row]]:
@@ -264,14 +299,14 @@ def test_read_committed_stops_at_an_open_transaction(tbroker: Broker, client: st
 @pytest.mark.parametrize("next_step", ["commit", "send"])
 @pytest.mark.parametrize("client", CLIENTS)
 def test_a_new_producer_fences_the_old_and_aborts_its_transaction(
-    tbroker: Broker, client: str, next_step: str
+    where: Where, client: str, next_step: str
 ) -> None:
     """The first producer writes a transaction and leaves it open; a second with the same
     transactional id initialises: the first's transaction is aborted by then (init_transactions
     returns once it is), and the first's next commit or send fails, fenced. The second's
     transaction commits; read_committed consumers show only that one."""
-    bs = tbroker.bootstrap
-    topic = new_topic(bs)
+    bs = where.bootstrap
+    topic = where.new_topic()
     transactional_id = unique("tx")
     old = tx.PRODUCERS[client](bs, transactional_id)
     new = tx.PRODUCERS[client](bs, transactional_id)
@@ -280,11 +315,11 @@ def test_a_new_producer_fences_the_old_and_aborts_its_transaction(
         old.begin()
         old_msgs = tx.records("old", 6, 3)
         abandoned = tx.placed(old_msgs, old.send(topic, old_msgs))
-        assert tx.ends(bs, topic, ALL, tx.READ_COMMITTED) == dict.fromkeys(ALL, 0)
+        assert where.ends(topic, tx.READ_COMMITTED) == dict.fromkeys(ALL, 0)
         new.init()
-        ends = tx.ends(bs, topic, ALL, tx.READ_UNCOMMITTED)
+        ends = where.ends(topic, tx.READ_UNCOMMITTED)
         assert ends == dict.fromkeys(ALL, 3), "2 records and an abort marker"
-        assert tx.ends(bs, topic, ALL, tx.READ_COMMITTED) == ends
+        assert where.ends(topic, tx.READ_COMMITTED) == ends
         with pytest.raises(Exception) as failed:  # each client raises its own type
             if next_step == "commit":
                 old.commit()
@@ -295,9 +330,9 @@ def test_a_new_producer_fences_the_old_and_aborts_its_transaction(
     finally:
         old.close()
         new.close()
-    ends = tx.ends(bs, topic, ALL, tx.READ_UNCOMMITTED)
+    ends = where.ends(topic, tx.READ_UNCOMMITTED)
     assert ends == dict.fromkeys(ALL, 6), "nothing of the fenced producer's late send stored"
-    assert tx.ends(bs, topic, ALL, tx.READ_COMMITTED) == ends
+    assert where.ends(topic, tx.READ_COMMITTED) == ends
     assert_reads(bs, topic, ends, committed=committed, everything=abandoned + committed)
 
 
@@ -310,24 +345,24 @@ TIMEOUT_OPTIONS = {
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_a_transaction_past_its_timeout_is_aborted(tbroker: Broker, client: str) -> None:
+def test_a_transaction_past_its_timeout_is_aborted(where: Where, client: str) -> None:
     """A producer with a 2 s transaction timeout writes and then does nothing: the
     coordinator aborts the transaction (an abort marker in every partition, the last stable
     offset past it), and the producer's commit fails, fenced."""
-    bs = tbroker.bootstrap
-    topic = new_topic(bs)
+    bs = where.bootstrap
+    topic = where.new_topic()
     producer = tx.PRODUCERS[client](bs, unique("tx"), **TIMEOUT_OPTIONS[client])
     try:
         producer.init()
         producer.begin()
         msgs = tx.records("late", 6, 3)
         stored = tx.placed(msgs, producer.send(topic, msgs))
-        assert tx.ends(bs, topic, ALL, tx.READ_COMMITTED) == dict.fromkeys(ALL, 0)
+        assert where.ends(topic, tx.READ_COMMITTED) == dict.fromkeys(ALL, 0)
         aborted = dict.fromkeys(ALL, 3)  # 2 records and the abort marker
 
         def check() -> str | None:
-            high = tx.ends(bs, topic, ALL, tx.READ_UNCOMMITTED)
-            stable = tx.ends(bs, topic, ALL, tx.READ_COMMITTED)
+            high = where.ends(topic, tx.READ_UNCOMMITTED)
+            stable = where.ends(topic, tx.READ_COMMITTED)
             return None if high == stable == aborted else f"end {high}, last stable {stable}"
 
         tx.wait_for(check)
@@ -336,7 +371,7 @@ def test_a_transaction_past_its_timeout_is_aborted(tbroker: Broker, client: str)
         assert fenced(client, failed.value), repr(failed.value)
     finally:
         producer.close()
-    assert tx.ends(bs, topic, ALL, tx.READ_UNCOMMITTED) == aborted, "nothing more written"
+    assert where.ends(topic, tx.READ_UNCOMMITTED) == aborted, "nothing more written"
     assert_reads(bs, topic, aborted, committed=[], everything=stored)
 
 
@@ -349,18 +384,6 @@ CLUSTER_PARTITIONS = 12  # over 3 brokers: some on each of at least two of them
 @pytest.fixture(scope="module")
 def tcluster(module_cluster: Callable[..., Cluster]) -> Cluster:
     return module_cluster(3)
-
-
-def owner_ends(c: Cluster, topic: str, isolation: int) -> dict[int, int]:
-    """ListOffsets latest of each partition, asked of its owner (the last stable offset is
-    the owner's to tell)."""
-    out = {}
-    for p in range(CLUSTER_PARTITIONS):
-        with kw.RawConnection.to(c.owner(topic, p).bootstrap) as conn:
-            res = tx.list_offset(conn, topic, p, isolation)
-        assert res.error_code == kw.NONE, (p, res)
-        out[p] = res.offset
-    return out
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -391,9 +414,11 @@ def test_transactions_across_brokers(tcluster: Cluster, client: str) -> None:
                 committed += stored
     finally:
         producer.close()
-    ends = owner_ends(c, topic, tx.READ_UNCOMMITTED)
-    assert ends == dict.fromkeys(range(CLUSTER_PARTITIONS), 3 * 3)
-    assert owner_ends(c, topic, tx.READ_COMMITTED) == ends
+    at_owners = Where(c.bootstrap(), lambda: topic, lambda t, p: c.owner(t, p).bootstrap)
+    everyone = range(CLUSTER_PARTITIONS)
+    ends = at_owners.ends(topic, tx.READ_UNCOMMITTED, everyone)
+    assert ends == dict.fromkeys(everyone, 3 * 3)
+    assert at_owners.ends(topic, tx.READ_COMMITTED, everyone) == ends
     assert_reads(c.bootstrap(), topic, ends, committed=committed, everything=everything)
     for b in c.live:
         assert_no_panic(b)

@@ -1,6 +1,6 @@
 """A randomized fault run: three brokers on etcd and S3 (moto behind support/s3_faults) under
 idempotent acks=all load, a consumer group and a transactional producer on a second topic
-(seeded random transactions, committed or aborted: support/txn_faults ``TxnWorkload``),
+(seeded random transactions, committed or aborted: support/txn_workload ``TxnWorkload``),
 through a seeded schedule of faults drawn from ``FAULTS``. It ends with every check of
 ``Workload.verify`` (every acked record at its acked offset exactly once, the storage
 invariants over etcd's whole history, the live consumer never rewound nor out of range), the
@@ -24,7 +24,7 @@ from .group_reader import GroupReader
 from .load import LIVENESS_TIMEOUT, Workload, wait_for
 from .procs import paused
 from .s3_faults import S3FaultProxy
-from .txn_faults import TxnWorkload
+from .txn_workload import TxnWorkload
 
 PARTITIONS = 6
 LEASE_TTL_MS = 3000

@@ -7,7 +7,7 @@ answer), Produce v9-v12 (flexible; v12 is v11's frame), EndTxn v3-v5 (flexible; 
 adds the producer id and epoch of the next transaction), AddPartitionsToTxn v4/v5 (the brokers'
 batched form with ``verify_only``), TxnOffsetCommit v3-v5 (the same flexible frame). Encodings
 follow the Kafka protocol guide and Kafka's message definitions; nothing here comes from
-kafscale. support.transactions has the requests of the first protocol (v0 frames).
+kafscale. support.txn_wire has the requests of the first protocol (v0 frames).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import kafka_wire as kw
-from .transactions import ADD_PARTITIONS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT
+from .txn_wire import ADD_PARTITIONS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT
 
 TRANSACTION_VERSION = "transaction.version"
 

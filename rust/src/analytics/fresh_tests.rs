@@ -1,6 +1,7 @@
 //! Reading the committed write-ahead runs after the segments, as a single-node broker publishes
-//! them: the whole committed log, never an uncommitted object, and a read that a compaction
-//! overtakes finishes from the segment it made.
+//! them: the whole committed log, never an uncommitted object, a read that a compaction
+//! overtakes finishes from the segment it made, and read_committed bounds it overtakes are
+//! taken again.
 
 use std::sync::Arc;
 
@@ -12,9 +13,11 @@ use super::metadata::Metadata;
 use super::reader::TopicReader;
 use super::scan::{BatchLimits, PartitionScan};
 use super::tests::{offsets, stored_batch};
+use crate::log::producers::{ProducerBatch, ProducerSnapshot, ProducerStates};
 use crate::log::segment::{build_segment, StoredBatch};
 use crate::meta::catalog::{PartitionRecord, TopicRecord};
 use crate::meta::wal::{encode_manifest, TopicRuns, WalManifest, WalRun};
+use crate::store::faulty::FaultyStore;
 use crate::store::{SegmentObject, SegmentStore, StorageLocation};
 
 const TOPIC: &str = "orders";
@@ -48,7 +51,10 @@ struct Bench {
 
 impl Bench {
     async fn new() -> Bench {
-        let store = SegmentStore::open(&StorageLocation::Memory, NAMESPACE).unwrap();
+        Bench::over(SegmentStore::open(&StorageLocation::Memory, NAMESPACE).unwrap()).await
+    }
+
+    async fn over(store: SegmentStore) -> Bench {
         let topic = TopicRecord {
             name: TOPIC.into(),
             id: topic_id(),
@@ -119,7 +125,14 @@ impl Bench {
     }
 
     async fn publish_record(&self, segment_end: i64) {
+        self.publish_record_with(segment_end, None).await;
+    }
+
+    /// The partition record with its segments ending at `segment_end` (the committed end too)
+    /// and the producer snapshot it names, if any.
+    async fn publish_record_with(&self, segment_end: i64, producer_snapshot: Option<i64>) {
         let mut record = PartitionRecord::empty();
+        record.producer_snapshot = producer_snapshot;
         record.segment_end = Some(segment_end);
         record.high_watermark = segment_end;
         let encoded = Bytes::from(serde_json::to_vec(&record).unwrap());
@@ -128,6 +141,31 @@ impl Bench {
             .put(&format!("partitions/{TOPIC}/0"), encoded)
             .await
             .unwrap();
+    }
+
+    /// Stores the producer snapshot of the log below `end` with producer 7's transaction open
+    /// from `open_from`; its path.
+    async fn producer_snapshot(&self, end: i64, open_from: i64) -> object_store::path::Path {
+        let mut producers = ProducerStates::default();
+        let batch = ProducerBatch {
+            producer_id: 7,
+            epoch: 0,
+            first_seq: 0,
+            last_seq: 0,
+            transactional: true,
+        };
+        producers.record(&batch, open_from, open_from, 0);
+        let snapshot = ProducerSnapshot {
+            end,
+            producers,
+            aborted: Vec::new(),
+        };
+        let encoded = Bytes::from(serde_json::to_vec(&snapshot).unwrap());
+        let path = self
+            .store
+            .segment_path(TOPIC, 0, end, SegmentObject::ProducerSnapshot);
+        self.store.put_new(&path, encoded).await.unwrap();
+        path
     }
 
     async fn read(&self, wanted: std::ops::Range<i64>) -> Result<Vec<i64>, ReadError> {
@@ -250,4 +288,39 @@ async fn a_run_the_last_segment_ends_inside_is_read_from_the_segment_end() {
         let found = bench.reader.offset_for_timestamp(TOPIC, 0, timestamp).await;
         assert_eq!(found.unwrap(), Some(offset), "timestamp {timestamp}");
     }
+}
+
+/// A read_committed reader's bounds come from the partition's producer snapshot, which a
+/// compaction replaces (a new snapshot, the record naming it, the old one deleted) between the
+/// reader's snapshot of the metadata and its read of the object: held at the store's gate
+/// until the compaction is done, the read finds the object gone, and the bounds are taken
+/// again from a fresh snapshot of the metadata, never an error.
+#[tokio::test]
+async fn bounds_that_a_compaction_overtakes_are_taken_again() {
+    let objects = Arc::new(FaultyStore::default());
+    let bench = Bench::over(SegmentStore::over(objects.clone(), NAMESPACE)).await;
+    bench.segment(&batches(0, 8)).await;
+    let old = bench.producer_snapshot(120, 50).await;
+    bench.publish_record_with(240, Some(120)).await;
+    let gate = objects.hold_gets(old.as_ref());
+    let reader = bench.reader.clone();
+    let bounds = tokio::spawn(async move { reader.bounds(TOPIC).await });
+    while objects.held_gets() == 0 {
+        tokio::task::yield_now().await;
+    }
+    bench.producer_snapshot(240, 200).await;
+    bench.publish_record_with(240, Some(240)).await;
+    bench.store.delete(&old).await.unwrap();
+    gate.add_permits(1);
+    let bounds = bounds.await.unwrap().unwrap();
+    assert_eq!(
+        bounds,
+        Some(vec![(0, 0, 200)]),
+        "the new snapshot's open transaction"
+    );
+    assert_eq!(
+        objects.reads_of(old.as_ref()),
+        1,
+        "the old snapshot was asked for once"
+    );
 }
