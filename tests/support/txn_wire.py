@@ -89,17 +89,8 @@ def add_partitions_to_txn(
         w.string(topic).array_len(len(indexes))
         for index in indexes:
             w.i32(index)
-    r = conn.request(ADD_PARTITIONS_TO_TXN, 0, w.done())
-    r.i32()  # throttle
-    out = {}
-    for _ in range(r.array_len()):
-        name = r.string()
-        assert name is not None
-        for _ in range(r.array_len()):
-            index, error = r.i32(), r.i16()
-            out[(name, index)] = error
-    assert r.remaining() == 0, f"{r.remaining()} unexpected bytes after AddPartitionsToTxn v0"
-    return out
+    answer = conn.request(ADD_PARTITIONS_TO_TXN, 0, w.done())
+    return partition_errors(answer, "AddPartitionsToTxn v0")
 
 
 def end_txn(
@@ -109,6 +100,21 @@ def end_txn(
     producer_id, epoch = producer
     body = kw.Writer().string(transactional_id).i64(producer_id).i16(epoch).boolean(commit)
     return error_only(conn.request(END_TXN, 0, body.done()), "EndTxn v0")
+
+
+def partition_errors(r: kw.Reader, what: str) -> dict[tuple[str, int], int]:
+    """{(topic, partition): error code} of an answer that is a throttle time and, per topic,
+    each partition's error code (v0 framing)."""
+    r.i32()  # throttle
+    out = {}
+    for _ in range(r.array_len()):
+        name = r.string()
+        assert name is not None
+        for _ in range(r.array_len()):
+            index, error = r.i32(), r.i16()
+            out[(name, index)] = error
+    assert r.remaining() == 0, f"{r.remaining()} unexpected bytes after {what}"
+    return out
 
 
 def error_only(r: kw.Reader, what: str) -> int:
@@ -252,17 +258,7 @@ def txn_offset_commit(
         w.string(topic).array_len(len(parts))
         for partition, offset in parts:
             w.i32(partition).i64(offset).i32(-1).string(None)  # leader epoch, metadata
-    r = conn.request(TXN_OFFSET_COMMIT, 2, w.done())
-    r.i32()  # throttle
-    out = {}
-    for _ in range(r.array_len()):
-        name = r.string()
-        assert name is not None
-        for _ in range(r.array_len()):
-            index, error = r.i32(), r.i16()
-            out[(name, index)] = error
-    assert r.remaining() == 0, f"{r.remaining()} unexpected bytes after TxnOffsetCommit v2"
-    return out
+    return partition_errors(conn.request(TXN_OFFSET_COMMIT, 2, w.done()), "TxnOffsetCommit v2")
 
 
 @dataclass(frozen=True)
