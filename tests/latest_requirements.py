@@ -34,7 +34,8 @@ def latest_requirements(pyproject: dict) -> list[str]:
     for extra in ANALYTICS_EXTRAS:
         ranged += extras.get(extra, [])
     floating = {canonicalize_name(Requirement(r).name) for r in ranged}
-    out = ranged + list(CLIENT_LIBRARIES)
+    # a client library the package depends on keeps its range (the newest it allows)
+    out = ranged + [c for c in CLIENT_LIBRARIES if canonicalize_name(c) not in floating]
     floating |= {canonicalize_name(name) for name in CLIENT_LIBRARIES}
     for pinned in extras["test"]:
         if canonicalize_name(Requirement(pinned).name) not in floating:

@@ -126,6 +126,7 @@ if [[ $# -eq 0 && ${KAFSCALE_SKIP_LATEST:-0} != 1 ]]; then
     tests/integration/test_spark_source.py tests/integration/test_polars_scan.py \
     tests/integration/test_iceberg.py \
     tests/integration/test_segment_reader.py tests/integration/test_cli_segments.py \
+    tests/integration/test_cli_quotas.py \
     tests/integration/test_analytics_freshness.py tests/integration/test_spark_cluster.py \
     tests/integration/test_clients.py tests/integration/test_idempotence.py \
     tests/integration/test_tls.py tests/integration/test_sasl.py \

@@ -328,6 +328,12 @@ def _check_token_file(value: str | None) -> str | None:
     return None if token else f"is empty ({value}); put the bearer token in it"
 
 
+def _check_rack(value: str | None) -> str | None:
+    if value is not None and "," in value:
+        return "a rack name without commas, e.g. us-east-1a"
+    return None
+
+
 def _check_endpoint(value: str | None) -> str | None:
     if value is None or re.match(r"https?://[^/\s]+", value):
         return None
@@ -567,6 +573,16 @@ class Settings:
         _parse_int,
         check=_in_range(0, _INT32_MAX, "a whole number from 0"),
         metavar="N",
+    )
+    broker_rack: str | None = _setting(
+        None,
+        "The zone this broker runs in (Kafka's broker.rack). Consumers that name the same "
+        "rack (client.rack, or zone=RACK in their client.id) are sent to read through a broker "
+        "of their rack (KIP-392), so reads do not cross zones.",
+        _parse_optional_str,
+        check=_check_rack,
+        default_doc="unset: no rack",
+        metavar="RACK",
     )
     data_dir: str = _setting(
         "./kafscale-data",

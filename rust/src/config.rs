@@ -67,6 +67,8 @@ pub(crate) struct BrokerConfig {
     pub super_users: String,
     pub allow_everyone_if_no_acl_found: bool,
     pub broker_id: i32,
+    /// Kafka's `broker.rack`.
+    pub broker_rack: Option<String>,
     pub data_dir: String,
     pub s3_bucket: Option<String>,
     pub s3_region: Option<String>,
@@ -207,6 +209,7 @@ impl BrokerConfig {
             host,
             port,
             endpoints,
+            rack: self.broker_rack.clone(),
         }
     }
 

@@ -25,6 +25,7 @@ pub(crate) mod meta;
 pub(crate) mod metrics;
 pub(crate) mod protocol;
 pub(crate) mod python;
+pub(crate) mod quotas;
 pub(crate) mod running;
 pub(crate) mod server;
 pub(crate) mod store;

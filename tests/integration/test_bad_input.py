@@ -196,11 +196,12 @@ DESCRIBE_CLIENT_QUOTAS = 48
 
 
 def test_unimplemented_api_gets_unsupported_version(strict_broker, bystander):
-    """DescribeClientQuotas is a known API the broker does not serve: an error response, not a
-    close."""
-    body = kw.Writer().array_len(0).boolean(False).done()  # no components, not strict
+    """DescribeClientQuotas v2, a version past the ones served (0-1): an error response in the
+    newest encoding the broker knows (v1's, flexible), not a close."""
+    # no components (compact array of 0), not strict, no tagged fields
+    body = kw.Writer().uvarint(1).boolean(False).tagged_fields().done()
     with open_raw(strict_broker) as conn:
-        r = conn.request(DESCRIBE_CLIENT_QUOTAS, 0, body)
+        r = conn.request(DESCRIBE_CLIENT_QUOTAS, 2, body, flexible=True)
         r.i32()  # throttle
         assert r.i16() == kw.UNSUPPORTED_VERSION
         # the connection goes on serving

@@ -82,6 +82,7 @@ COMMANDS = {
     "brokers": ["list"],
     "users": ["list", "set", "delete"],
     "acls": ["list", "add", "remove"],
+    "quotas": ["list", "set", "delete"],
     "segments": ["ls", "dump", "verify"],
 }
 

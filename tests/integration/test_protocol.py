@@ -23,10 +23,12 @@ REQUIRED_RANGES = {
     kw.LIST_OFFSETS: (0, 9),
     kw.CREATE_TOPICS: (0, 7),
     kw.DELETE_TOPICS: (0, 6),
+    48: (0, 1),  # DescribeClientQuotas
+    49: (0, 1),  # AlterClientQuotas
 }
 # APIs this broker does not serve (replication and KRaft
 # internals): not listed at all, as Kafka leaves out what it does not serve
-NOT_SERVED = [4, 5, 6, 7, 46, 48, 49, *range(52, 57), 57, 67]
+NOT_SERVED = [4, 5, 6, 7, 46, *range(52, 57), 57, 67]
 # the transaction coordinator's APIs a producer sends: (min, max) each must at least cover
 # (v4+ of AddPartitionsToTxn are brokers' own, KIP-890)
 TRANSACTION_RANGES = {24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0), 66: (0, 1)}

@@ -195,7 +195,7 @@ assert df.height == {RECORDS_P0}
 """,
 }
 
-KAFKA_SUBCOMMANDS = ("topics", "groups", "brokers", "users", "acls")
+KAFKA_SUBCOMMANDS = ("topics", "groups", "brokers", "users", "acls", "quotas")
 
 
 @dataclass(frozen=True)

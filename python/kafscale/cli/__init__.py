@@ -6,6 +6,7 @@ protocol, and inspect the segment objects it stores.
     kafscale brokers  list                                            (--bootstrap-server)
     kafscale users    list | set | delete                             (--bootstrap-server)
     kafscale acls     list | add | remove                             (--bootstrap-server)
+    kafscale quotas   list | set | delete                             (--bootstrap-server)
     kafscale segments ls | dump | verify      (s3://BUCKET/NAMESPACE or DATA_DIR/NAMESPACE)
 
 Exit codes: 0 success; 1 the command failed (the message on stderr says why and what to do),
@@ -20,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from . import acls, brokers, groups, segments, topics, users
+from . import acls, brokers, groups, quotas, segments, topics, users
 from .args import plain
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, print_error
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     brokers.register(commands)
     users.register(commands)
     acls.register(commands)
+    quotas.register(commands)
     segments.register(commands)
     parser.set_defaults(func=None, command_parser=parser)
     for group in commands.choices.values():  # `kafscale topics` without an action

@@ -66,6 +66,8 @@ pub(crate) struct Broker {
     pub mirror: Arc<Mirror>,
     /// Decides what each connection's principal may do (every request asks it).
     pub(crate) authorizer: Arc<Authorizer>,
+    /// The client quotas in force and what clients used of them.
+    pub(crate) quotas: crate::quotas::Quotas,
     state: watch::Sender<Arc<ClusterState>>,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serialises topic creation and deletion (rare; keeps the registry and store in step).
@@ -177,6 +179,7 @@ impl Broker {
                 mirror.clone(),
             ),
             log,
+            quotas: crate::quotas::Quotas::new(metrics.clone()),
             metrics,
             cluster_id,
             control: ControlBridge::default(),
@@ -316,6 +319,12 @@ impl Broker {
     pub(crate) fn reload_acls(&self) {
         let acls = crate::auth::store::mirrored(&self.log.catalog, &self.mirror);
         self.authorizer.replace(acls);
+    }
+
+    /// Puts the client quotas the mirror holds in force.
+    pub(crate) fn reload_quotas(&self) {
+        let quotas = crate::quotas::store::mirrored(&self.log.catalog, &self.mirror);
+        self.quotas.replace(quotas);
     }
 
     /// Every topic, by id.

@@ -184,7 +184,9 @@ impl Broker {
         let root = self.log.catalog.root();
         let manifests = self.log.catalog.manifests_prefix();
         let acls = crate::auth::store::acls_prefix(&self.log.catalog);
+        let quotas = crate::quotas::store::quotas_prefix(&self.log.catalog);
         let mut acls_changed = false;
+        let mut quotas_changed = false;
         let mut extended = Vec::new();
         let state = match pass.take() {
             Some(mut state) if !revisits.everything => {
@@ -198,6 +200,10 @@ impl Broker {
                     }
                     if key.starts_with(&acls) {
                         acls_changed = true;
+                        continue;
+                    }
+                    if key.starts_with(&quotas) {
+                        quotas_changed = true;
                         continue;
                     }
                     let touched = state.apply(root, key, value.as_ref());
@@ -232,6 +238,7 @@ impl Broker {
                 let (entries, revision) = self.mirror.take_all(&format!("{root}/"));
                 visits.everything = true;
                 acls_changed = true;
+                quotas_changed = true;
                 let (wal, rest): (Vec<_>, Vec<_>) = entries
                     .iter()
                     .partition(|kv| kv.key.starts_with(&manifests));
@@ -245,6 +252,9 @@ impl Broker {
         };
         if acls_changed {
             self.reload_acls();
+        }
+        if quotas_changed {
+            self.reload_quotas();
         }
         let only = (!visits.everything).then_some(&visits.topics);
         let grown = self.sync_topics(&state, only);

@@ -36,6 +36,18 @@ pub(crate) async fn broker(segment_bytes: usize) -> TestBroker {
     TestBroker { broker, _dir: dir }
 }
 
+/// A started broker of its own (id 1) in rack `rack`.
+pub(crate) async fn broker_in_rack(rack: &str) -> TestBroker {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        broker_rack: Some(rack.into()),
+        ..config(&dir, 1 << 20)
+    };
+    let broker = Broker::open(config).await.unwrap();
+    broker.log.compaction_due.hold();
+    TestBroker { broker, _dir: dir }
+}
+
 /// A broker that compacts a partition as soon as it has a segment's worth, and otherwise
 /// never (its interval is an hour).
 pub(crate) async fn broker_compacting_when_due(segment_bytes: usize) -> TestBroker {
@@ -114,6 +126,7 @@ fn config(dir: &tempfile::TempDir, segment_bytes: usize) -> BrokerConfig {
         super_users: String::new(),
         allow_everyone_if_no_acl_found: false,
         broker_id: 1,
+        broker_rack: None,
         data_dir: dir.path().to_string_lossy().into_owned(),
         s3_bucket: None,
         s3_region: None,

@@ -5,4 +5,5 @@
 pub(crate) mod assignment;
 mod extras;
 mod placement;
+pub(crate) mod racks;
 pub(crate) mod state;

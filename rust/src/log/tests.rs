@@ -311,7 +311,7 @@ async fn a_fetch_reaching_a_segment_being_read_ahead_waits_for_that_read() {
 
 /// A read of `p` from offset 0 in a task of its own, checked to be still waiting 50 ms on.
 /// Partition 0 as another broker sees it: a follower of `owner`'s committed record.
-fn follower_of(f: &Fixture, owner: &Partition) -> Arc<Partition> {
+pub(super) fn follower_of(f: &Fixture, owner: &Partition) -> Arc<Partition> {
     let (record, revision) = owner.committed_record();
     Arc::new(super::follower_partition(
         &f.topic,

@@ -14,7 +14,7 @@ use super::batch::validate_batches;
 use super::partition::{AppendResult, Appended, Marked, Partition};
 use super::producers::AbortedTxn;
 use super::reader;
-use super::tests::{compact_and_commit, fixture, new_owner, open, produce, Fixture};
+use super::tests::{compact_and_commit, fixture, follower_of, new_owner, open, produce, Fixture};
 
 /// `count` records of producer `id` at `epoch` in a transaction, sequences from `first_seq`.
 fn txn_batch(id: i64, epoch: i16, first_seq: i32, count: usize) -> Bytes {
@@ -274,4 +274,28 @@ async fn a_new_owner_rebuilds_open_and_aborted_transactions_from_runs_and_snapsh
     let commit = mark(&f, &p, 8, 0, true);
     assert_eq!(flushed(&f, vec![commit]).await, vec![4]);
     assert_eq!(p.last_stable_offset(), Ok(5));
+}
+
+#[tokio::test]
+async fn a_log_is_free_of_transactions_until_a_transactional_run_or_a_snapshot_holds_one() {
+    let f = fixture(1 << 20).await;
+    let p = open(&f).await;
+    let plain = produce(&f, &p, 2);
+    flushed(&f, vec![plain]).await;
+    let follower = follower_of(&f, &p);
+    // Brokers of other racks answer read_committed fetches of this log: nothing to hold back.
+    assert!(p.free_of_transactions(&f.ctx.wal));
+    assert!(follower.free_of_transactions(&f.ctx.wal));
+    let txn = append(&f, &p, &txn_batch(7, 0, 0, 1), true).unwrap();
+    flushed(&f, vec![txn]).await;
+    assert!(!p.free_of_transactions(&f.ctx.wal));
+    assert!(!follower.free_of_transactions(&f.ctx.wal));
+    let commit = mark(&f, &p, 7, 0, true);
+    flushed(&f, vec![commit]).await;
+    // Compacted, the runs lie below the segment end and the producer state is in a snapshot,
+    // which may hold transactions: still only the owner answers.
+    let (due, revision) = compact_and_commit(&f, &p, i64::MAX).await;
+    assert!(due.record.producer_snapshot.is_some());
+    p.compacted(&f.ctx, due, revision);
+    assert!(!p.free_of_transactions(&f.ctx.wal));
 }

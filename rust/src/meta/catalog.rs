@@ -128,13 +128,17 @@ impl VersionedPartition {
 /// A live broker, as registered under its session: `host` and `port` are its first
 /// listener's advertised endpoint, `endpoints` every listener's (none in a record written
 /// before listeners: that one has only PLAINTEXT).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct BrokerRecord {
     pub id: i32,
     pub host: String,
     pub port: i32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<Endpoint>,
+    /// Kafka's `broker.rack`: the zone the broker runs in (consumers of the same rack read
+    /// through it, KIP-392).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 /// Where clients that come in on listener `listener` reach a broker.

@@ -398,6 +398,7 @@ fn a_broker_is_reached_at_the_endpoint_of_the_listener_a_client_came_in_on() {
         host: "b1.example".into(),
         port: 9092,
         endpoints: vec![endpoint("PLAINTEXT", 9092), endpoint("SSL", 9093)],
+        rack: None,
     };
     assert_eq!(record.endpoint("SSL"), Some(("b1.example", 9093)));
     assert_eq!(record.endpoint("PLAINTEXT"), Some(("b1.example", 9092)));

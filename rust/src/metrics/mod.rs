@@ -5,7 +5,9 @@
 //! health checks. This module is a leaf: it knows nothing of the broker.
 
 pub(crate) mod process;
+pub(crate) mod quotas;
 pub(crate) mod traffic;
+pub(crate) mod zones;
 
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -18,7 +20,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use self::quotas::QuotaMetrics;
 use self::traffic::TopicTraffic;
+use self::zones::ZoneTraffic;
 
 /// A label value from outside (a topic or group name), escaped as the Prometheus and OpenMetrics
 /// text formats require. prometheus-client writes label values verbatim and leaves escaping to
@@ -93,6 +97,10 @@ pub(crate) struct Metrics {
     pub request_duration: Family<ApiLabels, Histogram>,
     /// Produce and fetch counters per served topic (encoded by `traffic`'s collector).
     pub topic_traffic: TopicTraffic,
+    /// Produce and fetch bytes by zone crossing.
+    pub zone_traffic: ZoneTraffic,
+    /// Per configured client quota: usage and throttling.
+    pub quotas: QuotaMetrics,
     pub flush_duration: Histogram,
     pub flush_errors: Counter,
     pub upload_duration: Histogram,
@@ -131,6 +139,8 @@ impl Default for Metrics {
         Metrics {
             request_duration: Family::new_with_constructor(latency_histogram),
             topic_traffic: TopicTraffic::default(),
+            zone_traffic: ZoneTraffic::default(),
+            quotas: QuotaMetrics::default(),
             flush_duration: latency_histogram(),
             flush_errors: Counter::default(),
             upload_duration: latency_histogram(),
@@ -266,6 +276,8 @@ impl Metrics {
             "Cleanings that stopped without committing (the log stays as it was)",
             self.cleaner_errors.clone(),
         );
+        self.zone_traffic.register(r);
+        self.quotas.register(r);
     }
 
     pub(crate) fn observe_request(&self, api: ApiKey, started: Instant) {

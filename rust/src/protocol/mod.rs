@@ -5,6 +5,7 @@ pub(crate) mod header;
 pub(crate) mod newer;
 pub(crate) mod repeats;
 pub(crate) mod splice;
+pub(crate) mod throttle;
 pub(crate) mod versions;
 
 use kafka_protocol::messages::TopicName;

@@ -41,6 +41,12 @@ impl ResponseFrame {
         &self.chunks
     }
 
+    /// Replaces the first chunk with one of the same length (a field set after encoding).
+    pub(crate) fn replace_head(&mut self, head: Bytes) {
+        debug_assert_eq!(head.len(), self.chunks[0].len());
+        self.chunks[0] = head;
+    }
+
     /// One contiguous copy.
     #[cfg(test)]
     pub(crate) fn to_bytes(&self) -> Bytes {

@@ -12,10 +12,10 @@ use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
 
 use super::handlers::{
-    self, acls, delete_records, describe_cluster, describe_log_dirs, describe_producers,
-    describe_topic_partitions, describe_transactions, fetch, find_coordinator, init_producer_id,
-    list_offsets, metadata, offset_for_leader_epoch, produce, scram_credentials, transactions,
-    Handler, Handling, RequestContext,
+    self, acls, client_quotas, delete_records, describe_cluster, describe_log_dirs,
+    describe_producers, describe_topic_partitions, describe_transactions, fetch, find_coordinator,
+    init_producer_id, list_offsets, metadata, offset_for_leader_epoch, produce, scram_credentials,
+    transactions, Handler, Handling, RequestContext,
 };
 use crate::control::body::ControlBody;
 use crate::protocol::header::Request;
@@ -77,6 +77,9 @@ pub(crate) const DATA_PLANE: &[DataPlaneApi] = &[
     api(ApiKey::DescribeAcls, 0, 3, acls::handle_describe),
     api(ApiKey::CreateAcls, 0, 3, acls::handle_create),
     api(ApiKey::DeleteAcls, 0, 3, acls::handle_delete),
+    // v1 is the flexible encoding.
+    api(ApiKey::DescribeClientQuotas, 0, 1, client_quotas::handle_describe),
+    api(ApiKey::AlterClientQuotas, 0, 1, client_quotas::handle_alter),
 ];
 
 /// ApiVersions, answered from both tables.

@@ -177,6 +177,9 @@ pub(crate) async fn start(
     admitted: Admitted,
 ) {
     let Ok(peer) = socket.peer_addr() else { return };
+    if !within_connection_rate(&broker, peer).await {
+        return;
+    }
     let timeout = Duration::from_millis(broker.config.request_read_timeout_ms);
     let mut serving = Serving {
         connection: context(&broker, peer, &broker_budget, entry.listener.clone()),
@@ -208,6 +211,26 @@ pub(crate) async fn start(
     serving
         .run((TlsReadSide { half, socket }, write_half))
         .await;
+}
+
+/// Whether a new connection from `peer` may be served: at once within its address's
+/// connection_creation_rate quota; past it, after a delay that brings the rate back (at most a
+/// second), and closed if the address is still over then (KIP-612).
+async fn within_connection_rate(broker: &Broker, peer: std::net::SocketAddr) -> bool {
+    let ip = peer.ip().to_string();
+    let delay = broker.quotas.connection_delay(&ip);
+    if delay.is_zero() {
+        return true;
+    }
+    tokio::time::sleep(delay).await;
+    if broker.quotas.connection_still_over(&ip) {
+        if CLOSING.admit() {
+            tracing::info!(%peer, "closing connection: its address is over its \
+                connection_creation_rate quota");
+        }
+        return false;
+    }
+    true
 }
 
 /// A connection about to be served, its transport aside.
@@ -300,6 +323,7 @@ fn context(
         fetch_turns: Arc::new(Semaphore::new(1)),
         produce_window: Arc::default(),
         listener,
+        muted_until: Default::default(),
     })
 }
 
@@ -351,6 +375,16 @@ async fn read_requests<R: ReadSide>(
                         );
                     }
                     return ReadEnd::Closed;
+                }
+            }
+            if let Some(until) = connection.muted() {
+                // A quota throttles the client: its next request waits (Kafka mutes the
+                // channel).
+                tokio::select! {
+                    biased;
+                    _ = queue.closed() => return ReadEnd::Closed,
+                    _ = stop.changed() => return ReadEnd::Stopped,
+                    () = tokio::time::sleep_until(until) => {}
                 }
             }
             let frame = match frames.next_frame() {

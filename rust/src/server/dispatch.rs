@@ -1,6 +1,7 @@
 //! Routes a request to its API's handler (`apis`), in its own task, once its turn in its connection's order
 //! has come (order.rs). A Produce's turn has come before it is dispatched: it appends before
-//! this returns, and only its wait for the flush runs in the task.
+//! this returns, and only its wait for the flush runs in the task. Once a request is answered
+//! its client's quotas are metered (`throttle`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,6 +14,7 @@ use super::apis::handler_of;
 use super::budget::Charge;
 use super::handlers::{ConnectionContext, Reply, RequestContext};
 use super::order::Turn;
+use super::throttle::{self, Busy, Metered};
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
 use crate::protocol::header::Request;
@@ -51,8 +53,11 @@ pub(crate) fn dispatch(
         access: access.clone(),
         connection: connection.clone(),
     };
+    let metered = Metered::of(&request);
+    let produce_throttle = metered.produce(&cx);
+    let appending = Instant::now();
     let handler = handler_of(&request)(&cx, request);
-    let metrics = broker.metrics.clone();
+    let appended = appending.elapsed();
     tokio::spawn(async move {
         let done = turn.start().await;
         let fetch_turn = match fetch_turns {
@@ -60,13 +65,15 @@ pub(crate) fn dispatch(
             Some(turns) => turns.acquire_owned().await.ok(),
             None => None,
         };
-        let reply = handler.await;
+        let (mut reply, busy) = Busy::new(handler).await;
         // The answer exists: the connection's next request may start.
         drop(done);
+        let used = (&mut reply, busy + appended);
+        throttle::meter(&cx, &metered, used, produce_throttle).await;
         if let Reply::Response(frame) = &reply {
             charge.add(frame.len());
         }
-        metrics.observe_request(api, started);
+        cx.broker.metrics.observe_request(api, started);
         Answer {
             reply,
             charge,

@@ -12,6 +12,7 @@ mod low_water;
 pub(crate) mod ops_endpoint;
 pub(crate) mod order;
 pub(crate) mod sasl;
+pub(crate) mod throttle;
 pub(crate) mod tls;
 mod x500;
 

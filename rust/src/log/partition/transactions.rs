@@ -22,6 +22,7 @@ use crate::log::batch::IncomingBatch;
 use crate::log::batch::TRANSACTIONAL;
 use crate::log::markers::marker_batch;
 use crate::log::producers::AbortedTxn;
+use crate::log::wal::index::WalIndex;
 
 /// Asked for a transactional batch whose transaction is not open here yet: Ok if the
 /// coordinator's record has (producer id, epoch) ongoing with this partition added.
@@ -108,6 +109,21 @@ impl Partition {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         Ok(state.producers.last_stable(self.high_watermark()))
+    }
+
+    /// Whether the log is known, from the store alone, to hold no transaction: no producer
+    /// state stored (a compaction stores one whenever producers or aborted transactions are
+    /// left) and no transactional write-ahead run above the segments. Then its last stable
+    /// offset is its end and it has no aborted transaction, and a broker that does not own it
+    /// can answer read_committed fetches (the owner sends consumers of other racks there).
+    pub(crate) fn free_of_transactions(&self, wal: &WalIndex) -> bool {
+        let (snapshot, above_segments) = {
+            let record = &self.state().committed.record;
+            let above = record.segment_end().max(record.log_start_offset);
+            (record.producer_snapshot, above)
+        };
+        snapshot.is_none()
+            && wal.free_of_transactions_from((self.topic_id, self.id), above_segments)
     }
 
     /// The aborted transactions with records in `from..to` (Fetch's list for read_committed).

@@ -16,6 +16,8 @@ pub(crate) struct IndexedRun {
     pub object: Arc<str>,
     pub created_ms: i64,
     pub run: WalRun,
+    /// It holds a transaction's batches or markers.
+    pub transactional: bool,
 }
 
 impl IndexedRun {
@@ -57,6 +59,7 @@ impl Inner {
                     object: object.clone(),
                     created_ms: manifest.created_ms,
                     run: *run,
+                    transactional: topic.transactional.contains(&run.partition),
                 };
                 runs.insert(run.base_offset, indexed);
                 extended.push(Extended {
@@ -165,6 +168,21 @@ impl WalIndex {
         runs.range(first..).map(|(_, r)| r.clone()).collect()
     }
 
+    /// Whether the partition's runs from `offset` on are known to hold no transaction's
+    /// batches or markers: none is transactional and they follow each other without a gap from
+    /// `offset` on (a gap at the start: the caller's `offset`, a segment end, is older than the
+    /// runs the index still has; one between: a manifest not seen yet).
+    pub(crate) fn free_of_transactions_from(&self, partition: PartitionKey, offset: i64) -> bool {
+        let mut next = offset;
+        for indexed in self.runs_from(partition, offset) {
+            if indexed.transactional || indexed.run.base_offset > next {
+                return false;
+            }
+            next = indexed.run.last_offset + 1;
+        }
+        true
+    }
+
     /// Every committed manifest, by key.
     pub(crate) fn manifests(&self) -> Vec<(String, Arc<WalManifest>)> {
         let inner = self.read();
@@ -255,5 +273,30 @@ mod tests {
         }));
         assert_eq!(seen, vec![Some(10), Some(10)]);
         assert_eq!(index.committed_end((id, 0)), Some(10));
+    }
+
+    #[test]
+    fn runs_are_free_of_transactions_only_when_none_is_and_none_is_missing() {
+        let index = WalIndex::default();
+        let id = Uuid::new_v4();
+        index.insert("a", manifest("o1", id, &[(0, 0, 4)]));
+        index.insert("b", manifest("o2", id, &[(0, 5, 9)]));
+        assert!(index.free_of_transactions_from((id, 0), 0));
+        assert!(index.free_of_transactions_from((id, 0), 7));
+        // nothing above: nothing to hold a transaction
+        assert!(index.free_of_transactions_from((id, 0), 10));
+        assert!(index.free_of_transactions_from((id, 1), 0));
+        // a segment end older than the runs the index has: the runs between are unknown
+        index.remove("a");
+        assert!(!index.free_of_transactions_from((id, 0), 0));
+        assert!(index.free_of_transactions_from((id, 0), 5));
+        // a manifest not seen yet between two runs
+        index.insert("d", manifest("o4", id, &[(0, 15, 19)]));
+        assert!(!index.free_of_transactions_from((id, 0), 5));
+        let mut transactional = manifest("o3", id, &[(0, 10, 14)]);
+        transactional.topics[0].transactional = vec![0];
+        index.insert("c", transactional);
+        assert!(!index.free_of_transactions_from((id, 0), 5));
+        assert!(index.free_of_transactions_from((id, 0), 15));
     }
 }

@@ -51,6 +51,7 @@ pub(crate) fn answer(
                     .with_broker_id(BrokerId(b.id))
                     .with_host(StrBytes::from_string(b.host))
                     .with_port(b.port)
+                    .with_rack(b.rack.map(StrBytes::from_string))
             });
             response
                 .with_cluster_authorized_operations(operations)

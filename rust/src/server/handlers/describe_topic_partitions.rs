@@ -132,10 +132,14 @@ fn cursor(topic: &str, partition: i32) -> Cursor {
         .with_partition_index(partition)
 }
 
-/// A partition as Metadata shows it: its owner leads it and is its one replica.
+/// A partition as Metadata shows it: its owner leads it, and its replicas are the owner and
+/// the brokers other racks read it through (`ClusterState::replicas`).
 fn partition(cluster: &ClusterState, topic: &str, index: i32) -> WirePartition {
     let (leader, epoch) = partition_leader(cluster, topic, index);
-    let replicas = leader.iter().map(|&id| BrokerId(id)).collect::<Vec<_>>();
+    let replicas = leader
+        .iter()
+        .flat_map(|&id| cluster.replicas(topic, index, id));
+    let replicas: Vec<BrokerId> = replicas.map(BrokerId).collect();
     WirePartition::default()
         .with_error_code(code(leader.err()))
         .with_partition_index(index)

@@ -8,7 +8,13 @@
 //! with vectored writes (protocol/splice.rs).
 //!
 //! A read_committed consumer (isolation level 1) reads below the partition's last stable
-//! offset and gets the aborted transactions of what it read; only the owner answers it.
+//! offset and gets the aborted transactions of what it read; only the owner answers it, unless
+//! the store shows the log holds no transaction (`Partition::free_of_transactions`).
+//!
+//! Racks (KIP-392, v11+): the owner answers a consumer whose zone (`cluster::racks`) is not its
+//! rack, for each partition a broker of that zone can serve, with no records and that broker as
+//! the preferred read replica; the consumer then fetches there. The answer does not wait for
+//! MinBytes, as Kafka's.
 //!
 //! A partition named twice is read once: like Kafka (which builds the request's partitions
 //! into a map keyed by topic-partition), the last entry's offset and MaxBytes win and the
@@ -29,7 +35,7 @@ use futures::FutureExt;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -38,11 +44,15 @@ use super::{check_leader_epoch, Handling, RequestContext, READ_COMMITTED};
 use crate::auth::acl::Operation;
 use crate::auth::authorizer::Access;
 use crate::broker::{Broker, Slot};
+use crate::cluster::racks::client_zone;
 use crate::log::partition::Partition;
 use crate::log::reader;
+use crate::metrics::zones::Crossing;
 use crate::protocol::header::{encode_response, Request, WireError};
 use crate::protocol::splice::{encode_spliced, ResponseFrame, Splices};
 use crate::protocol::topic_name;
+use crate::quotas::entity::QuotaKind;
+use crate::quotas::Client;
 use crate::server::budget::Charge;
 
 /// One partition's answer: its response entry, and the record data read for it (None: an
@@ -72,6 +82,9 @@ struct Wanted {
     /// A consumer's read_committed fetch: below the last stable offset, with the aborted
     /// transactions listed (only the partition's owner knows them).
     read_committed: bool,
+    /// The broker of the consumer's zone it should read this partition from (KIP-392's
+    /// preferred read replica), named instead of reading.
+    read_elsewhere: Option<i32>,
 }
 
 /// What a read_committed read adds to its answer: the last stable offset it read below and the
@@ -91,12 +104,25 @@ pub(crate) async fn answer(
 ) -> Result<ResponseFrame, WireError> {
     let body: FetchRequest = request.body()?;
     let by_id = request.api_version >= 13;
-    let wanted = resolve(broker, &body, request.api_version, access);
+    let mut wanted = resolve(broker, &body, request.api_version, access);
+    let consumer = !from_follower(&body, request.api_version);
+    let zone = client_zone(&body.rack_id, request.client_id.as_deref());
+    if request.api_version >= 11 && consumer {
+        for w in &mut wanted {
+            w.read_elsewhere = read_replica(broker, w, zone);
+        }
+    }
+    let redirected = wanted.iter().any(|w| w.read_elsewhere.is_some());
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
+    let client = Client::new(access.principal(), request.client_id.as_deref());
+    // No more than the consumer's byte rate lets through without a throttle (as Kafka bounds
+    // it); KIP-74's first batch still goes whole.
+    let quota_bytes = consumer.then(|| broker.quotas.fetch_window_bytes(client));
     let max_bytes = usize::try_from(body.max_bytes)
         .unwrap_or(0)
-        .min(broker.config.fetch_max_bytes);
+        .min(broker.config.fetch_max_bytes)
+        .min(quota_bytes.flatten().unwrap_or(usize::MAX));
     let responses = loop {
         if wanted.iter().any(Wanted::reads_a_follower) {
             broker.catch_up_with_commits().await;
@@ -112,7 +138,10 @@ pub(crate) async fn answer(
         let granted = room.take_up_to(max_bytes);
         let (responses, total, any_error) = read_all(broker, &wanted, &logs, granted).await;
         room.resize(total);
-        let satisfied = total >= body.min_bytes.max(0) as usize || any_error || watches.is_empty();
+        let satisfied = total >= body.min_bytes.max(0) as usize
+            || any_error
+            || redirected
+            || watches.is_empty();
         if satisfied || tokio::time::Instant::now() >= deadline {
             break responses;
         }
@@ -126,26 +155,51 @@ pub(crate) async fn answer(
         broker.catch_up_with_commits().await;
     }
     settle(&wanted, &mut responses);
-    count_fetch(broker, &responses);
+    let throttle = match consumer {
+        true => over_quota(broker, client, &mut responses),
+        false => 0,
+    };
+    count_fetch(broker, &responses, zone);
     encode(
-        request.correlation_id,
-        request.api_version,
+        (request.correlation_id, request.api_version),
         &responses,
         by_id,
+        throttle,
     )
+}
+
+/// Meters the answer's bytes against the consumer's byte rate; over it, the answer is empty
+/// and carries the throttle (Kafka's throttled fetch: its bytes are not counted as used).
+fn over_quota(broker: &Broker, client: Client<'_>, responses: &mut Vec<Answered>) -> i32 {
+    let bytes: usize = responses
+        .iter()
+        .flat_map(|a| a.records.iter().flatten())
+        .map(Bytes::len)
+        .sum();
+    let kind = QuotaKind::ConsumerByteRate;
+    let throttle = broker
+        .quotas
+        .record_unless_throttled(kind, client, bytes as f64);
+    if throttle.is_zero() {
+        return 0;
+    }
+    responses.clear();
+    i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
 }
 
 /// The response frame, with the record data spliced in as slices of the objects it was read
 /// from (no copy) wherever the codec lets it.
 fn encode(
-    correlation_id: i32,
-    version: i16,
+    (correlation_id, version): (i32, i16),
     responses: &[Answered],
     by_id: bool,
+    throttle_ms: i32,
 ) -> Result<ResponseFrame, WireError> {
     let mut splices = Splices::default();
     let spliced = group(responses, by_id, |slices| splices.stand_in(slices.to_vec()));
-    let body = FetchResponse::default().with_responses(spliced);
+    let body = FetchResponse::default()
+        .with_throttle_time_ms(throttle_ms)
+        .with_responses(spliced);
     match encode_spliced(correlation_id, version, &body, splices) {
         Ok(frame) => Ok(frame),
         Err(Some(error)) => Err(error),
@@ -154,7 +208,9 @@ fn encode(
                 "the codec did not write a fetch response's records in one piece; copying them"
             );
             let copied = group(responses, by_id, |slices| Bytes::from(slices.concat()));
-            let body = FetchResponse::default().with_responses(copied);
+            let body = FetchResponse::default()
+                .with_throttle_time_ms(throttle_ms)
+                .with_responses(copied);
             encode_response(correlation_id, version, &body).map(ResponseFrame::from)
         }
     }
@@ -181,6 +237,21 @@ impl Wanted {
         !self.owned_at_start && slot.is_ok_and(|s| !s.current().is_leader())
     }
 
+    /// The answer naming the broker to read from instead: the log's bounds, no records.
+    fn sent_elsewhere(&self, log: &Partition, replica: i32) -> Answered {
+        let end = log.high_watermark();
+        let stable = match self.read_committed {
+            true => log.last_stable_offset().unwrap_or(end),
+            false => end,
+        };
+        let data = nothing_known(self.index)
+            .with_high_watermark(end)
+            .with_last_stable_offset(stable)
+            .with_log_start_offset(log.log_start_offset())
+            .with_preferred_read_replica(BrokerId(replica));
+        self.answer(data, Some(Vec::new()))
+    }
+
     fn answer(&self, data: PartitionData, records: Option<Vec<Bytes>>) -> Answered {
         Answered {
             topic: self.topic.clone(),
@@ -194,12 +265,7 @@ impl Wanted {
 
 fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) -> Vec<Wanted> {
     let by_id = version >= 13;
-    let replica = if version >= 15 {
-        body.replica_state.replica_id
-    } else {
-        body.replica_id
-    };
-    let follower = replica.0 >= 0;
+    let follower = from_follower(body, version);
     let cluster_action = follower && access.allows_cluster(Operation::ClusterAction);
     let mut wanted: Vec<Wanted> = Vec::new();
     let mut seen: HashMap<(Uuid, String, i32), usize> = HashMap::new();
@@ -247,6 +313,7 @@ fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) 
                 max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
                 client_epoch: p.current_leader_epoch,
                 read_committed: !follower && body.isolation_level == READ_COMMITTED,
+                read_elsewhere: None,
             };
             // By id from v13 on, by name before: the key the request names topics by.
             let key = if by_id {
@@ -266,6 +333,34 @@ fn resolve(broker: &Broker, body: &FetchRequest, version: i16, access: &Access) 
     wanted
 }
 
+/// Whether the fetch comes from a replica (Kafka's followers; a replica id of 0 or more, in
+/// the request's state from v15 on), not a consumer.
+fn from_follower(body: &FetchRequest, version: i16) -> bool {
+    let replica = if version >= 15 {
+        body.replica_state.replica_id
+    } else {
+        body.replica_id
+    };
+    replica.0 >= 0
+}
+
+/// The broker of the consumer's zone that should serve its read of `w`, if this broker owns
+/// the partition, is in another rack and a live broker is in the consumer's (as Kafka's
+/// RackAwareReplicaSelector, without a setting: racks set are what turns it on). A
+/// read_committed read only where that broker can answer it: a log without transactions.
+fn read_replica(broker: &Broker, w: &Wanted, zone: Option<&str>) -> Option<i32> {
+    let zone = zone?;
+    if !w.owned_at_start || broker.config.broker_rack.as_deref() == Some(zone) {
+        return None;
+    }
+    let log = w.log().ok()?;
+    if w.read_committed && !log.free_of_transactions(&broker.log.wal) {
+        return None;
+    }
+    let reader = broker.cluster().reader_in_rack(zone, &w.topic, w.index)?;
+    (reader != broker.config.broker_id).then_some(reader)
+}
+
 /// Reads every wanted partition once from its log in `logs`; returns responses, bytes
 /// gathered, and whether any partition answered with an error (which ends the wait, as in
 /// Kafka; not a partition the client may not read, which Kafka answers without reading it).
@@ -281,6 +376,10 @@ async fn read_all(
     for (w, log) in wanted.iter().zip(logs) {
         let data = nothing_known(w.index);
         let budget = w.max_bytes.min(max_bytes.saturating_sub(total));
+        if let (Ok(partition), Some(replica)) = (log, w.read_elsewhere) {
+            responses.push(w.sent_elsewhere(partition, replica));
+            continue;
+        }
         let read = match log {
             Ok(partition) => read_one(broker, w, partition, budget, total == 0).await,
             Err(ResponseError::TopicAuthorizationFailed) => {
@@ -332,7 +431,8 @@ async fn read_all(
 
 /// Reads one partition from `partition`, its log now: below the last stable offset for a
 /// read_committed fetch, which only the owner answers (a follower view has no producer state:
-/// NOT_LEADER_OR_FOLLOWER sends the consumer to the owner, as Kafka's followers answer).
+/// NOT_LEADER_OR_FOLLOWER sends the consumer to the owner, as Kafka's followers answer) unless
+/// the log holds no transaction: then everything up to the end is stable.
 async fn read_one(
     broker: &Broker,
     w: &Wanted,
@@ -344,6 +444,18 @@ async fn read_one(
     if !w.read_committed {
         let read = reader::read(&broker.log, partition, w.offset, budget, must_progress).await?;
         return Ok((read, None));
+    }
+    if !partition.is_leader() {
+        let read = reader::read(&broker.log, partition, w.offset, budget, must_progress).await?;
+        // Asked after the read: the index then holds at least the runs it read.
+        if !partition.free_of_transactions(&broker.log.wal) {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        let committed = Committed {
+            last_stable: read.high_watermark,
+            aborted: Vec::new(),
+        };
+        return Ok((read, Some(committed)));
     }
     let last_stable = partition.last_stable_offset()?;
     let wanted = (w.offset, last_stable);
@@ -403,13 +515,13 @@ fn nothing_known(index: i32) -> PartitionData {
         .with_high_watermark(-1)
         .with_last_stable_offset(-1)
         .with_log_start_offset(-1)
-        .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
+        .with_preferred_read_replica(BrokerId(-1))
         .with_aborted_transactions(Some(Vec::new()))
 }
 
 /// Per topic named in the request and not refused: one request, and the records and bytes it
-/// returns.
-fn count_fetch(broker: &Broker, responses: &[Answered]) {
+/// returns; the bytes also by zone crossing.
+fn count_fetch(broker: &Broker, responses: &[Answered], zone: Option<&str>) {
     let mut per_topic: Vec<(&str, u64, u64)> = Vec::new();
     let denied = ResponseError::TopicAuthorizationFailed.code();
     for answered in responses.iter().filter(|a| a.data.error_code != denied) {
@@ -424,6 +536,9 @@ fn count_fetch(broker: &Broker, responses: &[Answered]) {
             None => per_topic.push((&answered.topic, records, bytes)),
         }
     }
+    let crossing = Crossing::between(broker.config.broker_rack.as_deref(), zone);
+    let total = per_topic.iter().map(|(_, _, bytes)| bytes).sum();
+    broker.metrics.zone_traffic.count_fetch(crossing, total);
     for (topic, records, bytes) in per_topic {
         broker.count_fetch(topic, records, bytes);
     }

@@ -11,7 +11,8 @@ use crate::auth::acl::CLUSTER_NAME;
 use crate::broker::tests::produce;
 use crate::protocol::header::testing::{read_response, request};
 use crate::server::budget::{Budgets, ByteBudget};
-use crate::server::handlers::testing::{alice, allow, broker_with};
+use crate::server::handlers::testing::{alice, allow, broker_with, open as open_access};
+use kafka_protocol::protocol::StrBytes;
 
 /// A topic asked for by name (before v13) or id.
 type Asked<'a> = (&'a str, Uuid);
@@ -200,4 +201,97 @@ async fn a_fetch_answers_the_end_its_log_has_when_it_answers() {
     let got = fetching.await.unwrap();
     assert_eq!((got[0].error_code, got[0].high_watermark), (0, 8));
     assert!(got[0].records.as_ref().is_some_and(|r| !r.is_empty()));
+}
+
+/// Broker `id` of `rack` joins the cluster as a live broker registers (a record only: it
+/// claims nothing, and a one-partition topic stays with its owner).
+async fn join(broker: &Broker, id: i32, rack: &str) {
+    let record = crate::meta::catalog::BrokerRecord {
+        id,
+        host: format!("b{id}.example"),
+        port: 9092,
+        rack: Some(rack.into()),
+        ..Default::default()
+    };
+    let key = format!("{}/brokers/{id}", broker.log.catalog.root());
+    let value = Bytes::from(serde_json::to_vec(&record).unwrap());
+    let put = crate::meta::kv::Op::Put(key, value);
+    broker
+        .log
+        .catalog
+        .kv()
+        .txn(vec![], vec![put])
+        .await
+        .unwrap();
+    let joined = || broker.cluster().brokers.contains_key(&id);
+    assert!(crate::meta::mirror::tests::eventually(joined).await);
+}
+
+/// Partition 0 of `t` as a consumer with `rack` (Fetch's rack id), `client_id` and
+/// `isolation` is answered at `version`, from offset 0, waiting up to a second for a byte.
+async fn from_zone(
+    broker: &Arc<Broker>,
+    version: i16,
+    (rack, client_id): (&str, &str),
+    isolation: i8,
+) -> PartitionData {
+    let partition = FetchPartition::default().with_partition_max_bytes(1 << 20);
+    let topic = FetchTopic::default()
+        .with_topic(topic_name("t"))
+        .with_topic_id(broker.topic("t").unwrap().record.id)
+        .with_partitions(vec![partition]);
+    let body = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(1000)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation)
+        .with_rack_id(StrBytes::from_string(rack.into()))
+        .with_topics(vec![topic]);
+    let mut asked = request(ApiKey::Fetch, version, &body);
+    asked.client_id = Some(client_id.into());
+    let budgets = Budgets::new(1 << 24, Arc::new(ByteBudget::new(1 << 24)));
+    let frame = answer(broker, asked, Charge::new(&budgets), &open_access()).await;
+    let (_, response): (_, FetchResponse) = read_response(frame.unwrap(), version);
+    response.responses[0].partitions[0].clone()
+}
+
+#[tokio::test]
+async fn a_consumer_of_another_rack_is_sent_to_a_broker_of_its_own_rack() {
+    let t = crate::broker::tests::broker_in_rack("a").await;
+    let b = &t.broker;
+    b.create_topic("t", 1, Default::default()).await.unwrap();
+    produce(b, "t", 0, 5).await;
+    join(b, 2, "b").await;
+    let sent = |p: &PartitionData| {
+        (
+            p.preferred_read_replica.0,
+            p.records.as_ref().is_some_and(|r| r.is_empty()),
+        )
+    };
+    let read = |p: &PartitionData| {
+        (
+            p.preferred_read_replica.0,
+            p.records.as_ref().map_or(0, |r| r.len()) > 0,
+        )
+    };
+    for v in 11..=17 {
+        // by the rack the fetch names, or the client id's zone hint; at once, with the bounds
+        let p = from_zone(b, v, ("b", "app"), 0).await;
+        assert_eq!((p.error_code, sent(&p)), (0, (2, true)), "v{v}");
+        assert_eq!((p.high_watermark, p.log_start_offset), (5, 0), "v{v}");
+        let p = from_zone(b, v, ("", "app,zone=b"), 0).await;
+        assert_eq!(sent(&p), (2, true), "v{v}");
+        // read_committed too: the log holds no transaction, broker 2 can answer it
+        let p = from_zone(b, v, ("b", "app"), 1).await;
+        assert_eq!((sent(&p), p.last_stable_offset), ((2, true), 5), "v{v}");
+        // the owner's own rack, a rack without a live broker, no zone: read here
+        for zone in [("a", "app"), ("c", "app"), ("", "app,zone=a"), ("", "app")] {
+            let p = from_zone(b, v, zone, 0).await;
+            assert_eq!((p.error_code, read(&p)), (0, (-1, true)), "v{v} {zone:?}");
+        }
+    }
+    // Before v11 a fetch cannot be told where to read: the hint is not followed.
+    let p = from_zone(b, 10, ("", "app,zone=b"), 0).await;
+    assert_eq!(read(&p), (-1, true));
 }

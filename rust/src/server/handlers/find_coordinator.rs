@@ -162,7 +162,7 @@ mod tests {
                     id,
                     host,
                     port: 9000 + id,
-                    endpoints: vec![],
+                    ..Default::default()
                 },
             );
         }

@@ -160,6 +160,7 @@ async fn answer(
             .with_node_id(BrokerId(b.id))
             .with_host(StrBytes::from_string(b.host))
             .with_port(b.port)
+            .with_rack(b.rack.map(StrBytes::from_string))
     });
     MetadataResponse::default()
         .with_brokers(brokers.collect())
@@ -174,6 +175,7 @@ pub(crate) struct ListedBroker {
     pub id: i32,
     pub host: String,
     pub port: i32,
+    pub rack: Option<String>,
 }
 
 /// The live brokers of this broker's cluster view that have `listener`, in id order, with
@@ -196,6 +198,7 @@ pub(crate) fn live_brokers(broker: &Broker, listener: &str) -> (Vec<ListedBroker
                 id: b.id,
                 host: host.to_string(),
                 port,
+                rack: b.rack.clone(),
             })
         })
         .collect();
@@ -292,11 +295,18 @@ fn describe(topic: &Topic, broker: &Broker) -> MetadataResponseTopic {
                 .with_partition_index(id)
                 .with_leader_epoch(epoch);
             match leader {
-                Ok(leader) => response
-                    .with_error_code(code(None))
-                    .with_leader_id(BrokerId(leader))
-                    .with_replica_nodes(vec![BrokerId(leader)])
-                    .with_isr_nodes(vec![BrokerId(leader)]),
+                Ok(leader) => {
+                    let replicas: Vec<BrokerId> = cluster
+                        .replicas(name, id, leader)
+                        .into_iter()
+                        .map(BrokerId)
+                        .collect();
+                    response
+                        .with_error_code(code(None))
+                        .with_leader_id(BrokerId(leader))
+                        .with_replica_nodes(replicas.clone())
+                        .with_isr_nodes(replicas)
+                }
                 Err(e) => response
                     .with_error_code(e.code())
                     .with_leader_id(BrokerId(-1)),

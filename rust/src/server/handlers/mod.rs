@@ -4,6 +4,7 @@
 
 pub(crate) mod acls;
 pub(crate) mod api_versions;
+pub(crate) mod client_quotas;
 pub(crate) mod control;
 pub(crate) mod delete_records;
 pub(crate) mod describe_cluster;
@@ -53,6 +54,23 @@ pub(crate) struct ConnectionContext {
     pub(crate) produce_window: Arc<produce::ProduceWindow>,
     /// The listener the client came in on: Metadata gives it every broker's endpoint there.
     pub(crate) listener: Arc<str>,
+    /// Until when no request is read: the client is throttled by a quota.
+    pub(crate) muted_until: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl ConnectionContext {
+    /// Reads no request for `throttle` from now (or longer, if already muted longer).
+    pub(crate) fn mute_for(&self, throttle: std::time::Duration) {
+        let until = tokio::time::Instant::now() + throttle;
+        let mut muted = self.muted_until.lock().unwrap_or_else(|p| p.into_inner());
+        *muted = Some(muted.map_or(until, |m| m.max(until)));
+    }
+
+    /// When reading may go on, if the connection is muted now.
+    pub(crate) fn muted(&self) -> Option<tokio::time::Instant> {
+        let muted = *self.muted_until.lock().unwrap_or_else(|p| p.into_inner());
+        muted.filter(|until| *until > tokio::time::Instant::now())
+    }
 }
 
 /// What a handler gets besides its request: the broker, what the connection's principal may

@@ -20,9 +20,11 @@ use super::{Handling, Reply, RequestContext};
 use crate::auth::acl::{Operation, ResourceType};
 use crate::auth::authorizer::Access;
 use crate::broker::Broker;
+use crate::cluster::racks::client_zone;
 use crate::log::partition::{AppendResult, Appended, Partition};
 use crate::log::validate::{validate_produce, Rejection};
 use crate::log::wal::object::{sliced, slices_pay};
+use crate::metrics::zones::Crossing;
 use crate::protocol::header::{encode_response, Request};
 use crate::server::budget::Charge;
 use crate::transactions::TxnPartition;
@@ -70,6 +72,8 @@ pub(crate) fn start(
         .is_none_or(|id| access.allows(Operation::Write, ResourceType::TransactionalId, id));
     let mut topics = Vec::with_capacity(body.topic_data.len());
     let mut load = Load::default();
+    let zone = client_zone("", request.client_id.as_deref());
+    let crossing = Crossing::between(broker.config.broker_rack.as_deref(), zone);
     for topic in body.topic_data {
         let name = topic.name.0.to_string();
         let mut totals = TopicTotals::default();
@@ -104,6 +108,10 @@ pub(crate) fn start(
             .collect();
         if allowed {
             broker.count_produce(&name, totals.records, totals.bytes);
+            broker
+                .metrics
+                .zone_traffic
+                .count_produce(crossing, totals.bytes);
         }
         topics.push((name, partitions));
     }
