@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families as prometheu
 from support import admin_wire as aw
 from support import group_wire as gw
 from support import kafka_wire as kw
+from support import quotas
 from support import segment_format as sf
 from support.admin_clients import ConfluentAdmin
 from support.group_traffic import consumed_and_committed, produce
@@ -137,6 +138,19 @@ def test_group_lag_is_reported_after_a_restart_without_any_group_request(broker_
     assert "took up 1 stored group(s)" in broker.log_text()
 
 
+def throttle_a_client(bootstrap: str, endpoint: Endpoint) -> None:
+    """The quota series exist once a quota meters a client: a request_percentage so small
+    that any request of client id `ops-quota` is throttled (a request throttle is at most 1 s)."""
+    entity = (("client-id", "ops-quota"),)
+    quotas.alter(bootstrap, entity, {"request_percentage": 0.0001})
+    labels = (("entity", quotas.label(entity)), ("quota", "request_percentage"))
+    deadline = time.monotonic() + 30  # the broker follows the store within moments
+    while ("kafscale_quota_throttled_total", labels) not in endpoint.samples():
+        assert time.monotonic() < deadline, "the quota never throttled its client"
+        with kw.RawConnection.to(bootstrap) as conn:
+            conn.request(kw.METADATA, 1, kw.metadata_body(1, []), client_id="ops-quota")
+
+
 def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
     cleaner = ["--log-cleaner-backoff-ms", "200"]  # its gauges of a compacted topic, below
     broker, endpoint = with_endpoint(
@@ -165,6 +179,7 @@ def test_metrics_health_and_group_lag_on_a_single_broker(broker_factory):
     admin.create_topics([new])[compacted].result(timeout=30)
     labels = {"topic": compacted, "partition": "0"}
     assert endpoint.wait_sample("kafscale_cleaner_dirty_ratio", labels, 0.0) == 0.0
+    throttle_a_client(broker.bootstrap, endpoint)
     assert served_families(endpoint) == documented_metrics_table()
     assert samples[("kafscale_partitions_without_owner", ())] == 0
 

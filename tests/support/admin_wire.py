@@ -70,7 +70,7 @@ OPS_APIS = {
 # internals (4-7), describing and listing transactions and AllocateProducerIds (65-67),
 # partition reassignments and client quotas (45-46, 48-49), SCRAM credentials and KRaft
 # quorum/partition internals (50-56), UpdateFeatures (57)
-NOT_SERVED_KEYS = [4, 5, 6, 7, 45, 46, 48, 49, *range(52, 58), 67]
+NOT_SERVED_KEYS = [4, 5, 6, 7, 45, 46, *range(52, 58), 67]
 
 # ConfigResource types and DescribeConfigs config sources
 TOPIC_RESOURCE = 2
