@@ -127,3 +127,64 @@ pub(crate) async fn meter(
         tokio::time::sleep(throttle).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use kafka_protocol::messages::ProduceRequest;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::protocol::header::testing::request;
+    use crate::quotas::entity::{QuotaEntity, QuotaTable};
+    use crate::server::budget::{Budgets, ByteBudget};
+    use crate::server::handlers::testing::open;
+    use crate::server::handlers::ConnectionContext;
+
+    fn connection() -> Arc<ConnectionContext> {
+        Arc::new(ConnectionContext {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            id: 1,
+            budgets: Budgets::new(1 << 20, Arc::new(ByteBudget::new(1 << 20))),
+            fetch_turns: Arc::new(Semaphore::new(1)),
+            produce_window: Arc::default(),
+            listener: "PLAINTEXT".into(),
+            muted_until: Default::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_produce_over_its_byte_rate_mutes_its_connection_as_it_is_dispatched() {
+        let t = crate::broker::tests::broker(1 << 20).await;
+        let slow = QuotaEntity::from_wire([("client-id", Some("slow"))]).unwrap();
+        let rate = BTreeMap::from([("producer_byte_rate".to_string(), 1.0)]);
+        t.broker.quotas.replace(QuotaTable::new([(slow, rate)]));
+        let cx = RequestContext {
+            broker: t.broker.clone(),
+            access: open(),
+            connection: connection(),
+        };
+        let body = ProduceRequest::default().with_acks(1).with_timeout_ms(1000);
+        let mut produce = request(ApiKey::Produce, 8, &body);
+        // Another client has no quota: its requests are read on.
+        produce.client_id = Some("fast".into());
+        assert_eq!(Metered::of(&produce).produce(&cx), Duration::ZERO);
+        assert!(cx.connection.muted().is_none());
+        // Over its quota, the client's connection reads nothing more from the moment its
+        // Produce is dispatched (not from its answer, which waits for a flush): a request it
+        // pipelined behind waits unread.
+        produce.client_id = Some("slow".into());
+        let throttle = Metered::of(&produce).produce(&cx);
+        assert!(throttle > Duration::ZERO);
+        assert!(cx.connection.muted().is_some());
+        // Other APIs are not metered by bytes.
+        let metadata = request(
+            ApiKey::Metadata,
+            1,
+            &kafka_protocol::messages::MetadataRequest::default(),
+        );
+        assert_eq!(Metered::of(&metadata).produce(&cx), Duration::ZERO);
+    }
+}
